@@ -1,0 +1,160 @@
+//! One spec file decoded into its elements, before includes are merged.
+
+use std::sync::Arc;
+
+use toml::de::{DeTable, DeValue};
+
+use crate::decode::{Ctx, Table};
+use crate::diagnostic::Diagnostic;
+use crate::matrix::MatrixEntry;
+use crate::mesh::Mesh;
+use crate::model::Model;
+use crate::mutation::MutationSelection;
+use crate::run::RunSettings;
+use crate::source::{Loc, Located, SourceFile};
+use crate::tolerance::{ToleranceTable, BUILTIN};
+
+pub const KEYS: &[&str] = &[
+    "include",
+    "run",
+    "models",
+    "meshes",
+    "tolerances",
+    "matrix",
+    "mutations",
+];
+
+/// The elements of one file, in file order.
+pub struct Document {
+    pub file: Arc<SourceFile>,
+    pub includes: Vec<Located<String>>,
+    pub run: Option<RunSettings>,
+    pub models: Vec<Model>,
+    pub meshes: Vec<Mesh>,
+    pub tolerances: Vec<ToleranceTable>,
+    pub matrix: Vec<MatrixEntry>,
+    pub mutations: Option<MutationSelection>,
+    /// Where `[run]`, `[[matrix]]`, `[mutations]` are written, to reject them in included files.
+    pub top_level_only: Vec<(&'static str, Loc)>,
+}
+
+/// Names become parts of job names (`model@dtype/mesh/level`) and report anchors.
+fn check_name(cx: &mut Ctx<'_>, kind: &str, name: &Located<String>) -> bool {
+    let ok = name
+        .value
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.+".contains(c));
+    if !ok {
+        cx.error(
+            Diagnostic::error(&name.loc, format!("invalid {kind} name `{}`", name.value))
+                .label("not a usable name")
+                .help("names start with a letter or digit and use only letters, digits, `_`, `-`, `.`, `+`"),
+        );
+    }
+    ok
+}
+
+impl Document {
+    pub fn decode(cx: &mut Ctx<'_>, root: &toml::Spanned<DeTable<'_>>) -> Document {
+        let file = Arc::clone(&cx.file);
+        let mut t = Table::new(root.get_ref(), Loc::new(&file, 0..0), "spec");
+        let mut doc = Document {
+            file,
+            includes: Vec::new(),
+            run: None,
+            models: Vec::new(),
+            meshes: Vec::new(),
+            tolerances: Vec::new(),
+            matrix: Vec::new(),
+            mutations: None,
+            top_level_only: Vec::new(),
+        };
+        if let Some(inc) = t.strings(cx, "include") {
+            doc.includes = inc.value;
+        }
+        if let Some(v) = t.get("run") {
+            doc.top_level_only.push(("[run]", cx.loc(v)));
+            if let Some(rt) = Table::from_value(cx, v, "run") {
+                doc.run = Some(RunSettings::decode(cx, rt));
+            }
+        }
+        named_tables(cx, &mut t, "models", "model", |cx, name, table| {
+            if let Some(m) = Model::decode(cx, name, table) {
+                doc.models.push(m);
+            }
+        });
+        named_tables(cx, &mut t, "meshes", "mesh", |cx, name, table| {
+            if let Some(m) = Mesh::decode(cx, name, table) {
+                doc.meshes.push(m);
+            }
+        });
+        named_tables(
+            cx,
+            &mut t,
+            "tolerances",
+            "tolerance table",
+            |cx, name, table| {
+                if name.value == BUILTIN {
+                    cx.error(
+                    Diagnostic::error(&name.loc, "`builtin` is the name of the built-in tolerance table")
+                        .help("pick another name; `extends = \"builtin\"` starts from the built-in limits"),
+                );
+                } else if let Some(tt) = ToleranceTable::decode(cx, name, table) {
+                    doc.tolerances.push(tt);
+                }
+            },
+        );
+        if let Some(v) = t.get("matrix") {
+            doc.top_level_only.push(("[[matrix]]", cx.loc(v)));
+            match v.get_ref() {
+                DeValue::Array(entries) => {
+                    for (i, e) in entries.iter().enumerate() {
+                        if let Some(et) = Table::from_value(cx, e, format!("matrix[{i}]")) {
+                            doc.matrix.push(MatrixEntry::decode(cx, i + 1, et));
+                        }
+                    }
+                }
+                _ => cx.error(
+                    Diagnostic::error(&cx.loc(v), "`matrix` must be an array of tables")
+                        .help("write each entry as a `[[matrix]]` section"),
+                ),
+            }
+        }
+        if let Some(v) = t.get("mutations") {
+            doc.top_level_only.push(("[mutations]", cx.loc(v)));
+            if let Some(mt) = Table::from_value(cx, v, "mutations") {
+                doc.mutations = Some(MutationSelection::decode(cx, mt));
+            }
+        }
+        t.finish(cx);
+        doc
+    }
+}
+
+/// Walk `[KEY.NAME]` tables, checking each name and handing the table to `each`.
+fn named_tables<'a, 'i>(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'a, 'i>,
+    key: &'static str,
+    kind: &str,
+    mut each: impl FnMut(&mut Ctx<'_>, Located<String>, Table<'a, 'i>),
+) {
+    let Some(v) = t.get(key) else { return };
+    let Some(mut outer) = Table::from_value(cx, v, key) else {
+        return;
+    };
+    for (k, inner) in outer.entries() {
+        let name = Located::new(k.get_ref().to_string(), cx.loc(k));
+        if !check_name(cx, kind, &name) {
+            continue;
+        }
+        if let Some(table) = Table::from_value(cx, inner, format!("{key}.{}", name.value)) {
+            each(cx, name, table);
+        }
+    }
+}

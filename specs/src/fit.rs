@@ -1,0 +1,146 @@
+//! Whether a mesh's degrees divide a model's shapes.
+//!
+//! Each rule is the reason a real framework would refuse the layout: Megatron cannot split 4
+//! heads over tp3, nor 3 layers over pp2.
+
+use crate::family::Family;
+use crate::mesh::Mesh;
+use crate::model::Model;
+use crate::run::RunSettings;
+use crate::source::Loc;
+
+/// One broken rule: what failed, the mesh value and the model (or run) value to point at.
+pub struct Misfit {
+    pub message: String,
+    pub help: &'static str,
+    pub mesh_loc: Loc,
+    pub other_loc: Loc,
+    pub other_what: &'static str,
+}
+
+pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
+    let mut out = Vec::new();
+    let mut rule =
+        |ok: bool, message: String, help, mesh_loc: &Loc, other_loc: &Loc, other_what| {
+            if !ok {
+                out.push(Misfit {
+                    message,
+                    help,
+                    mesh_loc: mesh_loc.clone(),
+                    other_loc: other_loc.clone(),
+                    other_what,
+                });
+            }
+        };
+    let tp = mesh.tp.value;
+    let divides = |n: u32, d: u32| n % d == 0;
+    for (what, field) in [
+        ("heads", &model.heads),
+        ("kv_heads", &model.kv_heads),
+        ("ffn", &model.ffn),
+        ("vocab", &model.vocab),
+    ] {
+        rule(
+            divides(field.value, tp),
+            format!("{what} ({}) is not divisible by tp ({tp})", field.value),
+            "tensor parallelism splits heads, the MLP and the vocabulary evenly across tp ranks",
+            &mesh.tp.loc,
+            &field.loc,
+            "model",
+        );
+    }
+    if mesh.sp.value {
+        rule(
+            divides(model.seq_len.value, tp),
+            format!(
+                "seq_len ({}) is not divisible by tp ({tp}) under sequence parallelism",
+                model.seq_len.value
+            ),
+            "SP shards the sequence across the tp ranks",
+            &mesh.sp.loc,
+            &model.seq_len.loc,
+            "model",
+        );
+    }
+    rule(
+        divides(model.layers.value, mesh.pp.value),
+        format!(
+            "layers ({}) is not divisible by pp ({})",
+            model.layers.value, mesh.pp.value
+        ),
+        "pipeline stages hold equal numbers of layers",
+        &mesh.pp.loc,
+        &model.layers.loc,
+        "model",
+    );
+    rule(
+        divides(model.seq_len.value, mesh.cp.value),
+        format!(
+            "seq_len ({}) is not divisible by cp ({})",
+            model.seq_len.value, mesh.cp.value
+        ),
+        "context parallelism splits every sequence into cp equal chunks",
+        &mesh.cp.loc,
+        &model.seq_len.loc,
+        "model",
+    );
+    match (&model.experts, model.family.value) {
+        (Some(experts), Family::Moe) => {
+            rule(
+                divides(experts.value, mesh.ep.value),
+                format!(
+                    "experts ({}) is not divisible by ep ({})",
+                    experts.value, mesh.ep.value
+                ),
+                "expert parallelism places an equal number of experts on each ep rank",
+                &mesh.ep.loc,
+                &experts.loc,
+                "model",
+            );
+            rule(
+                divides(model.ffn.value, mesh.etp.value),
+                format!(
+                    "ffn ({}) is not divisible by etp ({})",
+                    model.ffn.value, mesh.etp.value
+                ),
+                "expert tensor parallelism splits each expert's MLP across etp ranks",
+                &mesh.etp.loc,
+                &model.ffn.loc,
+                "model",
+            );
+        }
+        _ => {
+            for (what, d) in [("ep", &mesh.ep), ("etp", &mesh.etp)] {
+                rule(
+                    d.value == 1,
+                    format!(
+                        "{what} = {} needs experts, but model family is `{}`",
+                        d.value,
+                        model.family.value.as_str()
+                    ),
+                    "expert parallelism only applies to family `moe`",
+                    &d.loc,
+                    &model.family.loc,
+                    "model",
+                );
+            }
+        }
+    }
+    let per_step = u64::from(mesh.dp.value) * u64::from(mesh.microbatches.value);
+    rule(
+        u64::from(run.batch.value) % per_step == 0,
+        format!(
+            "batch ({}) is not divisible by dp·microbatches ({}·{} = {per_step})",
+            run.batch.value, mesh.dp.value, mesh.microbatches.value
+        ),
+        "every dp rank runs the same number of equal microbatches; change [run] batch or the mesh",
+        if mesh.dp.value > 1 {
+            &mesh.dp.loc
+        } else {
+            &mesh.microbatches.loc
+        },
+        &run.batch.loc,
+        "run",
+    );
+    out
+}

@@ -1,0 +1,48 @@
+//! Check levels: what a job verifies about a mesh against its oracle.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::decode::Keyword;
+
+/// Levels in DAG order: each level of a (model, mesh) runs after the previous selected one,
+/// because a mesh that cannot round-trip its checkpoint has no business comparing gradients.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Full checkpoint → per-rank shards → merged back; bit-identical.
+    Roundtrip,
+    /// Logits and loss on one batch vs the oracle.
+    Forward,
+    /// MoE router top-k choices vs the oracle (MoE families only).
+    Routing,
+    /// Per-step losses over the run's training steps.
+    Curve,
+    /// Per-parameter gradients and updated weights after k steps.
+    Oracle,
+}
+
+impl Keyword for Level {
+    const WHAT: &'static str = "level";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("roundtrip", Level::Roundtrip),
+        ("forward", Level::Forward),
+        ("routing", Level::Routing),
+        ("curve", Level::Curve),
+        ("oracle", Level::Oracle),
+    ];
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        self.name()
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,216 @@
+//! `[models.NAME]`: a model configuration of a built-in family.
+
+use serde::Serialize;
+
+use crate::decode::{Ctx, Table};
+use crate::diagnostic::Diagnostic;
+use crate::dtype::DType;
+use crate::family::Family;
+use crate::source::{Loc, Located};
+
+/// Keys a `[models.NAME]` table accepts (also checked against the JSON Schema in tests).
+pub const KEYS: &[&str] = &[
+    "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
+    "top_k", "dtype",
+];
+
+/// The numbers that define a model, without its name: two models with equal configs share one
+/// reference job.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ModelConfig {
+    pub family: Family,
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub ffn: u32,
+    pub vocab: u32,
+    pub seq_len: u32,
+    /// Routed experts per MoE layer (MoE only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub experts: Option<u32>,
+    /// Experts each token is routed to (MoE only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+}
+
+/// A model as written, every field located for messages.
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub name: Located<String>,
+    pub family: Located<Family>,
+    pub layers: Located<u32>,
+    pub hidden: Located<u32>,
+    pub heads: Located<u32>,
+    pub kv_heads: Located<u32>,
+    pub ffn: Located<u32>,
+    pub vocab: Located<u32>,
+    pub seq_len: Located<u32>,
+    pub experts: Option<Located<u32>>,
+    pub top_k: Option<Located<u32>>,
+    /// `None`: the run's default dtype.
+    pub dtype: Option<Located<DType>>,
+    /// The whole table, for messages about the model as a whole.
+    pub loc: Loc,
+}
+
+/// Small defaults: a five-line spec must run in seconds on a laptop CPU.
+pub mod defaults {
+    pub const LAYERS: u32 = 2;
+    pub const HIDDEN: u32 = 64;
+    pub const HEADS: u32 = 4;
+    pub const FFN: u32 = 128;
+    pub const VOCAB: u32 = 128;
+    pub const SEQ_LEN: u32 = 16;
+    pub const EXPERTS: u32 = 4;
+    pub const TOP_K: u32 = 2;
+}
+
+impl Model {
+    pub fn decode(cx: &mut Ctx<'_>, name: Located<String>, mut t: Table<'_, '_>) -> Option<Model> {
+        let table_loc = t.loc.clone();
+        let at = |v: u32| Located::new(v, table_loc.clone());
+        let family = t.keyword::<Family>(cx, "family");
+        let layers = t.positive(cx, "layers");
+        let hidden = t.positive(cx, "hidden");
+        let heads = t.positive(cx, "heads");
+        let kv_heads = t.positive(cx, "kv_heads");
+        let ffn = t.positive(cx, "ffn");
+        let vocab = t.positive(cx, "vocab");
+        let seq_len = t.positive(cx, "seq_len");
+        let experts = t.positive(cx, "experts");
+        let top_k = t.positive(cx, "top_k");
+        let dtype = t.keyword::<DType>(cx, "dtype");
+        let loc = t.loc.clone();
+        let family = family.unwrap_or_else(|| Located::new(Family::Llama, loc.clone()));
+        let heads = heads.unwrap_or_else(|| at(defaults::HEADS));
+        let (experts, top_k) = if family.value.has_experts() {
+            (
+                Some(experts.unwrap_or_else(|| at(defaults::EXPERTS))),
+                Some(top_k.unwrap_or_else(|| at(defaults::TOP_K))),
+            )
+        } else {
+            for field in [
+                experts.as_ref().map(|e| ("experts", e)),
+                top_k.as_ref().map(|k| ("top_k", k)),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                cx.error(
+                    Diagnostic::error(
+                        &field.1.loc,
+                        format!("`{}` only applies to family `moe`", field.0),
+                    )
+                    .label(format!(
+                        "model `{}` is family `{}`",
+                        name.value,
+                        family.value.as_str()
+                    ))
+                    .help("remove it, or set `family = \"moe\"`"),
+                );
+            }
+            (None, None)
+        };
+        let model = Model {
+            name,
+            family,
+            layers: layers.unwrap_or_else(|| at(defaults::LAYERS)),
+            hidden: hidden.unwrap_or_else(|| at(defaults::HIDDEN)),
+            kv_heads: kv_heads.unwrap_or_else(|| heads.clone()),
+            heads,
+            ffn: ffn.unwrap_or_else(|| at(defaults::FFN)),
+            vocab: vocab.unwrap_or_else(|| at(defaults::VOCAB)),
+            seq_len: seq_len.unwrap_or_else(|| at(defaults::SEQ_LEN)),
+            experts,
+            top_k,
+            dtype,
+            loc,
+        };
+        t.finish(cx);
+        model.check_shape(cx);
+        Some(model)
+    }
+
+    /// Shape rules of the model alone, independent of any mesh.
+    fn check_shape(&self, cx: &mut Ctx<'_>) {
+        let name = &self.name.value;
+        if self.hidden.value % self.heads.value != 0 {
+            cx.error(
+                Diagnostic::error(
+                    &self.hidden.loc,
+                    format!(
+                        "model `{name}`: hidden ({}) is not divisible by heads ({})",
+                        self.hidden.value, self.heads.value
+                    ),
+                )
+                .help(
+                    "attention splits hidden evenly across heads; pick hidden = heads × head_dim",
+                ),
+            );
+        } else if (self.hidden.value / self.heads.value) % 2 != 0 {
+            cx.error(
+                Diagnostic::error(
+                    &self.hidden.loc,
+                    format!(
+                        "model `{name}`: head dimension hidden/heads = {} is odd",
+                        self.hidden.value / self.heads.value
+                    ),
+                )
+                .help("rotary embeddings rotate pairs of channels; use an even head dimension"),
+            );
+        }
+        if self.heads.value % self.kv_heads.value != 0 {
+            cx.error(
+                Diagnostic::error(
+                    &self.kv_heads.loc,
+                    format!(
+                        "model `{name}`: heads ({}) is not a multiple of kv_heads ({})",
+                        self.heads.value, self.kv_heads.value
+                    ),
+                )
+                .help(
+                    "grouped-query attention shares each kv head among heads/kv_heads query heads",
+                ),
+            );
+        }
+        if self.seq_len.value < 2 {
+            cx.error(
+                Diagnostic::error(
+                    &self.seq_len.loc,
+                    format!("model `{name}`: seq_len must be at least 2"),
+                )
+                .help("next-token prediction needs at least one input and one target token"),
+            );
+        }
+        if let (Some(experts), Some(top_k)) = (&self.experts, &self.top_k) {
+            if top_k.value > experts.value {
+                cx.error(
+                    Diagnostic::error(
+                        &top_k.loc,
+                        format!(
+                            "model `{name}`: top_k ({}) exceeds experts ({})",
+                            top_k.value, experts.value
+                        ),
+                    )
+                    .help("each token is routed to top_k distinct experts"),
+                );
+            }
+        }
+    }
+
+    pub fn config(&self) -> ModelConfig {
+        ModelConfig {
+            family: self.family.value,
+            layers: self.layers.value,
+            hidden: self.hidden.value,
+            heads: self.heads.value,
+            kv_heads: self.kv_heads.value,
+            ffn: self.ffn.value,
+            vocab: self.vocab.value,
+            seq_len: self.seq_len.value,
+            experts: self.experts.as_ref().map(|e| e.value),
+            top_k: self.top_k.as_ref().map(|k| k.value),
+        }
+    }
+}

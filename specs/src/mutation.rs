@@ -1,0 +1,177 @@
+//! The mutation catalog and `[mutations]`: known parallelization bugs a check must catch.
+//!
+//! A mutation job injects one bug into a correct mesh and passes only if some check fails. Each
+//! mutation names what a mesh needs for the bug to exist at all (no DP all-reduce to skip on a
+//! dp1 mesh), and the planner only pairs it with meshes that have it.
+
+use crate::decode::{Ctx, Table};
+use crate::diagnostic::Diagnostic;
+use crate::mesh::MeshConfig;
+use crate::source::{Loc, Located};
+use crate::suggest;
+
+pub const KEYS: &[&str] = &["select", "exclude"];
+
+/// A property a mesh must have for a mutation to apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    Dp,
+    Tp,
+    Sp,
+    Pp,
+    Microbatches,
+    MultiRank,
+    Ep,
+}
+
+impl Needs {
+    pub fn holds(self, m: &MeshConfig) -> bool {
+        match self {
+            Needs::Dp => m.dp > 1,
+            Needs::Tp => m.tp > 1,
+            Needs::Sp => m.sp && m.tp > 1,
+            Needs::Pp => m.pp > 1,
+            Needs::Microbatches => m.microbatches > 1,
+            Needs::MultiRank => m.world_size() > 1,
+            Needs::Ep => m.ep > 1,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Needs::Dp => "dp > 1",
+            Needs::Tp => "tp > 1",
+            Needs::Sp => "sp with tp > 1",
+            Needs::Pp => "pp > 1",
+            Needs::Microbatches => "microbatches > 1",
+            Needs::MultiRank => "more than one rank",
+            Needs::Ep => "ep > 1",
+        }
+    }
+}
+
+/// One catalogued bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mutation {
+    pub name: &'static str,
+    /// What goes wrong, in the words of a bug report.
+    pub description: &'static str,
+    pub needs: &'static [Needs],
+}
+
+impl Mutation {
+    pub fn applies_to(&self, mesh: &MeshConfig) -> bool {
+        self.needs.iter().all(|n| n.holds(mesh))
+    }
+}
+
+/// Every mutation meshparity knows how to inject.
+pub const CATALOG: &[Mutation] = &[
+    Mutation {
+        name: "tp-skip-forward-all-reduce",
+        description: "a row-parallel layer skips the TP all-reduce of its partial outputs in the forward pass",
+        needs: &[Needs::Tp],
+    },
+    Mutation {
+        name: "tp-average-instead-of-sum",
+        description: "a TP reduction averages partial results instead of summing them",
+        needs: &[Needs::Tp],
+    },
+    Mutation {
+        name: "dp-skip-grad-all-reduce",
+        description: "gradients are not all-reduced across the data-parallel group",
+        needs: &[Needs::Dp],
+    },
+    Mutation {
+        name: "dp-local-loss-normalization",
+        description: "each DP rank normalizes the loss by its local token count instead of the global one",
+        needs: &[Needs::Dp],
+    },
+    Mutation {
+        name: "sp-skip-norm-grad-all-reduce",
+        description: "norm-weight gradients of sequence-parallel regions are not all-reduced across TP",
+        needs: &[Needs::Sp],
+    },
+    Mutation {
+        name: "grad-reduce-before-last-microbatch",
+        description: "gradients are reduced/finalized before the last microbatch has accumulated",
+        needs: &[Needs::Microbatches],
+    },
+    Mutation {
+        name: "pp-wrong-send-peer",
+        description: "a pipeline stage sends its activation to the wrong stage",
+        needs: &[Needs::Pp],
+    },
+    Mutation {
+        name: "scale-one-rank-grad",
+        description: "one rank's gradient is scaled by a wrong factor",
+        needs: &[Needs::MultiRank],
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Mutation> {
+    CATALOG.iter().find(|m| m.name == name)
+}
+
+pub fn names() -> Vec<&'static str> {
+    CATALOG.iter().map(|m| m.name).collect()
+}
+
+/// `[mutations]` as written: which catalogued bugs to inject.
+#[derive(Clone, Debug, Default)]
+pub struct MutationSelection {
+    /// Selected mutations, in catalog order.
+    pub selected: Vec<&'static Mutation>,
+    /// Where each selected mutation was named explicitly (not via `"all"`), for "applies to no
+    /// mesh" warnings.
+    pub written: Vec<(&'static str, Loc)>,
+    pub loc: Option<Loc>,
+}
+
+impl MutationSelection {
+    pub fn decode(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> MutationSelection {
+        let select = t.strings(cx, "select");
+        let exclude = t.strings(cx, "exclude");
+        let resolve = |cx: &mut Ctx<'_>, list: &Option<Located<Vec<Located<String>>>>| {
+            let mut out: Vec<(&'static str, Loc, bool)> = Vec::new();
+            for name in list.iter().flat_map(|l| l.value.iter()) {
+                if name.value == "all" {
+                    out.extend(CATALOG.iter().map(|m| (m.name, name.loc.clone(), false)));
+                } else if let Some(m) = find(&name.value) {
+                    out.push((m.name, name.loc.clone(), true));
+                } else {
+                    let mut all = names();
+                    all.push("all");
+                    cx.error(
+                        Diagnostic::error(&name.loc, format!("unknown mutation `{}`", name.value))
+                            .label("not in the catalog")
+                            .help(suggest::did_you_mean(&name.value, &all, "mutation")),
+                    );
+                }
+            }
+            out
+        };
+        let selected = resolve(cx, &select);
+        let excluded = resolve(cx, &exclude);
+        let mut sel = MutationSelection {
+            loc: Some(t.loc.clone()),
+            ..Default::default()
+        };
+        for m in CATALOG {
+            if excluded.iter().any(|(n, _, _)| *n == m.name) {
+                continue;
+            }
+            if selected.iter().any(|(n, _, _)| *n == m.name) {
+                sel.selected.push(m);
+            }
+            if let Some((_, loc, _)) = selected
+                .iter()
+                .find(|(n, _, explicit)| *n == m.name && *explicit)
+            {
+                sel.written.push((m.name, loc.clone()));
+            }
+        }
+        t.finish(cx);
+        sel
+    }
+}

@@ -1,0 +1,119 @@
+//! `[run]`: settings shared by every job of a spec.
+
+use serde::Serialize;
+
+use crate::decode::{Ctx, Keyword, Table};
+use crate::dtype::DType;
+use crate::source::{Loc, Located};
+
+pub const KEYS: &[&str] = &[
+    "name",
+    "seed",
+    "dtype",
+    "steps",
+    "oracle_steps",
+    "batch",
+    "optimizer",
+    "lr",
+    "output",
+];
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Sgd,
+    Adamw,
+}
+
+impl Keyword for Optimizer {
+    const WHAT: &'static str = "optimizer";
+    const ALL: &'static [(&'static str, Self)] =
+        &[("sgd", Optimizer::Sgd), ("adamw", Optimizer::Adamw)];
+}
+
+/// The parts of `[run]` that change what a job computes (and so its identity).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Training {
+    pub seed: u64,
+    /// Training steps for the `curve` level.
+    pub steps: u32,
+    /// Steps after which `oracle` compares gradients and weights.
+    pub oracle_steps: u32,
+    /// Global batch in sequences, split over dp × microbatches.
+    pub batch: u32,
+    pub optimizer: Optimizer,
+    pub lr: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    pub name: Option<String>,
+    pub dtype: Located<DType>,
+    pub training: Training,
+    pub batch: Located<u32>,
+    pub output: String,
+    pub loc: Loc,
+}
+
+pub mod defaults {
+    pub const SEED: u64 = 1234;
+    pub const STEPS: u32 = 4;
+    pub const ORACLE_STEPS: u32 = 2;
+    pub const BATCH: u32 = 8;
+    pub const LR: f64 = 1e-3;
+    pub const OUTPUT: &str = "meshparity-out";
+}
+
+impl RunSettings {
+    pub fn defaults(loc: Loc) -> Self {
+        Self {
+            name: None,
+            dtype: Located::new(DType::F32, loc.clone()),
+            training: Training {
+                seed: defaults::SEED,
+                steps: defaults::STEPS,
+                oracle_steps: defaults::ORACLE_STEPS,
+                batch: defaults::BATCH,
+                optimizer: Optimizer::Adamw,
+                lr: defaults::LR,
+            },
+            batch: Located::new(defaults::BATCH, loc.clone()),
+            output: defaults::OUTPUT.to_owned(),
+            loc,
+        }
+    }
+
+    pub fn decode(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> Self {
+        let mut run = Self::defaults(t.loc.clone());
+        run.name = t.string(cx, "name").map(|n| n.value);
+        if let Some(s) = t.u64(cx, "seed") {
+            run.training.seed = s.value;
+        }
+        if let Some(d) = t.keyword::<DType>(cx, "dtype") {
+            run.dtype = d;
+        }
+        if let Some(s) = t.positive(cx, "steps") {
+            run.training.steps = s.value;
+        }
+        if let Some(s) = t.positive(cx, "oracle_steps") {
+            run.training.oracle_steps = s.value;
+        }
+        if let Some(b) = t.positive(cx, "batch") {
+            run.training.batch = b.value;
+            run.batch = b;
+        }
+        if let Some(o) = t.keyword::<Optimizer>(cx, "optimizer") {
+            run.training.optimizer = o.value;
+        }
+        if let Some(lr) = t.limit(cx, "lr") {
+            run.training.lr = lr.value;
+        }
+        if let Some(o) = t.string(cx, "output") {
+            run.output = o.value;
+        }
+        t.finish(cx);
+        run
+    }
+}

@@ -1,0 +1,288 @@
+//! JSON Schema of the spec format, for editors (taplo / Even Better TOML, Tombi).
+//!
+//! The decoder reads tables by hand (for spans and all-errors-at-once), so these structs exist
+//! only to describe the format; a test keeps their keys equal to the keys the decoder accepts.
+
+#![allow(dead_code)]
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+
+use crate::dtype::DType;
+use crate::family::Family;
+use crate::level::Level;
+use crate::mesh::Schedule;
+use crate::run::Optimizer;
+use crate::tolerance::CurveMode;
+
+/// A meshparity spec: models × meshes × check levels × tolerance tables.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields, title = "meshparity spec")]
+struct SpecFile {
+    /// Spec files (relative to this one) whose models, meshes and tolerance tables are shared.
+    include: Option<Vec<String>>,
+    /// Settings shared by every job.
+    run: Option<Run>,
+    /// Model configurations by name.
+    models: Option<IndexMap<String, Model>>,
+    /// Parallel layouts by name.
+    meshes: Option<IndexMap<String, Mesh>>,
+    /// Tolerance tables by name; `builtin` always exists.
+    tolerances: Option<IndexMap<String, Tolerances>>,
+    /// Which models × meshes × levels × dtypes to check; absent: everything.
+    matrix: Option<Vec<MatrixEntry>>,
+    /// Injected bugs that the checks must catch.
+    mutations: Option<Mutations>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Run {
+    /// Run name (default: the spec's file name).
+    name: Option<String>,
+    /// Seed for initialization and data (default 1234).
+    seed: Option<u64>,
+    /// Default dtype of models that set none (default f32).
+    dtype: Option<DType>,
+    /// Training steps for the curve level (default 4).
+    #[schemars(range(min = 1))]
+    steps: Option<u32>,
+    /// Steps after which the oracle level compares gradients and weights (default 2).
+    #[schemars(range(min = 1))]
+    oracle_steps: Option<u32>,
+    /// Global batch in sequences; must divide by dp × microbatches of every mesh (default 8).
+    #[schemars(range(min = 1))]
+    batch: Option<u32>,
+    /// Optimizer (default adamw).
+    optimizer: Option<Optimizer>,
+    /// Learning rate (default 1e-3).
+    lr: Option<f64>,
+    /// Output directory for runs (default meshparity-out).
+    output: Option<String>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Model {
+    /// Built-in family (default llama).
+    family: Option<Family>,
+    #[schemars(range(min = 1))]
+    layers: Option<u32>,
+    #[schemars(range(min = 1))]
+    hidden: Option<u32>,
+    #[schemars(range(min = 1))]
+    heads: Option<u32>,
+    /// Key/value heads for grouped-query attention (default: heads).
+    #[schemars(range(min = 1))]
+    kv_heads: Option<u32>,
+    /// MLP (and expert) intermediate size.
+    #[schemars(range(min = 1))]
+    ffn: Option<u32>,
+    #[schemars(range(min = 1))]
+    vocab: Option<u32>,
+    #[schemars(range(min = 2))]
+    seq_len: Option<u32>,
+    /// Routed experts (moe only, default 4).
+    #[schemars(range(min = 1))]
+    experts: Option<u32>,
+    /// Experts per token (moe only, default 2).
+    #[schemars(range(min = 1))]
+    top_k: Option<u32>,
+    /// Dtype (default: [run] dtype).
+    dtype: Option<DType>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Mesh {
+    /// Data-parallel degree.
+    #[schemars(range(min = 1))]
+    dp: Option<u32>,
+    /// Tensor-parallel degree.
+    #[schemars(range(min = 1))]
+    tp: Option<u32>,
+    /// Pipeline-parallel degree (stages).
+    #[schemars(range(min = 1))]
+    pp: Option<u32>,
+    /// Expert-parallel degree (moe).
+    #[schemars(range(min = 1))]
+    ep: Option<u32>,
+    /// Expert tensor-parallel degree (moe).
+    #[schemars(range(min = 1))]
+    etp: Option<u32>,
+    /// Context-parallel degree.
+    #[schemars(range(min = 1))]
+    cp: Option<u32>,
+    /// Sequence parallelism within the TP group.
+    sp: Option<bool>,
+    /// Microbatches per step (gradient accumulation / pipeline).
+    #[schemars(range(min = 1))]
+    microbatches: Option<u32>,
+    /// Pipeline schedule (default 1f1b).
+    schedule: Option<Schedule>,
+}
+
+/// `"exact"` or a table of limits.
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+enum LimitsOrExact {
+    Exact(ExactKeyword),
+    Limits(Limits),
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum ExactKeyword {
+    Exact,
+}
+
+/// Metric limits. Which keys a level accepts: forward: atol rtol max_abs max_rel mean_abs_pct
+/// relative_l2 cosine top1 topk k; routing: overlap mismatch; curve: mode rel
+/// allowed_failing_steps investigate fail; oracle: the forward ones but top1/topk/k, plus
+/// layer_average.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Limits {
+    atol: Option<f64>,
+    rtol: Option<f64>,
+    max_abs: Option<f64>,
+    max_rel: Option<f64>,
+    mean_abs_pct: Option<f64>,
+    relative_l2: Option<f64>,
+    /// Minimum cosine similarity.
+    cosine: Option<f64>,
+    /// Minimum fraction of tokens whose top-1 logit agrees.
+    top1: Option<f64>,
+    /// Minimum top-k agreement.
+    topk: Option<f64>,
+    k: Option<f64>,
+    /// Minimum per-token set overlap of MoE top-k routing.
+    overlap: Option<f64>,
+    /// Maximum fraction of tokens routed differently.
+    mismatch: Option<f64>,
+    mode: Option<CurveMode>,
+    rel: Option<f64>,
+    allowed_failing_steps: Option<f64>,
+    investigate: Option<f64>,
+    fail: Option<f64>,
+    /// Gate on per-layer averages of the metrics (per-tensor rows are still reported).
+    layer_average: Option<bool>,
+}
+
+/// Limits for one level: `"exact"`, or per dtype.
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+enum LevelLimits {
+    All(LimitsOrExact),
+    PerDtype(PerDtype),
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct PerDtype {
+    f64: Option<LimitsOrExact>,
+    f32: Option<LimitsOrExact>,
+    f16: Option<LimitsOrExact>,
+    bf16: Option<LimitsOrExact>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Tolerances {
+    /// Another table (or `builtin`) whose limits apply where this one has none.
+    extends: Option<String>,
+    /// Always bit-exact.
+    roundtrip: Option<ExactKeyword>,
+    forward: Option<LevelLimits>,
+    routing: Option<LevelLimits>,
+    curve: Option<LevelLimits>,
+    oracle: Option<LevelLimits>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct MatrixEntry {
+    /// Model names (default: all).
+    models: Option<Vec<String>>,
+    /// Mesh names (default: all).
+    meshes: Option<Vec<String>>,
+    /// Levels (default: all the model's family supports).
+    levels: Option<Vec<Level>>,
+    /// Dtypes (default: the model's).
+    dtypes: Option<Vec<DType>>,
+    /// Tolerance table (default: `default` if defined, else `builtin`).
+    tolerance: Option<String>,
+    /// Run the selected mutations on these cells (default true).
+    mutations: Option<bool>,
+    /// Cells to drop: a rule matches when every key it gives matches.
+    exclude: Option<Vec<Exclude>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Exclude {
+    model: Option<String>,
+    mesh: Option<String>,
+    level: Option<Level>,
+    dtype: Option<DType>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Mutations {
+    /// Mutation names from the catalog, or "all".
+    select: Option<Vec<String>>,
+    /// Mutation names to leave out.
+    exclude: Option<Vec<String>>,
+}
+
+/// The spec's JSON Schema (draft-07), pretty-printed.
+pub fn json_schema() -> String {
+    let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+    let schema = generator.into_root_schema_for::<SpecFile>();
+    let mut s = serde_json::to_string_pretty(&schema).expect("a schema always serializes");
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(v: &serde_json::Value, def: &str) -> Vec<String> {
+        let props = if def.is_empty() {
+            &v["properties"]
+        } else {
+            &v["definitions"][def]["properties"]
+        };
+        let mut k: Vec<String> = props.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    }
+
+    fn sorted(k: &[&str]) -> Vec<String> {
+        let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+        k.sort();
+        k
+    }
+
+    #[test]
+    fn schema_keys_match_the_decoder() {
+        let v: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
+        assert_eq!(v["$schema"], "http://json-schema.org/draft-07/schema#");
+        assert_eq!(keys(&v, ""), sorted(crate::document::KEYS));
+        assert_eq!(keys(&v, "Run"), sorted(crate::run::KEYS));
+        assert_eq!(keys(&v, "Model"), sorted(crate::model::KEYS));
+        assert_eq!(keys(&v, "Mesh"), sorted(crate::mesh::KEYS));
+        assert_eq!(keys(&v, "MatrixEntry"), sorted(crate::matrix::KEYS));
+        assert_eq!(keys(&v, "Exclude"), sorted(crate::matrix::EXCLUDE_KEYS));
+        assert_eq!(keys(&v, "Mutations"), sorted(crate::mutation::KEYS));
+        let mut limit_keys: Vec<&str> = crate::level::Level::ALL
+            .iter()
+            .flat_map(|(_, l)| crate::tolerance::limit_keys(*l).iter().copied())
+            .collect();
+        limit_keys.sort();
+        limit_keys.dedup();
+        assert_eq!(keys(&v, "Limits"), sorted(&limit_keys));
+    }
+}

@@ -1,0 +1,316 @@
+//! `[tolerances.NAME]`: how far a mesh may drift from its oracle, per level and dtype.
+//!
+//! A table has exactly what it says plus what it `extends`; nothing is inherited silently, so a
+//! strict f64 table used for a bf16 run is an error instead of a quiet fallback to loose limits.
+
+use indexmap::IndexMap;
+use serde::Serialize;
+use toml::de::DeValue;
+
+use crate::decode::{keyword, kind_of, Ctx, Keyword, Table};
+use crate::diagnostic::Diagnostic;
+use crate::dtype::DType;
+use crate::level::Level;
+use crate::source::{Loc, Located};
+use crate::suggest;
+
+/// The table every spec has; the defaults follow torch.testing.assert_close per dtype.
+pub const BUILTIN: &str = "builtin";
+
+pub const ELEMENTWISE_KEYS: &[&str] = &[
+    "atol",
+    "rtol",
+    "max_abs",
+    "max_rel",
+    "mean_abs_pct",
+    "relative_l2",
+    "cosine",
+];
+
+/// Metric keys accepted in a limits table, by level.
+pub fn limit_keys(level: Level) -> &'static [&'static str] {
+    match level {
+        Level::Roundtrip => &[],
+        Level::Forward => &[
+            "atol",
+            "rtol",
+            "max_abs",
+            "max_rel",
+            "mean_abs_pct",
+            "relative_l2",
+            "cosine",
+            "top1",
+            "topk",
+            "k",
+        ],
+        Level::Routing => &["overlap", "mismatch"],
+        Level::Curve => &[
+            "mode",
+            "rel",
+            "allowed_failing_steps",
+            "investigate",
+            "fail",
+        ],
+        Level::Oracle => &[
+            "atol",
+            "rtol",
+            "max_abs",
+            "max_rel",
+            "mean_abs_pct",
+            "relative_l2",
+            "cosine",
+            "layer_average",
+        ],
+    }
+}
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum CurveMode {
+    /// Every step bit-identical.
+    Exact,
+    /// Per-step |b−f|/|b| under `rel`, with `allowed_failing_steps` slack.
+    Rel,
+    /// Signal over the baseline's run-to-run envelope: < `investigate` pass, ≥ `fail` fail.
+    NoiseFloor,
+}
+
+impl Keyword for CurveMode {
+    const WHAT: &'static str = "curve mode";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("exact", CurveMode::Exact),
+        ("rel", CurveMode::Rel),
+        ("noise-floor", CurveMode::NoiseFloor),
+    ];
+}
+
+/// Limits for one (level, dtype). Absent metrics are not gated (but still reported).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Limits {
+    /// Bit-exact equality required; other limits are then moot.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    pub metrics: IndexMap<&'static str, f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<CurveMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer_average: Option<bool>,
+}
+
+impl Limits {
+    pub fn exact() -> Self {
+        Self {
+            exact: true,
+            ..Self::default()
+        }
+    }
+
+    fn with(mut self, metrics: &[(&'static str, f64)]) -> Self {
+        self.metrics.extend(metrics.iter().copied());
+        self
+    }
+}
+
+/// A named tolerance table.
+#[derive(Clone, Debug)]
+pub struct ToleranceTable {
+    pub name: Located<String>,
+    pub extends: Option<Located<String>>,
+    /// `None` dtype: the entry applies to every dtype (`forward = "exact"`).
+    pub entries: IndexMap<(Level, Option<DType>), Located<Limits>>,
+    pub loc: Loc,
+}
+
+impl ToleranceTable {
+    pub fn get(&self, level: Level, dtype: DType) -> Option<&Located<Limits>> {
+        self.entries
+            .get(&(level, Some(dtype)))
+            .or_else(|| self.entries.get(&(level, None)))
+    }
+
+    pub fn decode(cx: &mut Ctx<'_>, name: Located<String>, mut t: Table<'_, '_>) -> Option<Self> {
+        let extends = t.string(cx, "extends");
+        let mut entries = IndexMap::new();
+        for &(level_name, level) in Level::ALL {
+            let Some(v) = t.get(level_name) else { continue };
+            let path = format!("{}.{level_name}", t.path);
+            match v.get_ref() {
+                DeValue::Table(per_dtype) => {
+                    for (k, lim) in per_dtype.iter() {
+                        let key = k.get_ref().as_ref();
+                        let Some(dtype) = DType::parse(key) else {
+                            cx.error(
+                                Diagnostic::error(
+                                    &cx.loc(k),
+                                    format!("`{key}` is not a dtype in `{path}`"),
+                                )
+                                .label("expected a dtype")
+                                .help(suggest::did_you_mean(key, &DType::names(), "dtype")),
+                            );
+                            continue;
+                        };
+                        if let Some(l) = decode_limits(cx, level, lim, &format!("{path}.{key}")) {
+                            entries.insert((level, Some(dtype)), l);
+                        }
+                    }
+                }
+                _ => {
+                    if let Some(l) = decode_limits(cx, level, v, &path) {
+                        entries.insert((level, None), l);
+                    }
+                }
+            }
+        }
+        let table = Self {
+            name,
+            extends,
+            entries,
+            loc: t.loc.clone(),
+        };
+        t.finish(cx);
+        Some(table)
+    }
+
+    /// The built-in table (DESIGN.md's per-dtype defaults).
+    pub fn builtin(loc: Loc) -> Self {
+        let mut entries = IndexMap::new();
+        let mut put = |level, dtype, limits: Limits| {
+            entries.insert((level, dtype), Located::new(limits, loc.clone()));
+        };
+        put(Level::Roundtrip, None, Limits::exact());
+        for dtype in [DType::F64, DType::F32, DType::F16, DType::Bf16] {
+            let (rtol, atol) = allclose(dtype);
+            let half = matches!(dtype, DType::F16 | DType::Bf16);
+            let forward = if half {
+                Limits::default().with(&[("cosine", 0.9999), ("top1", 1.0)])
+            } else {
+                Limits::default().with(&[("rtol", rtol), ("atol", atol), ("top1", 1.0)])
+            };
+            put(Level::Forward, Some(dtype), forward);
+            put(
+                Level::Routing,
+                Some(dtype),
+                Limits::default().with(&[("overlap", if half { 0.95 } else { 1.0 })]),
+            );
+            let curve_rel = match dtype {
+                DType::F64 => 1e-9,
+                DType::F32 => 1e-5,
+                DType::F16 => 5e-3,
+                DType::Bf16 => 2e-2,
+            };
+            put(
+                Level::Curve,
+                Some(dtype),
+                Limits {
+                    mode: Some(CurveMode::Rel),
+                    ..Limits::default()
+                }
+                .with(&[("rel", curve_rel), ("allowed_failing_steps", 0.0)]),
+            );
+            let oracle = if half {
+                Limits::default().with(&[("relative_l2", 2e-2), ("cosine", 0.999)])
+            } else {
+                Limits::default().with(&[("rtol", rtol), ("atol", atol)])
+            };
+            put(
+                Level::Oracle,
+                Some(dtype),
+                Limits {
+                    layer_average: Some(true),
+                    ..oracle
+                },
+            );
+        }
+        Self {
+            name: Located::new(BUILTIN.to_owned(), loc.clone()),
+            extends: None,
+            entries,
+            loc,
+        }
+    }
+}
+
+/// torch.testing.assert_close defaults: (rtol, atol).
+pub fn allclose(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F16 => (1e-3, 1e-5),
+        DType::Bf16 => (1.6e-2, 1e-5),
+        DType::F32 => (1.3e-6, 1e-5),
+        DType::F64 => (1e-7, 1e-7),
+    }
+}
+
+fn decode_limits(
+    cx: &mut Ctx<'_>,
+    level: Level,
+    v: &toml::Spanned<DeValue<'_>>,
+    path: &str,
+) -> Option<Located<Limits>> {
+    let loc = cx.loc(v);
+    match v.get_ref() {
+        DeValue::String(s) if s == "exact" => Some(Located::new(Limits::exact(), loc)),
+        DeValue::Table(_) if level == Level::Roundtrip => {
+            cx.error(
+                Diagnostic::error(&loc, "roundtrip is always bit-exact")
+                    .help("write `roundtrip = \"exact\"` or leave it out"),
+            );
+            None
+        }
+        DeValue::Table(inner) => {
+            let mut t = Table::new(inner, loc.clone(), path);
+            let mut limits = Limits::default();
+            for &key in limit_keys(level) {
+                match key {
+                    "mode" => {
+                        limits.mode = t
+                            .get("mode")
+                            .and_then(|m| keyword::<CurveMode>(cx, m))
+                            .map(|m| m.value)
+                    }
+                    "layer_average" => limits.layer_average = t.bool(cx, key).map(|b| b.value),
+                    _ => {
+                        if let Some(x) = t.limit(cx, key) {
+                            check_range(cx, key, &x);
+                            limits.metrics.insert(key, x.value);
+                        }
+                    }
+                }
+            }
+            t.finish(cx);
+            Some(Located::new(limits, loc))
+        }
+        other => {
+            cx.error(
+                Diagnostic::error(
+                    &loc,
+                    format!(
+                        "`{path}` must be \"exact\" or a table of limits, found {}",
+                        kind_of(other)
+                    ),
+                )
+                .help(format!(
+                    "limits for {level}: {}",
+                    suggest::quote_list(limit_keys(level))
+                )),
+            );
+            None
+        }
+    }
+}
+
+/// Fractions (cosine, agreement, overlap) live in [0, 1].
+fn check_range(cx: &mut Ctx<'_>, key: &str, x: &Located<f64>) {
+    let fraction = matches!(key, "cosine" | "top1" | "topk" | "overlap" | "mismatch");
+    if fraction && x.value > 1.0 {
+        cx.error(
+            Diagnostic::error(
+                &x.loc,
+                format!("`{key}` is a fraction and must be at most 1"),
+            )
+            .label("above 1"),
+        );
+    }
+}

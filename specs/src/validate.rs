@@ -1,0 +1,100 @@
+//! Semantic checks on a merged spec: everything that needs more than one table to see.
+
+use std::collections::HashSet;
+
+use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::expand::expand;
+use crate::mesh::Schedule;
+use crate::spec::Spec;
+use crate::suggest;
+
+pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
+    check_extends(spec, diags);
+    if diags.has_errors() {
+        return;
+    }
+    check_meshes(spec, diags);
+    let cells = expand(spec, diags);
+    for (name, loc) in &spec.mutations.written {
+        let applies = cells.iter().any(|c| {
+            c.mutations
+                && spec
+                    .mutations
+                    .selected
+                    .iter()
+                    .any(|m| m.name == *name && m.applies_to(&c.mesh.config()))
+        });
+        if !applies {
+            let needs: Vec<&str> = crate::mutation::find(name)
+                .map(|m| m.needs.iter().map(|n| n.describe()).collect())
+                .unwrap_or_default();
+            diags.push(
+                Diagnostic::warning(
+                    loc,
+                    format!("mutation `{name}` applies to no selected mesh"),
+                )
+                .help(format!("it needs a mesh with {}", needs.join(" and "))),
+            );
+        }
+    }
+}
+
+/// `extends` must name a table, and following it must end.
+fn check_extends(spec: &Spec, diags: &mut Diagnostics) {
+    let names: Vec<&str> = spec.tolerances.keys().map(String::as_str).collect();
+    for table in spec.tolerances.values() {
+        let Some(ext) = &table.extends else { continue };
+        if !spec.tolerances.contains_key(&ext.value) {
+            diags.push(
+                Diagnostic::error(
+                    &ext.loc,
+                    format!(
+                        "tolerance table `{}` extends unknown table `{}`",
+                        table.name.value, ext.value
+                    ),
+                )
+                .help(suggest::did_you_mean(&ext.value, &names, "tolerance table")),
+            );
+            continue;
+        }
+        let mut seen = HashSet::new();
+        let mut chain = vec![table.name.value.as_str()];
+        let mut cur = table;
+        while let Some(next) = cur
+            .extends
+            .as_ref()
+            .and_then(|e| spec.tolerances.get(&e.value))
+        {
+            chain.push(&next.name.value);
+            if next.name.value == table.name.value || !seen.insert(next.name.value.as_str()) {
+                diags.push(
+                    Diagnostic::error(
+                        &ext.loc,
+                        format!(
+                            "tolerance tables extend each other in a cycle: {}",
+                            chain.join(" → ")
+                        ),
+                    )
+                    .help("one table of the cycle must stop extending"),
+                );
+                break;
+            }
+            cur = next;
+        }
+    }
+}
+
+fn check_meshes(spec: &Spec, diags: &mut Diagnostics) {
+    for mesh in spec.meshes.values() {
+        let (pp, mb) = (mesh.pp.value, mesh.microbatches.value);
+        if pp > 1 && mb < pp && mesh.schedule.value == Schedule::OneFOneB {
+            diags.push(
+                Diagnostic::warning(
+                    &mesh.microbatches.loc,
+                    format!("mesh `{}`: 1F1B with fewer microbatches ({mb}) than stages ({pp}) never reaches steady state", mesh.name.value),
+                )
+                .help("use microbatches ≥ pp to exercise the interleaving of forward and backward"),
+            );
+        }
+    }
+}
