@@ -240,9 +240,54 @@ struct Mutations {
 pub fn json_schema() -> String {
     let generator = schemars::generate::SchemaSettings::draft07().into_generator();
     let schema = generator.into_root_schema_for::<SpecFile>();
-    let mut s = serde_json::to_string_pretty(&schema).expect("a schema always serializes");
+    let mut value = schema.to_value();
+    drop_null(&mut value);
+    let mut s = serde_json::to_string_pretty(&value).expect("a schema always serializes");
     s.push('\n');
     s
+}
+
+/// TOML has no null: an absent key is how a spec says "default", so `Option<T>` fields are
+/// described as plain `T` (schemars would allow `null`).
+fn drop_null(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            if let Some(Value::Array(types)) = map.get_mut("type") {
+                types.retain(|t| t != "null");
+                if types.len() == 1 {
+                    let only = types.remove(0);
+                    map.insert("type".into(), only);
+                }
+            }
+            if let Some(Value::Array(any)) = map.get_mut("anyOf") {
+                any.retain(|s| s.get("type").is_none_or(|t| t != "null"));
+                if any.len() == 1 {
+                    let only = any.remove(0);
+                    map.remove("anyOf");
+                    match only {
+                        // draft-07 ignores the siblings of `$ref`; keep the description beside it.
+                        Value::Object(inner) if inner.contains_key("$ref") => {
+                            map.insert("allOf".into(), Value::Array(vec![Value::Object(inner)]));
+                        }
+                        Value::Object(inner) => {
+                            for (k, val) in inner {
+                                map.entry(k).or_insert(val);
+                            }
+                        }
+                        other => {
+                            map.insert("anyOf".into(), Value::Array(vec![other]));
+                        }
+                    }
+                }
+            }
+            for (_, child) in map.iter_mut() {
+                drop_null(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

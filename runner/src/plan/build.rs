@@ -1,0 +1,223 @@
+//! Matrix cells → jobs and edges.
+
+use std::collections::HashMap;
+
+use meshparity_specs::{Cell, DType, Level, MeshConfig, ModelConfig, Spec, Training};
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde::Serialize;
+
+use super::job::{Job, JobId, JobKind};
+
+/// The job DAG of a spec. Nodes are in plan order: every job after its dependencies.
+#[derive(Debug)]
+pub struct Plan {
+    pub spec_name: String,
+    pub graph: DiGraph<Job, ()>,
+    by_id: HashMap<JobId, NodeIndex>,
+}
+
+/// What makes two jobs the same job. Model and mesh names are part of a check job (renaming is
+/// a different job to a user); a reference job is named by its configuration alone, so models
+/// that differ only in name share it.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum Identity<'a> {
+    Reference {
+        model: &'a ModelConfig,
+        dtype: DType,
+        training: &'a Training,
+    },
+    Check {
+        model_name: &'a str,
+        model: &'a ModelConfig,
+        mesh_name: &'a str,
+        mesh: &'a MeshConfig,
+        dtype: DType,
+        level: Level,
+        training: &'a Training,
+    },
+    Mutation {
+        model_name: &'a str,
+        model: &'a ModelConfig,
+        mesh_name: &'a str,
+        mesh: &'a MeshConfig,
+        dtype: DType,
+        mutation: &'a str,
+        training: &'a Training,
+    },
+}
+
+impl Plan {
+    /// Expand a valid spec into its job DAG.
+    pub fn build(spec: &Spec) -> Plan {
+        let mut plan = Plan {
+            spec_name: spec.name(),
+            graph: DiGraph::new(),
+            by_id: HashMap::new(),
+        };
+        let training = &spec.run.training;
+        let cells = spec.cells();
+        let mut references: HashMap<JobId, NodeIndex> = HashMap::new();
+        for cell in &cells {
+            let model_config = cell.model.config();
+            let reference = plan.reference(&mut references, cell, &model_config, training);
+            plan.cell(cell, reference, &model_config, training, spec);
+        }
+        plan
+    }
+
+    fn add(&mut self, job: Job, deps: &[NodeIndex]) -> NodeIndex {
+        let id = job.id;
+        let node = self.graph.add_node(job);
+        for &d in deps {
+            self.graph.add_edge(d, node, ());
+        }
+        self.by_id.insert(id, node);
+        node
+    }
+
+    fn reference(
+        &mut self,
+        references: &mut HashMap<JobId, NodeIndex>,
+        cell: &Cell<'_>,
+        config: &ModelConfig,
+        training: &Training,
+    ) -> NodeIndex {
+        let id = JobId::of(&Identity::Reference {
+            model: config,
+            dtype: cell.dtype,
+            training,
+        });
+        let name = &cell.model.name.value;
+        if let Some(&node) = references.get(&id) {
+            let job = &mut self.graph[node];
+            if !job.models.contains(name) {
+                job.models.push(name.clone());
+            }
+            return node;
+        }
+        let job = Job {
+            id,
+            name: format!("{name}@{}/reference", cell.dtype),
+            kind: JobKind::Reference,
+            models: vec![name.clone()],
+            mesh: None,
+            mesh_tag: None,
+            dtype: cell.dtype,
+            world_size: 1,
+            model_config: config.clone(),
+            mesh_config: None,
+            tolerance: None,
+            limits: None,
+            training: training.clone(),
+        };
+        let node = self.add(job, &[]);
+        references.insert(id, node);
+        node
+    }
+
+    fn cell(
+        &mut self,
+        cell: &Cell<'_>,
+        reference: NodeIndex,
+        model_config: &ModelConfig,
+        training: &Training,
+        spec: &Spec,
+    ) {
+        let model_name = cell.model.name.value.as_str();
+        let mesh_name = cell.mesh.name.value.as_str();
+        let mesh = cell.mesh.config();
+        let prefix = format!("{model_name}@{}/{mesh_name}", cell.dtype);
+        let tag = mesh.tag(cell.dtype);
+        let base = |id, name, kind| Job {
+            id,
+            name,
+            kind,
+            models: vec![model_name.to_owned()],
+            mesh: Some(mesh_name.to_owned()),
+            mesh_tag: Some(tag.clone()),
+            dtype: cell.dtype,
+            world_size: mesh.world_size(),
+            model_config: model_config.clone(),
+            mesh_config: Some(mesh),
+            tolerance: None,
+            limits: None,
+            training: training.clone(),
+        };
+        let mut prev = reference;
+        for l in &cell.levels {
+            let id = JobId::of(&Identity::Check {
+                model_name,
+                model: model_config,
+                mesh_name,
+                mesh: &mesh,
+                dtype: cell.dtype,
+                level: l.level,
+                training,
+            });
+            let mut job = base(
+                id,
+                format!("{prefix}/{}", l.level),
+                JobKind::Check { level: l.level },
+            );
+            job.tolerance = Some(l.table.to_owned());
+            job.limits = Some(l.limits.clone());
+            prev = self.add(job, &[prev]);
+        }
+        if !cell.mutations {
+            return;
+        }
+        let levels: Vec<Level> = cell.levels.iter().map(|l| l.level).collect();
+        for m in spec
+            .mutations
+            .selected
+            .iter()
+            .filter(|m| m.applies_to(&mesh))
+        {
+            let id = JobId::of(&Identity::Mutation {
+                model_name,
+                model: model_config,
+                mesh_name,
+                mesh: &mesh,
+                dtype: cell.dtype,
+                mutation: m.name,
+                training,
+            });
+            let kind = JobKind::Mutation {
+                mutation: m.name,
+                levels: levels.clone(),
+            };
+            self.add(
+                base(id, format!("{prefix}/mutation[{}]", m.name), kind),
+                &[prev],
+            );
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.graph.node_count() == 0
+    }
+
+    /// Jobs in plan (topological) order.
+    pub fn jobs(&self) -> impl Iterator<Item = (NodeIndex, &Job)> {
+        self.graph.node_indices().map(|n| (n, &self.graph[n]))
+    }
+
+    pub fn node(&self, id: JobId) -> Option<NodeIndex> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Direct dependencies of a job, in plan order.
+    pub fn dependencies(&self, node: NodeIndex) -> Vec<NodeIndex> {
+        let mut deps: Vec<NodeIndex> = self
+            .graph
+            .neighbors_directed(node, petgraph::Direction::Incoming)
+            .collect();
+        deps.sort();
+        deps
+    }
+}

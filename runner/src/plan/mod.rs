@@ -1,0 +1,28 @@
+//! The planner: spec → job DAG.
+//!
+//! Files:
+//! - `job.rs` — what one job is, and its stable id (a content hash of its identity);
+//! - `build.rs` — matrix cells → reference, level and mutation jobs, and their edges;
+//! - `filter.rs`, `partition.rs` — `--filter` and `--partition`;
+//! - `select.rs` — filter, then partition, then the dependencies of what remains;
+//! - `render/` — the plan as text, Graphviz dot and JSON.
+//!
+//! Lifecycle: `Plan::build(&spec)` once per run; `plan.select(&filter, partition)` picks the
+//! jobs; the runner (and `meshparity plan`) walk the selection in plan order, which is a
+//! topological order because every job is added after its dependencies.
+//!
+//! Adding a new level: add it to `meshparity_specs::Level` (DAG order is its declaration order)
+//! and to the families that support it; the planner chains it automatically.
+
+mod build;
+mod filter;
+mod job;
+mod partition;
+pub mod render;
+mod select;
+
+pub use build::Plan;
+pub use filter::{Filter, FilterError};
+pub use job::{Job, JobId, JobKind};
+pub use partition::{Partition, PartitionError};
+pub use select::{Role, Selection};

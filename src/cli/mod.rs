@@ -1,0 +1,83 @@
+//! Command-line interface: arguments resolved once into the objects that do the work.
+
+mod plan;
+mod schema;
+mod validate;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use meshparity_specs::{Loaded, SpecError};
+
+use crate::exit;
+
+#[derive(Parser)]
+#[command(
+    name = "meshparity",
+    version,
+    about = "Proves a parallelized training setup computes the same thing as its single-device oracle",
+    after_help = exit::HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check spec files and report every problem with file:line:column.
+    #[command(after_help = exit::HELP)]
+    Validate(validate::Args),
+    /// Show the job DAG a spec expands into.
+    #[command(after_help = exit::HELP)]
+    Plan(plan::Args),
+    /// Print the JSON Schema (draft-07) of the spec format, for editors.
+    Schema,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Plan(args) => plan::run(&args),
+        Command::Schema => schema::run(),
+    };
+    ExitCode::from(code)
+}
+
+/// Colors only for a person at a terminal, and never when NO_COLOR is set.
+pub fn color() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// Load a spec, printing its problems (and warnings) to stderr.
+pub fn load_spec(path: &Path) -> Option<Loaded> {
+    match meshparity_specs::load(path) {
+        Ok(loaded) => {
+            if !loaded.warnings.is_empty() {
+                eprint!("{}", loaded.warnings.render(color()));
+            }
+            Some(loaded)
+        }
+        Err(SpecError::Invalid(diags)) => {
+            eprint!("{}", diags.render(color()));
+            eprintln!(
+                "{}: {} error(s), {} warning(s)",
+                path.display(),
+                diags.error_count(),
+                diags.warning_count()
+            );
+            None
+        }
+        Err(e @ SpecError::Read { .. }) => {
+            eprintln!("error: {e}");
+            None
+        }
+    }
+}
+
+pub fn display(path: &Path) -> String {
+    PathBuf::from(path).to_string_lossy().replace('\\', "/")
+}

@@ -1,0 +1,40 @@
+//! `meshparity validate SPEC...`
+
+use std::path::PathBuf;
+
+use meshparity_runner::{Filter, Plan};
+
+use crate::exit;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Spec files to check.
+    #[arg(required = true)]
+    specs: Vec<PathBuf>,
+}
+
+pub fn run(args: &Args) -> u8 {
+    let mut code = exit::OK;
+    for path in &args.specs {
+        match super::load_spec(path) {
+            Some(loaded) => {
+                let plan = Plan::build(&loaded.spec);
+                let cells = loaded.spec.cells().len();
+                let selected = plan.select(&Filter::default(), None);
+                println!(
+                    "{}: ok ({} models, {} meshes, {cells} cells, {} jobs{})",
+                    super::display(path),
+                    loaded.spec.models.len(),
+                    loaded.spec.meshes.len(),
+                    selected.jobs.len(),
+                    match loaded.warnings.warning_count() {
+                        0 => String::new(),
+                        n => format!(", {n} warning(s)"),
+                    }
+                );
+            }
+            None => code = exit::SPEC_ERROR,
+        }
+    }
+    code
+}

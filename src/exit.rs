@@ -1,0 +1,24 @@
+//! Exit codes, one meaning each, so CI can tell a numeric mismatch from a broken spec.
+
+/// Every selected job passed (or, for `validate`, every spec is valid).
+pub const OK: u8 = 0;
+/// Some check failed. (Reserved for `run`.)
+#[allow(dead_code)]
+pub const CHECK_FAILED: u8 = 1;
+/// Bad usage or an invalid spec.
+pub const SPEC_ERROR: u8 = 2;
+/// Infrastructure errors only. (Reserved for `run`.)
+#[allow(dead_code)]
+pub const INFRA_ERROR: u8 = 3;
+/// Filters and partition selected no job.
+pub const NOTHING_SELECTED: u8 = 4;
+
+/// Text for `--help`.
+pub const HELP: &str = "\
+Exit codes:
+  0  success: every spec valid / every selected job passed
+  1  some check failed
+  2  usage or spec error
+  3  infrastructure errors only
+  4  nothing selected by --filter / --partition
+  130 interrupted";
