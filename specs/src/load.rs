@@ -76,16 +76,25 @@ pub fn load_text(path: &Path, text: String, files: &dyn Files) -> Result<Loaded,
         docs: Vec::new(),
         stack: Vec::new(),
         seen: Vec::new(),
+        syntax_errors: false,
     };
     let root = SourceFile::new(path, text);
     loader.visit(root, None);
     let Loader {
-        mut diags, docs, ..
+        mut diags,
+        docs,
+        syntax_errors,
+        ..
     } = loader;
-    let spec = merge(docs, &mut diags);
-    if !diags.has_errors() {
-        validate::validate(&spec, &mut diags);
+    // A file with syntax errors is not decoded: its recovered table is partial and would only
+    // add confusing follow-on errors. Otherwise semantic checks run beside decoding errors, so a
+    // user fixes both in one round.
+    if syntax_errors {
+        diags.sort();
+        return Err(SpecError::Invalid(diags));
     }
+    let spec = merge(docs, &mut diags);
+    validate::validate(&spec, &mut diags);
     diags.sort();
     if diags.has_errors() {
         Err(SpecError::Invalid(diags))
@@ -105,6 +114,7 @@ struct Loader<'f> {
     stack: Vec<PathBuf>,
     /// Files already loaded (a diamond include loads a file once).
     seen: Vec<PathBuf>,
+    syntax_errors: bool,
 }
 
 fn normalize(p: &Path) -> PathBuf {
@@ -138,6 +148,11 @@ impl Loader<'_> {
                 d = d.related("included from here", from);
             }
             self.diags.push(d);
+        }
+        if !errors.is_empty() {
+            self.syntax_errors = true;
+            self.stack.pop();
+            return;
         }
         let doc = {
             let mut cx = Ctx {

@@ -10,9 +10,6 @@ use crate::suggest;
 
 pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
     check_extends(spec, diags);
-    if diags.has_errors() {
-        return;
-    }
     check_meshes(spec, diags);
     let cells = expand(spec, diags);
     for (name, loc) in &spec.mutations.written {

@@ -1,0 +1,170 @@
+//! Every class of spec error names file:line:column and says what to do.
+//!
+//! Each broken spec under `tests/broken/` is loaded; the test asserts the exact positions and
+//! messages it must report (all of them, in one load), and snapshots the full rendering so a
+//! change in wording is reviewed.
+
+use std::path::Path;
+
+use meshparity_specs::{load, SpecError};
+
+/// Load a broken spec; return its rendered diagnostics (no colour) and the `file:line:col: msg`
+/// headline of each.
+fn errors_of(path: &str) -> (String, Vec<String>) {
+    match load(Path::new(path)) {
+        Ok(_) => panic!("{path} should not load"),
+        Err(SpecError::Read { .. }) => panic!("{path} is missing"),
+        Err(SpecError::Invalid(d)) => {
+            let heads = d.iter().map(|d| format!("{}", d)).collect();
+            (d.render(false), heads)
+        }
+    }
+}
+
+fn assert_reports(path: &str, expected: &[&str]) {
+    let (rendered, heads) = errors_of(path);
+    for e in expected {
+        assert!(
+            heads.iter().any(|h| h.starts_with(e) || h.contains(e)),
+            "{path}: expected a diagnostic `{e}`, got:\n{}",
+            heads.join("\n")
+        );
+    }
+    let name = path.trim_start_matches("tests/broken/").replace(['/', '.'], "_");
+    insta::assert_snapshot!(name, rendered);
+}
+
+#[test]
+fn toml_syntax() {
+    assert_reports(
+        "tests/broken/syntax.toml",
+        &[
+            "tests/broken/syntax.toml:3:10: TOML syntax: extra `=`",
+            "tests/broken/syntax.toml:5:12: TOML syntax: unclosed table",
+        ],
+    );
+}
+
+#[test]
+fn unknown_keys_with_did_you_mean() {
+    assert_reports(
+        "tests/broken/unknown-key.toml",
+        &[
+            "tests/broken/unknown-key.toml:3:1: unknown key `hiden` in `models.tiny`",
+            "tests/broken/unknown-key.toml:4:1: unknown key `kv_head` in `models.tiny`",
+            "tests/broken/unknown-key.toml:8:1: unknown key `schedul` in `meshes.tp2`",
+        ],
+    );
+    let (rendered, _) = errors_of("tests/broken/unknown-key.toml");
+    assert!(rendered.contains("did you mean `hidden`?"));
+    assert!(rendered.contains("did you mean `kv_heads`?"));
+    assert!(rendered.contains("did you mean `schedule`?"));
+}
+
+#[test]
+fn wrong_types_and_values() {
+    assert_reports(
+        "tests/broken/wrong-type.toml",
+        &[
+            "tests/broken/wrong-type.toml:2:8: `run.seed` must be a non-negative integer, found a string",
+            "tests/broken/wrong-type.toml:3:9: `run.steps` must be between 1",
+            "tests/broken/wrong-type.toml:6:10: `models.tiny.layers` must be a non-negative integer, found a string",
+            "tests/broken/wrong-type.toml:7:10: unknown family `gpt`",
+            "tests/broken/wrong-type.toml:10:6: `meshes.tp2.tp` must be a non-negative integer, found a float",
+            "tests/broken/wrong-type.toml:11:6: `meshes.tp2.sp` must be true or false, found a string",
+        ],
+    );
+}
+
+#[test]
+fn unknown_names_in_matrix_and_mutations() {
+    assert_reports(
+        "tests/broken/unknown-name.toml",
+        &[
+            "tests/broken/unknown-name.toml:7:19: unknown model `small`",
+            "tests/broken/unknown-name.toml:8:11: unknown mesh `dp3`",
+            "tests/broken/unknown-name.toml:9:13: unknown tolerance table `strict`",
+            "tests/broken/unknown-name.toml:12:11: unknown mutation `dp-skip-grad-allreduce`",
+        ],
+    );
+    let (rendered, _) = errors_of("tests/broken/unknown-name.toml");
+    assert!(rendered.contains("did you mean `dp2`?"), "{rendered}");
+    assert!(rendered.contains("did you mean `dp-skip-grad-all-reduce`?"), "{rendered}");
+}
+
+#[test]
+fn meshes_that_do_not_divide_the_model() {
+    assert_reports(
+        "tests/broken/misfit.toml",
+        &[
+            "tests/broken/misfit.toml:15:6: mesh `tp4` does not fit model `tiny`: kv_heads (2) is not divisible by tp (4)",
+            "tests/broken/misfit.toml:18:6: mesh `pp2` does not fit model `tiny`: layers (3) is not divisible by pp (2)",
+            "tests/broken/misfit.toml:22:6: mesh `cp2` does not fit model `tiny`: seq_len (15) is not divisible by cp (2)",
+            "tests/broken/misfit.toml:26:6: mesh `ep2` does not fit model `moe`: experts (3) is not divisible by ep (2)",
+            "tests/broken/misfit.toml:29:6: mesh `dp4` does not fit model `tiny`: batch (6) is not divisible by dp·microbatches",
+        ],
+    );
+}
+
+#[test]
+fn level_the_family_does_not_support() {
+    assert_reports(
+        "tests/broken/unsupported-level.toml",
+        &["tests/broken/unsupported-level.toml:9:22: level `routing` is not supported by family `llama`"],
+    );
+}
+
+#[test]
+fn dtype_without_a_tolerance() {
+    assert_reports(
+        "tests/broken/missing-tolerance.toml",
+        &["tests/broken/missing-tolerance.toml:12:13: tolerance table `strict` has no limits for level `forward` in dtype `bf16`"],
+    );
+}
+
+#[test]
+fn include_cycle() {
+    assert_reports(
+        "tests/broken/cycle/root.toml",
+        &["tests/broken/cycle/b.toml:1:12: include cycle: a.toml → b.toml → a.toml"],
+    );
+}
+
+#[test]
+fn duplicate_names_across_includes() {
+    assert_reports(
+        "tests/broken/duplicate/root.toml",
+        &["tests/broken/duplicate/shared.toml:1:9: mesh `dp2` is defined twice"],
+    );
+    let (rendered, _) = errors_of("tests/broken/duplicate/root.toml");
+    assert!(rendered.contains("note: tests/broken/duplicate/root.toml:5:9: first defined here"), "{rendered}");
+}
+
+#[test]
+fn missing_include_points_at_the_include() {
+    let files = Mem(&[("root.toml", "include = [\"nope.toml\"]\n[models.a]\n[meshes.b]\n")]);
+    let err = meshparity_specs::load_with(Path::new("root.toml"), &files).unwrap_err();
+    let SpecError::Invalid(d) = err else { panic!() };
+    let head = d.iter().next().unwrap().to_string();
+    assert!(head.starts_with("root.toml:1:12: cannot read included file `nope.toml`"), "{head}");
+}
+
+#[test]
+fn missing_spec_file_is_a_read_error() {
+    let err = load(Path::new("tests/broken/does-not-exist.toml")).unwrap_err();
+    assert!(matches!(err, SpecError::Read { .. }));
+    assert!(err.to_string().contains("does-not-exist.toml"));
+}
+
+/// An in-memory file system.
+struct Mem(&'static [(&'static str, &'static str)]);
+
+impl meshparity_specs::Files for Mem {
+    fn read(&self, path: &Path) -> std::io::Result<String> {
+        self.0
+            .iter()
+            .find(|(p, _)| Path::new(p) == path)
+            .map(|(_, t)| t.to_string())
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))
+    }
+}
