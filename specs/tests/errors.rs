@@ -30,7 +30,9 @@ fn assert_reports(path: &str, expected: &[&str]) {
             heads.join("\n")
         );
     }
-    let name = path.trim_start_matches("tests/broken/").replace(['/', '.'], "_");
+    let name = path
+        .trim_start_matches("tests/broken/")
+        .replace(['/', '.'], "_");
     insta::assert_snapshot!(name, rendered);
 }
 
@@ -89,7 +91,10 @@ fn unknown_names_in_matrix_and_mutations() {
     );
     let (rendered, _) = errors_of("tests/broken/unknown-name.toml");
     assert!(rendered.contains("did you mean `dp2`?"), "{rendered}");
-    assert!(rendered.contains("did you mean `dp-skip-grad-all-reduce`?"), "{rendered}");
+    assert!(
+        rendered.contains("did you mean `dp-skip-grad-all-reduce`?"),
+        "{rendered}"
+    );
 }
 
 #[test]
@@ -137,16 +142,25 @@ fn duplicate_names_across_includes() {
         &["tests/broken/duplicate/shared.toml:1:9: mesh `dp2` is defined twice"],
     );
     let (rendered, _) = errors_of("tests/broken/duplicate/root.toml");
-    assert!(rendered.contains("note: tests/broken/duplicate/root.toml:5:9: first defined here"), "{rendered}");
+    assert!(
+        rendered.contains("note: tests/broken/duplicate/root.toml:5:9: first defined here"),
+        "{rendered}"
+    );
 }
 
 #[test]
 fn missing_include_points_at_the_include() {
-    let files = Mem(&[("root.toml", "include = [\"nope.toml\"]\n[models.a]\n[meshes.b]\n")]);
+    let files = Mem(&[(
+        "root.toml",
+        "include = [\"nope.toml\"]\n[models.a]\n[meshes.b]\n",
+    )]);
     let err = meshparity_specs::load_with(Path::new("root.toml"), &files).unwrap_err();
     let SpecError::Invalid(d) = err else { panic!() };
     let head = d.iter().next().unwrap().to_string();
-    assert!(head.starts_with("root.toml:1:12: cannot read included file `nope.toml`"), "{head}");
+    assert!(
+        head.starts_with("root.toml:1:12: cannot read included file `nope.toml`"),
+        "{head}"
+    );
 }
 
 #[test]

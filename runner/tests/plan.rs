@@ -1,0 +1,314 @@
+//! The planner on the example specs and on generated ones.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use meshparity_runner::plan::render;
+use meshparity_runner::{Filter, JobKind, Partition, Plan, Role};
+use meshparity_specs::{load, load_text, Disk, Spec};
+
+fn example(name: &str) -> Spec {
+    load(&Path::new("../examples").join(name))
+        .expect("examples are valid")
+        .spec
+}
+
+fn spec_from(text: &str) -> Spec {
+    match load_text(Path::new("generated.toml"), text.to_owned(), &Disk) {
+        Ok(l) => l.spec,
+        Err(e) => panic!("generated spec is invalid: {e:?}\n{text}"),
+    }
+}
+
+#[test]
+fn quickstart_plan_snapshot() {
+    let plan = Plan::build(&example("quickstart.toml"));
+    let all = plan.select(&Filter::default(), None);
+    insta::assert_snapshot!(
+        "quickstart_text",
+        render::text(&plan, &all, "examples/quickstart.toml")
+    );
+    insta::assert_snapshot!(
+        "quickstart_json",
+        render::json(&plan, &all, "examples/quickstart.toml")
+    );
+    insta::assert_snapshot!("quickstart_dot", render::dot(&plan, &all));
+}
+
+#[test]
+fn full_sweep_plan_snapshot() {
+    let plan = Plan::build(&example("full-sweep.toml"));
+    let all = plan.select(&Filter::default(), None);
+    insta::assert_snapshot!(
+        "full_sweep_text",
+        render::text(&plan, &all, "examples/full-sweep.toml")
+    );
+}
+
+#[test]
+fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
+    let plan = Plan::build(&example("full-sweep.toml"));
+    let mut levels = HashSet::new();
+    let mut mutations = HashSet::new();
+    let mut families = HashSet::new();
+    let mut kinds = HashSet::new();
+    for (_, job) in plan.jobs() {
+        families.insert(format!("{:?}", job.model_config.family));
+        match &job.kind {
+            JobKind::Check { level } => {
+                levels.insert(*level);
+            }
+            JobKind::Mutation { mutation, .. } => {
+                mutations.insert(*mutation);
+            }
+            JobKind::Reference => {}
+        }
+        if let Some(m) = job.mesh_config {
+            for (k, on) in [
+                ("dp", m.dp > 1),
+                ("tp", m.tp > 1),
+                ("pp", m.pp > 1),
+                ("ep", m.ep > 1),
+                ("etp", m.etp > 1),
+                ("cp", m.cp > 1),
+                ("sp", m.sp),
+            ] {
+                if on {
+                    kinds.insert(k);
+                }
+            }
+        }
+    }
+    assert_eq!(families.len(), 2);
+    assert_eq!(levels.len(), 5, "{levels:?}");
+    assert_eq!(kinds.len(), 7, "{kinds:?}");
+    assert_eq!(
+        mutations.len(),
+        meshparity_specs::CATALOG.len(),
+        "{mutations:?}"
+    );
+}
+
+#[test]
+fn every_job_comes_after_its_dependencies() {
+    let plan = Plan::build(&example("full-sweep.toml"));
+    for (node, _) in plan.jobs() {
+        for dep in plan.dependencies(node) {
+            assert!(dep < node);
+        }
+    }
+    assert!(petgraph::algo::toposort(&plan.graph, None).is_ok());
+    let ids: HashSet<_> = plan.jobs().map(|(_, j)| j.id).collect();
+    assert_eq!(ids.len(), plan.len(), "job ids are unique");
+}
+
+const TWO_MODELS: &str = r#"
+[run]
+seed = 7
+
+[models.a]
+layers = 2
+
+[models.b]
+heads = 2
+hidden = 32
+
+[models.a-again]
+layers = 2
+
+[meshes.dp2]
+dp = 2
+
+[meshes.tp2]
+tp = 2
+
+[[matrix]]
+levels = ["forward", "oracle"]
+"#;
+
+const TWO_MODELS_REORDERED: &str = r#"
+[meshes.tp2]
+tp = 2
+
+[[matrix]]
+levels = ["oracle", "forward"]
+
+[models.a-again]
+layers = 2
+
+[models.b]
+hidden = 32
+heads = 2
+
+[meshes.dp2]
+dp = 2
+
+[run]
+seed = 7
+
+[models.a]
+layers = 2
+"#;
+
+#[test]
+fn job_ids_survive_reordering_the_spec() {
+    let ids = |text| -> HashMap<String, String> {
+        let plan = Plan::build(&spec_from(text));
+        // A shared reference job is named after whichever of its models comes first in the
+        // file, so key it by its sorted model list.
+        plan.jobs()
+            .map(|(_, j)| {
+                let key = match j.kind {
+                    JobKind::Reference => {
+                        let mut m = j.models.clone();
+                        m.sort();
+                        format!("reference {m:?} {}", j.dtype)
+                    }
+                    _ => j.name.clone(),
+                };
+                (key, j.id.to_string())
+            })
+            .collect()
+    };
+    let a = ids(TWO_MODELS);
+    let b = ids(TWO_MODELS_REORDERED);
+    let names = |m: &HashMap<String, String>| {
+        let mut v: Vec<_> = m.keys().cloned().collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&a), names(&b));
+    for (name, id) in &a {
+        assert_eq!(&b[name], id, "{name}");
+    }
+    // A seed change is a different computation, so a different job.
+    let reseeded = ids(&TWO_MODELS.replace("seed = 7", "seed = 8"));
+    assert!(reseeded.values().all(|id| !a.values().any(|x| x == id)));
+}
+
+#[test]
+fn models_with_equal_configs_share_one_reference_job() {
+    let plan = Plan::build(&spec_from(TWO_MODELS));
+    let refs: Vec<_> = plan
+        .jobs()
+        .filter(|(_, j)| j.kind == JobKind::Reference)
+        .map(|(_, j)| j)
+        .collect();
+    assert_eq!(refs.len(), 2, "a and a-again share; b has its own");
+    assert_eq!(refs[0].models, vec!["a", "a-again"]);
+    // Both models' checks hang off the shared reference.
+    let shared = plan.node(refs[0].id).unwrap();
+    let dependents: Vec<_> = plan
+        .jobs()
+        .filter(|(n, _)| plan.dependencies(*n).contains(&shared))
+        .map(|(_, j)| j.name.clone())
+        .collect();
+    assert_eq!(dependents.len(), 4, "{dependents:?}");
+}
+
+#[test]
+fn filters_select_by_key_glob_and_negation() {
+    let plan = Plan::build(&example("quickstart.toml"));
+    let names = |filters: &[&str]| -> Vec<String> {
+        let sel = plan.select(&Filter::parse(filters).unwrap(), None);
+        sel.selected().map(|n| plan.graph[n].name.clone()).collect()
+    };
+    assert_eq!(
+        names(&["mesh=tp2", "level=forward"]),
+        ["tiny@f32/tp2/forward"]
+    );
+    assert_eq!(names(&["mesh=tp2*", "level=oracle"]).len(), 2);
+    assert_eq!(names(&["mutation=pp-*"]).len(), 2);
+    assert_eq!(names(&["level=reference"]), ["tiny@f32/reference"]);
+    assert!(names(&["level!=mutation", "level!=reference"])
+        .iter()
+        .all(|n| !n.contains("mutation")));
+    assert_eq!(names(&["*sp/curve"]), ["tiny@f32/tp2-sp/curve"]);
+    assert!(names(&["model=nope"]).is_empty());
+    assert!(Filter::parse(&["colour=red"]).is_err());
+    assert!(Filter::parse(&["mesh="]).is_err());
+    assert!(Filter::parse(&["mesh=[a"]).is_err());
+    // Dependencies come along, marked as such.
+    let sel = plan.select(&Filter::parse(&["mesh=pp2", "level=oracle"]).unwrap(), None);
+    assert_eq!(sel.count(Role::Selected), 1);
+    assert_eq!(
+        sel.count(Role::Dependency),
+        4,
+        "reference, roundtrip, forward, curve"
+    );
+}
+
+mod partitions {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A random valid spec: some models, some meshes (all fitting), random levels.
+    fn spec_text(
+        models: usize,
+        meshes: &[(u32, u32, u32)],
+        levels: &[&str],
+        mutations: bool,
+    ) -> String {
+        let mut s = String::from("[run]\nbatch = 8\n");
+        for i in 0..models {
+            s += &format!(
+                "[models.m{i}]\nlayers = {}\nvocab = {}\n",
+                2 + 2 * (i % 2),
+                64 + 64 * i
+            );
+        }
+        for (i, (dp, tp, pp)) in meshes.iter().enumerate() {
+            s += &format!("[meshes.s{i}]\ndp = {dp}\ntp = {tp}\npp = {pp}\n");
+        }
+        let quoted: Vec<String> = levels.iter().map(|l| format!("\"{l}\"")).collect();
+        s += &format!("[[matrix]]\nlevels = [{}]\n", quoted.join(", "));
+        if mutations {
+            s += "[mutations]\nselect = [\"all\"]\n";
+        }
+        s
+    }
+
+    fn mesh() -> impl Strategy<Value = (u32, u32, u32)> {
+        (
+            prop::sample::select(vec![1u32, 2, 4]),
+            prop::sample::select(vec![1u32, 2]),
+            prop::sample::select(vec![1u32, 2]),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn partitions_are_disjoint_cover_and_keep_dependencies(
+            models in 1usize..4,
+            meshes in prop::collection::vec(mesh(), 1..5),
+            levels in prop::sample::subsequence(vec!["roundtrip", "forward", "curve", "oracle"], 1..=4),
+            mutations in any::<bool>(),
+            total in 1u64..6,
+            hash in any::<bool>(),
+            filter in prop::sample::select(vec![vec![], vec!["level!=roundtrip"], vec!["mesh=s0,s1"], vec!["level=mutation"]]),
+        ) {
+            let spec = spec_from(&spec_text(models, &meshes, &levels, mutations));
+            let plan = Plan::build(&spec);
+            let filter = Filter::parse(&filter).unwrap();
+            let filtered: HashSet<_> = plan.select(&filter, None).selected().collect();
+            let mut seen = HashSet::new();
+            for shard in 1..=total {
+                let p = if hash { Partition::Hash { shard, total } } else { Partition::Count { shard, total } };
+                let sel = plan.select(&filter, Some(p));
+                let in_sel: HashSet<_> = sel.jobs.iter().map(|(n, _)| *n).collect();
+                for n in sel.selected() {
+                    prop_assert!(filtered.contains(&n), "a partition only holds filtered jobs");
+                    prop_assert!(seen.insert(n), "job {} in two shards", plan.graph[n].name);
+                }
+                for &(n, _) in &sel.jobs {
+                    for d in plan.dependencies(n) {
+                        prop_assert!(in_sel.contains(&d), "dependency of {} missing", plan.graph[n].name);
+                    }
+                }
+            }
+            prop_assert_eq!(seen, filtered, "shards together cover every filtered job");
+        }
+    }
+}
