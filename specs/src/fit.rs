@@ -33,7 +33,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             }
         };
     let tp = mesh.tp.value;
-    let divides = |n: u32, d: u32| n % d == 0;
+    let divides = |n: u32, d: u32| n.is_multiple_of(d);
     for (what, field) in [
         ("heads", &model.heads),
         ("kv_heads", &model.kv_heads),

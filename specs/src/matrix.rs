@@ -74,8 +74,8 @@ impl MatrixEntry {
     pub fn decode(cx: &mut Ctx<'_>, index: usize, mut t: Table<'_, '_>) -> MatrixEntry {
         let models = t.strings(cx, "models");
         let meshes = t.strings(cx, "meshes");
-        let levels = t.array(cx, "levels", |cx, v| keyword::<Level>(cx, v));
-        let dtypes = t.array(cx, "dtypes", |cx, v| keyword::<DType>(cx, v));
+        let levels = t.array(cx, "levels", keyword::<Level>);
+        let dtypes = t.array(cx, "dtypes", keyword::<DType>);
         let tolerance = t.string(cx, "tolerance");
         let mutations = t.bool(cx, "mutations").is_none_or(|b| b.value);
         let path = t.path.clone();

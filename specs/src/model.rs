@@ -135,7 +135,7 @@ impl Model {
     /// Shape rules of the model alone, independent of any mesh.
     fn check_shape(&self, cx: &mut Ctx<'_>) {
         let name = &self.name.value;
-        if self.hidden.value % self.heads.value != 0 {
+        if !self.hidden.value.is_multiple_of(self.heads.value) {
             cx.error(
                 Diagnostic::error(
                     &self.hidden.loc,
@@ -148,7 +148,7 @@ impl Model {
                     "attention splits hidden evenly across heads; pick hidden = heads × head_dim",
                 ),
             );
-        } else if (self.hidden.value / self.heads.value) % 2 != 0 {
+        } else if !(self.hidden.value / self.heads.value).is_multiple_of(2) {
             cx.error(
                 Diagnostic::error(
                     &self.hidden.loc,
@@ -160,7 +160,7 @@ impl Model {
                 .help("rotary embeddings rotate pairs of channels; use an even head dimension"),
             );
         }
-        if self.heads.value % self.kv_heads.value != 0 {
+        if !self.heads.value.is_multiple_of(self.kv_heads.value) {
             cx.error(
                 Diagnostic::error(
                     &self.kv_heads.loc,

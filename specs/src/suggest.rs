@@ -17,7 +17,7 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// `did you mean `x`?` or a list of what is allowed when nothing is close.
-pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str], what: &str) -> String {
+pub fn did_you_mean(word: &str, candidates: &[&str], what: &str) -> String {
     match closest(word, candidates.iter().copied()) {
         Some(c) => format!("did you mean `{c}`?"),
         None if candidates.is_empty() => format!("no {what} is defined"),
