@@ -294,6 +294,8 @@ fn drop_null(v: &mut serde_json::Value) {
 mod tests {
     use super::*;
 
+    use crate::decode::Keyword;
+
     fn keys(v: &serde_json::Value, def: &str) -> Vec<String> {
         let props = if def.is_empty() {
             &v["properties"]

@@ -116,7 +116,11 @@ mod tests {
         assert_eq!(f.line_col(0), (1, 1));
         assert_eq!(f.line_col(6), (2, 1));
         let z = f.text.find('z').unwrap();
-        assert_eq!(f.line_col(z), (2, 13));
+        assert_eq!(
+            f.line_col(z),
+            (2, 11),
+            "10 characters precede z, 13 bytes do"
+        );
         assert_eq!(f.line_col(10_000), (3, 1));
     }
 }
