@@ -2,10 +2,9 @@
 
 /// Every selected job passed (or, for `validate`, every spec is valid).
 pub const OK: u8 = 0;
-/// Some check failed. (Reserved for `run`.)
-#[allow(dead_code)]
+/// Some check failed (or `compare` found a mismatch).
 pub const CHECK_FAILED: u8 = 1;
-/// Bad usage or an invalid spec.
+/// Bad usage, an invalid spec, or (for `compare`) unreadable input or nothing compared.
 pub const SPEC_ERROR: u8 = 2;
 /// Infrastructure errors only. (Reserved for `run`.)
 #[allow(dead_code)]

@@ -1,5 +1,6 @@
 //! Command-line interface: arguments resolved once into the objects that do the work.
 
+mod compare;
 mod plan;
 mod schema;
 mod validate;
@@ -35,6 +36,9 @@ enum Command {
     Plan(plan::Args),
     /// Print the JSON Schema (draft-07) of the spec format, for editors.
     Schema,
+    /// Compare two checkpoints (safetensors, sharded or not) or two metric curves (.jsonl).
+    /// Exit 0: match; 1: mismatch; 2: bad input or nothing compared.
+    Compare(compare::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -43,6 +47,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Schema => schema::run(),
+        Command::Compare(args) => compare::run(&args),
     };
     ExitCode::from(code)
 }

@@ -1,0 +1,185 @@
+//! Agreement metrics that look at rows, not elements: top-1 / top-k of logits, and the per-token
+//! expert sets of MoE top-k routing.
+
+use rayon::prelude::*;
+
+use crate::dtype::TensorDtype;
+
+/// Every element as f64. Logits are read a second time here (only tensors named as logits).
+fn row_values(dtype: TensorDtype, bytes: &[u8]) -> Vec<f64> {
+    let size = dtype.size();
+    let mut out = Vec::with_capacity(bytes.len() / size);
+    for chunk in bytes.chunks_exact(size) {
+        out.push(decode(dtype, chunk).unwrap_or(f64::NAN));
+    }
+    out
+}
+
+/// One element as f64.
+pub fn decode(dtype: TensorDtype, b: &[u8]) -> Option<f64> {
+    Some(match dtype {
+        TensorDtype::F64 => f64::from_le_bytes(b.try_into().ok()?),
+        TensorDtype::F32 => f32::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::F16 => half::f16::from_le_bytes(b.try_into().ok()?).to_f64(),
+        TensorDtype::BF16 => half::bf16::from_le_bytes(b.try_into().ok()?).to_f64(),
+        TensorDtype::I64 => i64::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::I32 => i32::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::I16 => i16::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::I8 => i8::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::U64 => u64::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::U32 => u32::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::U16 => u16::from_le_bytes(b.try_into().ok()?) as f64,
+        TensorDtype::U8 | TensorDtype::BOOL => *b.first()? as f64,
+    })
+}
+
+/// Indices of the k largest values, largest first, ties to the lower index.
+fn top_k(row: &[f64], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&i, &j| row[j].total_cmp(&row[i]).then(i.cmp(&j)));
+    idx.truncate(k);
+    idx
+}
+
+/// Logits agreement over rows of the last dimension.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct LogitAgreement {
+    pub rows: u64,
+    /// Fraction of rows whose argmax agrees.
+    pub top1: f64,
+    /// Mean over rows of |top-k(ref) ∩ top-k(cand)| / k.
+    pub topk: f64,
+    pub k: usize,
+}
+
+pub fn logits(
+    dtype: TensorDtype,
+    shape: &[usize],
+    reference: &[u8],
+    candidate: &[u8],
+    k: usize,
+) -> Option<LogitAgreement> {
+    let vocab = *shape.last()?;
+    if vocab == 0 || !dtype.is_float() {
+        return None;
+    }
+    let k = k.clamp(1, vocab);
+    let (a, b) = (row_values(dtype, reference), row_values(dtype, candidate));
+    let rows = a.len() / vocab;
+    let (agree, overlap) = a
+        .par_chunks(vocab)
+        .zip(b.par_chunks(vocab))
+        .map(|(ra, rb)| {
+            let (ta, tb) = (top_k(ra, k), top_k(rb, k));
+            let common = ta.iter().filter(|i| tb.contains(i)).count();
+            ((ta[0] == tb[0]) as u64, common as f64 / k as f64)
+        })
+        .reduce(|| (0, 0.0), |x, y| (x.0 + y.0, x.1 + y.1));
+    Some(LogitAgreement {
+        rows: rows as u64,
+        top1: if rows == 0 {
+            1.0
+        } else {
+            agree as f64 / rows as f64
+        },
+        topk: if rows == 0 {
+            1.0
+        } else {
+            overlap / rows as f64
+        },
+        k,
+    })
+}
+
+/// MoE routing agreement: rows of the last dimension are each token's chosen expert ids.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct RoutingAgreement {
+    pub tokens: u64,
+    /// Mean per-token |A ∩ B| / k.
+    pub overlap: f64,
+    /// Fraction of tokens whose expert sets differ.
+    pub mismatch: f64,
+}
+
+pub fn routing(
+    dtype: TensorDtype,
+    shape: &[usize],
+    reference: &[u8],
+    candidate: &[u8],
+) -> Option<RoutingAgreement> {
+    let k = *shape.last()?;
+    if k == 0 || dtype.is_float() {
+        return None;
+    }
+    let size = dtype.size();
+    let ids = |bytes: &[u8]| -> Vec<i128> {
+        bytes
+            .chunks_exact(size)
+            .map(|c| decode(dtype, c).unwrap_or(-1.0) as i128)
+            .collect()
+    };
+    let (a, b) = (ids(reference), ids(candidate));
+    let tokens = a.len() / k;
+    let (overlap, differ) = a
+        .par_chunks(k)
+        .zip(b.par_chunks(k))
+        .map(|(ra, rb)| {
+            let mut sa = ra.to_vec();
+            let mut sb = rb.to_vec();
+            sa.sort_unstable();
+            sb.sort_unstable();
+            let common = sa.iter().filter(|x| sb.binary_search(x).is_ok()).count();
+            (common as f64 / k as f64, (sa != sb) as u64)
+        })
+        .reduce(|| (0.0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
+    Some(RoutingAgreement {
+        tokens: tokens as u64,
+        overlap: if tokens == 0 {
+            1.0
+        } else {
+            overlap / tokens as f64
+        },
+        mismatch: if tokens == 0 {
+            0.0
+        } else {
+            differ as f64 / tokens as f64
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn logits_top1_and_topk_by_hand() {
+        // Two rows of vocab 4. Row 0: same argmax (2), top-2 {2,0} vs {2,1} → overlap 1/2.
+        // Row 1: argmax 3 vs 0 → disagree; top-2 {3,0} vs {0,3} → overlap 1.
+        let a = f32s(&[0.5, 0.1, 0.9, 0.0, 0.7, 0.1, 0.2, 0.8]);
+        let b = f32s(&[0.1, 0.5, 0.9, 0.0, 0.8, 0.1, 0.2, 0.7]);
+        let r = logits(TensorDtype::F32, &[2, 4], &a, &b, 2).unwrap();
+        assert_eq!(r.rows, 2);
+        assert_eq!(r.top1, 0.5);
+        assert_eq!(r.topk, 0.75);
+    }
+
+    #[test]
+    fn routing_overlap_by_hand() {
+        // Tokens: {1,2} vs {2,1} (same set), {0,3} vs {0,2} (half), {1,3} vs {0,2} (none).
+        let ids = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let r = routing(
+            TensorDtype::I64,
+            &[3, 2],
+            &ids(&[1, 2, 0, 3, 1, 3]),
+            &ids(&[2, 1, 0, 2, 0, 2]),
+        )
+        .unwrap();
+        assert_eq!(r.tokens, 3);
+        assert_eq!(r.overlap, 0.5);
+        assert!((r.mismatch - 2.0 / 3.0).abs() < 1e-12);
+    }
+}

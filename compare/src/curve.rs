@@ -1,0 +1,395 @@
+//! Metric curves: JSON Lines, one object per step (`{"step": 1, "loss": 2.31, ...}`).
+//!
+//! Modes: `exact` (bits equal), `rel` (per-step |c − r|/|r| under `rel`, with
+//! `allowed_failing_steps` slack) and `noise-floor` (a second baseline run gives the run-to-run
+//! envelope mean|b0 − b1|; the signal mean|b0 − c| over it must stay under `investigate`, and
+//! at or past `fail` it fails). Metrics whose names say time, tokens or memory are performance
+//! figures: reported, never gated unless asked.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use meshparity_specs::{CurveMode, Limits};
+
+use crate::error::InputError;
+use crate::report::{
+    CurveCounts, CurveReport, MetricResult, Problem, ProblemKind, Verdict, FORMAT_VERSION,
+};
+
+/// One run's metrics by step.
+#[derive(Debug)]
+pub struct Curve {
+    pub path: PathBuf,
+    pub steps: BTreeMap<u64, IndexMap<String, f64>>,
+    /// Line of each step, for messages.
+    pub lines: BTreeMap<u64, usize>,
+    /// Duplicate steps and non-finite values, found while reading.
+    pub problems: Vec<Problem>,
+}
+
+/// Performance figures by name: reported, not gated.
+pub fn is_performance(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["time", "tok", "mem"].iter().any(|p| n.contains(p))
+}
+
+/// Python's json module writes NaN / Infinity bare; accept them so a diverged loss is reported
+/// as a NaN loss instead of a parse error.
+fn parse_line(line: &str) -> Result<serde_json::Value, serde_json::Error> {
+    serde_json::from_str(line).or_else(|e| {
+        let patched = line
+            .replace("-Infinity", "\"-inf\"")
+            .replace("Infinity", "\"inf\"")
+            .replace("NaN", "\"nan\"");
+        serde_json::from_str(&patched).map_err(|_| e)
+    })
+}
+
+pub fn read_curve(path: &Path) -> Result<Curve, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, e))?;
+    let mut curve = Curve {
+        path: path.to_owned(),
+        steps: BTreeMap::new(),
+        lines: BTreeMap::new(),
+        problems: Vec::new(),
+    };
+    for (i, line) in text.lines().enumerate() {
+        let lineno = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |reason: String| InputError::Curve {
+            path: path.to_owned(),
+            line: lineno,
+            reason,
+        };
+        let v = parse_line(line).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| bad("expected a JSON object per line".into()))?;
+        let step = obj
+            .get("step")
+            .ok_or_else(|| bad("no `step` key".into()))?
+            .as_u64()
+            .ok_or_else(|| bad("`step` must be a non-negative integer".into()))?;
+        let mut values = IndexMap::new();
+        for (k, v) in obj {
+            if k == "step" {
+                continue;
+            }
+            let x = match v {
+                serde_json::Value::Number(n) => n.as_f64(),
+                serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
+                    s.parse().ok()
+                }
+                _ => None, // labels such as "phase": "train" are not metrics
+            };
+            if let Some(x) = x {
+                if !x.is_finite() {
+                    curve.problems.push(Problem {
+                        kind: ProblemKind::NonFinite,
+                        name: Some(k.clone()),
+                        message: format!(
+                            "{}: `{k}` is {x} at step {step} (line {lineno})",
+                            path.display()
+                        ),
+                    });
+                }
+                values.insert(k.clone(), x);
+            }
+        }
+        if let Some(prev) = curve.lines.get(&step) {
+            curve.problems.push(Problem {
+                kind: ProblemKind::DuplicateStep,
+                name: None,
+                message: format!(
+                    "{}: step {step} appears on lines {prev} and {lineno}",
+                    path.display()
+                ),
+            });
+            continue;
+        }
+        curve.lines.insert(step, lineno);
+        curve.steps.insert(step, values);
+    }
+    Ok(curve)
+}
+
+pub struct CurveOptions {
+    pub limits: Limits,
+    /// A second baseline run, for the noise-floor mode.
+    pub baseline2: Option<PathBuf>,
+    /// Gate performance metrics too.
+    pub gate_performance: bool,
+}
+
+fn limit(limits: &Limits, key: &str, default: f64) -> f64 {
+    limits.metrics.get(key).copied().unwrap_or(default)
+}
+
+fn rel(r: f64, c: f64) -> f64 {
+    let d = (c - r).abs();
+    if r != 0.0 {
+        d / r.abs()
+    } else if d == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn step_list(steps: &[u64]) -> String {
+    let shown: Vec<String> = steps.iter().take(10).map(u64::to_string).collect();
+    let more = if steps.len() > 10 {
+        format!(" and {} more", steps.len() - 10)
+    } else {
+        String::new()
+    };
+    format!("{}{more}", shown.join(", "))
+}
+
+pub fn compare_curves(
+    reference: &Path,
+    candidate: &Path,
+    opts: &CurveOptions,
+) -> Result<CurveReport, InputError> {
+    let mode = opts.limits.mode.unwrap_or(CurveMode::Rel);
+    let a = read_curve(reference)?;
+    let b = read_curve(candidate)?;
+    let b2 = match (&opts.baseline2, mode) {
+        (Some(p), _) => Some(read_curve(p)?),
+        (None, CurveMode::NoiseFloor) => {
+            return Err(InputError::Usage(
+                "the noise-floor mode needs a second baseline run (--baseline2 FILE)".into(),
+            ))
+        }
+        (None, _) => None,
+    };
+    let mut problems: Vec<Problem> = a.problems.iter().chain(&b.problems).cloned().collect();
+    if let Some(b2) = &b2 {
+        problems.extend(b2.problems.iter().cloned());
+    }
+    let missing: Vec<u64> = a
+        .steps
+        .keys()
+        .filter(|s| !b.steps.contains_key(s))
+        .copied()
+        .collect();
+    let extra: Vec<u64> = b
+        .steps
+        .keys()
+        .filter(|s| !a.steps.contains_key(s))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        problems.push(Problem {
+            kind: ProblemKind::MissingSteps,
+            name: None,
+            message: format!("the candidate lacks step(s) {}", step_list(&missing)),
+        });
+    }
+    if !extra.is_empty() {
+        problems.push(Problem {
+            kind: ProblemKind::ExtraSteps,
+            name: None,
+            message: format!(
+                "the candidate has step(s) the reference lacks: {}",
+                step_list(&extra)
+            ),
+        });
+    }
+    let common: Vec<u64> = a
+        .steps
+        .keys()
+        .filter(|s| b.steps.contains_key(s))
+        .copied()
+        .collect();
+    let mut names: Vec<&String> = Vec::new();
+    for values in a.steps.values() {
+        for k in values.keys() {
+            if !names.contains(&k) {
+                names.push(k);
+            }
+        }
+    }
+    let mut metrics = Vec::new();
+    let mut points = 0;
+    for name in names {
+        let steps: Vec<u64> = common
+            .iter()
+            .filter(|s| a.steps[*s].contains_key(name))
+            .copied()
+            .collect();
+        let lacking: Vec<u64> = steps
+            .iter()
+            .filter(|s| !b.steps[*s].contains_key(name))
+            .copied()
+            .collect();
+        if !lacking.is_empty() {
+            problems.push(Problem {
+                kind: ProblemKind::MissingMetric,
+                name: Some(name.clone()),
+                message: format!(
+                    "the candidate has no `{name}` at step(s) {}",
+                    step_list(&lacking)
+                ),
+            });
+            continue;
+        }
+        if steps.is_empty() {
+            continue;
+        }
+        points += steps.len();
+        let gated = opts.gate_performance || !is_performance(name);
+        metrics.push(metric(
+            name,
+            &steps,
+            &a,
+            &b,
+            b2.as_ref(),
+            mode,
+            &opts.limits,
+            gated,
+            &mut problems,
+        ));
+    }
+    if metrics.is_empty() {
+        return Err(InputError::NothingCompared(format!(
+            "no step has a metric in both curves (reference {} steps, candidate {})",
+            a.steps.len(),
+            b.steps.len()
+        )));
+    }
+    let counts = CurveCounts {
+        steps_compared: common.len(),
+        metrics_compared: metrics.len(),
+        points_compared: points,
+        metrics_failed: metrics
+            .iter()
+            .filter(|m| m.verdict == Verdict::Mismatch)
+            .count(),
+        structural_problems: problems.len(),
+    };
+    let verdict = if !problems.is_empty() || counts.metrics_failed > 0 {
+        Verdict::Mismatch
+    } else if metrics.iter().any(|m| m.verdict == Verdict::Investigate) {
+        Verdict::Investigate
+    } else {
+        Verdict::Match
+    };
+    Ok(CurveReport {
+        format_version: FORMAT_VERSION,
+        kind: "curves",
+        reference: reference.display().to_string(),
+        candidate: candidate.display().to_string(),
+        baseline2: opts.baseline2.as_ref().map(|p| p.display().to_string()),
+        mode: format!("{mode:?}")
+            .to_ascii_lowercase()
+            .replace("noisefloor", "noise-floor"),
+        limits: opts.limits.clone(),
+        verdict,
+        counts,
+        problems,
+        metrics,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn metric(
+    name: &str,
+    steps: &[u64],
+    a: &Curve,
+    b: &Curve,
+    b2: Option<&Curve>,
+    mode: CurveMode,
+    limits: &Limits,
+    gated: bool,
+    problems: &mut Vec<Problem>,
+) -> MetricResult {
+    let mut failing = Vec::new();
+    let (mut worst_rel, mut worst_step, mut max_abs) = (0.0f64, None, 0.0f64);
+    for &s in steps {
+        let (r, c) = (a.steps[&s][name], b.steps[&s][name]);
+        let q = rel(r, c);
+        if worst_step.is_none() || q > worst_rel {
+            worst_rel = q;
+            worst_step = Some(s);
+        }
+        max_abs = max_abs.max((c - r).abs());
+        let fails = match mode {
+            CurveMode::Exact => r.to_bits() != c.to_bits(),
+            CurveMode::Rel => q > limit(limits, "rel", 0.0),
+            CurveMode::NoiseFloor => false,
+        };
+        if fails {
+            failing.push(s);
+        }
+    }
+    let mut result = MetricResult {
+        name: name.to_owned(),
+        gated,
+        steps: steps.len(),
+        failing_steps: failing,
+        worst_step,
+        worst_rel,
+        max_abs,
+        envelope: None,
+        signal: None,
+        ratio: None,
+        verdict: Verdict::Match,
+    };
+    if mode == CurveMode::NoiseFloor {
+        if let Some(b2) = b2 {
+            let both: Vec<u64> = steps
+                .iter()
+                .filter(|s| b2.steps.get(s).is_some_and(|v| v.contains_key(name)))
+                .copied()
+                .collect();
+            if both.len() < steps.len() {
+                problems.push(Problem {
+                    kind: ProblemKind::MissingMetric,
+                    name: Some(name.to_owned()),
+                    message: format!(
+                        "the second baseline lacks `{name}` at {} step(s)",
+                        steps.len() - both.len()
+                    ),
+                });
+            }
+            let n = both.len().max(1) as f64;
+            let envelope = both
+                .iter()
+                .map(|s| (a.steps[s][name] - b2.steps[s][name]).abs())
+                .sum::<f64>()
+                / n;
+            let signal = both
+                .iter()
+                .map(|s| (a.steps[s][name] - b.steps[s][name]).abs())
+                .sum::<f64>()
+                / n;
+            let ratio = if envelope > 0.0 {
+                signal / envelope
+            } else if signal == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+            result.envelope = Some(envelope);
+            result.signal = Some(signal);
+            result.ratio = Some(ratio);
+            result.verdict = if ratio >= limit(limits, "fail", 5.0) {
+                Verdict::Mismatch
+            } else if ratio >= limit(limits, "investigate", 3.0) {
+                Verdict::Investigate
+            } else {
+                Verdict::Match
+            };
+        }
+    } else if result.failing_steps.len() as f64 > limit(limits, "allowed_failing_steps", 0.0) {
+        result.verdict = Verdict::Mismatch;
+    }
+    if !gated {
+        result.verdict = Verdict::Match;
+    }
+    result
+}

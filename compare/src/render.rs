@@ -1,0 +1,195 @@
+//! Reports as text for a terminal or a CI log: structural problems first, then the worst
+//! offenders, then one verdict line with the counts of what was compared.
+
+use std::fmt::Write;
+
+use crate::report::{CurveReport, TensorReport, TensorResult, Verdict};
+
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Match => "MATCH",
+        Verdict::Investigate => "INVESTIGATE",
+        Verdict::Mismatch => "MISMATCH",
+    }
+}
+
+pub fn sci(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if !x.is_finite() {
+        x.to_string()
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+/// How far past its worst limit a tensor is (for ordering offenders).
+fn badness(r: &TensorResult) -> f64 {
+    r.failures
+        .iter()
+        .map(|f| match f.bound {
+            "min" => (1.0 - f.value) / (1.0 - f.limit).max(1e-300),
+            _ => f.value / f.limit.max(1e-300),
+        })
+        .fold(0.0, f64::max)
+}
+
+pub fn tensors(report: &TensorReport, worst: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "reference: {}\ncandidate: {}\nprofile:   {}",
+        report.reference, report.candidate, report.profile
+    );
+    if !report.problems.is_empty() {
+        let _ = writeln!(out, "\nstructural problems (fatal):");
+        for p in &report.problems {
+            let _ = writeln!(out, "  {}", p.message);
+        }
+    }
+    let mut order: Vec<&TensorResult> = report.tensors.iter().collect();
+    order.sort_by(|a, b| {
+        a.passed
+            .cmp(&b.passed)
+            .then(badness(b).total_cmp(&badness(a)))
+            .then(b.metrics.relative_l2.total_cmp(&a.metrics.relative_l2))
+            .then(b.metrics.max_abs.total_cmp(&a.metrics.max_abs))
+    });
+    let shown: Vec<&TensorResult> = order.into_iter().take(worst).collect();
+    if !shown.is_empty() {
+        let w = shown.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
+        let _ = writeln!(out, "\n{} tensors, worst first:", shown.len());
+        let _ = writeln!(
+            out,
+            "  {:<w$}  {:<5} {:>10} {:>10} {:>10} {:>12} {:>12}  STATUS",
+            "TENSOR", "DTYPE", "MAX_ABS", "MAX_REL", "REL_L2", "COSINE", "ALLCLOSE"
+        );
+        for r in shown {
+            let m = &r.metrics;
+            let status = if r.passed {
+                if m.bit_exact {
+                    "ok (bit-exact)".to_owned()
+                } else {
+                    "ok".to_owned()
+                }
+            } else {
+                let f: Vec<String> = r
+                    .failures
+                    .iter()
+                    .map(|f| match f.metric.as_str() {
+                        "allclose" => format!(
+                            "allclose: {} element(s) outside atol={} + rtol={}·|ref|",
+                            f.value,
+                            sci(r.limits.atol),
+                            sci(r.limits.rtol)
+                        ),
+                        "bit_exact" => format!("not bit-exact: {} element(s) differ", f.value),
+                        _ => {
+                            let layer = f
+                                .layer
+                                .map_or(String::new(), |l| format!("layer {l} mean "));
+                            let op = if f.bound == "min" { "<" } else { ">" };
+                            format!("{layer}{} {} {op} {}", f.metric, sci(f.value), sci(f.limit))
+                        }
+                    })
+                    .collect();
+                format!("FAIL {}", f.join("; "))
+            };
+            let _ = writeln!(
+                out,
+                "  {:<w$}  {:<5} {:>10} {:>10} {:>10} {:>12.9} {:>12}  {status}",
+                r.name,
+                r.dtype,
+                sci(m.max_abs),
+                sci(m.max_rel),
+                sci(m.relative_l2),
+                m.cosine,
+                format!("{}/{}", m.allclose.mismatched, m.elements),
+            );
+            if !r.passed {
+                if let Some(i) = &m.max_abs_index {
+                    let _ = writeln!(out, "  {:<w$}  worst element at {i:?}", "");
+                }
+            }
+        }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    let c = &report.counts;
+    let _ = writeln!(
+        out,
+        "\n{}: {} of {} tensors fail, {} structural problem(s) (compared {} tensors, {} elements)",
+        verdict_word(report.verdict),
+        c.tensors_failed,
+        c.tensors_compared,
+        c.structural_problems,
+        c.tensors_compared,
+        c.elements_compared
+    );
+    out
+}
+
+pub fn curves(report: &CurveReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "reference: {}\ncandidate: {}",
+        report.reference, report.candidate
+    );
+    if let Some(b2) = &report.baseline2 {
+        let _ = writeln!(out, "baseline2: {b2}");
+    }
+    let _ = writeln!(out, "mode:      {}", report.mode);
+    if !report.problems.is_empty() {
+        let _ = writeln!(out, "\nstructural problems (fatal):");
+        for p in &report.problems {
+            let _ = writeln!(out, "  {}", p.message);
+        }
+    }
+    let w = report
+        .metrics
+        .iter()
+        .map(|m| m.name.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let _ = writeln!(
+        out,
+        "\n  {:<w$} {:>6} {:>12} {:>11} {:>10}  STATUS",
+        "METRIC", "STEPS", "WORST_REL", "AT_STEP", "RATIO"
+    );
+    for m in &report.metrics {
+        let status = match (m.gated, m.verdict) {
+            (false, _) => "reported (performance, not gated)".to_owned(),
+            (true, Verdict::Match) => "ok".to_owned(),
+            (true, Verdict::Investigate) => "INVESTIGATE".to_owned(),
+            (true, Verdict::Mismatch) if m.ratio.is_some() => "FAIL noise-floor ratio".to_owned(),
+            (true, Verdict::Mismatch) => format!(
+                "FAIL at step(s) {:?}",
+                &m.failing_steps[..m.failing_steps.len().min(10)]
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<w$} {:>6} {:>12} {:>11} {:>10}  {status}",
+            m.name,
+            m.steps,
+            sci(m.worst_rel),
+            m.worst_step.map_or("-".into(), |s| s.to_string()),
+            m.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+        );
+    }
+    let c = &report.counts;
+    let _ = writeln!(
+        out,
+        "\n{}: {} of {} metrics fail, {} structural problem(s) (compared {} steps, {} points)",
+        verdict_word(report.verdict),
+        c.metrics_failed,
+        c.metrics_compared,
+        c.structural_problems,
+        c.steps_compared,
+        c.points_compared
+    );
+    out
+}

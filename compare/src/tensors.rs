@@ -1,0 +1,396 @@
+//! Comparing two checkpoints: structure first (always fatal), then every common tensor in
+//! parallel chunks, then gating — per tensor, or per layer average where the limits ask.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use rayon::prelude::*;
+
+use crate::agreement;
+use crate::checkpoint::Checkpoint;
+use crate::error::InputError;
+use crate::metrics::{unravel, TensorMetrics};
+use crate::report::{
+    Failure, LayerResult, Problem, ProblemKind, TensorCounts, TensorReport, TensorResult, Verdict,
+    FORMAT_VERSION,
+};
+use crate::safetensors::TensorView;
+use crate::scan::{self, Stats};
+use crate::tolerance::{self, TensorLimits, Tolerance};
+
+/// Elements per parallel work item: big enough to amortize scheduling, small enough that one
+/// huge embedding table still spreads over every core.
+const CHUNK: usize = 1 << 18;
+
+pub struct TensorOptions {
+    pub tolerance: Tolerance,
+    /// Tensors compared as logits (top-1 / top-k over the last dimension).
+    pub logits: GlobSet,
+    /// Integer tensors compared as MoE top-k routing (expert-set overlap per token).
+    pub routing: GlobSet,
+}
+
+impl Default for TensorOptions {
+    fn default() -> Self {
+        Self {
+            tolerance: Tolerance::default(),
+            logits: globs(&["*logits*"]),
+            routing: globs(&["*routing*", "*expert_ids*", "*topk_ids*"]),
+        }
+    }
+}
+
+pub fn globs<S: AsRef<str>>(patterns: &[S]) -> GlobSet {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        if let Ok(g) = Glob::new(p.as_ref()) {
+            b.add(g);
+        }
+    }
+    b.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+/// The layer index in a parameter name: the first all-digit dotted segment
+/// (`model.layers.3.mlp.up.weight` → 3).
+pub fn layer_of(name: &str) -> Option<usize> {
+    name.split('.')
+        .find(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))?
+        .parse()
+        .ok()
+}
+
+pub fn compare_checkpoints(
+    reference: &Path,
+    candidate: &Path,
+    opts: &TensorOptions,
+) -> Result<TensorReport, InputError> {
+    let a = Checkpoint::open(reference)?;
+    let b = Checkpoint::open(candidate)?;
+    compare(&a, &b, opts)
+}
+
+struct Pair<'a> {
+    name: &'a str,
+    a: TensorView<'a>,
+    b: TensorView<'a>,
+    limits: TensorLimits,
+}
+
+pub fn compare(
+    a: &Checkpoint,
+    b: &Checkpoint,
+    opts: &TensorOptions,
+) -> Result<TensorReport, InputError> {
+    let mut problems = Vec::new();
+    let mut pairs = Vec::new();
+    for name in a.names() {
+        let va = a.view(name).expect("listed names have views");
+        let Some(vb) = b.view(name) else {
+            problems.push(problem(
+                ProblemKind::Missing,
+                name,
+                format!("`{name}` is missing from the candidate"),
+            ));
+            continue;
+        };
+        if va.dtype != vb.dtype {
+            problems.push(problem(
+                ProblemKind::DtypeMismatch,
+                name,
+                format!(
+                    "`{name}`: dtype {} in the reference, {} in the candidate",
+                    va.dtype, vb.dtype
+                ),
+            ));
+        } else if va.shape != vb.shape {
+            problems.push(problem(
+                ProblemKind::ShapeMismatch,
+                name,
+                format!(
+                    "`{name}`: shape {:?} in the reference, {:?} in the candidate",
+                    va.shape, vb.shape
+                ),
+            ));
+        } else {
+            let limits = opts.tolerance.for_tensor(name, va.dtype);
+            pairs.push(Pair {
+                name,
+                a: va,
+                b: vb,
+                limits,
+            });
+        }
+    }
+    for name in b.names().filter(|n| !a.contains(n)) {
+        problems.push(problem(
+            ProblemKind::Extra,
+            name,
+            format!("`{name}` is in the candidate but not in the reference"),
+        ));
+    }
+    if pairs.is_empty() {
+        return Err(InputError::NothingCompared(format!(
+            "no tensor has the same name, dtype and shape in both checkpoints (reference {} tensors, candidate {}; {} structural problems)",
+            a.len(),
+            b.len(),
+            problems.len()
+        )));
+    }
+    let stats = scan_all(&pairs);
+    let k = tolerance::top_k(&opts.tolerance);
+    let mut results: Vec<TensorResult> = pairs
+        .par_iter()
+        .zip(stats.par_iter())
+        .map(|(p, s)| {
+            let mut m = TensorMetrics::from_stats(s, p.a.shape, p.limits.atol, p.limits.rtol);
+            if opts.logits.is_match(p.name) {
+                m.logits = agreement::logits(p.a.dtype, p.a.shape, p.a.bytes, p.b.bytes, k);
+            }
+            if opts.routing.is_match(p.name) {
+                m.routing = agreement::routing(p.a.dtype, p.a.shape, p.a.bytes, p.b.bytes);
+            }
+            TensorResult {
+                name: p.name.to_owned(),
+                dtype: p.a.dtype.to_string(),
+                shape: p.a.shape.to_vec(),
+                layer: layer_of(p.name),
+                failures: Vec::new(),
+                passed: true,
+                metrics: m,
+                limits: p.limits.clone(),
+            }
+        })
+        .collect();
+    for (r, s) in results.iter().zip(&stats) {
+        structural_from_scan(r, s, &mut problems);
+    }
+    let mut notes = Vec::new();
+    let layers = gate(&mut results, &mut notes);
+    let counts = TensorCounts {
+        tensors_compared: results.len(),
+        elements_compared: results.iter().map(|r| r.metrics.elements).sum(),
+        tensors_failed: results.iter().filter(|r| !r.passed).count(),
+        layers_failed: layers.iter().filter(|l| !l.failures.is_empty()).count(),
+        structural_problems: problems.len(),
+    };
+    let verdict = if problems.is_empty() && counts.tensors_failed == 0 {
+        Verdict::Match
+    } else {
+        Verdict::Mismatch
+    };
+    Ok(TensorReport {
+        format_version: FORMAT_VERSION,
+        kind: "tensors",
+        reference: a.path.display().to_string(),
+        candidate: b.path.display().to_string(),
+        profile: opts.tolerance.profile.name(),
+        verdict,
+        counts,
+        problems,
+        notes,
+        tensors: results,
+        layers,
+    })
+}
+
+fn problem(kind: ProblemKind, name: &str, message: String) -> Problem {
+    Problem {
+        kind,
+        name: Some(name.to_owned()),
+        message,
+    }
+}
+
+/// Every pair split into chunks, scanned in parallel, merged back per tensor.
+fn scan_all(pairs: &[Pair<'_>]) -> Vec<Stats> {
+    let mut work = Vec::new();
+    for (i, p) in pairs.iter().enumerate() {
+        let size = p.a.dtype.size();
+        let n = p.a.len();
+        let mut start = 0;
+        while start < n || (n == 0 && start == 0) {
+            let end = (start + CHUNK).min(n);
+            work.push((i, start, end, size));
+            if n == 0 {
+                break;
+            }
+            start = end;
+        }
+    }
+    let partial: Vec<(usize, Stats)> = work
+        .par_iter()
+        .map(|&(i, start, end, size)| {
+            let p = &pairs[i];
+            let (ba, bb) = (
+                &p.a.bytes[start * size..end * size],
+                &p.b.bytes[start * size..end * size],
+            );
+            (
+                i,
+                scan::scan(
+                    p.a.dtype,
+                    ba,
+                    bb,
+                    start as u64,
+                    p.limits.atol,
+                    p.limits.rtol,
+                ),
+            )
+        })
+        .collect();
+    let mut out = vec![Stats::default(); pairs.len()];
+    for (i, s) in &partial {
+        out[*i].merge(s);
+    }
+    out
+}
+
+fn structural_from_scan(r: &TensorResult, s: &Stats, problems: &mut Vec<Problem>) {
+    for (count, first, side) in [
+        (s.nonfinite_ref, s.first_nonfinite_ref, "reference"),
+        (s.nonfinite_cand, s.first_nonfinite_cand, "candidate"),
+    ] {
+        if count > 0 {
+            problems.push(problem(
+                ProblemKind::NonFinite,
+                &r.name,
+                format!(
+                    "`{}`: {count} NaN/Inf element(s) in the {side}, first at {:?}",
+                    r.name,
+                    unravel(first, &r.shape)
+                ),
+            ));
+        }
+    }
+    if s.nonzero_cand == 0 && s.nonzero_ref > 0 && s.nonfinite_cand == 0 {
+        problems.push(problem(
+            ProblemKind::AllZero,
+            &r.name,
+            format!(
+                "`{}`: the candidate is all zeros where the reference has {} non-zero element(s)",
+                r.name, s.nonzero_ref
+            ),
+        ));
+    }
+}
+
+fn check(metric: &str, value: f64, limit: f64, layer: Option<usize>) -> Option<Failure> {
+    let min = tolerance::is_minimum(metric);
+    let ok = if min { value >= limit } else { value <= limit };
+    (!ok).then(|| Failure {
+        metric: metric.to_owned(),
+        value,
+        limit,
+        bound: if min { "min" } else { "max" },
+        layer,
+    })
+}
+
+/// Continuous metrics that layer averaging applies to; bit-exactness and allclose stay per element.
+fn averaged(metric: &str) -> bool {
+    matches!(
+        metric,
+        "max_abs" | "max_rel" | "mean_abs_pct" | "relative_l2" | "cosine"
+    )
+}
+
+fn gate(results: &mut [TensorResult], notes: &mut Vec<String>) -> Vec<LayerResult> {
+    let mut layer_members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut unfed: Vec<String> = Vec::new();
+    for (i, r) in results.iter_mut().enumerate() {
+        let by_layer = r.limits.layer_average && r.layer.is_some();
+        if by_layer {
+            layer_members
+                .entry(r.layer.expect("checked"))
+                .or_default()
+                .push(i);
+        }
+        if r.limits.exact && !r.metrics.bit_exact {
+            r.failures.push(Failure {
+                metric: "bit_exact".into(),
+                value: r.metrics.bit_mismatched as f64,
+                limit: 0.0,
+                bound: "max",
+                layer: None,
+            });
+        }
+        for (metric, limit) in r.limits.gates.clone() {
+            if metric == "allclose" {
+                if r.metrics.allclose.mismatched > 0 {
+                    r.failures.push(Failure {
+                        metric: "allclose".into(),
+                        value: r.metrics.allclose.mismatched as f64,
+                        limit: 0.0,
+                        bound: "max",
+                        layer: None,
+                    });
+                }
+                continue;
+            }
+            if by_layer && averaged(&metric) {
+                continue;
+            }
+            match r.metrics.get(&metric) {
+                Some(v) => r.failures.extend(check(&metric, v, limit, None)),
+                None if !unfed.contains(&metric) => unfed.push(metric),
+                None => {}
+            }
+        }
+    }
+    for m in unfed {
+        let feeds_any = results.iter().any(|r| r.metrics.get(&m).is_some());
+        if !feeds_any {
+            notes.push(format!(
+                "`{m}` is gated but no tensor provides it (logits are matched by --logits, routing by --routing)"
+            ));
+        }
+    }
+    let mut layers = Vec::new();
+    for (layer, members) in layer_members {
+        let mut means: Vec<(String, f64)> = Vec::new();
+        let gates: Vec<(String, f64)> = results[members[0]]
+            .limits
+            .gates
+            .iter()
+            .filter(|(m, _)| averaged(m))
+            .cloned()
+            .collect();
+        let mut failures = Vec::new();
+        for (metric, limit) in gates {
+            let values: Vec<f64> = members
+                .iter()
+                .filter_map(|&i| results[i].metrics.get(&metric))
+                .collect();
+            let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+            means.push((metric.clone(), mean));
+            failures.extend(check(&metric, mean, limit, Some(layer)));
+        }
+        for &i in &members {
+            results[i].failures.extend(failures.iter().cloned());
+        }
+        layers.push(LayerResult {
+            layer,
+            tensors: members.len(),
+            means,
+            failures,
+        });
+    }
+    for r in results.iter_mut() {
+        r.passed = r.failures.is_empty();
+    }
+    layers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_index_from_names() {
+        assert_eq!(layer_of("model.layers.3.mlp.up.weight"), Some(3));
+        assert_eq!(layer_of("h.12.attn"), Some(12));
+        assert_eq!(layer_of("embed.weight"), None);
+        assert_eq!(layer_of("layer2.weight"), None);
+    }
+}
