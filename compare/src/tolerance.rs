@@ -74,7 +74,7 @@ pub struct Tolerance {
     /// `key=value` settings applied on top of the profile for every tensor.
     pub settings: Vec<(String, f64)>,
     /// Per-tensor overrides: the first glob that matches a tensor name applies its settings.
-    pub overrides: Vec<(String, GlobMatcher, Vec<(String, f64)>)>,
+    pub overrides: Vec<Override>,
     /// Gate continuous metrics on per-layer averages (`None`: as the profile says).
     pub layer_average: Option<bool>,
 }
@@ -88,6 +88,14 @@ impl Default for Tolerance {
             layer_average: None,
         }
     }
+}
+
+/// `GLOB:KEY=VALUE,...`: settings for the tensors a glob matches.
+#[derive(Clone, Debug)]
+pub struct Override {
+    pub glob: String,
+    matcher: GlobMatcher,
+    pub settings: Vec<(String, f64)>,
 }
 
 /// Elementwise and row metrics a tensor limit may name.
@@ -134,14 +142,18 @@ pub fn parse_settings(s: &str) -> Result<Vec<(String, f64)>, InputError> {
 }
 
 /// Parse `GLOB:key=value[,...]`.
-pub fn parse_override(s: &str) -> Result<(String, GlobMatcher, Vec<(String, f64)>), InputError> {
+pub fn parse_override(s: &str) -> Result<Override, InputError> {
     let (glob, settings) = s.rsplit_once(':').ok_or_else(|| {
         InputError::Usage(format!("override `{s}` must be GLOB:KEY=VALUE[,KEY=VALUE]"))
     })?;
     let matcher = Glob::new(glob)
         .map_err(|e| InputError::Usage(format!("override `{s}`: bad glob: {e}")))?
         .compile_matcher();
-    Ok((glob.to_owned(), matcher, parse_settings(settings)?))
+    Ok(Override {
+        glob: glob.to_owned(),
+        matcher,
+        settings: parse_settings(settings)?,
+    })
 }
 
 /// The limits in force for one tensor.
@@ -189,14 +201,13 @@ impl Tolerance {
             &mut allclose_gated,
             self.settings.iter().map(|(k, v)| (k.as_str(), *v)),
         );
-        if let Some((glob, _, settings)) = self.overrides.iter().find(|(_, m, _)| m.is_match(name))
-        {
+        if let Some(o) = self.overrides.iter().find(|o| o.matcher.is_match(name)) {
             apply(
                 &mut out,
                 &mut allclose_gated,
-                settings.iter().map(|(k, v)| (k.as_str(), *v)),
+                o.settings.iter().map(|(k, v)| (k.as_str(), *v)),
             );
-            out.override_glob = Some(glob.clone());
+            out.override_glob = Some(o.glob.clone());
         }
         if !allclose_gated {
             out.gates.retain(|(k, _)| k != "allclose");

@@ -54,7 +54,7 @@ pub fn write(
         offset += t.bytes.len();
     }
     let mut text = serde_json::to_string(&header).expect("headers serialize");
-    while (8 + text.len()) % 8 != 0 {
+    while !(8 + text.len()).is_multiple_of(8) {
         text.push(' ');
     }
     let tmp = path.with_extension("safetensors.tmp");
