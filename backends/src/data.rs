@@ -1,0 +1,101 @@
+//! Synthetic training data that makes parallelization bugs observable.
+//!
+//! Sequences have different lengths (padding), so a loss normalized by a local token count
+//! instead of the global one gives a different number; tokens follow a skewed distribution with
+//! repeated motifs, so the model has something to learn and the loss curve moves.
+
+use crate::rng::SplitMix;
+
+/// Target id marking a position that does not count (padding, or the last real token).
+pub const IGNORE: i64 = -100;
+
+/// One global batch: `batch` sequences of `seq_len` tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    pub batch: usize,
+    pub seq_len: usize,
+    /// Row-major [batch, seq_len]; padding positions hold token 0.
+    pub tokens: Vec<i64>,
+    /// Row-major [batch, seq_len]: the next token, or [`IGNORE`].
+    pub targets: Vec<i64>,
+    /// Real length of each sequence (≥ 2).
+    pub lengths: Vec<usize>,
+}
+
+impl Batch {
+    /// The batch of training step `step` (0 is the fixed batch the forward level uses).
+    pub fn synthetic(seed: u64, step: u64, batch: usize, seq_len: usize, vocab: usize) -> Self {
+        let mut r = SplitMix::new(seed, &format!("batch.{step}"));
+        let mut tokens = vec![0i64; batch * seq_len];
+        let mut targets = vec![IGNORE; batch * seq_len];
+        let mut lengths = Vec::with_capacity(batch);
+        let motif: Vec<i64> = (0..4)
+            .map(|_| 1 + r.below(vocab as u64 - 1) as i64)
+            .collect();
+        for b in 0..batch {
+            // Lengths from half to all of seq_len: every batch pads.
+            let len = (seq_len / 2 + r.below((seq_len - seq_len / 2) as u64 + 1) as usize)
+                .clamp(2, seq_len);
+            lengths.push(len);
+            for s in 0..len {
+                // Skewed: small ids are common (x² of a uniform), a motif recurs.
+                let t = if r.below(4) == 0 {
+                    motif[s % motif.len()]
+                } else {
+                    let u = (r.uniform() + 1.0) / 2.0;
+                    1 + ((u * u) * (vocab - 1) as f64) as i64
+                };
+                tokens[b * seq_len + s] = t.min(vocab as i64 - 1);
+            }
+            for s in 0..len - 1 {
+                targets[b * seq_len + s] = tokens[b * seq_len + s + 1];
+            }
+        }
+        Self {
+            batch,
+            seq_len,
+            tokens,
+            targets,
+            lengths,
+        }
+    }
+
+    /// Tokens that count toward the loss.
+    pub fn counted(&self) -> usize {
+        self.targets.iter().filter(|&&t| t != IGNORE).count()
+    }
+
+    /// Rows `start..start + n` (a data-parallel shard or a microbatch).
+    pub fn rows(&self, start: usize, n: usize) -> Batch {
+        let span = start * self.seq_len..(start + n) * self.seq_len;
+        Batch {
+            batch: n,
+            seq_len: self.seq_len,
+            tokens: self.tokens[span.clone()].to_vec(),
+            targets: self.targets[span].to_vec(),
+            lengths: self.lengths[start..start + n].to_vec(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_pad_and_are_deterministic() {
+        let b = Batch::synthetic(7, 0, 8, 16, 128);
+        assert_eq!(b, Batch::synthetic(7, 0, 8, 16, 128));
+        assert_ne!(b.tokens, Batch::synthetic(7, 1, 8, 16, 128).tokens);
+        assert!(
+            b.lengths.iter().any(|&l| l < 16),
+            "some sequences are padded"
+        );
+        let distinct: std::collections::HashSet<_> = b.lengths.iter().collect();
+        assert!(distinct.len() > 1, "lengths vary: {:?}", b.lengths);
+        assert_eq!(b.counted(), b.lengths.iter().map(|l| l - 1).sum::<usize>());
+        assert!(b.tokens.iter().all(|&t| (0..128).contains(&t)));
+        let half = b.rows(4, 4);
+        assert_eq!(half.tokens[..], b.tokens[4 * 16..]);
+    }
+}

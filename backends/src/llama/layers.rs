@@ -1,0 +1,134 @@
+//! The layers of the dense transformer as plain functions of tensors.
+//!
+//! Functions, not burn `Module`s: the parallel versions must own exactly which shard of which
+//! weight they see and where every collective sits, and the single-device oracle is the same
+//! code called with whole weights.
+
+use burn::tensor::activation::{log_softmax, silu, softmax};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+/// Epsilon of every RMSNorm.
+pub const NORM_EPS: f64 = 1e-5;
+/// RoPE base frequency.
+pub const ROPE_THETA: f64 = 10_000.0;
+
+/// RMSNorm over the last dimension.
+///
+/// # Shapes
+/// x: [B, S, H], weight: [1, H] → [B, S, H]
+pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
+    let h = x.dims()[2];
+    let ms = x.clone().powi_scalar(2).mean_dim(2);
+    let inv = (ms + NORM_EPS).sqrt().recip();
+    x * inv * weight.reshape([1, 1, h])
+}
+
+/// Rotary embedding (half-split convention) at absolute positions `offset..offset + S`.
+///
+/// # Shapes
+/// x: [B, N, S, D] with D even → [B, N, S, D]
+pub fn rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
+    let [_, _, s, d] = x.dims();
+    let half = d / 2;
+    let mut cos = Vec::with_capacity(s * half);
+    let mut sin = Vec::with_capacity(s * half);
+    for p in 0..s {
+        for i in 0..half {
+            let freq = ROPE_THETA.powf(-(2.0 * i as f64) / d as f64);
+            let angle = (offset + p) as f64 * freq;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    let (device, dtype) = (x.device(), x.dtype());
+    let table = |v: Vec<f64>| {
+        Tensor::<2>::from_data(TensorData::new(v, [s, half]), (&device, dtype))
+            .reshape([1, 1, s, half])
+    };
+    let (cos, sin) = (table(cos), table(sin));
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    Tensor::cat(
+        vec![
+            x1.clone() * cos.clone() - x2.clone() * sin.clone(),
+            x1 * sin + x2 * cos,
+        ],
+        3,
+    )
+}
+
+/// Causal self-attention mask that also hides padded keys: true where attention is *not*
+/// allowed.
+///
+/// # Shapes
+/// → [B, 1, S, S]
+pub fn attention_mask(
+    lengths: &[usize],
+    seq_len: usize,
+    device: &burn::tensor::Device,
+) -> Tensor<4, Bool> {
+    let b = lengths.len();
+    let mut blocked = vec![false; b * seq_len * seq_len];
+    for (i, &len) in lengths.iter().enumerate() {
+        for q in 0..seq_len {
+            for k in 0..seq_len {
+                blocked[(i * seq_len + q) * seq_len + k] = k > q || k >= len;
+            }
+        }
+    }
+    Tensor::<4, Bool>::from_data(TensorData::new(blocked, [b, 1, seq_len, seq_len]), device)
+}
+
+/// Grouped-query attention core: softmax(q kᵀ/√d) v with kv heads shared by groups of query
+/// heads. q and k arrive rotated.
+///
+/// # Shapes
+/// q: [B, Nq, S, D], k/v: [B, Nkv, S, D], mask: [B, 1, S, S] → [B, Nq, S, D]
+pub fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<4> {
+    let [b, nq, s, d] = q.dims();
+    let nkv = k.dims()[1];
+    let group = nq / nkv;
+    let expand = |t: Tensor<4>| -> Tensor<4> {
+        if group == 1 {
+            t
+        } else {
+            t.unsqueeze_dim::<5>(2)
+                .repeat_dim(2, group)
+                .reshape([b, nq, s, d])
+        }
+    };
+    let (k, v) = (expand(k), expand(v));
+    let scores = q.matmul(k.swap_dims(2, 3)) / (d as f64).sqrt();
+    let scores = scores.mask_fill(mask.repeat_dim(1, nq), -1e30);
+    softmax(scores, 3).matmul(v)
+}
+
+/// SwiGLU MLP: (silu(x·Wg) ⊙ x·Wu)·Wd.
+///
+/// # Shapes
+/// x: [B, S, H], gate/up: [H, F], down: [F, H] → [B, S, H]
+pub fn swiglu(x: Tensor<3>, gate: Tensor<2>, up: Tensor<2>, down: Tensor<2>) -> Tensor<3> {
+    let g = silu(x.clone().matmul(gate.unsqueeze()));
+    let u = x.matmul(up.unsqueeze());
+    (g * u).matmul(down.unsqueeze())
+}
+
+/// Sum of token cross-entropies (not a mean: normalization is the caller's, by the *global*
+/// token count) and the number of tokens that counted.
+///
+/// # Shapes
+/// logits: [B, S, V], targets: [B·S] (with `IGNORE`) → scalar [1]
+pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64]) -> Tensor<1> {
+    let [b, s, v] = logits.dims();
+    let device = logits.device();
+    let keep: Vec<f64> = targets
+        .iter()
+        .map(|&t| if t == crate::data::IGNORE { 0.0 } else { 1.0 })
+        .collect();
+    let idx: Vec<i64> = targets.iter().map(|&t| t.max(0)).collect();
+    let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [b * s, 1]), &device);
+    let logp = log_softmax(logits.reshape([b * s, v]), 1);
+    let picked = logp.gather(1, idx).reshape([b * s]);
+    let keep = Tensor::<1>::from_data(TensorData::new(keep, [b * s]), (&device, picked.dtype()));
+    (picked * keep).sum().neg()
+}

@@ -1,0 +1,14 @@
+//! The `llama` family: a dense decoder (token embedding, RMSNorm, rotary embeddings,
+//! grouped-query attention with causal and padding masks, SwiGLU MLP, output projection,
+//! cross-entropy with ignored padding).
+//!
+//! - `params.rs` — names, shapes, deterministic init;
+//! - `layers.rs` — each layer as a function of tensors (parallel versions will sit beside them);
+//! - `model.rs` — the single-device forward pass, the oracle.
+
+pub mod layers;
+pub mod model;
+pub mod params;
+
+pub use model::{forward, Forward};
+pub use params::{specs, ParamSpec, Params};
