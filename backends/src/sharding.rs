@@ -1,0 +1,224 @@
+//! Sharding plans: how every parameter of a full checkpoint maps to the ranks of a mesh, and
+//! back.
+//!
+//! Ranks are ordered Megatron-style, tensor-parallel fastest: rank = tp + TP·(cp + CP·(dp +
+//! DP·pp)). Data- and context-parallel ranks hold replicas; tensor-parallel ranks hold the
+//! column (dim 1) or row (dim 0) block of split weights; a pipeline stage holds its layers (the
+//! embedding on the first stage, the final norm and output on the last).
+//!
+//! Merging takes each parameter from its owners and checks that every replica is bit-identical:
+//! a saver that drops or duplicates shards is caught here, not silently averaged.
+
+use indexmap::IndexMap;
+use meshparity_specs::{MeshConfig, ModelConfig};
+
+use crate::host::HostTensor;
+use crate::llama::specs;
+
+/// Where a parameter lives within a pipeline stage's tensor-parallel group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Every TP rank holds the whole tensor (norm weights).
+    Replicated,
+    /// TP rank i holds block i along this dimension.
+    Split(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub placement: Placement,
+    /// Pipeline stage that owns it.
+    pub stage: usize,
+}
+
+/// A rank's coordinates in the mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Coord {
+    pub tp: usize,
+    pub cp: usize,
+    pub dp: usize,
+    pub pp: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct ShardingPlan {
+    pub mesh: MeshConfig,
+    pub rules: Vec<Rule>,
+}
+
+/// Why shards could not be merged back.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MergeError {
+    #[error("rank {rank} lacks `{name}`, which its stage owns")]
+    Missing { rank: usize, name: String },
+    #[error("`{name}`: rank {rank} holds a replica that differs from rank {first}'s")]
+    ReplicaMismatch {
+        name: String,
+        rank: usize,
+        first: usize,
+    },
+    #[error("`{name}`: rank {rank} holds shape {got:?}, the plan says {want:?}")]
+    Shape {
+        name: String,
+        rank: usize,
+        got: Vec<usize>,
+        want: Vec<usize>,
+    },
+    #[error("expected {want} ranks of shards, got {got}")]
+    RankCount { want: usize, got: usize },
+}
+
+/// One rank's parameters.
+pub type Shards = IndexMap<String, HostTensor>;
+
+impl ShardingPlan {
+    pub fn llama(model: &ModelConfig, mesh: &MeshConfig) -> Self {
+        let per_stage = (model.layers / mesh.pp) as usize;
+        let last = mesh.pp as usize - 1;
+        let rules = specs(model)
+            .into_iter()
+            .map(|s| {
+                let leaf = s.name.rsplit('.').nth(1).unwrap_or("");
+                let placement = match (s.name.as_str(), leaf) {
+                    ("embed.weight", _) => Placement::Split(0), // vocab-parallel embedding
+                    ("output.weight", _) => Placement::Split(1), // vocab-parallel output
+                    (_, "q" | "k" | "v" | "gate" | "up") => Placement::Split(1), // column-parallel
+                    (_, "o" | "down") => Placement::Split(0),   // row-parallel
+                    _ => Placement::Replicated,                 // norms
+                };
+                let stage = match s
+                    .name
+                    .split('.')
+                    .nth(1)
+                    .and_then(|l| l.parse::<usize>().ok())
+                {
+                    Some(layer) if s.name.starts_with("layers.") => layer / per_stage,
+                    _ if s.name == "embed.weight" => 0,
+                    _ => last,
+                };
+                Rule {
+                    name: s.name,
+                    shape: s.shape,
+                    placement,
+                    stage,
+                }
+            })
+            .collect();
+        Self { mesh: *mesh, rules }
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.mesh.world_size() as usize
+    }
+
+    pub fn coord(&self, rank: usize) -> Coord {
+        let m = &self.mesh;
+        let (tp, cp, dp) = (m.tp as usize, m.cp as usize, m.dp as usize);
+        Coord {
+            tp: rank % tp,
+            cp: rank / tp % cp,
+            dp: rank / (tp * cp) % dp,
+            pp: rank / (tp * cp * dp),
+        }
+    }
+
+    /// The shape a rank holds of a parameter.
+    pub fn shard_shape(&self, rule: &Rule) -> Vec<usize> {
+        let mut shape = rule.shape.clone();
+        if let Placement::Split(dim) = rule.placement {
+            shape[dim] /= self.mesh.tp as usize;
+        }
+        shape
+    }
+
+    /// Full checkpoint → every rank's shards.
+    pub fn shard(&self, full: &Shards) -> Vec<Shards> {
+        let tp = self.mesh.tp as usize;
+        let mut split_cache: IndexMap<&str, Vec<HostTensor>> = IndexMap::new();
+        for r in &self.rules {
+            if let Placement::Split(dim) = r.placement {
+                split_cache.insert(&r.name, full[&r.name].split(dim, tp));
+            }
+        }
+        (0..self.world_size())
+            .map(|rank| {
+                let c = self.coord(rank);
+                self.rules
+                    .iter()
+                    .filter(|r| r.stage == c.pp)
+                    .map(|r| {
+                        let t = match r.placement {
+                            Placement::Replicated => full[&r.name].clone(),
+                            Placement::Split(_) => split_cache[r.name.as_str()][c.tp].clone(),
+                        };
+                        (r.name.clone(), t)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Every rank's shards → the full checkpoint, checking that replicas agree.
+    pub fn merge(&self, ranks: &[Shards]) -> Result<Shards, MergeError> {
+        if ranks.len() != self.world_size() {
+            return Err(MergeError::RankCount {
+                want: self.world_size(),
+                got: ranks.len(),
+            });
+        }
+        let tp = self.mesh.tp as usize;
+        let mut out = Shards::new();
+        for r in &self.rules {
+            // Owners of block i: every rank of the stage with tp coordinate i (replicated: all).
+            let mut blocks: Vec<Option<(usize, &HostTensor)>> = vec![None; tp];
+            let want = self.shard_shape(r);
+            for (rank, shards) in ranks.iter().enumerate() {
+                let c = self.coord(rank);
+                if c.pp != r.stage {
+                    continue;
+                }
+                let t = shards.get(&r.name).ok_or_else(|| MergeError::Missing {
+                    rank,
+                    name: r.name.clone(),
+                })?;
+                if t.shape != want {
+                    return Err(MergeError::Shape {
+                        name: r.name.clone(),
+                        rank,
+                        got: t.shape.clone(),
+                        want,
+                    });
+                }
+                let slot = match r.placement {
+                    Placement::Replicated => 0,
+                    Placement::Split(_) => c.tp,
+                };
+                match blocks[slot] {
+                    None => blocks[slot] = Some((rank, t)),
+                    Some((first, kept)) if kept != t => {
+                        return Err(MergeError::ReplicaMismatch {
+                            name: r.name.clone(),
+                            rank,
+                            first,
+                        })
+                    }
+                    Some(_) => {}
+                }
+            }
+            let merged = match r.placement {
+                Placement::Replicated => blocks[0].expect("every stage has ranks").1.clone(),
+                Placement::Split(dim) => {
+                    let parts: Vec<HostTensor> = blocks
+                        .iter()
+                        .map(|b| b.expect("every tp block has an owner").1.clone())
+                        .collect();
+                    HostTensor::concat(&parts, dim)
+                }
+            };
+            out.insert(r.name.clone(), merged);
+        }
+        Ok(out)
+    }
+}
