@@ -98,21 +98,14 @@ pub struct Override {
     pub settings: Vec<(String, f64)>,
 }
 
-/// Elementwise and row metrics a tensor limit may name.
-const TENSOR_KEYS: &[&str] = &[
-    "atol",
-    "rtol",
-    "max_abs",
-    "max_rel",
-    "mean_abs_pct",
-    "relative_l2",
-    "cosine",
-    "top1",
-    "topk",
-    "k",
-    "overlap",
-    "mismatch",
-];
+/// Whether `key` names a limit of some level, as spec tolerance tables do (one list, in the
+/// spec crate). `mode` and `layer_average` are not numbers: they have their own flags.
+fn is_limit_key(key: &str) -> bool {
+    !matches!(key, "mode" | "layer_average")
+        && Level::ALL
+            .iter()
+            .any(|(_, l)| tolerance::limit_keys(*l).contains(&key))
+}
 
 /// Parse `key=value[,key=value]`.
 pub fn parse_settings(s: &str) -> Result<Vec<(String, f64)>, InputError> {
@@ -123,9 +116,7 @@ pub fn parse_settings(s: &str) -> Result<Vec<(String, f64)>, InputError> {
                 .split_once('=')
                 .ok_or_else(|| InputError::Usage(format!("`{p}` is not KEY=VALUE")))?;
             let k = k.trim();
-            if !TENSOR_KEYS.contains(&k)
-                && !["rel", "allowed_failing_steps", "investigate", "fail"].contains(&k)
-            {
+            if !is_limit_key(k) {
                 return Err(InputError::Usage(format!("unknown tolerance key `{k}`")));
             }
             let v: f64 = v
