@@ -10,5 +10,8 @@ pub mod checkpoint;
 pub mod data;
 pub mod host;
 pub mod llama;
+pub mod optim;
+pub mod parallel;
 pub mod rng;
 pub mod sharding;
+pub mod train;

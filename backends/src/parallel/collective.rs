@@ -1,0 +1,221 @@
+//! Simulated process groups: every collective the parallel model runs, on per-rank tensors held
+//! in one process.
+//!
+//! Each call names its *site* (`layers.3.mlp.down.fwd.all_reduce`) and the global ranks of its
+//! group, and is logged: a job can say which collectives ran, and a fault (a catalogued
+//! mutation) is injected here by site, exactly where the bug would sit in a real stack. The
+//! reductions add rank contributions in rank order, and every rank receives the same result
+//! tensor, so replicas stay bit-identical.
+
+use std::collections::HashMap;
+
+use burn::tensor::Tensor;
+use serde::Serialize;
+
+use super::fault::{Alteration, Fault};
+
+/// One collective call, as recorded.
+#[derive(Clone, Debug, Serialize)]
+pub struct Call {
+    pub site: String,
+    pub op: &'static str,
+    pub ranks: Vec<usize>,
+    /// Set when a fault changed what this call did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub altered: Option<&'static str>,
+}
+
+/// Point-to-point message address: destination rank and tag.
+type Address = (usize, String);
+
+/// The communicator of one simulated run.
+pub struct Comm {
+    fault: Option<Fault>,
+    calls: Vec<Call>,
+    mailbox: HashMap<Address, Tensor<3>>,
+    /// Things that would deadlock or corrupt a real run (a receive with no matching send).
+    pub anomalies: Vec<String>,
+}
+
+impl Comm {
+    pub fn new(fault: Option<Fault>) -> Self {
+        Self {
+            fault,
+            calls: Vec::new(),
+            mailbox: HashMap::new(),
+            anomalies: Vec::new(),
+        }
+    }
+
+    pub fn fault(&self) -> Option<Fault> {
+        self.fault
+    }
+
+    pub fn calls(&self) -> &[Call] {
+        &self.calls
+    }
+
+    /// Calls whose behaviour a fault changed.
+    pub fn altered(&self) -> impl Iterator<Item = &Call> {
+        self.calls.iter().filter(|c| c.altered.is_some())
+    }
+
+    fn record(&mut self, site: &str, op: &'static str, ranks: &[usize]) -> Option<Alteration> {
+        let alteration = self.fault.and_then(|f| f.alter(site));
+        self.calls.push(Call {
+            site: site.to_owned(),
+            op,
+            ranks: ranks.to_vec(),
+            altered: alteration.map(Alteration::as_str),
+        });
+        alteration
+    }
+
+    /// Sum over the group; every rank gets the same result. A group of one is a no-op and is
+    /// not logged (as in Megatron, where a size-1 group never calls NCCL).
+    pub fn all_reduce_sum<const D: usize>(
+        &mut self,
+        site: &str,
+        ranks: &[usize],
+        parts: Vec<Tensor<D>>,
+    ) -> Vec<Tensor<D>> {
+        if parts.len() == 1 {
+            return parts;
+        }
+        match self.record(site, "all_reduce", ranks) {
+            Some(Alteration::Skip) => parts,
+            Some(Alteration::Average) => {
+                let n = parts.len();
+                vec![sum(parts) / n as f64; n]
+            }
+            _ => {
+                let n = parts.len();
+                vec![sum(parts); n]
+            }
+        }
+    }
+
+    /// Elementwise maximum over the group (no gradient: used for the softmax shift).
+    pub fn all_reduce_max<const D: usize>(
+        &mut self,
+        site: &str,
+        ranks: &[usize],
+        parts: Vec<Tensor<D>>,
+    ) -> Vec<Tensor<D>> {
+        if parts.len() == 1 {
+            return parts;
+        }
+        self.record(site, "all_reduce_max", ranks);
+        let n = parts.len();
+        let mut it = parts.into_iter();
+        let first = it.next().expect("a group has ranks");
+        vec![it.fold(first, |a, b| a.max_pair(b)); n]
+    }
+
+    /// Concatenate every rank's block along `dim`; every rank gets the whole.
+    pub fn all_gather<const D: usize>(
+        &mut self,
+        site: &str,
+        ranks: &[usize],
+        parts: Vec<Tensor<D>>,
+        dim: usize,
+    ) -> Vec<Tensor<D>> {
+        if parts.len() == 1 {
+            return parts;
+        }
+        self.record(site, "all_gather", ranks);
+        let n = parts.len();
+        vec![Tensor::cat(parts, dim); n]
+    }
+
+    /// Sum over the group, then rank i keeps block i along `dim`.
+    pub fn reduce_scatter<const D: usize>(
+        &mut self,
+        site: &str,
+        ranks: &[usize],
+        parts: Vec<Tensor<D>>,
+        dim: usize,
+    ) -> Vec<Tensor<D>> {
+        let n = parts.len();
+        if n == 1 {
+            return parts;
+        }
+        let block = parts[0].dims()[dim] / n;
+        let reduced = match self.record(site, "reduce_scatter", ranks) {
+            Some(Alteration::Skip) => {
+                return parts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| p.narrow(dim, i * block, block))
+                    .collect();
+            }
+            Some(Alteration::Average) => sum(parts) / n as f64,
+            _ => sum(parts),
+        };
+        (0..n)
+            .map(|i| reduced.clone().narrow(dim, i * block, block))
+            .collect()
+    }
+
+    /// Put a tensor in `to`'s mailbox under `tag`. A misrouting fault sends it to `wrong`.
+    pub fn send(
+        &mut self,
+        site: &str,
+        from: usize,
+        to: usize,
+        wrong: usize,
+        tag: &str,
+        t: Tensor<3>,
+    ) {
+        let dest = match self.record(site, "send", &[from, to]) {
+            Some(Alteration::Misroute) => wrong,
+            _ => to,
+        };
+        self.mailbox.insert((dest, tag.to_owned()), t);
+    }
+
+    /// Take the message for `to` under `tag`. A message that never arrived leaves the receive
+    /// buffer as it was allocated: zeros of `shape` (and an anomaly on record).
+    pub fn recv(
+        &mut self,
+        site: &str,
+        from: usize,
+        to: usize,
+        tag: &str,
+        like: impl FnOnce() -> Tensor<3>,
+    ) -> Tensor<3> {
+        self.record(site, "recv", &[from, to]);
+        match self.mailbox.remove(&(to, tag.to_owned())) {
+            Some(t) => t,
+            None => {
+                self.anomalies.push(format!(
+                    "{site}: rank {to} received nothing from rank {from} for `{tag}` (buffer left as zeros)"
+                ));
+                like()
+            }
+        }
+    }
+
+    /// A fault that acted outside a collective (gradient accumulation or scaling), on record
+    /// beside the calls.
+    pub fn event(&mut self, site: &str, what: &'static str) {
+        self.calls.push(Call {
+            site: site.to_owned(),
+            op: "event",
+            ranks: Vec::new(),
+            altered: Some(what),
+        });
+    }
+
+    /// Messages sent but never received.
+    pub fn undelivered(&self) -> usize {
+        self.mailbox.len()
+    }
+}
+
+/// Rank-ordered sum: the same association on every run and every rank.
+fn sum<const D: usize>(parts: Vec<Tensor<D>>) -> Tensor<D> {
+    let mut it = parts.into_iter();
+    let first = it.next().expect("a group has ranks");
+    it.fold(first, |a, b| a + b)
+}

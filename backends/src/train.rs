@@ -1,0 +1,250 @@
+//! Training runs, on the oracle or on a mesh, recording what the check levels compare: the
+//! first step's logits and loss, every step's loss, the first step's gradients, and the weights
+//! after k steps. Both sides start from the same seed checkpoint, see the same batches and run
+//! the same optimizer code.
+
+use burn::tensor::{DType, Device, Tensor};
+use indexmap::IndexMap;
+use meshparity_specs::{MeshConfig, ModelConfig, Training};
+
+use crate::data::Batch;
+use crate::host::HostTensor;
+use crate::llama::{forward, specs, Params};
+use crate::optim::Optimizer;
+use crate::parallel::{step::scalar, Comm, Fault, MeshExec, StepOutput};
+use crate::sharding::{MergeError, ShardingPlan, Shards};
+
+/// What a run records, as full (merged) host tensors.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// [B, S, V] of the first step's batch, from the seed weights.
+    pub logits: HostTensor,
+    /// Loss per step (the first is the forward level's).
+    pub losses: Vec<f64>,
+    /// Gradients of the first step.
+    pub grads: Shards,
+    /// Weights after `weights_after` steps, if the run was that long.
+    pub weights: Option<Shards>,
+    /// Collective calls made, and those a fault altered (site: what happened).
+    pub collectives: usize,
+    pub altered: Vec<String>,
+    pub anomalies: Vec<String>,
+}
+
+/// How long to train and what to keep.
+#[derive(Clone, Copy, Debug)]
+pub struct Length {
+    pub steps: usize,
+    pub weights_after: usize,
+}
+
+/// Why a mesh run could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the burn backend does not simulate {0} yet")]
+    Unsupported(String),
+    #[error("merging rank shards: {0}")]
+    Merge(#[from] MergeError),
+    #[error("{0}")]
+    Engine(String),
+}
+
+/// The seed checkpoint every run starts from.
+pub fn seed_checkpoint(model: &ModelConfig, seed: u64, device: &Device, dtype: DType) -> Shards {
+    let p = Params::init(model, seed, device, dtype);
+    to_host(model, &p.tensors)
+}
+
+fn to_host(model: &ModelConfig, tensors: &IndexMap<String, Tensor<2>>) -> Shards {
+    specs(model)
+        .into_iter()
+        .map(|s| {
+            let t = HostTensor::from_param(&tensors[&s.name], &s.shape);
+            (s.name, t)
+        })
+        .collect()
+}
+
+fn batch(model: &ModelConfig, training: &Training, step: usize) -> Batch {
+    Batch::synthetic(
+        training.seed,
+        step as u64,
+        training.batch as usize,
+        model.seq_len as usize,
+        model.vocab as usize,
+    )
+}
+
+/// The single-device run.
+pub fn oracle(
+    model: &ModelConfig,
+    training: &Training,
+    len: Length,
+    device: &Device,
+    dtype: DType,
+) -> Record {
+    let mut params = Params::init(model, training.seed, device, dtype).tensors;
+    let mut opt = Optimizer::new(training.optimizer, training.lr);
+    let mut rec = None::<Record>;
+    let mut losses = Vec::with_capacity(len.steps);
+    let mut weights = None;
+    for step in 0..len.steps {
+        let b = batch(model, training, step);
+        let leaves = Params {
+            tensors: params.clone(),
+        }
+        .require_grad();
+        let f = forward(model, &leaves, &b, device);
+        let loss = f.loss_sum / b.counted() as f64;
+        let g = loss.clone().backward();
+        let grads: IndexMap<String, Tensor<2>> = leaves
+            .tensors
+            .iter()
+            .map(|(n, t)| {
+                (
+                    n.clone(),
+                    t.grad(&g).unwrap_or_else(|| t.clone().inner().zeros_like()),
+                )
+            })
+            .collect();
+        losses.push(scalar(loss.inner()));
+        if rec.is_none() {
+            rec = Some(Record {
+                logits: logits_host(f.logits.inner()),
+                losses: Vec::new(),
+                grads: to_host(model, &grads),
+                weights: None,
+                collectives: 0,
+                altered: Vec::new(),
+                anomalies: Vec::new(),
+            });
+        }
+        opt.step(&mut params, &grads);
+        if step + 1 == len.weights_after {
+            weights = Some(to_host(model, &params));
+        }
+    }
+    let mut rec = rec.expect("a run has at least one step");
+    rec.losses = losses;
+    rec.weights = weights;
+    rec
+}
+
+/// The same run on a mesh, with an optional fault injected.
+pub fn mesh(
+    model: &ModelConfig,
+    mesh: &MeshConfig,
+    training: &Training,
+    len: Length,
+    fault: Option<Fault>,
+    device: &Device,
+    dtype: DType,
+) -> Result<Record, RunError> {
+    for (what, n) in [
+        ("context parallelism (cp)", mesh.cp),
+        ("expert parallelism (ep)", mesh.ep),
+        ("expert tensor parallelism (etp)", mesh.etp),
+    ] {
+        if n > 1 {
+            return Err(RunError::Unsupported(format!(
+                "{what} > 1 for the llama family"
+            )));
+        }
+    }
+    let plan = ShardingPlan::llama(model, mesh);
+    let seed = seed_checkpoint(model, training.seed, device, dtype);
+    let mut params: Vec<IndexMap<String, Tensor<2>>> = plan
+        .shard(&seed)
+        .iter()
+        .map(|shards| {
+            shards
+                .iter()
+                .map(|(n, t)| (n.clone(), t.to_param(device)))
+                .collect()
+        })
+        .collect();
+    let mut opts: Vec<Optimizer> = params
+        .iter()
+        .map(|_| Optimizer::new(training.optimizer, training.lr))
+        .collect();
+    let exec = MeshExec {
+        model,
+        mesh,
+        device,
+        dtype,
+    };
+    let mut comm = Comm::new(fault);
+    let mut losses = Vec::with_capacity(len.steps);
+    let mut first: Option<(HostTensor, Shards)> = None;
+    let mut weights = None;
+    for step in 0..len.steps {
+        let StepOutput {
+            loss,
+            logits,
+            grads,
+        } = exec
+            .step(&mut comm, &params, &batch(model, training, step))
+            .map_err(RunError::Engine)?;
+        losses.push(loss);
+        if first.is_none() {
+            first = Some((
+                logits_host(logits),
+                plan.merge(&host_ranks(&params, &grads))?,
+            ));
+        }
+        for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
+            opt.step(p, g);
+        }
+        if step + 1 == len.weights_after {
+            weights = Some(plan.merge(&host_ranks(&params, &params))?);
+        }
+    }
+    let (logits, grads) = first.expect("a run has at least one step");
+    Ok(Record {
+        logits,
+        losses,
+        grads,
+        weights,
+        collectives: comm.calls().len(),
+        altered: comm
+            .altered()
+            .map(|c| format!("{}: {}", c.site, c.altered.unwrap_or("")))
+            .collect(),
+        anomalies: comm.anomalies.clone(),
+    })
+}
+
+/// Per-rank tensors as host shards, with the logical shapes of the rank's parameters.
+fn host_ranks(
+    params: &[IndexMap<String, Tensor<2>>],
+    tensors: &[IndexMap<String, Tensor<2>>],
+) -> Vec<Shards> {
+    params
+        .iter()
+        .zip(tensors)
+        .map(|(p, ts)| {
+            ts.iter()
+                .map(|(n, t)| {
+                    let dims = p[n].dims();
+                    // Norm weights are [1, n] parameters with logical shape [n].
+                    let shape = if n.contains("norm") {
+                        vec![dims[1]]
+                    } else {
+                        dims.to_vec()
+                    };
+                    (n.clone(), HostTensor::from_param(t, &shape))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn logits_host(logits: Tensor<3>) -> HostTensor {
+    let dims = logits.dims();
+    let data = logits.into_data();
+    HostTensor {
+        dtype: crate::host::tensor_dtype(data.dtype()),
+        shape: dims.to_vec(),
+        bytes: data.as_bytes().to_vec(),
+    }
+}

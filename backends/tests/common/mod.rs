@@ -1,0 +1,94 @@
+//! Shared helpers of the backend tests: meshes by name and numeric distances.
+
+#![allow(dead_code)]
+
+use meshparity_backends::host::HostTensor;
+use meshparity_compare::TensorDtype;
+use meshparity_specs::{Family, MeshConfig, ModelConfig, Schedule, Training};
+
+pub fn tiny() -> ModelConfig {
+    ModelConfig {
+        family: Family::Llama,
+        layers: 2,
+        hidden: 32,
+        heads: 4,
+        kv_heads: 2,
+        ffn: 48,
+        vocab: 64,
+        seq_len: 8,
+        experts: None,
+        top_k: None,
+    }
+}
+
+pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
+    Training {
+        seed,
+        steps: 3,
+        oracle_steps: 2,
+        batch: 8,
+        optimizer,
+        lr: 1e-2,
+    }
+}
+
+/// `dp2`, `tp2`, `tp2-sp`, `pp2`, `pp2-gpipe`, `dp2-tp2-pp2`, `mb4`...
+pub fn mesh(name: &str) -> MeshConfig {
+    let mut m = MeshConfig {
+        dp: 1,
+        tp: 1,
+        pp: 1,
+        ep: 1,
+        etp: 1,
+        cp: 1,
+        sp: false,
+        microbatches: 1,
+        schedule: Schedule::OneFOneB,
+    };
+    for part in name.split('-') {
+        let (key, n) = part.split_at(
+            part.find(|c: char| c.is_ascii_digit())
+                .unwrap_or(part.len()),
+        );
+        let n: u32 = n.parse().unwrap_or(1);
+        match key {
+            "dp" => m.dp = n,
+            "tp" => m.tp = n,
+            "pp" => m.pp = n,
+            "mb" => m.microbatches = n,
+            "sp" => m.sp = true,
+            "gpipe" => m.schedule = Schedule::GPipe,
+            "oracle" => {}
+            _ => panic!("unknown mesh part `{part}`"),
+        }
+    }
+    m
+}
+
+pub fn values(t: &HostTensor) -> Vec<f64> {
+    let b = &t.bytes;
+    match t.dtype {
+        TensorDtype::F64 => b
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        TensorDtype::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        TensorDtype::BF16 => b
+            .chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
+            .collect(),
+        d => panic!("no test decoding for {d:?}"),
+    }
+}
+
+/// ‖a − b‖ / ‖a‖ over all elements.
+pub fn rel_l2(a: &HostTensor, b: &HostTensor) -> f64 {
+    assert_eq!(a.shape, b.shape);
+    let (a, b) = (values(a), values(b));
+    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y).powi(2)).sum();
+    let den: f64 = a.iter().map(|x| x * x).sum();
+    (num / den.max(1e-300)).sqrt()
+}
