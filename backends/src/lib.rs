@@ -9,6 +9,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod host;
+pub mod levels;
 pub mod llama;
 pub mod optim;
 pub mod parallel;

@@ -12,19 +12,19 @@ use crate::host::HostTensor;
 use crate::llama::{forward, specs, Params};
 use crate::optim::Optimizer;
 use crate::parallel::{step::scalar, Comm, Fault, MeshExec, StepOutput};
-use crate::sharding::{MergeError, ShardingPlan, Shards};
+use crate::sharding::{ShardingPlan, Shards};
 
-/// What a run records, as full (merged) host tensors.
+/// What a run records, as host tensors (per rank where ranks hold shards).
 #[derive(Clone, Debug)]
 pub struct Record {
     /// [B, S, V] of the first step's batch, from the seed weights.
     pub logits: HostTensor,
     /// Loss per step (the first is the forward level's).
     pub losses: Vec<f64>,
-    /// Gradients of the first step.
-    pub grads: Shards,
-    /// Weights after `weights_after` steps, if the run was that long.
-    pub weights: Option<Shards>,
+    /// Gradients of the first step, per rank (the oracle has one rank holding everything).
+    pub grads: Vec<Shards>,
+    /// Weights after `weights_after` steps, per rank, if the run was that long.
+    pub weights: Option<Vec<Shards>>,
     /// Collective calls made, and those a fault altered (site: what happened).
     pub collectives: usize,
     pub altered: Vec<String>,
@@ -43,8 +43,6 @@ pub struct Length {
 pub enum RunError {
     #[error("the burn backend does not simulate {0} yet")]
     Unsupported(String),
-    #[error("merging rank shards: {0}")]
-    Merge(#[from] MergeError),
     #[error("{0}")]
     Engine(String),
 }
@@ -112,7 +110,7 @@ pub fn oracle(
             rec = Some(Record {
                 logits: logits_host(f.logits.inner()),
                 losses: Vec::new(),
-                grads: to_host(model, &grads),
+                grads: vec![to_host(model, &grads)],
                 weights: None,
                 collectives: 0,
                 altered: Vec::new(),
@@ -121,7 +119,7 @@ pub fn oracle(
         }
         opt.step(&mut params, &grads);
         if step + 1 == len.weights_after {
-            weights = Some(to_host(model, &params));
+            weights = Some(vec![to_host(model, &params)]);
         }
     }
     let mut rec = rec.expect("a run has at least one step");
@@ -175,7 +173,7 @@ pub fn mesh(
     };
     let mut comm = Comm::new(fault);
     let mut losses = Vec::with_capacity(len.steps);
-    let mut first: Option<(HostTensor, Shards)> = None;
+    let mut first: Option<(HostTensor, Vec<Shards>)> = None;
     let mut weights = None;
     for step in 0..len.steps {
         let StepOutput {
@@ -187,16 +185,13 @@ pub fn mesh(
             .map_err(RunError::Engine)?;
         losses.push(loss);
         if first.is_none() {
-            first = Some((
-                logits_host(logits),
-                plan.merge(&host_ranks(&params, &grads))?,
-            ));
+            first = Some((logits_host(logits), host_ranks(&params, &grads)));
         }
         for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
             opt.step(p, g);
         }
         if step + 1 == len.weights_after {
-            weights = Some(plan.merge(&host_ranks(&params, &params))?);
+            weights = Some(host_ranks(&params, &params));
         }
     }
     let (logits, grads) = first.expect("a run has at least one step");

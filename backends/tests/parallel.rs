@@ -5,6 +5,7 @@ mod common;
 
 use burn::tensor::{DType, Device};
 use common::{mesh, rel_l2, tiny, training};
+use meshparity_backends::sharding::ShardingPlan;
 use meshparity_backends::train::{self, Length, Record};
 use meshparity_specs::Optimizer;
 
@@ -13,24 +14,22 @@ const LEN: Length = Length {
     weights_after: 2,
 };
 
-fn worst(oracle: &Record, run: &Record) -> (f64, f64, f64, f64) {
+fn worst(plan: &ShardingPlan, oracle: &Record, run: &Record) -> (f64, f64, f64, f64) {
+    let grads = plan.merge(&run.grads).unwrap();
+    let weights = plan.merge(run.weights.as_ref().unwrap()).unwrap();
     let loss = oracle
         .losses
         .iter()
         .zip(&run.losses)
         .map(|(a, b)| ((a - b) / a).abs())
         .fold(0.0, f64::max);
-    let grads = oracle
-        .grads
+    let grads = oracle.grads[0]
         .iter()
-        .map(|(n, t)| rel_l2(t, &run.grads[n]))
+        .map(|(n, t)| rel_l2(t, &grads[n]))
         .fold(0.0, f64::max);
-    let weights = oracle
-        .weights
-        .as_ref()
-        .unwrap()
+    let weights = oracle.weights.as_ref().unwrap()[0]
         .iter()
-        .map(|(n, t)| rel_l2(t, &run.weights.as_ref().unwrap()[n]))
+        .map(|(n, t)| rel_l2(t, &weights[n]))
         .fold(0.0, f64::max);
     (rel_l2(&oracle.logits, &run.logits), loss, grads, weights)
 }
@@ -40,8 +39,9 @@ fn check(dtype: DType, opt: Optimizer, meshes: &[&str], limit: f64) {
     let (m, t) = (tiny(), training(11, opt));
     let oracle = train::oracle(&m, &t, LEN, &dev, dtype);
     for name in meshes {
-        let run = train::mesh(&m, &mesh(name), &t, LEN, None, &dev, dtype).unwrap();
-        let w = worst(&oracle, &run);
+        let mesh = mesh(name);
+        let run = train::mesh(&m, &mesh, &t, LEN, None, &dev, dtype).unwrap();
+        let w = worst(&ShardingPlan::llama(&m, &mesh), &oracle, &run);
         eprintln!("{name} {dtype:?} {opt:?}: logits {:.2e} loss {:.2e} grads {:.2e} weights {:.2e} ({} calls)", w.0, w.1, w.2, w.3, run.collectives);
         assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);
         assert!(

@@ -89,7 +89,7 @@ impl MeshExec<'_> {
         let mut acc: Vec<IndexMap<String, Tensor<2>>> = vec![IndexMap::new(); world];
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
-        for d in 0..dp {
+        for (d, &normalizer) in normalizers.iter().enumerate() {
             let micro: Vec<Batch> = (0..mbs)
                 .map(|i| batch.rows(d * rows + i * mb_rows, mb_rows))
                 .collect();
@@ -101,7 +101,7 @@ impl MeshExec<'_> {
                     Action::Forward { stage, mb } => {
                         let ctx = self.ctx(stage, d, &leaves);
                         let input = self.receive_activations(comm, stage, d, mb, &micro[mb]);
-                        let out = ctx.forward(comm, &micro[mb], input, normalizers[d]);
+                        let out = ctx.forward(comm, &micro[mb], input, normalizer);
                         if stage + 1 < pp {
                             for (t, &v) in out.outputs.iter().enumerate() {
                                 let (from, to) =

@@ -28,7 +28,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         oracle_steps: 2,
         batch: 8,
         optimizer,
-        lr: 1e-2,
+        lr: 1e-3,
     }
 }
 

@@ -1,0 +1,224 @@
+//! One level on one mesh: run it, write the candidate's artifacts, judge them against the
+//! reference's.
+
+use std::path::Path;
+use std::time::Instant;
+
+use meshparity_compare::{
+    compare_checkpoints, compare_curves, tolerance, CurveOptions, Profile, TensorOptions, Tolerance,
+};
+use meshparity_specs::{Level, Limits, MeshConfig};
+
+use super::outcome::{Comparison, Outcome};
+use super::reference::{save, write_curve, write_forward};
+use super::{files, io, LevelError, Setup};
+use crate::checkpoint;
+use crate::sharding::{ShardingPlan, Shards};
+use crate::train::{self, Length, Record};
+
+/// Run `level` of `mesh` and judge it against the reference artifacts in `reference`.
+pub fn check(
+    setup: &Setup<'_>,
+    mesh: &MeshConfig,
+    level: Level,
+    limits: &Limits,
+    reference: &Path,
+    out: &Path,
+) -> Result<Outcome, LevelError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let start = Instant::now();
+    let mut outcome = if level == Level::Roundtrip {
+        roundtrip(setup, mesh, reference, out)?
+    } else {
+        let rec = train::mesh(
+            setup.model,
+            mesh,
+            setup.training,
+            length(setup, &[level]),
+            None,
+            setup.device,
+            setup.burn_dtype(),
+        )?;
+        judge(setup, mesh, &rec, level, limits, reference, out)?
+    };
+    outcome.seconds = start.elapsed().as_secs_f64();
+    Ok(outcome)
+}
+
+/// Steps a mesh must train for these levels.
+pub(crate) fn length(setup: &Setup<'_>, levels: &[Level]) -> Length {
+    let t = setup.training;
+    let mut len = Length {
+        steps: 1,
+        weights_after: 0,
+    };
+    for level in levels {
+        match level {
+            Level::Curve => len.steps = len.steps.max(t.steps as usize),
+            Level::Oracle => {
+                len.steps = len.steps.max(t.oracle_steps as usize);
+                len.weights_after = t.oracle_steps as usize;
+            }
+            _ => {}
+        }
+    }
+    len
+}
+
+fn tolerance_for(setup: &Setup<'_>, level: Level, limits: &Limits) -> Tolerance {
+    Tolerance {
+        profile: if limits.exact {
+            Profile::Exact
+        } else {
+            Profile::Builtin {
+                level,
+                dtype: setup.dtype,
+                limits: limits.clone(),
+            }
+        },
+        ..Tolerance::default()
+    }
+}
+
+fn tensors(
+    what: &'static str,
+    setup: &Setup<'_>,
+    level: Level,
+    limits: &Limits,
+    a: &Path,
+    b: &Path,
+) -> Result<Comparison, LevelError> {
+    let opts = TensorOptions {
+        tolerance: tolerance_for(setup, level, limits),
+        ..TensorOptions::default()
+    };
+    Ok(Comparison::tensors(
+        what,
+        &compare_checkpoints(a, b, &opts)?,
+    ))
+}
+
+/// Merge per-rank tensors; replicas that disagree are a failed comparison, not an error.
+fn merged(
+    what: &'static str,
+    plan: &ShardingPlan,
+    ranks: &[Shards],
+    out: &Path,
+    file: &str,
+) -> Result<Result<(), Comparison>, LevelError> {
+    match plan.merge(ranks) {
+        Ok(full) => {
+            save(&out.join(file), &full)?;
+            Ok(Ok(()))
+        }
+        Err(e) => Ok(Err(Comparison {
+            what,
+            reference: String::new(),
+            candidate: format!("{} rank shards", ranks.len()),
+            passed: false,
+            compared: ranks.len() as u64,
+            failure: Some(format!("merging rank shards: {e}")),
+            report: serde_json::Value::Null,
+        })),
+    }
+}
+
+/// Judge a finished run at one level.
+pub(crate) fn judge(
+    setup: &Setup<'_>,
+    mesh: &MeshConfig,
+    rec: &Record,
+    level: Level,
+    limits: &Limits,
+    reference: &Path,
+    out: &Path,
+) -> Result<Outcome, LevelError> {
+    let plan = ShardingPlan::llama(setup.model, mesh);
+    let mut comparisons = Vec::new();
+    match level {
+        Level::Forward => {
+            write_forward(out, rec)?;
+            let (a, b) = (reference.join(files::FORWARD), out.join(files::FORWARD));
+            comparisons.push(tensors("logits and loss", setup, level, limits, &a, &b)?);
+        }
+        Level::Curve => {
+            let steps = (setup.training.steps as usize).min(rec.losses.len());
+            write_curve(out, &rec.losses[..steps])?;
+            let tol = tolerance_for(setup, level, limits);
+            let opts = CurveOptions {
+                limits: tolerance::curve_limits(&tol, limits.mode)?,
+                baseline2: None,
+                gate_performance: false,
+            };
+            let (a, b) = (reference.join(files::CURVE), out.join(files::CURVE));
+            comparisons.push(Comparison::curve(&compare_curves(&a, &b, &opts)?));
+        }
+        Level::Oracle => {
+            let weights = rec.weights.as_deref().unwrap_or_default();
+            for (what, ranks, file) in [
+                ("gradients", &rec.grads[..], files::GRADS),
+                ("weights", weights, files::WEIGHTS),
+            ] {
+                match merged(what, &plan, ranks, out, file)? {
+                    Ok(()) => {
+                        let (a, b) = (reference.join(file), out.join(file));
+                        comparisons.push(tensors(what, setup, level, limits, &a, &b)?);
+                    }
+                    Err(failed) => comparisons.push(failed),
+                }
+            }
+        }
+        Level::Roundtrip | Level::Routing => {
+            return Err(LevelError::Unsupported(level.to_string()))
+        }
+    }
+    Ok(Outcome {
+        level,
+        passed: comparisons.iter().all(|c| c.passed),
+        comparisons,
+        collectives: rec.collectives,
+        altered: rec.altered.clone(),
+        anomalies: rec.anomalies.clone(),
+        seconds: 0.0,
+    })
+}
+
+/// Seed checkpoint → per-rank shard files → read back → merged; bit-identical to the seed.
+fn roundtrip(
+    setup: &Setup<'_>,
+    mesh: &MeshConfig,
+    reference: &Path,
+    out: &Path,
+) -> Result<Outcome, LevelError> {
+    let plan = ShardingPlan::llama(setup.model, mesh);
+    let seed_path = reference.join(files::SEED);
+    let seed = checkpoint::load(&seed_path)?;
+    let dir = out.join(files::SHARDS);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let mut back = Vec::new();
+    for (rank, shards) in plan.shard(&seed).iter().enumerate() {
+        let path = dir.join(format!("rank-{rank:05}.safetensors"));
+        save(&path, shards)?;
+        back.push(checkpoint::load(&path)?);
+    }
+    let comparison = match merged("checkpoint", &plan, &back, out, files::MERGED)? {
+        Ok(()) => tensors(
+            "checkpoint",
+            setup,
+            Level::Roundtrip,
+            &Limits::exact(),
+            &seed_path,
+            &out.join(files::MERGED),
+        )?,
+        Err(failed) => failed,
+    };
+    Ok(Outcome {
+        level: Level::Roundtrip,
+        passed: comparison.passed,
+        comparisons: vec![comparison],
+        collectives: 0,
+        altered: Vec::new(),
+        anomalies: Vec::new(),
+        seconds: 0.0,
+    })
+}

@@ -1,0 +1,139 @@
+//! What one level found on one mesh, with the evidence behind it.
+
+use meshparity_compare::render::sci;
+use meshparity_compare::report::{CurveReport, TensorReport, Verdict};
+use meshparity_specs::Level;
+use serde::Serialize;
+
+/// One comparison's verdict and what it compared.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// `logits+loss`, `losses`, `gradients`, `weights`, `checkpoint`.
+    pub what: &'static str,
+    pub reference: String,
+    pub candidate: String,
+    pub passed: bool,
+    /// Tensors or curve points compared.
+    pub compared: u64,
+    /// The first thing over its limit, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// The comparison engine's full report.
+    pub report: serde_json::Value,
+}
+
+impl Comparison {
+    pub fn tensors(what: &'static str, r: &TensorReport) -> Self {
+        let failure = r
+            .problems
+            .first()
+            .map(|p| p.message.clone())
+            .or_else(|| {
+                r.layers.iter().find_map(|l| {
+                    l.failures.first().map(|f| {
+                        format!(
+                            "layer {} mean {} {} (limit {} {})",
+                            l.layer,
+                            f.metric,
+                            sci(f.value),
+                            f.bound,
+                            sci(f.limit)
+                        )
+                    })
+                })
+            })
+            .or_else(|| {
+                r.tensors.iter().find_map(|t| {
+                    t.failures.first().map(|f| {
+                        format!(
+                            "`{}` {} {} (limit {} {})",
+                            t.name,
+                            f.metric,
+                            sci(f.value),
+                            f.bound,
+                            sci(f.limit)
+                        )
+                    })
+                })
+            });
+        Self {
+            what,
+            reference: r.reference.clone(),
+            candidate: r.candidate.clone(),
+            passed: r.verdict != Verdict::Mismatch,
+            compared: r.counts.tensors_compared as u64,
+            failure: if r.verdict == Verdict::Mismatch {
+                failure.or(Some("mismatch".into()))
+            } else {
+                None
+            },
+            report: serde_json::to_value(r).unwrap_or_default(),
+        }
+    }
+
+    pub fn curve(r: &CurveReport) -> Self {
+        let failure = r.problems.first().map(|p| p.message.clone()).or_else(|| {
+            r.metrics
+                .iter()
+                .find(|m| m.verdict == Verdict::Mismatch)
+                .map(|m| {
+                    let step = m
+                        .worst_step
+                        .map(|s| format!(" at step {s}"))
+                        .unwrap_or_default();
+                    format!(
+                        "`{}` rel {}{step}; {} failing step(s)",
+                        m.name,
+                        sci(m.worst_rel),
+                        m.failing_steps.len()
+                    )
+                })
+        });
+        Self {
+            what: "losses",
+            reference: r.reference.clone(),
+            candidate: r.candidate.clone(),
+            passed: r.verdict != Verdict::Mismatch,
+            compared: r.counts.points_compared as u64,
+            failure: if r.verdict == Verdict::Mismatch {
+                failure.or(Some("mismatch".into()))
+            } else {
+                None
+            },
+            report: serde_json::to_value(r).unwrap_or_default(),
+        }
+    }
+}
+
+/// What a level found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub level: Level,
+    pub passed: bool,
+    pub comparisons: Vec<Comparison>,
+    /// Collective calls the mesh run made (0 for roundtrip).
+    pub collectives: usize,
+    /// Calls a fault altered, as `site: what happened`.
+    pub altered: Vec<String>,
+    /// Receives with no matching send and the like.
+    pub anomalies: Vec<String>,
+    pub seconds: f64,
+}
+
+impl Outcome {
+    /// One line for people: what passed or the first failure.
+    pub fn summary(&self) -> String {
+        match self.comparisons.iter().find(|c| !c.passed) {
+            Some(c) => format!(
+                "{} differ: {}",
+                c.what,
+                c.failure.as_deref().unwrap_or("mismatch")
+            ),
+            None => {
+                let n: u64 = self.comparisons.iter().map(|c| c.compared).sum();
+                let what: Vec<&str> = self.comparisons.iter().map(|c| c.what).collect();
+                format!("{} match ({n} compared)", what.join(", "))
+            }
+        }
+    }
+}
