@@ -6,11 +6,12 @@ pub const OK: u8 = 0;
 pub const CHECK_FAILED: u8 = 1;
 /// Bad usage, an invalid spec, or (for `compare`) unreadable input or nothing compared.
 pub const SPEC_ERROR: u8 = 2;
-/// Infrastructure errors only. (Reserved for `run`.)
-#[allow(dead_code)]
+/// Infrastructure errors only (crashes, timeouts, spawn failures; no check failed).
 pub const INFRA_ERROR: u8 = 3;
 /// Filters and partition selected no job.
 pub const NOTHING_SELECTED: u8 = 4;
+/// The run was interrupted (SIGINT/SIGTERM); results so far are written.
+pub const INTERRUPTED: u8 = 130;
 
 /// Text for `--help`.
 pub const HELP: &str = "\

@@ -1,11 +1,15 @@
-//! meshparity's burn reference backend (work in progress, see issue 4).
+//! meshparity's burn reference backend: built-in models on simulated ranks with explicit
+//! collectives, and the check levels as jobs. burn is a dependency of this crate only; the rest
+//! of meshparity sees [`Backend`].
 //!
-//! Built so far: deterministic data and init ([`rng`], [`data`]), the single-device `llama`
-//! model ([`llama`]) that is the oracle for every mesh, host tensors and checkpoints ([`host`],
-//! [`checkpoint`]) and sharding plans with exact shard/merge ([`sharding`]). Still to come:
-//! simulated ranks and explicit collectives, the parallel layers (DP/TP/SP/PP), the check levels
-//! as jobs, and mutations. burn is a dependency of this crate only.
+//! - [`rng`], [`data`] — deterministic init and synthetic batches that expose bugs;
+//! - [`llama`] — the single-device dense model, the oracle;
+//! - [`host`], [`checkpoint`], [`sharding`] — host tensors, safetensors, sharding plans;
+//! - [`parallel`] — collectives, segment-wise autodiff, TP/SP/DP/PP, schedules, faults;
+//! - [`optim`], [`train`] — SGD/AdamW and training runs (oracle and mesh);
+//! - [`levels`] — reference artifacts, roundtrip/forward/curve/oracle, mutation jobs.
 
+pub mod backend;
 pub mod checkpoint;
 pub mod data;
 pub mod host;
@@ -16,3 +20,5 @@ pub mod parallel;
 pub mod rng;
 pub mod sharding;
 pub mod train;
+
+pub use backend::Backend;

@@ -1,7 +1,15 @@
-//! meshparity's runner crate. For now it holds the planner: a validated spec expanded into a
-//! DAG of jobs, with the selection tools (filters, partitions) CI uses to run a slice of it.
-//! The scheduler and job processes will live beside it (see issue "Runner").
+//! meshparity's runner crate: the planner (a validated spec expanded into a DAG of jobs, with
+//! the filters and partitions CI uses to run a slice of it), the executor that runs the jobs as
+//! isolated worker processes, and the worker itself.
+//!
+//! - `plan/` — spec → job DAG, selection;
+//! - `exec/` — scheduling, processes, result store, progress;
+//! - `worker.rs` — one job in this process, the unit a process (or cluster node) runs;
+//! - `testing.rs` — fault injection for the runner's own tests.
 
+pub mod exec;
 pub mod plan;
+pub mod testing;
+pub mod worker;
 
 pub use plan::{Filter, Job, JobId, JobKind, Partition, Plan, Role, Selection};

@@ -2,8 +2,10 @@
 
 mod compare;
 mod plan;
+mod run;
 mod schema;
 mod validate;
+mod worker;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -34,11 +36,17 @@ enum Command {
     /// Show the job DAG a spec expands into.
     #[command(after_help = exit::HELP)]
     Plan(plan::Args),
+    /// Run every selected job (each in its own process) and write the results.
+    #[command(after_help = exit::HELP)]
+    Run(run::Args),
     /// Print the JSON Schema (draft-07) of the spec format, for editors.
     Schema,
     /// Compare two checkpoints (safetensors, sharded or not) or two metric curves (.jsonl).
     /// Exit 0: match; 1: mismatch; 2: bad input or nothing compared.
     Compare(compare::Args),
+    /// Run one job in this process (what `run` launches for each job).
+    #[command(hide = true)]
+    Worker(worker::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -48,6 +56,8 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Schema => schema::run(),
         Command::Compare(args) => compare::run(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Worker(args) => worker::run(&args),
     };
     ExitCode::from(code)
 }

@@ -1,0 +1,219 @@
+//! One worker process: spawned in its own process group, logs to files, ended by a timeout or
+//! a cancellation with SIGTERM to the whole group and SIGKILL after a grace period.
+//!
+//! The child also asks the kernel to kill it if the runner dies (PR_SET_PDEATHSIG), so even a
+//! `kill -9` of the runner leaves no job process behind. The runner spawns from one thread
+//! (a current-thread runtime), which is what the death signal is tied to.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+/// How a process ended.
+#[derive(Clone, Debug)]
+pub enum Ending {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+    SpawnFailed(String),
+}
+
+/// What ran and how it ended.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub ending: Ending,
+    pub seconds: f64,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+impl Finished {
+    /// `0`, `1`, `signal 6`, ...
+    pub fn exit_text(&self) -> Option<String> {
+        match &self.ending {
+            Ending::Exited(s) => Some(match (s.code(), s.signal()) {
+                (Some(c), _) => c.to_string(),
+                (None, Some(sig)) => format!("signal {sig}"),
+                _ => "unknown".into(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The last lines of stderr and stdout, for error reports.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for (label, path) in [("stderr", &self.stderr), ("stdout", &self.stdout)] {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            if all.is_empty() {
+                continue;
+            }
+            out.push_str(&format!(
+                "--- {label} (last {} lines) ---\n",
+                lines.min(all.len())
+            ));
+            for l in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// Launch `exe args` with logs in `dir`, wait for it under `timeout`, and end its group on
+/// timeout or when `cancel` turns true (`true` twice: no grace).
+pub async fn run(
+    exe: &Path,
+    args: &[String],
+    dir: &Path,
+    timeout: Duration,
+    grace: Duration,
+    mut cancel: watch::Receiver<u8>,
+) -> Finished {
+    let start = Instant::now();
+    let stdout = dir.join("stdout.log");
+    let stderr = dir.join("stderr.log");
+    let finished = |ending| Finished {
+        ending,
+        seconds: start.elapsed().as_secs_f64(),
+        stdout: dir.join("stdout.log"),
+        stderr: dir.join("stderr.log"),
+    };
+    let files = std::fs::create_dir_all(dir).and_then(|_| {
+        Ok((
+            std::fs::File::create(&stdout)?,
+            std::fs::File::create(&stderr)?,
+        ))
+    });
+    let (out, err) = match files {
+        Ok(f) => f,
+        Err(e) => {
+            return finished(Ending::SpawnFailed(format!(
+                "creating logs in {}: {e}",
+                dir.display()
+            )))
+        }
+    };
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return finished(Ending::SpawnFailed(format!(
+                "spawning {}: {e}",
+                exe.display()
+            )))
+        }
+    };
+    let pgid = child.id().map(|p| p as i32);
+    if *cancel.borrow() > 0 {
+        end_group(&mut child, pgid, Duration::ZERO).await;
+        return finished(Ending::Cancelled);
+    }
+    enum Wake {
+        Exited(std::io::Result<ExitStatus>),
+        Timeout,
+        Cancel,
+    }
+    let mut watcher = cancel.clone();
+    let wake = tokio::select! {
+        status = child.wait() => Wake::Exited(status),
+        _ = tokio::time::sleep(timeout) => Wake::Timeout,
+        r = watcher.wait_for(|c| *c > 0) => {
+            drop(r);
+            Wake::Cancel
+        }
+    };
+    let ending = match wake {
+        Wake::Exited(Ok(s)) => Ending::Exited(s),
+        Wake::Exited(Err(e)) => Ending::SpawnFailed(format!("waiting for the worker: {e}")),
+        Wake::Timeout => {
+            end_group(&mut child, pgid, grace).await;
+            Ending::TimedOut
+        }
+        Wake::Cancel => {
+            let now = *cancel.borrow() > 1;
+            end_group_watching(
+                &mut child,
+                pgid,
+                if now { Duration::ZERO } else { grace },
+                &mut cancel,
+            )
+            .await;
+            Ending::Cancelled
+        }
+    };
+    // Whatever the worker left behind in its group goes too.
+    if let Some(g) = pgid {
+        signal_group(g, libc::SIGKILL);
+    }
+    finished(ending)
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// SIGTERM to the group, SIGKILL after `grace` if it is still there.
+async fn end_group(child: &mut Child, pgid: Option<i32>, grace: Duration) {
+    let Some(g) = pgid else { return };
+    if grace.is_zero() {
+        signal_group(g, libc::SIGKILL);
+    } else {
+        signal_group(g, libc::SIGTERM);
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            signal_group(g, libc::SIGKILL);
+        }
+    }
+    let _ = child.wait().await;
+}
+
+/// As `end_group`, but a second cancellation during the grace period kills at once.
+async fn end_group_watching(
+    child: &mut Child,
+    pgid: Option<i32>,
+    grace: Duration,
+    cancel: &mut watch::Receiver<u8>,
+) {
+    let Some(g) = pgid else { return };
+    if grace.is_zero() {
+        signal_group(g, libc::SIGKILL);
+    } else {
+        signal_group(g, libc::SIGTERM);
+        let exited = tokio::select! {
+            _ = child.wait() => true,
+            _ = tokio::time::sleep(grace) => false,
+            r = cancel.wait_for(|c| *c > 1) => {
+                drop(r);
+                false
+            }
+        };
+        if !exited {
+            signal_group(g, libc::SIGKILL);
+        }
+    }
+    let _ = child.wait().await;
+}

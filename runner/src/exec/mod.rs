@@ -1,0 +1,28 @@
+//! Running a plan: worker processes, scheduling, the result store, progress.
+//!
+//! - `options.rs` — concurrency, retries, failure limits, time limits;
+//! - `child.rs` — one worker process in its own process group, ended cleanly;
+//! - `scheduler.rs` — the job state machines and the loop that drives them;
+//! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
+//! - `progress.rs` — live bar or plain lines;
+//! - `meta.rs` — what the run was (spec hash, host, commit, backend).
+
+pub mod child;
+pub mod meta;
+pub mod options;
+pub mod progress;
+pub mod scheduler;
+pub mod store;
+
+pub use options::{RunOptions, Timeouts};
+pub use scheduler::{execute, Execution};
+
+/// Drive a future on a current-thread runtime: worker processes are spawned from this one
+/// thread, which their parent-death signal is tied to.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime starts")
+        .block_on(f)
+}

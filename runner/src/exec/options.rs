@@ -1,0 +1,89 @@
+//! How a run executes: concurrency, retries, failure limits, time limits, directories.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use globset::{Glob, GlobMatcher};
+
+use crate::plan::Job;
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The binary that runs workers (normally this one).
+    pub exe: PathBuf,
+    pub spec: PathBuf,
+    pub run_dir: PathBuf,
+    pub cache_dir: PathBuf,
+    /// Concurrency in slots; a job takes `weight` slots.
+    pub slots: usize,
+    pub retries: u32,
+    /// Stop starting jobs after this many failures (`--fail-fast` is 1).
+    pub max_fail: Option<usize>,
+    pub timeouts: Timeouts,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    pub no_cache: bool,
+}
+
+/// Time limits: per level by default, overridable per level or per job-name glob.
+#[derive(Clone, Debug, Default)]
+pub struct Timeouts {
+    /// Every job, unless a rule says otherwise.
+    pub all: Option<Duration>,
+    rules: Vec<(String, GlobMatcher, Duration)>,
+}
+
+/// Defaults by job kind: generous for the tiny built-in models on a slow CPU.
+pub fn default_timeout(kind: &str) -> Duration {
+    Duration::from_secs(match kind {
+        "roundtrip" => 120,
+        "forward" => 300,
+        _ => 900,
+    })
+}
+
+impl Timeouts {
+    /// `SECS` (every job) or `KEY=SECS` with KEY a level name (`reference`, `oracle`,
+    /// `mutation`...) or a glob over job names.
+    pub fn parse(items: &[String]) -> Result<Self, String> {
+        let mut t = Timeouts::default();
+        for item in items {
+            let (key, secs) = match item.rsplit_once('=') {
+                Some((k, s)) => (Some(k), s),
+                None => (None, item.as_str()),
+            };
+            let secs: f64 = secs
+                .parse()
+                .ok()
+                .filter(|s: &f64| *s > 0.0 && s.is_finite())
+                .ok_or_else(|| {
+                    format!("--timeout `{item}`: expected SECONDS or KEY=SECONDS with SECONDS > 0")
+                })?;
+            let d = Duration::from_secs_f64(secs);
+            match key {
+                None => t.all = Some(d),
+                Some(k) => {
+                    let glob = Glob::new(k).map_err(|e| format!("--timeout `{item}`: {e}"))?;
+                    t.rules.push((k.to_owned(), glob.compile_matcher(), d));
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn for_job(&self, job: &Job) -> Duration {
+        let kind = job.kind.level_name();
+        for (key, glob, d) in self.rules.iter().rev() {
+            if key == kind || glob.is_match(&job.name) {
+                return *d;
+            }
+        }
+        self.all.unwrap_or_else(|| default_timeout(kind))
+    }
+}
+
+/// Slots a job takes: simulated ranks share the job's process and its threads, so a big mesh
+/// takes more than one slot, never more than there are.
+pub fn weight(job: &Job, slots: usize) -> usize {
+    (job.world_size as usize).div_ceil(4).clamp(1, slots.max(1))
+}

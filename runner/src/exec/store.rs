@@ -1,0 +1,48 @@
+//! The result store: `results.jsonl` in the run directory, one job record per line, appended
+//! and flushed to disk as each job finishes, before the next one starts. A runner killed at any
+//! point loses no finished result; `--resume` reads the last record of each job.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use meshparity_reports::JobRecord;
+
+pub const RESULTS_LOG: &str = "results.jsonl";
+
+pub struct Store {
+    path: PathBuf,
+    file: File,
+}
+
+impl Store {
+    pub fn open(run_dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(run_dir)?;
+        let path = run_dir.join(RESULTS_LOG);
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(Self { path, file })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn append(&mut self, record: &JobRecord) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(record).expect("records serialize");
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.file.sync_data()
+    }
+}
+
+/// The last record of every job in a run directory's log. A torn last line (the runner was
+/// killed mid-write) is ignored.
+pub fn load(run_dir: &Path) -> std::io::Result<HashMap<String, JobRecord>> {
+    let text = std::fs::read_to_string(run_dir.join(RESULTS_LOG))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<JobRecord>(l).ok())
+        .map(|r| (r.id.clone(), r))
+        .collect())
+}

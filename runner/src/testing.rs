@@ -1,0 +1,47 @@
+//! Test-only fault injection for the runner's own tests: make chosen jobs panic, abort, hang or
+//! exit with a code, so process isolation, timeouts and retries are tested on the real binary.
+//!
+//! `MESHPARITY_TEST_FAULT=GLOB=KIND[;GLOB=KIND...]`, GLOB over job names, KIND one of `panic`,
+//! `abort`, `hang`, `exit:N`, `crash-once` (abort on the first attempt only: a flaky job).
+//! Unset in normal use; documented here only.
+
+use globset::Glob;
+
+use crate::worker::{WorkerArgs, WorkerError};
+
+pub const ENV: &str = "MESHPARITY_TEST_FAULT";
+
+pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
+    let Ok(spec) = std::env::var(ENV) else {
+        return Ok(());
+    };
+    let loaded =
+        meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
+    let plan = crate::plan::Plan::build(&loaded.spec);
+    let Some(name) = plan.node(args.job).map(|n| plan.graph[n].name.clone()) else {
+        return Ok(());
+    };
+    for rule in spec.split(';') {
+        let Some((glob, kind)) = rule.rsplit_once('=') else {
+            continue;
+        };
+        let Ok(g) = Glob::new(glob) else { continue };
+        if !g.compile_matcher().is_match(&name) {
+            continue;
+        }
+        match kind {
+            "panic" => panic!("injected panic in {name}"),
+            "abort" => std::process::abort(),
+            "crash-once" if args.attempt == 1 => std::process::abort(),
+            "hang" => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            k if k.starts_with("exit:") => {
+                eprintln!("injected exit in {name}");
+                std::process::exit(k[5..].parse().unwrap_or(3));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

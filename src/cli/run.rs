@@ -1,0 +1,234 @@
+//! `meshparity run SPEC`: plan, execute every selected job in its own worker process, write
+//! the results.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use meshparity_reports::{RunResults, Status, FORMAT_VERSION};
+use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
+use meshparity_runner::{Filter, Partition, Plan};
+
+use crate::exit;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Spec file.
+    spec: PathBuf,
+    /// Keep jobs matching KEY=GLOB (model, mesh, level, mutation, dtype, name) or a bare GLOB
+    /// on the job name; as in `plan`. Dependencies come along.
+    #[arg(long, short = 'f', value_name = "FILTER")]
+    filter: Vec<String>,
+    /// Run one shard: hash:M/N or count:M/N.
+    #[arg(long, value_name = "KIND:M/N")]
+    partition: Option<Partition>,
+    /// Concurrent slots (default: CPU cores). A job simulating many ranks takes several.
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    /// Retry infrastructure errors (crash, timeout, spawn failure) up to N times; a job that
+    /// then passes is reported flaky. Check failures are never retried.
+    #[arg(long, default_value_t = 0)]
+    retries: u32,
+    /// Stop starting jobs after the first failure.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Stop starting jobs after N failures.
+    #[arg(long, value_name = "N")]
+    max_fail: Option<usize>,
+    /// Time limit: SECONDS for every job, or KEY=SECONDS for a level (reference, roundtrip,
+    /// forward, curve, oracle, mutation) or a job-name glob. Repeatable; later wins.
+    #[arg(long, value_name = "[KEY=]SECONDS")]
+    timeout: Vec<String>,
+    /// Seconds between SIGTERM and SIGKILL when a job is ended.
+    #[arg(long, default_value_t = 5.0)]
+    grace: f64,
+    /// Recompute reference artifacts even when cached.
+    #[arg(long)]
+    no_cache: bool,
+    /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
+    resume: Option<PathBuf>,
+    /// Run directory (default: OUTPUT/SPEC-NAME-TIMESTAMP, OUTPUT from `[run] output`).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Plain lines instead of a live progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+pub fn run(args: &Args) -> u8 {
+    let filter = match Filter::parse(&args.filter) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SPEC_ERROR;
+        }
+    };
+    let timeouts = match Timeouts::parse(&args.timeout) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SPEC_ERROR;
+        }
+    };
+    if !(args.grace >= 0.0 && args.grace.is_finite()) {
+        eprintln!("error: --grace must be a number of seconds ≥ 0");
+        return exit::SPEC_ERROR;
+    }
+    let Some(loaded) = super::load_spec(&args.spec) else {
+        return exit::SPEC_ERROR;
+    };
+    let spec = &loaded.spec;
+    let plan = Plan::build(spec);
+    let selection = plan.select(&filter, args.partition);
+    if selection.is_empty() {
+        eprintln!("nothing selected: no job matches the filters and partition");
+        return exit::NOTHING_SELECTED;
+    }
+    let output = PathBuf::from(&spec.run.output);
+    let (run_dir, previous) = match &args.resume {
+        Some(dir) => match store::load(dir) {
+            Ok(p) => (dir.clone(), p),
+            Err(e) => {
+                eprintln!(
+                    "error: cannot resume {}: {e} (is it a run directory?)",
+                    dir.display()
+                );
+                return exit::SPEC_ERROR;
+            }
+        },
+        None => (
+            args.run_dir.clone().unwrap_or_else(|| {
+                let stamp = chrono_stamp();
+                output.join(format!("{}-{stamp}", spec.name()))
+            }),
+            Default::default(),
+        ),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: cannot find this executable to launch workers: {e}");
+            return exit::INFRA_ERROR;
+        }
+    };
+    let opts = RunOptions {
+        exe,
+        spec: absolute(&args.spec),
+        run_dir: absolute(&run_dir),
+        cache_dir: absolute(&output.join("cache")),
+        slots: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1),
+        retries: args.retries,
+        max_fail: if args.fail_fast {
+            Some(1)
+        } else {
+            args.max_fail
+        },
+        timeouts,
+        grace: Duration::from_secs_f64(args.grace),
+        no_cache: args.no_cache,
+    };
+    let mut meta = exec::meta::collect(
+        &args.spec,
+        &spec.name(),
+        spec.run.training.seed,
+        &opts.run_dir,
+    );
+    let start = Instant::now();
+    let live = !args.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    eprintln!(
+        "running {} job(s) from {} in {}",
+        selection.jobs.len(),
+        args.spec.display(),
+        opts.run_dir.display()
+    );
+    let execution = match exec::block_on(exec::execute(&plan, &selection, &opts, previous, live)) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: writing results in {}: {e}", opts.run_dir.display());
+            return exit::INFRA_ERROR;
+        }
+    };
+    meta.finished = exec::meta::now();
+    meta.seconds = start.elapsed().as_secs_f64();
+    meta.interrupted = execution.interrupted;
+    let results = RunResults {
+        format_version: FORMAT_VERSION,
+        meta,
+        jobs: execution.records,
+    };
+    let path = opts.run_dir.join("results.json");
+    let json = serde_json::to_vec_pretty(&results).expect("results serialize");
+    if let Err(e) = meshparity_reports::write::atomic(&path, &json) {
+        eprintln!("error: writing {}: {e}", path.display());
+        return exit::INFRA_ERROR;
+    }
+    print!("{}", summary(&results));
+    eprintln!("results: {}", path.display());
+    code(&results)
+}
+
+fn code(r: &RunResults) -> u8 {
+    if r.meta.interrupted {
+        exit::INTERRUPTED
+    } else if r.count(Status::Failed) > 0 {
+        exit::CHECK_FAILED
+    } else if r.count(Status::Error) + r.count(Status::Timeout) > 0 {
+        exit::INFRA_ERROR
+    } else if r.jobs.iter().all(|j| j.status.passed()) {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    }
+}
+
+/// The final table: counts, then every job that did not pass.
+fn summary(r: &RunResults) -> String {
+    let mut out = String::new();
+    let bad: Vec<_> = r.jobs.iter().filter(|j| !j.status.passed()).collect();
+    if !bad.is_empty() {
+        out.push_str("\nnot passed:\n");
+        for j in &bad {
+            out.push_str(&format!(
+                "  {:<8} {}  {}\n",
+                j.status.as_str(),
+                j.name,
+                j.summary
+            ));
+        }
+    }
+    let counts: Vec<String> = [
+        Status::Passed,
+        Status::Flaky,
+        Status::Failed,
+        Status::Error,
+        Status::Timeout,
+        Status::Skipped,
+        Status::NotRun,
+    ]
+    .iter()
+    .filter(|s| r.count(**s) > 0)
+    .map(|s| format!("{} {}", r.count(*s), s.as_str()))
+    .collect();
+    out.push_str(&format!(
+        "\n{} job(s) in {:.1}s: {}\n",
+        r.jobs.len(),
+        r.meta.seconds,
+        counts.join(", ")
+    ));
+    out
+}
+
+fn chrono_stamp() -> String {
+    exec::meta::now()
+        .replace([':', '-'], "")
+        .replace('T', "-")
+        .trim_end_matches('Z')
+        .to_owned()
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
+}

@@ -1,0 +1,57 @@
+//! `meshparity worker` (hidden): run one job in this process; the runner's child processes.
+
+use std::path::PathBuf;
+
+use meshparity_reports::Status;
+use meshparity_runner::worker::{self, WorkerArgs};
+use meshparity_runner::JobId;
+
+use crate::exit;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    spec: PathBuf,
+    /// Job id (16 hex digits, as `meshparity plan --format json` lists).
+    #[arg(long)]
+    job: String,
+    /// Directory for the job's artifacts and `result.json`.
+    #[arg(long)]
+    out: PathBuf,
+    /// Cache of reference artifacts.
+    #[arg(long)]
+    cache: PathBuf,
+    #[arg(long)]
+    no_cache: bool,
+    #[arg(long, default_value_t = 1)]
+    attempt: u32,
+}
+
+pub fn run(args: &Args) -> u8 {
+    let Some(job) = JobId::parse(&args.job) else {
+        eprintln!("error: `{}` is not a job id (16 hex digits)", args.job);
+        return exit::SPEC_ERROR;
+    };
+    let wa = WorkerArgs {
+        spec: args.spec.clone(),
+        job,
+        out: args.out.clone(),
+        cache: args.cache.clone(),
+        no_cache: args.no_cache,
+        attempt: args.attempt,
+    };
+    match worker::run(&wa) {
+        Ok(r) => {
+            println!("{}: {}", r.status.as_str(), r.summary);
+            if r.status == Status::Passed {
+                exit::OK
+            } else {
+                exit::CHECK_FAILED
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::SPEC_ERROR
+        }
+    }
+}
