@@ -28,6 +28,22 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> u8 {
+    // After the default report (and any backtrace), one line the runner can quote.
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {l}"))
+            .unwrap_or_default();
+        eprintln!("error: the job panicked{at}: {msg}");
+    }));
     let Some(job) = JobId::parse(&args.job) else {
         eprintln!("error: `{}` is not a job id (16 hex digits)", args.job);
         return exit::SPEC_ERROR;

@@ -45,14 +45,25 @@ impl Comparison {
             .or_else(|| {
                 r.tensors.iter().find_map(|t| {
                     t.failures.first().map(|f| {
-                        format!(
-                            "`{}` {} {} (limit {} {})",
-                            t.name,
-                            f.metric,
-                            sci(f.value),
-                            f.bound,
-                            sci(f.limit)
-                        )
+                        if f.metric == "allclose" {
+                            format!(
+                                "`{}`: {} of {} element(s) outside allclose (atol {}, rtol {})",
+                                t.name,
+                                f.value,
+                                t.metrics.elements,
+                                sci(t.limits.atol),
+                                sci(t.limits.rtol)
+                            )
+                        } else {
+                            format!(
+                                "`{}` {} {} (limit {} {})",
+                                t.name,
+                                f.metric,
+                                sci(f.value),
+                                f.bound,
+                                sci(f.limit)
+                            )
+                        }
                     })
                 })
             });

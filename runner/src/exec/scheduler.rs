@@ -80,8 +80,9 @@ pub async fn execute(
             .get(&job.id.to_string())
             .filter(|r| r.status.passed())
         {
-            let r = r.clone();
-            run.finish(i, r)?;
+            // Already in this run directory's log: carried over, not appended again.
+            run.progress.finished(r);
+            run.states[i] = State::Done(Box::new(r.clone()));
         }
     }
 

@@ -1,0 +1,363 @@
+//! `meshparity run` on the real binary: every job in its own process, failures of every kind
+//! recorded while the rest of the run completes, retries, interruption, resume, exit codes, and
+//! no job process outliving the runner.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const SPEC: &str = r#"
+[run]
+name = "small"
+seed = 7
+steps = 3
+batch = 4
+
+[models.tiny]
+family = "llama"
+layers = 2
+hidden = 32
+heads = 4
+kv_heads = 2
+ffn = 48
+vocab = 64
+seq_len = 8
+
+[meshes.dp2]
+dp = 2
+
+[meshes.tp2]
+tp = 2
+
+[meshes.pp2]
+pp = 2
+microbatches = 2
+
+[meshes.tp2-sp]
+tp = 2
+sp = true
+
+[[matrix]]
+models = ["tiny"]
+levels = ["roundtrip", "forward", "curve"]
+"#;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(spec: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.path().join("run")
+    }
+
+    fn cmd(&self, fault: Option<&str>) -> Command {
+        let mut c = Command::cargo_bin("meshparity").unwrap();
+        c.current_dir(self.path())
+            .env("NO_COLOR", "1")
+            .env_remove("MESHPARITY_TEST_FAULT");
+        if let Some(f) = fault {
+            c.env("MESHPARITY_TEST_FAULT", f);
+        }
+        c.args(["run", "spec.toml", "--no-progress"]);
+        c
+    }
+
+    fn results(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.run_dir().join("results.json")).unwrap())
+            .unwrap()
+    }
+
+    fn status_of(&self, name: &str) -> (String, String) {
+        let r = self.results();
+        let job = r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"] == name)
+            .unwrap_or_else(|| panic!("no job {name}"));
+        (
+            job["status"].as_str().unwrap().to_owned(),
+            job["summary"].as_str().unwrap().to_owned(),
+        )
+    }
+}
+
+fn count(results: &Value, status: &str) -> usize {
+    results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"] == status)
+        .count()
+}
+
+/// Processes whose command line mentions `needle` (our job processes carry the run dir).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) && cmd.contains("worker") {
+            found.push(cmd);
+        }
+    }
+    found
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_clean_run_passes_and_writes_results() {
+    let fx = Fixture::new(SPEC);
+    let out = fx
+        .cmd(None)
+        .args(["--run-dir", "run"])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("13 job(s)"), "{out}");
+    let r = fx.results();
+    assert_eq!(r["format_version"], 1);
+    assert_eq!(count(&r, "passed"), 13, "{r:#}");
+    assert_eq!(r["meta"]["backend"], "burn-flex");
+    let lines = std::fs::read_to_string(fx.run_dir().join("results.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 13);
+    // A second run reuses the cached oracle artifacts.
+    fx.cmd(None).args(["--run-dir", "run2"]).assert().code(0);
+    let r2: Value =
+        serde_json::from_slice(&std::fs::read(fx.path().join("run2/results.json")).unwrap())
+            .unwrap();
+    let reference = r2["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "reference")
+        .unwrap();
+    assert_eq!(reference["cached"], true, "{reference:#}");
+}
+
+#[test]
+fn crashes_hangs_and_bad_exits_are_recorded_while_the_rest_completes() {
+    let fx = Fixture::new(SPEC);
+    let faults =
+        "*/dp2/forward=panic;*/tp2/forward=abort;*/pp2/forward=hang;*/tp2-sp/forward=exit:7";
+    let out = fx
+        .cmd(Some(faults))
+        .args([
+            "--run-dir",
+            "run",
+            "--timeout",
+            "forward=2",
+            "--grace",
+            "0.5",
+        ])
+        .assert()
+        .code(3);
+    let stdout = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let (s, why) = fx.status_of("tiny@f32/dp2/forward");
+    assert_eq!(s, "error");
+    assert!(why.contains("injected panic"), "{why}");
+    let (s, why) = fx.status_of("tiny@f32/tp2/forward");
+    assert_eq!(s, "error");
+    assert!(why.contains("signal 6"), "{why}");
+    let (s, why) = fx.status_of("tiny@f32/pp2/forward");
+    assert_eq!(
+        (s.as_str(), why.as_str()),
+        ("timeout", "timed out after 2s")
+    );
+    let (s, why) = fx.status_of("tiny@f32/tp2-sp/forward");
+    assert_eq!(s, "error");
+    assert!(why.contains("exited with 7"), "{why}");
+    // Dependents are skipped with the reason; everything else ran.
+    let (s, why) = fx.status_of("tiny@f32/pp2/curve");
+    assert_eq!(s, "skipped");
+    assert!(why.contains("tiny@f32/pp2/forward"), "{why}");
+    let r = fx.results();
+    assert_eq!(count(&r, "passed"), 5, "reference + 4 roundtrips: {stdout}");
+    let panic_job = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "tiny@f32/dp2/forward")
+        .unwrap();
+    assert!(panic_job["attempts"][0]["log_tail"]
+        .as_str()
+        .unwrap()
+        .contains("injected panic"));
+    assert!(processes_mentioning(&fx.run_dir().display().to_string()).is_empty());
+}
+
+#[test]
+fn infrastructure_errors_are_retried_and_reported_flaky() {
+    let fx = Fixture::new(SPEC);
+    fx.cmd(Some("*/tp2/roundtrip=crash-once"))
+        .args(["--run-dir", "run"])
+        .assert()
+        .code(3);
+    assert_eq!(fx.status_of("tiny@f32/tp2/roundtrip").0, "error");
+
+    let fx = Fixture::new(SPEC);
+    fx.cmd(Some("*/tp2/roundtrip=crash-once"))
+        .args(["--run-dir", "run", "--retries", "1"])
+        .assert()
+        .code(0);
+    let r = fx.results();
+    let job = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "tiny@f32/tp2/roundtrip")
+        .unwrap();
+    assert_eq!(job["status"], "flaky");
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["status"], "error");
+    assert_eq!(attempts[1]["status"], "passed");
+}
+
+#[test]
+fn a_check_failure_exits_1_and_is_never_retried() {
+    // Bit-exact forward limits cannot hold for a row-parallel sum.
+    let spec = format!("{SPEC}\n[tolerances.exact-forward]\nextends = \"builtin\"\nforward.f32 = {{ atol = 0.0, rtol = 0.0, top1 = 1.0 }}\n");
+    let spec = spec.replace(
+        "levels = [\"roundtrip\", \"forward\", \"curve\"]",
+        "levels = [\"forward\"]\ntolerance = \"exact-forward\"",
+    );
+    let fx = Fixture::new(&spec);
+    fx.cmd(None)
+        .args(["--run-dir", "run", "--retries", "2"])
+        .assert()
+        .code(1);
+    let r = fx.results();
+    let tp2 = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "tiny@f32/tp2/forward")
+        .unwrap();
+    assert_eq!(tp2["status"], "failed", "{tp2:#}");
+    assert_eq!(tp2["attempts"].as_array().unwrap().len(), 1);
+    assert!(
+        tp2["summary"].as_str().unwrap().contains("logits"),
+        "{tp2:#}"
+    );
+}
+
+#[test]
+fn usage_spec_and_selection_errors_have_their_own_exit_codes() {
+    let fx = Fixture::new(SPEC);
+    fx.cmd(None)
+        .args(["--filter", "mesh=nope"])
+        .assert()
+        .code(4);
+    let bad = Fixture::new("[run]\nsteps = \"many\"\n");
+    bad.cmd(None).assert().code(2);
+    fx.cmd(None).args(["--timeout", "forever"]).assert().code(2);
+}
+
+fn spawn_run(fx: &Fixture, fault: &str, extra: &[&str]) -> Child {
+    let exe = assert_cmd::cargo::cargo_bin("meshparity");
+    StdCommand::new(exe)
+        .current_dir(fx.path())
+        .env("MESHPARITY_TEST_FAULT", fault)
+        .args([
+            "run",
+            "spec.toml",
+            "--no-progress",
+            "--run-dir",
+            "run",
+            "-j",
+            "1",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn finished_lines(fx: &Fixture) -> usize {
+    std::fs::read_to_string(fx.run_dir().join("results.jsonl"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn sigint_leaves_valid_results_and_a_resumable_run() {
+    let fx = Fixture::new(SPEC);
+    let mut child = spawn_run(&fx, "*/tp2/curve=hang", &[]);
+    let run_dir = fx.run_dir().display().to_string();
+    wait_for("the hanging job", Duration::from_secs(120), || {
+        processes_mentioning(&run_dir)
+            .iter()
+            .any(|c| c.contains("tp2_curve"))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let r = fx.results();
+    assert_eq!(r["meta"]["interrupted"], true);
+    assert!(count(&r, "not-run") >= 1, "{r:#}");
+    assert!(
+        processes_mentioning(&run_dir).is_empty(),
+        "job processes survived SIGINT"
+    );
+    let passed_before = count(&r, "passed");
+    let lines_before = finished_lines(&fx);
+
+    fx.cmd(None).args(["--resume", "run"]).assert().code(0);
+    let r = fx.results();
+    assert_eq!(count(&r, "passed"), 13, "{r:#}");
+    // Only what had not passed ran again.
+    assert_eq!(finished_lines(&fx) - lines_before, 13 - passed_before);
+}
+
+#[test]
+fn kill_9_of_the_runner_loses_no_result_and_leaves_no_process() {
+    let fx = Fixture::new(SPEC);
+    let mut child = spawn_run(&fx, "*/pp2/curve=hang", &[]);
+    let run_dir = fx.run_dir().display().to_string();
+    wait_for("some finished results", Duration::from_secs(120), || {
+        finished_lines(&fx) >= 5
+    });
+    wait_for("the hanging job", Duration::from_secs(120), || {
+        !processes_mentioning(&run_dir).is_empty()
+    });
+    let before = finished_lines(&fx);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    wait_for(
+        "job processes to die with the runner",
+        Duration::from_secs(10),
+        || processes_mentioning(&run_dir).is_empty(),
+    );
+    assert!(finished_lines(&fx) >= before, "finished results were lost");
+    fx.cmd(None).args(["--resume", "run"]).assert().code(0);
+    assert_eq!(count(&fx.results(), "passed"), 13);
+}
