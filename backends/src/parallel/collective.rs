@@ -207,6 +207,13 @@ impl Comm {
         });
     }
 
+    /// Take over a sub-communicator's record (a replica's), after this one's.
+    pub fn absorb(&mut self, sub: Comm) {
+        self.calls.extend(sub.calls);
+        self.anomalies.extend(sub.anomalies);
+        self.mailbox.extend(sub.mailbox);
+    }
+
     /// Messages sent but never received.
     pub fn undelivered(&self) -> usize {
         self.mailbox.len()

@@ -27,6 +27,16 @@ pub struct StepOutput {
     pub grads: Vec<IndexMap<String, Tensor<2>>>,
 }
 
+/// What one data-parallel replica produced.
+struct Replica {
+    /// Σ over microbatches of the (normalized) loss.
+    loss: f64,
+    /// Logits of its microbatches, in order.
+    logits: Vec<Tensor<3>>,
+    /// Accumulated gradients of its ranks.
+    acc: HashMap<usize, IndexMap<String, Tensor<2>>>,
+}
+
 /// A mesh as the step executor sees it.
 pub struct MeshExec<'a> {
     pub model: &'a ModelConfig,
@@ -64,7 +74,6 @@ impl MeshExec<'_> {
         let (dp, pp, mbs) = (m.dp as usize, m.pp as usize, m.microbatches as usize);
         let world = params.len();
         let rows = batch.batch / dp;
-        let mb_rows = rows / mbs;
         let leaves: Vec<Leaves> = params
             .iter()
             .map(|p| {
@@ -86,115 +95,33 @@ impl MeshExec<'_> {
             .map(scalar)
             .collect();
 
+        // Replicas are independent until the gradient all-reduce: each runs on its own thread
+        // with its own communicator (their logs are merged in replica order afterwards).
+        // On the thread pool, like the ranks within a replica.
+        let fault = comm.fault();
+        let replicas: Vec<Result<(Replica, Comm), String>> = {
+            use rayon::prelude::*;
+            normalizers
+                .par_iter()
+                .enumerate()
+                .map(|(d, &normalizer)| {
+                    let mut sub = Comm::new(fault);
+                    self.replica(&mut sub, d, normalizer, batch, &leaves, &order)
+                        .map(|r| (r, sub))
+                })
+                .collect()
+        };
         let mut acc: Vec<IndexMap<String, Tensor<2>>> = vec![IndexMap::new(); world];
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
-        for (d, &normalizer) in normalizers.iter().enumerate() {
-            let micro: Vec<Batch> = (0..mbs)
-                .map(|i| batch.rows(d * rows + i * mb_rows, mb_rows))
-                .collect();
-            let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
-            let mut losses = vec![0.0; mbs];
-            let mut logits: Vec<Option<Tensor<3>>> = vec![None; mbs];
-            for &action in &order {
-                match action {
-                    Action::Forward { stage, mb } => {
-                        let ctx = self.ctx(stage, d, &leaves);
-                        let input = self.receive_activations(comm, stage, d, mb, &micro[mb]);
-                        let out = ctx.forward(comm, &micro[mb], input, normalizer);
-                        if stage + 1 < pp {
-                            for (t, &v) in out.outputs.iter().enumerate() {
-                                let (from, to) =
-                                    (self.rank(t, d, stage), self.rank(t, d, stage + 1));
-                                let wrong = self.rank(t, d, (stage + 2) % pp);
-                                let site = format!("pp.stage{stage}.fwd.send");
-                                comm.send(
-                                    &site,
-                                    from,
-                                    to,
-                                    wrong,
-                                    &format!("d{d}.mb{mb}.act"),
-                                    out.tape.value(v),
-                                );
-                            }
-                        } else {
-                            losses[mb] = scalar(out.tape.value(out.outputs[0]).reshape([1]));
-                            let parts: Vec<Tensor<3>> =
-                                out.logits.iter().map(|&v| out.tape.value(v)).collect();
-                            logits[mb] = Some(Tensor::cat(parts, 2));
-                        }
-                        live.insert((stage, mb), out);
-                    }
-                    Action::Backward { stage, mb } => {
-                        let out = live.remove(&(stage, mb)).ok_or("backward before forward")?;
-                        let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
-                            let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
-                            out.outputs.iter().map(|&v| (v, one.clone())).collect()
-                        } else {
-                            out.outputs
-                                .iter()
-                                .enumerate()
-                                .map(|(t, &v)| {
-                                    let (from, to) =
-                                        (self.rank(t, d, stage + 1), self.rank(t, d, stage));
-                                    let site = format!("pp.stage{stage}.bwd.recv");
-                                    let like = out.tape.value(v).zeros_like();
-                                    (
-                                        v,
-                                        comm.recv(
-                                            &site,
-                                            from,
-                                            to,
-                                            &format!("d{d}.mb{mb}.grad"),
-                                            || like,
-                                        ),
-                                    )
-                                })
-                                .collect()
-                        };
-                        let dropped = comm.fault().is_some_and(|f| f.drops_microbatch(mb, mbs));
-                        if dropped {
-                            comm.event(
-                                &format!("grad.accumulate.d{d}.mb{mb}"),
-                                "finalized before this microbatch",
-                            );
-                        }
-                        let inputs = out.inputs.clone();
-                        let mut input_grads = out.tape.backward(comm, seeds, |rank, g| {
-                            if dropped {
-                                return;
-                            }
-                            for (name, leaf) in &leaves[rank] {
-                                if let Some(grad) = leaf.grad(g) {
-                                    let sum = match acc[rank].swap_remove(name) {
-                                        Some(prev) => prev + grad,
-                                        None => grad,
-                                    };
-                                    acc[rank].insert(name.clone(), sum);
-                                }
-                            }
-                        });
-                        if stage > 0 {
-                            for (t, v) in inputs.into_iter().enumerate() {
-                                let g = input_grads
-                                    .remove(&v)
-                                    .ok_or("a stage input got no gradient")?;
-                                let (from, to) =
-                                    (self.rank(t, d, stage), self.rank(t, d, stage - 1));
-                                let site = format!("pp.stage{stage}.bwd.send");
-                                comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
-                            }
-                        }
-                    }
-                }
+        for r in replicas {
+            let (r, sub) = r?;
+            comm.absorb(sub);
+            replica_losses.push(f64_tensor(r.loss, self.device));
+            logits_rows.extend(r.logits);
+            for (rank, grads) in r.acc {
+                acc[rank] = grads;
             }
-            let sum: f64 = losses.iter().sum();
-            replica_losses.push(f64_tensor(sum, self.device));
-            logits_rows.extend(
-                logits
-                    .into_iter()
-                    .map(|l| l.expect("every microbatch reached the last stage")),
-            );
         }
         let loss = scalar(
             comm.all_reduce_sum("loss.report.dp.all_reduce", &last_ranks, replica_losses)
@@ -205,6 +132,131 @@ impl MeshExec<'_> {
             loss,
             logits: Tensor::cat(logits_rows, 0),
             grads,
+        })
+    }
+
+    /// One data-parallel replica's pipeline over its microbatches, in schedule order.
+    fn replica(
+        &self,
+        comm: &mut Comm,
+        d: usize,
+        normalizer: f64,
+        batch: &Batch,
+        leaves: &[Leaves],
+        order: &[Action],
+    ) -> Result<Replica, String> {
+        let (dp, pp, mbs) = (
+            self.mesh.dp as usize,
+            self.mesh.pp as usize,
+            self.mesh.microbatches as usize,
+        );
+        let rows = batch.batch / dp;
+        let mb_rows = rows / mbs;
+        let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
+        let micro: Vec<Batch> = (0..mbs)
+            .map(|i| batch.rows(d * rows + i * mb_rows, mb_rows))
+            .collect();
+        let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
+        let mut losses = vec![0.0; mbs];
+        let mut logits: Vec<Option<Tensor<3>>> = vec![None; mbs];
+        for &action in order {
+            match action {
+                Action::Forward { stage, mb } => {
+                    let ctx = self.ctx(stage, d, &leaves);
+                    let input = self.receive_activations(comm, stage, d, mb, &micro[mb]);
+                    let out = ctx.forward(comm, &micro[mb], input, normalizer);
+                    if stage + 1 < pp {
+                        for (t, &v) in out.outputs.iter().enumerate() {
+                            let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage + 1));
+                            let wrong = self.rank(t, d, (stage + 2) % pp);
+                            let site = format!("pp.stage{stage}.fwd.send");
+                            comm.send(
+                                &site,
+                                from,
+                                to,
+                                wrong,
+                                &format!("d{d}.mb{mb}.act"),
+                                out.tape.value(v),
+                            );
+                        }
+                    } else {
+                        losses[mb] = scalar(out.tape.value(out.outputs[0]).reshape([1]));
+                        let parts: Vec<Tensor<3>> =
+                            out.logits.iter().map(|&v| out.tape.value(v)).collect();
+                        logits[mb] = Some(Tensor::cat(parts, 2));
+                    }
+                    live.insert((stage, mb), out);
+                }
+                Action::Backward { stage, mb } => {
+                    let out = live.remove(&(stage, mb)).ok_or("backward before forward")?;
+                    let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
+                        let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
+                        out.outputs.iter().map(|&v| (v, one.clone())).collect()
+                    } else {
+                        out.outputs
+                            .iter()
+                            .enumerate()
+                            .map(|(t, &v)| {
+                                let (from, to) =
+                                    (self.rank(t, d, stage + 1), self.rank(t, d, stage));
+                                let site = format!("pp.stage{stage}.bwd.recv");
+                                let like = out.tape.value(v).zeros_like();
+                                (
+                                    v,
+                                    comm.recv(
+                                        &site,
+                                        from,
+                                        to,
+                                        &format!("d{d}.mb{mb}.grad"),
+                                        || like,
+                                    ),
+                                )
+                            })
+                            .collect()
+                    };
+                    let dropped = comm.fault().is_some_and(|f| f.drops_microbatch(mb, mbs));
+                    if dropped {
+                        comm.event(
+                            &format!("grad.accumulate.d{d}.mb{mb}"),
+                            "finalized before this microbatch",
+                        );
+                    }
+                    let inputs = out.inputs.clone();
+                    let mut input_grads = out.tape.backward(comm, seeds, |rank, g| {
+                        let acc = acc.entry(rank).or_default();
+                        if dropped {
+                            return;
+                        }
+                        for (name, leaf) in &leaves[rank] {
+                            if let Some(grad) = leaf.grad(g) {
+                                let sum = match acc.swap_remove(name) {
+                                    Some(prev) => prev + grad,
+                                    None => grad,
+                                };
+                                acc.insert(name.clone(), sum);
+                            }
+                        }
+                    });
+                    if stage > 0 {
+                        for (t, v) in inputs.into_iter().enumerate() {
+                            let g = input_grads
+                                .remove(&v)
+                                .ok_or("a stage input got no gradient")?;
+                            let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage - 1));
+                            let site = format!("pp.stage{stage}.bwd.send");
+                            comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Replica {
+            loss: losses.iter().sum(),
+            logits: logits
+                .into_iter()
+                .map(|l| l.ok_or("a microbatch never reached the last stage"))
+                .collect::<Result<_, _>>()?,
+            acc,
         })
     }
 

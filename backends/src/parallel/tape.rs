@@ -32,13 +32,17 @@ pub enum Conj {
     ScatterToSp(usize),
 }
 
+/// One rank's computation between collectives.
+struct Segment {
+    rank: usize,
+    inputs: Vec<(Val, Tensor<3>)>,
+    output: Tensor<3>,
+    out: Val,
+}
+
 enum Node {
-    Segment {
-        rank: usize,
-        inputs: Vec<(Val, Tensor<3>)>,
-        output: Tensor<3>,
-        out: Val,
-    },
+    /// The segments of a group's ranks, one per rank, run concurrently.
+    Segments(Vec<Segment>),
     Collective {
         conj: Conj,
         site: String,
@@ -71,6 +75,13 @@ impl Tape {
         self.values.len() - 1
     }
 
+    fn leaves(&self, inputs: &[Val]) -> Vec<(Val, Tensor<3>)> {
+        inputs
+            .iter()
+            .map(|&v| (v, self.values[v].clone().autodiff().require_grad()))
+            .collect()
+    }
+
     /// Run `f` on `rank` with `inputs` as fresh gradient leaves.
     pub fn segment(
         &mut self,
@@ -78,36 +89,46 @@ impl Tape {
         inputs: &[Val],
         f: impl FnOnce(Vec<Tensor<3>>) -> Tensor<3>,
     ) -> Val {
-        let leaves: Vec<(Val, Tensor<3>)> = inputs
-            .iter()
-            .map(|&v| (v, self.values[v].clone().autodiff().require_grad()))
-            .collect();
+        let leaves = self.leaves(inputs);
         let output = f(leaves.iter().map(|(_, l)| l.clone()).collect());
         let out = self.input(output.clone());
-        self.nodes.push(Node::Segment {
+        self.nodes.push(Node::Segments(vec![Segment {
             rank,
             inputs: leaves,
             output,
             out,
-        });
+        }]));
         out
     }
 
-    /// One segment per rank of a group: `f(i, inputs_of_rank_i)` for the i-th rank.
+    /// One segment per rank of a group: `f(i, inputs_of_rank_i)` for the i-th rank, the ranks
+    /// on their own threads as they would be on their own devices.
     pub fn per_rank(
         &mut self,
         ranks: &[usize],
         inputs: &[&[Val]],
-        f: impl Fn(usize, Vec<Tensor<3>>) -> Tensor<3>,
+        f: impl Fn(usize, Vec<Tensor<3>>) -> Tensor<3> + Sync,
     ) -> Vec<Val> {
-        ranks
-            .iter()
-            .enumerate()
-            .map(|(i, &rank)| {
-                let ins: Vec<Val> = inputs.iter().map(|vals| vals[i]).collect();
-                self.segment(rank, &ins, |leaves| f(i, leaves))
-            })
-            .collect()
+        let leaves: Vec<Vec<(Val, Tensor<3>)>> = (0..ranks.len())
+            .map(|i| self.leaves(&inputs.iter().map(|vals| vals[i]).collect::<Vec<_>>()))
+            .collect();
+        let outputs: Vec<Tensor<3>> = on_ranks(&leaves, |i, l| {
+            f(i, l.iter().map(|(_, t)| t.clone()).collect())
+        });
+        let mut segments = Vec::with_capacity(ranks.len());
+        let mut outs = Vec::with_capacity(ranks.len());
+        for ((&rank, inputs), output) in ranks.iter().zip(leaves).zip(outputs) {
+            let out = self.input(output.clone());
+            outs.push(out);
+            segments.push(Segment {
+                rank,
+                inputs,
+                output,
+                out,
+            });
+        }
+        self.nodes.push(Node::Segments(segments));
+        outs
     }
 
     /// A collective over the group's values, recorded with its backward conjugate.
@@ -159,23 +180,29 @@ impl Tape {
         let Tape { values, nodes } = self;
         for node in nodes.into_iter().rev() {
             match node {
-                Node::Segment {
-                    rank,
-                    inputs,
-                    output,
-                    out,
-                } => {
-                    let Some(g) = grads.remove(&out) else {
-                        continue;
-                    };
-                    let surrogate = (output * g.autodiff()).sum();
-                    let segment_grads = surrogate.backward();
-                    for (v, leaf) in &inputs {
-                        if let Some(g) = leaf.grad(&segment_grads) {
-                            accumulate(&mut grads, *v, g);
+                Node::Segments(segments) => {
+                    let work: Vec<(Segment, Tensor<3>)> = segments
+                        .into_iter()
+                        .filter_map(|seg| grads.remove(&seg.out).map(|g| (seg, g)))
+                        .collect();
+                    let done = on_ranks(&work, |_, (seg, g)| {
+                        let surrogate = (seg.output.clone() * g.clone().autodiff()).sum();
+                        let segment_grads = surrogate.backward();
+                        let inputs: Vec<(Val, Option<Tensor<3>>)> = seg
+                            .inputs
+                            .iter()
+                            .map(|(v, leaf)| (*v, leaf.grad(&segment_grads)))
+                            .collect();
+                        (seg.rank, inputs, segment_grads)
+                    });
+                    for (rank, inputs, segment_grads) in done {
+                        for (v, g) in inputs {
+                            if let Some(g) = g {
+                                accumulate(&mut grads, v, g);
+                            }
                         }
+                        params(rank, &segment_grads);
                     }
-                    params(rank, &segment_grads);
                 }
                 Node::Collective {
                     conj,
@@ -214,6 +241,15 @@ impl Tape {
         }
         grads
     }
+}
+
+/// `f` for every item, on the thread pool (ranks run concurrently, as on their own devices).
+fn on_ranks<T: Sync, R: Send>(items: &[T], f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    use rayon::prelude::*;
+    if items.len() <= 1 {
+        return items.iter().enumerate().map(|(i, t)| f(i, t)).collect();
+    }
+    items.par_iter().enumerate().map(|(i, t)| f(i, t)).collect()
 }
 
 fn accumulate(grads: &mut HashMap<Val, Tensor<3>>, v: Val, g: Tensor<3>) {

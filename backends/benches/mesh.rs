@@ -1,0 +1,92 @@
+//! Wall time of each quickstart mesh's training run against the oracle's, side by side in one
+//! run: the same model, batch and steps; the mesh simulates every rank and collective in this
+//! process. Target: mesh / oracle ≤ 1.5.
+//!
+//! `cargo bench -p meshparity-backends --bench mesh` (MESHPARITY_BENCH_STEPS, default 4).
+
+use std::time::Instant;
+
+use burn::tensor::{DType, Device};
+use meshparity_backends::train::{self, Length};
+use meshparity_specs::{Family, MeshConfig, ModelConfig, Optimizer, Schedule, Training};
+
+const RUNS: usize = 5;
+
+fn mesh(dp: u32, tp: u32, pp: u32, sp: bool, microbatches: u32) -> MeshConfig {
+    MeshConfig {
+        dp,
+        tp,
+        pp,
+        ep: 1,
+        etp: 1,
+        cp: 1,
+        sp,
+        microbatches,
+        schedule: Schedule::OneFOneB,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let steps: usize = std::env::var("MESHPARITY_BENCH_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    // The quickstart's model and run.
+    let model = ModelConfig {
+        family: Family::Llama,
+        layers: 2,
+        hidden: 64,
+        heads: 4,
+        kv_heads: 2,
+        ffn: 128,
+        vocab: 128,
+        seq_len: 16,
+        experts: None,
+        top_k: None,
+    };
+    let training = Training {
+        seed: 1234,
+        steps: steps as u32,
+        oracle_steps: 2,
+        batch: 8,
+        optimizer: Optimizer::Adamw,
+        lr: 1e-3,
+    };
+    let len = Length {
+        steps,
+        weights_after: 2,
+    };
+    let dev = Device::flex();
+    let meshes = [
+        ("dp2", mesh(2, 1, 1, false, 1)),
+        ("tp2", mesh(1, 2, 1, false, 1)),
+        ("tp2-sp", mesh(1, 2, 1, true, 1)),
+        ("pp2 (1f1b, 4 mb)", mesh(1, 1, 2, false, 4)),
+        ("dp2-tp2-pp2 (2 mb)", mesh(2, 2, 2, false, 2)),
+    ];
+    // Warm up: thread pools, allocator.
+    train::oracle(&model, &training, len, &dev, DType::F32);
+    println!("{steps} training steps, median of {RUNS} runs, interleaved");
+    println!(
+        "{:<20} {:>10} {:>10} {:>8}",
+        "mesh", "oracle ms", "mesh ms", "ratio"
+    );
+    for (name, m) in &meshes {
+        let (mut o, mut t) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            let s = Instant::now();
+            train::oracle(&model, &training, len, &dev, DType::F32);
+            o.push(s.elapsed().as_secs_f64() * 1e3);
+            let s = Instant::now();
+            train::mesh(&model, m, &training, len, None, &dev, DType::F32).expect("mesh runs");
+            t.push(s.elapsed().as_secs_f64() * 1e3);
+        }
+        let (o, t) = (median(o), median(t));
+        println!("{name:<20} {o:>10.1} {t:>10.1} {:>8.2}", t / o);
+    }
+}
