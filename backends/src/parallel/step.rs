@@ -162,7 +162,7 @@ impl MeshExec<'_> {
         for &action in order {
             match action {
                 Action::Forward { stage, mb } => {
-                    let ctx = self.ctx(stage, d, &leaves);
+                    let ctx = self.ctx(stage, d, leaves);
                     let input = self.receive_activations(comm, stage, d, mb, &micro[mb]);
                     let out = ctx.forward(comm, &micro[mb], input, normalizer);
                     if stage + 1 < pp {
