@@ -2,7 +2,8 @@
 //! exit with a code, so process isolation, timeouts and retries are tested on the real binary.
 //!
 //! `MESHPARITY_TEST_FAULT=GLOB=KIND[;GLOB=KIND...]`, GLOB over job names, KIND one of `panic`,
-//! `abort`, `hang`, `exit:N`, `crash-once` (abort on the first attempt only: a flaky job).
+//! `abort`, `hang`, `exit:N`, `crash-once` (abort on the first attempt only: a flaky job), `noop`
+//! (pass at once without computing: the scheduler-overhead bench).
 //! Unset in normal use; documented here only.
 
 use globset::Glob;
@@ -36,6 +37,19 @@ pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
             "hang" => loop {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             },
+            "noop" => {
+                let r = crate::worker::WorkerResult {
+                    status: meshparity_reports::Status::Passed,
+                    summary: "no-op (test fault)".into(),
+                    seconds: 0.0,
+                    cached: false,
+                    detail: serde_json::Value::Null,
+                };
+                let _ = std::fs::create_dir_all(&args.out);
+                let path = args.out.join(crate::worker::RESULT_FILE);
+                let _ = std::fs::write(path, serde_json::to_vec(&r).expect("results serialize"));
+                std::process::exit(0);
+            }
             k if k.starts_with("exit:") => {
                 eprintln!("injected exit in {name}");
                 std::process::exit(k[5..].parse().unwrap_or(3));
