@@ -147,6 +147,24 @@ fn a_clean_run_passes_and_writes_results() {
     assert_eq!(r["meta"]["backend"], "burn-flex");
     let lines = std::fs::read_to_string(fx.run_dir().join("results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 13);
+    for report in ["junit.xml", "report.html", "summary.md"] {
+        assert!(fx.run_dir().join(report).exists(), "{report} written by run");
+    }
+    // `report` renders them again, elsewhere.
+    let mut report = Command::cargo_bin("meshparity").unwrap();
+    report
+        .current_dir(fx.path())
+        .args(["report", "run/results.json", "--html", "again.html", "--junit", "again.xml", "--markdown", "again.md"])
+        .assert()
+        .code(0);
+    let again = std::fs::read_to_string(fx.path().join("again.html")).unwrap();
+    assert!(again.contains("tiny@f32/tp2-sp/curve"));
+    assert_eq!(
+        std::fs::read_to_string(fx.path().join("again.xml")).unwrap(),
+        std::fs::read_to_string(fx.run_dir().join("junit.xml")).unwrap()
+    );
+    let mut bad = Command::cargo_bin("meshparity").unwrap();
+    bad.current_dir(fx.path()).args(["report", "spec.toml"]).assert().code(2);
     // A second run reuses the cached oracle artifacts.
     fx.cmd(None).args(["--run-dir", "run2"]).assert().code(0);
     let r2: Value =

@@ -2,6 +2,7 @@
 
 mod compare;
 mod plan;
+mod report;
 mod run;
 mod schema;
 mod validate;
@@ -39,6 +40,8 @@ enum Command {
     /// Run every selected job (each in its own process) and write the results.
     #[command(after_help = exit::HELP)]
     Run(run::Args),
+    /// Render a run's reports (JUnit XML, HTML, Markdown) from its results.json.
+    Report(report::Args),
     /// Print the JSON Schema (draft-07) of the spec format, for editors.
     Schema,
     /// Compare two checkpoints (safetensors, sharded or not) or two metric curves (.jsonl).
@@ -57,6 +60,7 @@ pub fn main() -> ExitCode {
         Command::Schema => schema::run(),
         Command::Compare(args) => compare::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Report(args) => report::run(&args),
         Command::Worker(args) => worker::run(&args),
     };
     ExitCode::from(code)

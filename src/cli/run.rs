@@ -159,14 +159,15 @@ pub fn run(args: &Args) -> u8 {
         meta,
         jobs: execution.records,
     };
-    let path = opts.run_dir.join("results.json");
-    let json = serde_json::to_vec_pretty(&results).expect("results serialize");
-    if let Err(e) = meshparity_reports::write::atomic(&path, &json) {
-        eprintln!("error: writing {}: {e}", path.display());
+    if let Err(e) = meshparity_reports::write_all(&results, &opts.run_dir) {
+        eprintln!("error: writing reports in {}: {e}", opts.run_dir.display());
         return exit::INFRA_ERROR;
     }
     print!("{}", summary(&results));
-    eprintln!("results: {}", path.display());
+    eprintln!(
+        "reports: {0}/report.html, {0}/junit.xml, {0}/summary.md, {0}/results.json",
+        opts.run_dir.display()
+    );
     code(&results)
 }
 

@@ -9,7 +9,7 @@ use meshparity_compare::{
 };
 use meshparity_specs::{Level, Limits, MeshConfig};
 
-use super::outcome::{Comparison, Outcome};
+use super::outcome::{Comparison, Losses, Outcome};
 use super::reference::{save, write_curve, write_forward};
 use super::{files, io, LevelError, Setup};
 use crate::checkpoint;
@@ -135,6 +135,7 @@ pub(crate) fn judge(
 ) -> Result<Outcome, LevelError> {
     let plan = ShardingPlan::llama(setup.model, mesh);
     let mut comparisons = Vec::new();
+    let mut losses = None;
     match level {
         Level::Forward => {
             write_forward(out, rec)?;
@@ -152,6 +153,15 @@ pub(crate) fn judge(
             };
             let (a, b) = (reference.join(files::CURVE), out.join(files::CURVE));
             comparisons.push(Comparison::curve(&compare_curves(&a, &b, &opts)?));
+            let oracle = meshparity_compare::read_curve(&a)?;
+            losses = Some(Losses {
+                reference: oracle
+                    .steps
+                    .values()
+                    .filter_map(|m| m.get("loss").copied())
+                    .collect(),
+                candidate: rec.losses[..steps].to_vec(),
+            });
         }
         Level::Oracle => {
             let weights = rec.weights.as_deref().unwrap_or_default();
@@ -179,6 +189,7 @@ pub(crate) fn judge(
         collectives: rec.collectives,
         altered: rec.altered.clone(),
         anomalies: rec.anomalies.clone(),
+        losses,
         seconds: 0.0,
     })
 }
@@ -219,6 +230,7 @@ fn roundtrip(
         collectives: 0,
         altered: Vec::new(),
         anomalies: Vec::new(),
+        losses: None,
         seconds: 0.0,
     })
 }

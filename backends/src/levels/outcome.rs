@@ -128,7 +128,17 @@ pub struct Outcome {
     pub altered: Vec<String>,
     /// Receives with no matching send and the like.
     pub anomalies: Vec<String>,
+    /// Per-step losses of both runs (curve level), for plots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub losses: Option<Losses>,
     pub seconds: f64,
+}
+
+/// The two loss curves a curve level compared.
+#[derive(Clone, Debug, Serialize)]
+pub struct Losses {
+    pub reference: Vec<f64>,
+    pub candidate: Vec<f64>,
 }
 
 impl Outcome {

@@ -1,0 +1,179 @@
+//! JUnit XML for CI systems, written with quick-junit (which filters characters XML cannot
+//! carry, ANSI escapes included, and escapes the rest).
+//!
+//! One testsuite per model; testcase classname `<spec>.<model>@<dtype>.<mesh>` (the dtype keeps
+//! cases unique when a model runs in several dtypes; GitLab keeps only the first of duplicates)
+//! and name `<level>`, `mutation[<name>]` or `reference`. Failures carry the failing metric,
+//! value and limit; errors (crash, timeout) the log tail in system-out; skipped and not-run jobs
+//! their reason; flaky jobs their failed attempts as flaky elements. Suites carry the run
+//! metadata as properties and a `skipped` count.
+
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use quick_junit::{
+    NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
+};
+
+use crate::model::{Attempt, JobRecord, RunResults, Status};
+
+/// The case's classname and name.
+pub fn case_names(spec: &str, job: &JobRecord) -> (String, String) {
+    let mesh = job.mesh.as_deref().unwrap_or("reference");
+    let class = format!("{spec}.{}@{}.{mesh}", job.model, job.dtype);
+    let name = match (&job.mutation, &job.level) {
+        (Some(m), _) => format!("mutation[{m}]"),
+        (None, Some(l)) => l.clone(),
+        _ => job.kind.clone(),
+    };
+    (class, name)
+}
+
+fn rerun(a: &Attempt) -> TestRerun {
+    let mut r = TestRerun::new(if a.status == Status::Failed {
+        NonSuccessKind::Failure
+    } else {
+        NonSuccessKind::Error
+    });
+    r.set_message(format!(
+        "attempt ended {}{}",
+        a.status.as_str(),
+        a.exit
+            .as_deref()
+            .map(|e| format!(" (exit {e})"))
+            .unwrap_or_default()
+    ));
+    r.set_time(Duration::from_secs_f64(a.seconds.max(0.0)));
+    if !a.log_tail.is_empty() {
+        r.set_system_out(a.log_tail.as_str());
+    }
+    r
+}
+
+fn status(job: &JobRecord) -> TestCaseStatus {
+    let earlier: Vec<&Attempt> = job
+        .attempts
+        .iter()
+        .take(job.attempts.len().saturating_sub(1))
+        .collect();
+    match job.status {
+        Status::Passed => TestCaseStatus::success(),
+        Status::Flaky => TestCaseStatus::Success {
+            flaky_runs: earlier.iter().map(|a| rerun(a)).collect(),
+        },
+        Status::Failed | Status::Error | Status::Timeout => {
+            let kind = if job.status == Status::Failed {
+                NonSuccessKind::Failure
+            } else {
+                NonSuccessKind::Error
+            };
+            let mut s = TestCaseStatus::non_success(kind);
+            s.set_message(job.summary.as_str());
+            s.set_type(match job.status {
+                Status::Failed if job.mutation.is_some() => "mutation-not-caught",
+                Status::Failed => "tolerance-exceeded",
+                Status::Timeout => "timeout",
+                _ => "crash",
+            });
+            s.set_description(failure_details(job));
+            s.add_reruns(earlier.iter().map(|a| rerun(a)));
+            s
+        }
+        Status::Skipped | Status::NotRun => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message(job.summary.as_str());
+            s.set_type(job.status.as_str());
+            s
+        }
+    }
+}
+
+/// Every failed comparison of a job, one line each.
+pub fn failure_details(job: &JobRecord) -> String {
+    let mut out = Vec::new();
+    let comparisons = job.detail["comparisons"].as_array().into_iter().flatten();
+    let levels = job.detail["levels"].as_array().into_iter().flatten();
+    for c in
+        comparisons.chain(levels.flat_map(|l| l["comparisons"].as_array().into_iter().flatten()))
+    {
+        if c["passed"] == false {
+            out.push(format!(
+                "{}: {}",
+                c["what"].as_str().unwrap_or("?"),
+                c["failure"].as_str().unwrap_or("mismatch")
+            ));
+        }
+    }
+    if out.is_empty() {
+        out.push(job.summary.clone());
+    }
+    out.join("\n")
+}
+
+pub fn junit(results: &RunResults) -> String {
+    let meta = &results.meta;
+    let mut report = Report::new(meta.spec_name.as_str());
+    report.set_time(Duration::from_secs_f64(meta.seconds.max(0.0)));
+    let mut suites: IndexMap<&str, Vec<&JobRecord>> = IndexMap::new();
+    for job in &results.jobs {
+        suites.entry(job.model.as_str()).or_default().push(job);
+    }
+    for (model, jobs) in suites {
+        let mut suite = TestSuite::new(model);
+        let props = [
+            ("spec", meta.spec.clone()),
+            ("spec_hash", meta.spec_hash.clone()),
+            ("git_commit", meta.git_commit.clone().unwrap_or_default()),
+            ("host", meta.host.clone()),
+            ("backend", meta.backend.clone()),
+            ("device", meta.device.clone()),
+            ("seed", meta.seed.to_string()),
+            ("meshparity_version", meta.meshparity_version.clone()),
+            ("started", meta.started.clone()),
+        ];
+        suite.add_properties(props.into_iter().map(|(k, v)| Property::new(k, v)));
+        let skipped = jobs
+            .iter()
+            .filter(|j| matches!(j.status, Status::Skipped | Status::NotRun))
+            .count();
+        suite
+            .extra
+            .insert("skipped".into(), skipped.to_string().into());
+        for job in jobs {
+            let (class, name) = case_names(&meta.spec_name, job);
+            let mut case = TestCase::new(name, status(job));
+            case.set_classname(class);
+            case.set_time(Duration::from_secs_f64(job.seconds.max(0.0)));
+            case.add_property(Property::new("job_id", job.id.as_str()));
+            case.add_property(Property::new("world_size", job.world_size.to_string()));
+            if let Some(n) = compared(job) {
+                case.add_property(Property::new("compared", n.to_string()));
+            }
+            if let Some(n) = job.detail["collectives"].as_u64() {
+                case.add_property(Property::new("collectives", n.to_string()));
+            }
+            if !job.reproduce.is_empty() {
+                case.add_property(Property::new("reproduce", job.reproduce.as_str()));
+            }
+            if let Some(last) = job.attempts.last().filter(|a| !a.log_tail.is_empty()) {
+                case.set_system_out(last.log_tail.as_str());
+            }
+            suite.add_test_case(case);
+        }
+        report.add_test_suite(suite);
+    }
+    report
+        .to_string()
+        .expect("a JUnit report serializes to a string")
+}
+
+/// Tensors or points a job's comparisons covered.
+pub fn compared(job: &JobRecord) -> Option<u64> {
+    let comparisons = job.detail["comparisons"].as_array()?;
+    Some(
+        comparisons
+            .iter()
+            .filter_map(|c| c["compared"].as_u64())
+            .sum(),
+    )
+}

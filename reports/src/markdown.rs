@@ -1,0 +1,83 @@
+//! A Markdown summary for a CI step summary or a pull-request comment: counts, then every job
+//! that did not pass with its reason, linked to its section of the HTML report.
+
+use crate::model::{RunResults, Status};
+use crate::view::anchor;
+
+/// `html` is where the HTML report will be reachable from the reader (a relative path or URL).
+pub fn markdown(results: &RunResults, html: &str) -> String {
+    let m = &results.meta;
+    let mut out = format!("## meshparity: {}\n\n", escape(&m.spec_name));
+    let all_passed = results.jobs.iter().all(|j| j.status.passed());
+    out.push_str(if all_passed {
+        "✅ every job passed\n\n"
+    } else {
+        "❌ some jobs did not pass\n\n"
+    });
+    out.push_str("| status | jobs |\n|---|---:|\n");
+    for s in [
+        Status::Passed,
+        Status::Flaky,
+        Status::Failed,
+        Status::Error,
+        Status::Timeout,
+        Status::Skipped,
+        Status::NotRun,
+    ] {
+        let n = results.count(s);
+        if n > 0 {
+            out.push_str(&format!("| {} | {n} |\n", s.as_str()));
+        }
+    }
+    out.push_str(&format!("| **total** | **{}** |\n\n", results.jobs.len()));
+    let bad: Vec<_> = results
+        .jobs
+        .iter()
+        .filter(|j| !j.status.passed() && j.status != Status::Skipped)
+        .collect();
+    if !bad.is_empty() {
+        out.push_str("### Not passed\n\n| job | status | why |\n|---|---|---|\n");
+        for j in bad {
+            out.push_str(&format!(
+                "| [{}]({html}#{}) | {} | {} |\n",
+                escape(&j.name),
+                anchor(j),
+                j.status.as_str(),
+                escape(&j.summary)
+            ));
+        }
+        out.push('\n');
+    }
+    let skipped = results.count(Status::Skipped);
+    if skipped > 0 {
+        out.push_str(&format!(
+            "{skipped} job(s) skipped because a dependency did not pass.\n\n"
+        ));
+    }
+    out.push_str(&format!(
+        "<sub>{} · {} ({}) · seed {} · {:.1} s · meshparity {}</sub>\n",
+        escape(&m.host),
+        escape(&m.backend),
+        escape(&m.device),
+        m.seed,
+        m.seconds,
+        escape(&m.meshparity_version)
+    ));
+    out
+}
+
+/// Text safe inside a Markdown table cell: no pipes, no newlines, no HTML, no control
+/// characters, no link syntax.
+fn escape(s: &str) -> String {
+    let s: String = s
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\n')
+        .collect();
+    s.replace('\n', " ")
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('|', "\\|")
+        .replace('[', "\\[")
+        .replace(']', "\\]")
+}

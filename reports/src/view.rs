@@ -1,0 +1,388 @@
+//! The view model the HTML template renders: everything computed here, so the template only
+//! lays out and handlebars escapes every string from a job.
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use crate::junit::compared;
+use crate::model::{JobRecord, RunMeta, RunResults, Status};
+
+#[derive(Serialize)]
+pub struct Page {
+    pub title: String,
+    pub meta: RunMeta,
+    pub counts: Vec<Count>,
+    pub total: usize,
+    pub meshes: Vec<String>,
+    pub grid: Vec<Row>,
+    pub references: Vec<Item>,
+    pub failures: Vec<JobView>,
+    pub failure_count: usize,
+    pub jobs: Vec<JobView>,
+    pub run_seconds: String,
+}
+
+#[derive(Serialize)]
+pub struct Count {
+    pub status: &'static str,
+    pub n: usize,
+}
+
+#[derive(Serialize)]
+pub struct Row {
+    pub label: String,
+    pub cells: Vec<Cell>,
+}
+
+#[derive(Serialize)]
+pub struct Cell {
+    pub mesh: String,
+    pub items: Vec<Item>,
+}
+
+#[derive(Serialize)]
+pub struct Item {
+    pub label: String,
+    pub status: &'static str,
+    pub anchor: String,
+    pub title: String,
+}
+
+#[derive(Serialize)]
+pub struct JobView {
+    pub anchor: String,
+    pub name: String,
+    pub status: &'static str,
+    pub summary: String,
+    pub seconds: String,
+    pub reproduce: String,
+    pub compared: Option<u64>,
+    pub collectives: Option<u64>,
+    pub comparisons: Vec<ComparisonView>,
+    pub curve: Option<Plot>,
+    pub caught_by: Vec<String>,
+    pub altered: Vec<String>,
+    pub log_tail: String,
+    pub attempts: Vec<AttemptView>,
+    pub open: bool,
+}
+
+#[derive(Serialize)]
+pub struct ComparisonView {
+    pub what: String,
+    pub passed: bool,
+    pub failure: String,
+    pub compared: u64,
+    pub reference: String,
+    pub candidate: String,
+    pub worst: Vec<TensorRow>,
+}
+
+#[derive(Serialize)]
+pub struct TensorRow {
+    pub name: String,
+    pub shape: String,
+    pub max_abs: String,
+    pub max_rel: String,
+    pub relative_l2: String,
+    pub cosine: String,
+    pub allclose_mismatched: String,
+    pub passed: bool,
+}
+
+#[derive(Serialize)]
+pub struct AttemptView {
+    pub n: usize,
+    pub status: &'static str,
+    pub seconds: String,
+    pub exit: String,
+}
+
+/// Two loss curves as SVG polylines.
+#[derive(Serialize)]
+pub struct Plot {
+    pub width: u32,
+    pub height: u32,
+    pub reference: String,
+    pub candidate: String,
+    pub y_min: String,
+    pub y_max: String,
+    pub steps: usize,
+}
+
+/// Rows of the worst-tensors table.
+const WORST: usize = 8;
+
+fn sci(x: Option<f64>) -> String {
+    match x {
+        Some(0.0) => "0".into(),
+        Some(x) => format!("{x:.3e}"),
+        None => "—".into(),
+    }
+}
+
+/// Characters a page should not carry: control characters other than newline and tab (ANSI
+/// escapes start with one).
+fn clean(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .collect()
+}
+
+fn clean_meta(m: &RunMeta) -> RunMeta {
+    RunMeta {
+        spec: clean(&m.spec),
+        spec_name: clean(&m.spec_name),
+        spec_hash: clean(&m.spec_hash),
+        git_commit: m.git_commit.as_deref().map(clean),
+        host: clean(&m.host),
+        backend: clean(&m.backend),
+        device: clean(&m.device),
+        meshparity_version: clean(&m.meshparity_version),
+        started: clean(&m.started),
+        finished: clean(&m.finished),
+        run_dir: clean(&m.run_dir),
+        ..m.clone()
+    }
+}
+
+pub fn anchor(job: &JobRecord) -> String {
+    format!("job-{}", job.id)
+}
+
+fn comparison(c: &serde_json::Value) -> ComparisonView {
+    let mut worst: Vec<&serde_json::Value> = c["report"]["tensors"]
+        .as_array()
+        .map(|t| t.iter().collect())
+        .unwrap_or_default();
+    let key = |t: &serde_json::Value| t["metrics"]["relative_l2"].as_f64().unwrap_or(0.0);
+    worst.sort_by(|a, b| {
+        (a["passed"] == true)
+            .cmp(&(b["passed"] == true))
+            .then(key(b).total_cmp(&key(a)))
+    });
+    ComparisonView {
+        what: clean(c["what"].as_str().unwrap_or("")),
+        passed: c["passed"] == true,
+        failure: clean(c["failure"].as_str().unwrap_or("")),
+        compared: c["compared"].as_u64().unwrap_or(0),
+        reference: clean(c["reference"].as_str().unwrap_or("")),
+        candidate: clean(c["candidate"].as_str().unwrap_or("")),
+        worst: worst
+            .into_iter()
+            .take(WORST)
+            .map(|t| {
+                let m = &t["metrics"];
+                TensorRow {
+                    name: clean(t["name"].as_str().unwrap_or("")),
+                    shape: format!("{}", t["shape"]),
+                    max_abs: sci(m["max_abs"].as_f64()),
+                    max_rel: sci(m["max_rel"].as_f64()),
+                    relative_l2: sci(m["relative_l2"].as_f64()),
+                    cosine: m["cosine"]
+                        .as_f64()
+                        .map(|c| format!("{c:.9}"))
+                        .unwrap_or_else(|| "—".into()),
+                    allclose_mismatched: m["allclose"]["mismatched"]
+                        .as_u64()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default(),
+                    passed: t["passed"] == true,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn plot(losses: &serde_json::Value) -> Option<Plot> {
+    let series = |k: &str| -> Vec<f64> {
+        losses[k]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+            .unwrap_or_default()
+    };
+    let (r, c) = (series("reference"), series("candidate"));
+    if r.is_empty() {
+        return None;
+    }
+    let (w, h, pad) = (480.0, 160.0, 24.0);
+    let all = r.iter().chain(&c).copied().filter(|v| v.is_finite());
+    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let n = r.len().max(c.len()).max(2);
+    let points = |s: &[f64]| {
+        s.iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, v)| {
+                let x = pad + (w - 2.0 * pad) * i as f64 / (n - 1) as f64;
+                let y = h - pad - (h - 2.0 * pad) * (v - lo) / span;
+                format!("{x:.1},{y:.1}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    Some(Plot {
+        width: w as u32,
+        height: h as u32,
+        reference: points(&r),
+        candidate: points(&c),
+        y_min: format!("{lo:.6}"),
+        y_max: format!("{hi:.6}"),
+        steps: r.len(),
+    })
+}
+
+fn job_view(job: &JobRecord) -> JobView {
+    let d = &job.detail;
+    let mut comparisons: Vec<ComparisonView> = d["comparisons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(comparison)
+        .collect();
+    let mut curve = plot(&d["losses"]);
+    for level in d["levels"].as_array().into_iter().flatten() {
+        comparisons.extend(
+            level["comparisons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(comparison),
+        );
+        curve = curve.or_else(|| plot(&level["losses"]));
+    }
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str())
+            .map(clean)
+            .collect()
+    };
+    JobView {
+        anchor: anchor(job),
+        name: clean(&job.name),
+        status: job.status.as_str(),
+        summary: clean(&job.summary),
+        seconds: format!("{:.2}", job.seconds),
+        reproduce: clean(&job.reproduce),
+        compared: compared(job),
+        collectives: d["collectives"].as_u64(),
+        comparisons,
+        curve,
+        caught_by: strings(&d["caught_by"]),
+        altered: strings(&d["altered"]),
+        log_tail: job
+            .attempts
+            .last()
+            .map(|a| clean(&a.log_tail))
+            .unwrap_or_default(),
+        attempts: job
+            .attempts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| AttemptView {
+                n: i + 1,
+                status: a.status.as_str(),
+                seconds: format!("{:.2}", a.seconds),
+                exit: a.exit.clone().map(|e| clean(&e)).unwrap_or_default(),
+            })
+            .collect(),
+        open: !job.status.passed(),
+    }
+}
+
+fn item(job: &JobRecord) -> Item {
+    let label = match (&job.mutation, &job.level) {
+        (Some(m), _) => format!("m:{m}"),
+        (None, Some(l)) => l.clone(),
+        _ => job.kind.clone(),
+    };
+    Item {
+        label: clean(&label),
+        status: job.status.as_str(),
+        anchor: anchor(job),
+        title: clean(&format!(
+            "{} — {}: {}",
+            job.name,
+            job.status.as_str(),
+            job.summary
+        )),
+    }
+}
+
+pub fn page(results: &RunResults) -> Page {
+    let order = [
+        Status::Passed,
+        Status::Flaky,
+        Status::Failed,
+        Status::Error,
+        Status::Timeout,
+        Status::Skipped,
+        Status::NotRun,
+    ];
+    let mut meshes: Vec<String> = Vec::new();
+    let mut rows: IndexMap<String, IndexMap<String, Vec<Item>>> = IndexMap::new();
+    let mut references = Vec::new();
+    for job in &results.jobs {
+        let Some(mesh) = &job.mesh else {
+            references.push(item(job));
+            continue;
+        };
+        if !meshes.contains(mesh) {
+            meshes.push(mesh.clone());
+        }
+        rows.entry(format!("{}@{}", job.model, job.dtype))
+            .or_default()
+            .entry(mesh.clone())
+            .or_default()
+            .push(item(job));
+    }
+    let grid = rows
+        .into_iter()
+        .map(|(label, mut cells)| Row {
+            label: clean(&label),
+            cells: meshes
+                .iter()
+                .map(|m| Cell {
+                    mesh: clean(m),
+                    items: cells.swap_remove(m).unwrap_or_default(),
+                })
+                .collect(),
+        })
+        .collect();
+    let jobs: Vec<JobView> = results.jobs.iter().map(job_view).collect();
+    let failures: Vec<JobView> = results
+        .jobs
+        .iter()
+        .filter(|j| matches!(j.status, Status::Failed | Status::Error | Status::Timeout))
+        .map(job_view)
+        .map(|mut v| {
+            v.anchor = format!("failure-{}", v.anchor);
+            v
+        })
+        .collect();
+    Page {
+        title: clean(&format!("meshparity — {}", results.meta.spec_name)),
+        meta: clean_meta(&results.meta),
+        counts: order
+            .iter()
+            .map(|s| Count {
+                status: s.as_str(),
+                n: results.count(*s),
+            })
+            .filter(|c| c.n > 0)
+            .collect(),
+        total: results.jobs.len(),
+        meshes: meshes.iter().map(|m| clean(m)).collect(),
+        grid,
+        references,
+        failure_count: failures.len(),
+        failures,
+        jobs,
+        run_seconds: format!("{:.1}", results.meta.seconds),
+    }
+}
