@@ -148,13 +148,25 @@ fn a_clean_run_passes_and_writes_results() {
     let lines = std::fs::read_to_string(fx.run_dir().join("results.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 13);
     for report in ["junit.xml", "report.html", "summary.md"] {
-        assert!(fx.run_dir().join(report).exists(), "{report} written by run");
+        assert!(
+            fx.run_dir().join(report).exists(),
+            "{report} written by run"
+        );
     }
     // `report` renders them again, elsewhere.
     let mut report = Command::cargo_bin("meshparity").unwrap();
     report
         .current_dir(fx.path())
-        .args(["report", "run/results.json", "--html", "again.html", "--junit", "again.xml", "--markdown", "again.md"])
+        .args([
+            "report",
+            "run/results.json",
+            "--html",
+            "again.html",
+            "--junit",
+            "again.xml",
+            "--markdown",
+            "again.md",
+        ])
         .assert()
         .code(0);
     let again = std::fs::read_to_string(fx.path().join("again.html")).unwrap();
@@ -164,7 +176,10 @@ fn a_clean_run_passes_and_writes_results() {
         std::fs::read_to_string(fx.run_dir().join("junit.xml")).unwrap()
     );
     let mut bad = Command::cargo_bin("meshparity").unwrap();
-    bad.current_dir(fx.path()).args(["report", "spec.toml"]).assert().code(2);
+    bad.current_dir(fx.path())
+        .args(["report", "spec.toml"])
+        .assert()
+        .code(2);
     // A second run reuses the cached oracle artifacts.
     fx.cmd(None).args(["--run-dir", "run2"]).assert().code(0);
     let r2: Value =

@@ -15,15 +15,7 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         "❌ some jobs did not pass\n\n"
     });
     out.push_str("| status | jobs |\n|---|---:|\n");
-    for s in [
-        Status::Passed,
-        Status::Flaky,
-        Status::Failed,
-        Status::Error,
-        Status::Timeout,
-        Status::Skipped,
-        Status::NotRun,
-    ] {
+    for s in Status::ALL {
         let n = results.count(s);
         if n > 0 {
             out.push_str(&format!("| {} | {n} |\n", s.as_str()));

@@ -25,6 +25,17 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order reports list them.
+    pub const ALL: [Status; 7] = [
+        Status::Passed,
+        Status::Flaky,
+        Status::Failed,
+        Status::Error,
+        Status::Timeout,
+        Status::Skipped,
+        Status::NotRun,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Passed => "passed",

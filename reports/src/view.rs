@@ -315,15 +315,7 @@ fn item(job: &JobRecord) -> Item {
 }
 
 pub fn page(results: &RunResults) -> Page {
-    let order = [
-        Status::Passed,
-        Status::Flaky,
-        Status::Failed,
-        Status::Error,
-        Status::Timeout,
-        Status::Skipped,
-        Status::NotRun,
-    ];
+    let order = Status::ALL;
     let mut meshes: Vec<String> = Vec::new();
     let mut rows: IndexMap<String, IndexMap<String, Vec<Item>>> = IndexMap::new();
     let mut references = Vec::new();

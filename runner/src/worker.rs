@@ -43,6 +43,23 @@ pub struct WorkerResult {
     pub detail: serde_json::Value,
 }
 
+impl WorkerResult {
+    /// A check's (or mutation's) verdict with the backend's findings as detail.
+    fn verdict(passed: bool, summary: String, seconds: f64, detail: &impl Serialize) -> Self {
+        Self {
+            status: if passed {
+                Status::Passed
+            } else {
+                Status::Failed
+            },
+            summary,
+            seconds,
+            cached: false,
+            detail: serde_json::to_value(detail).unwrap_or_default(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     #[error("the spec does not load: {0}")]
@@ -113,17 +130,7 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
                 &refdir,
                 &args.out,
             )?;
-            WorkerResult {
-                status: if o.passed {
-                    Status::Passed
-                } else {
-                    Status::Failed
-                },
-                summary: o.summary(),
-                seconds: o.seconds,
-                cached: false,
-                detail: serde_json::to_value(&o).unwrap_or_default(),
-            }
+            WorkerResult::verdict(o.passed, o.summary(), o.seconds, &o)
         }
         JobKind::Mutation { mutation, .. } => {
             let refdir = reference_of(&plan, node, args)?;
@@ -139,17 +146,7 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
                 &refdir,
                 &args.out,
             )?;
-            WorkerResult {
-                status: if o.caught {
-                    Status::Passed
-                } else {
-                    Status::Failed
-                },
-                summary: o.summary(),
-                seconds: o.seconds,
-                cached: false,
-                detail: serde_json::to_value(&o).unwrap_or_default(),
-            }
+            WorkerResult::verdict(o.caught, o.summary(), o.seconds, &o)
         }
     };
     let path = args.out.join(RESULT_FILE);

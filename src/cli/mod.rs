@@ -66,6 +66,26 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Which jobs of a plan: shared by `plan` and `run`.
+#[derive(clap::Args)]
+pub struct SelectArgs {
+    /// Keep jobs matching KEY=GLOB[,GLOB] or KEY!=GLOB (keys: model, mesh, level, mutation,
+    /// dtype, name) or a bare GLOB on the job name. Repeatable; all must hold. Dependencies of
+    /// the kept jobs come along.
+    #[arg(long, short = 'f', value_name = "FILTER")]
+    pub filter: Vec<String>,
+    /// One shard of the filtered jobs: hash:M/N (stable) or count:M/N (balanced).
+    #[arg(long, value_name = "KIND:M/N")]
+    pub partition: Option<meshparity_runner::Partition>,
+}
+
+impl SelectArgs {
+    /// The parsed filter, or the message to print.
+    pub fn filter(&self) -> Result<meshparity_runner::Filter, String> {
+        meshparity_runner::Filter::parse(&self.filter).map_err(|e| e.to_string())
+    }
+}
+
 /// Colors only for a person at a terminal, and never when NO_COLOR is set.
 pub fn color() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use meshparity_runner::plan::render;
-use meshparity_runner::{Filter, Partition, Plan};
+use meshparity_runner::Plan;
 
 use crate::exit;
 
@@ -18,21 +18,15 @@ enum Format {
 pub struct Args {
     /// Spec file.
     spec: PathBuf,
-    /// Keep jobs matching KEY=GLOB[,GLOB] or KEY!=GLOB (keys: model, mesh, level, mutation,
-    /// dtype, name) or a bare GLOB on the job name. Repeatable; all must hold.
-    #[arg(long, short = 'f', value_name = "FILTER")]
-    filter: Vec<String>,
-    /// Run one shard of the filtered jobs: hash:M/N (stable) or count:M/N (balanced).
-    /// Dependencies of the shard's jobs come along.
-    #[arg(long, value_name = "KIND:M/N")]
-    partition: Option<Partition>,
+    #[command(flatten)]
+    select: super::SelectArgs,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
 }
 
 pub fn run(args: &Args) -> u8 {
-    let filter = match Filter::parse(&args.filter) {
+    let filter = match args.select.filter() {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");
@@ -43,7 +37,7 @@ pub fn run(args: &Args) -> u8 {
         return exit::SPEC_ERROR;
     };
     let plan = Plan::build(&loaded.spec);
-    let sel = plan.select(&filter, args.partition);
+    let sel = plan.select(&filter, args.select.partition);
     let source = super::display(&args.spec);
     let out = match args.format {
         Format::Text => render::text(&plan, &sel, &source),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use meshparity_reports::{RunResults, Status, FORMAT_VERSION};
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
-use meshparity_runner::{Filter, Partition, Plan};
+use meshparity_runner::Plan;
 
 use crate::exit;
 
@@ -14,13 +14,8 @@ use crate::exit;
 pub struct Args {
     /// Spec file.
     spec: PathBuf,
-    /// Keep jobs matching KEY=GLOB (model, mesh, level, mutation, dtype, name) or a bare GLOB
-    /// on the job name; as in `plan`. Dependencies come along.
-    #[arg(long, short = 'f', value_name = "FILTER")]
-    filter: Vec<String>,
-    /// Run one shard: hash:M/N or count:M/N.
-    #[arg(long, value_name = "KIND:M/N")]
-    partition: Option<Partition>,
+    #[command(flatten)]
+    select: super::SelectArgs,
     /// Concurrent slots (default: CPU cores). A job simulating many ranks takes several.
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
@@ -56,7 +51,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> u8 {
-    let filter = match Filter::parse(&args.filter) {
+    let filter = match args.select.filter() {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");
@@ -79,7 +74,7 @@ pub fn run(args: &Args) -> u8 {
     };
     let spec = &loaded.spec;
     let plan = Plan::build(spec);
-    let selection = plan.select(&filter, args.partition);
+    let selection = plan.select(&filter, args.select.partition);
     if selection.is_empty() {
         eprintln!("nothing selected: no job matches the filters and partition");
         return exit::NOTHING_SELECTED;
@@ -200,19 +195,11 @@ fn summary(r: &RunResults) -> String {
             ));
         }
     }
-    let counts: Vec<String> = [
-        Status::Passed,
-        Status::Flaky,
-        Status::Failed,
-        Status::Error,
-        Status::Timeout,
-        Status::Skipped,
-        Status::NotRun,
-    ]
-    .iter()
-    .filter(|s| r.count(**s) > 0)
-    .map(|s| format!("{} {}", r.count(*s), s.as_str()))
-    .collect();
+    let counts: Vec<String> = Status::ALL
+        .iter()
+        .filter(|s| r.count(**s) > 0)
+        .map(|s| format!("{} {}", r.count(*s), s.as_str()))
+        .collect();
     out.push_str(&format!(
         "\n{} job(s) in {:.1}s: {}\n",
         r.jobs.len(),
