@@ -207,6 +207,23 @@ impl Comm {
         });
     }
 
+    /// A sub-communicator for work on `ranks` (a replica, a pipeline stage): the same fault,
+    /// the messages addressed to those ranks, an empty record.
+    pub fn split(&mut self, ranks: &[usize]) -> Comm {
+        let mine: Vec<Address> = self
+            .mailbox
+            .keys()
+            .filter(|(to, _)| ranks.contains(to))
+            .cloned()
+            .collect();
+        let mut sub = Comm::new(self.fault);
+        for key in mine {
+            let t = self.mailbox.remove(&key).expect("listed keys are present");
+            sub.mailbox.insert(key, t);
+        }
+        sub
+    }
+
     /// Take over a sub-communicator's record (a replica's), after this one's.
     pub fn absorb(&mut self, sub: Comm) {
         self.calls.extend(sub.calls);

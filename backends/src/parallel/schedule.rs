@@ -44,19 +44,20 @@ pub fn stage_orders(schedule: Schedule, stages: usize, microbatches: usize) -> V
         .collect()
 }
 
-/// The global order of a clocked run: at each tick every stage whose next action's inputs have
-/// arrived runs it. Also returns each stage's peak count of microbatches whose forward is done
-/// and backward is not (the activations it holds).
-pub fn simulate(orders: &[Vec<Action>]) -> Result<(Vec<Action>, Vec<usize>), String> {
+/// A clocked run: at each tick every stage whose next action's inputs have arrived runs it.
+/// Returns the actions of each tick (at most one per stage) and each stage's peak count of
+/// microbatches whose forward is done and backward is not (the activations it holds).
+pub fn simulate(orders: &[Vec<Action>]) -> Result<(Vec<Vec<Action>>, Vec<usize>), String> {
     let stages = orders.len();
     let mut next = vec![0usize; stages];
     let mut fwd_done = std::collections::HashSet::new();
     let mut bwd_done = std::collections::HashSet::new();
     let mut held = vec![0usize; stages];
     let mut peak = vec![0usize; stages];
-    let mut out = Vec::new();
+    let mut out: Vec<Vec<Action>> = Vec::new();
+    let mut done = 0;
     let total: usize = orders.iter().map(Vec::len).sum();
-    while out.len() < total {
+    while done < total {
         let mut ran = Vec::new();
         for s in 0..stages {
             let Some(&a) = orders[s].get(next[s]) else {
@@ -76,12 +77,12 @@ pub fn simulate(orders: &[Vec<Action>]) -> Result<(Vec<Action>, Vec<usize>), Str
         }
         if ran.is_empty() {
             return Err(format!(
-                "pipeline schedule deadlocks after {} of {total} actions",
-                out.len()
+                "pipeline schedule deadlocks after {done} of {total} actions"
             ));
         }
         // Completions become visible at the next tick, as messages would.
-        for a in ran {
+        done += ran.len();
+        for &a in &ran {
             match a {
                 Action::Forward { stage, mb } => {
                     fwd_done.insert((stage, mb));
@@ -93,8 +94,8 @@ pub fn simulate(orders: &[Vec<Action>]) -> Result<(Vec<Action>, Vec<usize>), Str
                     held[stage] -= 1;
                 }
             }
-            out.push(a);
         }
+        out.push(ran);
     }
     Ok((out, peak))
 }

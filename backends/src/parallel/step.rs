@@ -37,6 +37,29 @@ struct Replica {
     acc: HashMap<usize, IndexMap<String, Tensor<2>>>,
 }
 
+/// What every action of one replica shares.
+struct Act<'a> {
+    d: usize,
+    normalizer: f64,
+    micro: &'a [Batch],
+    leaves: &'a [Leaves],
+}
+
+/// What one pipeline action produced.
+enum Done {
+    Forward {
+        stage: usize,
+        mb: usize,
+        out: StageOut,
+        /// Last stage: the microbatch's loss and its gathered logits.
+        loss: Option<(f64, Tensor<3>)>,
+    },
+    Backward {
+        /// Parameter gradients of this microbatch, per rank.
+        grads: HashMap<usize, Vec<(String, Tensor<2>)>>,
+    },
+}
+
 /// A mesh as the step executor sees it.
 pub struct MeshExec<'a> {
     pub model: &'a ModelConfig,
@@ -82,7 +105,7 @@ impl MeshExec<'_> {
                     .collect()
             })
             .collect();
-        let (order, _) = simulate(&stage_orders(m.schedule, pp, mbs))?;
+        let (ticks, _) = simulate(&stage_orders(m.schedule, pp, mbs))?;
 
         // The loss normalizer: counted tokens over the whole global batch.
         let last_ranks: Vec<usize> = (0..dp).map(|d| self.rank(0, d, pp - 1)).collect();
@@ -106,7 +129,7 @@ impl MeshExec<'_> {
                 .enumerate()
                 .map(|(d, &normalizer)| {
                     let mut sub = Comm::new(fault);
-                    self.replica(&mut sub, d, normalizer, batch, &leaves, &order)
+                    self.replica(&mut sub, d, normalizer, batch, &leaves, &ticks)
                         .map(|r| (r, sub))
                 })
                 .collect()
@@ -135,7 +158,9 @@ impl MeshExec<'_> {
         })
     }
 
-    /// One data-parallel replica's pipeline over its microbatches, in schedule order.
+    /// One data-parallel replica's pipeline over its microbatches, in schedule order: the
+    /// actions of one clock tick run on different stages and depend only on messages of earlier
+    /// ticks, so they run concurrently, each with a sub-communicator holding its stage's mail.
     fn replica(
         &self,
         comm: &mut Comm,
@@ -143,108 +168,69 @@ impl MeshExec<'_> {
         normalizer: f64,
         batch: &Batch,
         leaves: &[Leaves],
-        order: &[Action],
+        ticks: &[Vec<Action>],
     ) -> Result<Replica, String> {
-        let (dp, pp, mbs) = (
-            self.mesh.dp as usize,
-            self.mesh.pp as usize,
-            self.mesh.microbatches as usize,
-        );
+        use rayon::prelude::*;
+        let (dp, mbs) = (self.mesh.dp as usize, self.mesh.microbatches as usize);
         let rows = batch.batch / dp;
         let mb_rows = rows / mbs;
-        let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
         let micro: Vec<Batch> = (0..mbs)
             .map(|i| batch.rows(d * rows + i * mb_rows, mb_rows))
             .collect();
+        let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
         let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
         let mut losses = vec![0.0; mbs];
         let mut logits: Vec<Option<Tensor<3>>> = vec![None; mbs];
-        for &action in order {
-            match action {
-                Action::Forward { stage, mb } => {
-                    let ctx = self.ctx(stage, d, leaves);
-                    let input = self.receive_activations(comm, stage, d, mb, &micro[mb]);
-                    let out = ctx.forward(comm, &micro[mb], input, normalizer);
-                    if stage + 1 < pp {
-                        for (t, &v) in out.outputs.iter().enumerate() {
-                            let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage + 1));
-                            let wrong = self.rank(t, d, (stage + 2) % pp);
-                            let site = format!("pp.stage{stage}.fwd.send");
-                            comm.send(
-                                &site,
-                                from,
-                                to,
-                                wrong,
-                                &format!("d{d}.mb{mb}.act"),
-                                out.tape.value(v),
-                            );
-                        }
-                    } else {
-                        losses[mb] = scalar(out.tape.value(out.outputs[0]).reshape([1]));
-                        let parts: Vec<Tensor<3>> =
-                            out.logits.iter().map(|&v| out.tape.value(v)).collect();
-                        logits[mb] = Some(Tensor::cat(parts, 2));
-                    }
-                    live.insert((stage, mb), out);
-                }
-                Action::Backward { stage, mb } => {
-                    let out = live.remove(&(stage, mb)).ok_or("backward before forward")?;
-                    let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
-                        let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
-                        out.outputs.iter().map(|&v| (v, one.clone())).collect()
-                    } else {
-                        out.outputs
-                            .iter()
-                            .enumerate()
-                            .map(|(t, &v)| {
-                                let (from, to) =
-                                    (self.rank(t, d, stage + 1), self.rank(t, d, stage));
-                                let site = format!("pp.stage{stage}.bwd.recv");
-                                let like = out.tape.value(v).zeros_like();
-                                (
-                                    v,
-                                    comm.recv(
-                                        &site,
-                                        from,
-                                        to,
-                                        &format!("d{d}.mb{mb}.grad"),
-                                        || like,
-                                    ),
-                                )
-                            })
-                            .collect()
+        for tick in ticks {
+            let mut work = Vec::with_capacity(tick.len());
+            for &action in tick {
+                let (stage, held) = match action {
+                    Action::Forward { stage, .. } => (stage, None),
+                    Action::Backward { stage, mb } => (
+                        stage,
+                        Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
+                    ),
+                };
+                work.push((action, held, comm.split(&self.tp_group(d, stage))));
+            }
+            let done: Vec<Result<(Done, Comm), String>> = work
+                .into_par_iter()
+                .map(|(action, held, mut sub)| {
+                    let ctx = Act {
+                        d,
+                        normalizer,
+                        micro: &micro,
+                        leaves,
                     };
-                    let dropped = comm.fault().is_some_and(|f| f.drops_microbatch(mb, mbs));
-                    if dropped {
-                        comm.event(
-                            &format!("grad.accumulate.d{d}.mb{mb}"),
-                            "finalized before this microbatch",
-                        );
-                    }
-                    let inputs = out.inputs.clone();
-                    let mut input_grads = out.tape.backward(comm, seeds, |rank, g| {
-                        let acc = acc.entry(rank).or_default();
-                        if dropped {
-                            return;
+                    self.act(&mut sub, &ctx, action, held).map(|r| (r, sub))
+                })
+                .collect();
+            for r in done {
+                let (r, sub) = r?;
+                comm.absorb(sub);
+                match r {
+                    Done::Forward {
+                        stage,
+                        mb,
+                        out,
+                        loss,
+                    } => {
+                        if let Some((l, lg)) = loss {
+                            losses[mb] = l;
+                            logits[mb] = Some(lg);
                         }
-                        for (name, leaf) in &leaves[rank] {
-                            if let Some(grad) = leaf.grad(g) {
-                                let sum = match acc.swap_remove(name) {
+                        live.insert((stage, mb), out);
+                    }
+                    Done::Backward { grads } => {
+                        for (rank, g) in grads {
+                            let acc = acc.entry(rank).or_default();
+                            for (name, grad) in g {
+                                let sum = match acc.swap_remove(&name) {
                                     Some(prev) => prev + grad,
                                     None => grad,
                                 };
-                                acc.insert(name.clone(), sum);
+                                acc.insert(name, sum);
                             }
-                        }
-                    });
-                    if stage > 0 {
-                        for (t, v) in inputs.into_iter().enumerate() {
-                            let g = input_grads
-                                .remove(&v)
-                                .ok_or("a stage input got no gradient")?;
-                            let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage - 1));
-                            let site = format!("pp.stage{stage}.bwd.send");
-                            comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
                         }
                     }
                 }
@@ -258,6 +244,111 @@ impl MeshExec<'_> {
                 .collect::<Result<_, _>>()?,
             acc,
         })
+    }
+
+    /// One pipeline action of replica `ctx.d`.
+    fn act(
+        &self,
+        comm: &mut Comm,
+        ctx: &Act<'_>,
+        action: Action,
+        held: Option<StageOut>,
+    ) -> Result<Done, String> {
+        let (d, pp, mbs) = (
+            ctx.d,
+            self.mesh.pp as usize,
+            self.mesh.microbatches as usize,
+        );
+        match action {
+            Action::Forward { stage, mb } => {
+                let input = self.receive_activations(comm, stage, d, mb, &ctx.micro[mb]);
+                let out = self.ctx(stage, d, ctx.leaves).forward(
+                    comm,
+                    &ctx.micro[mb],
+                    input,
+                    ctx.normalizer,
+                );
+                let mut loss = None;
+                if stage + 1 < pp {
+                    for (t, &v) in out.outputs.iter().enumerate() {
+                        let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage + 1));
+                        let wrong = self.rank(t, d, (stage + 2) % pp);
+                        let site = format!("pp.stage{stage}.fwd.send");
+                        comm.send(
+                            &site,
+                            from,
+                            to,
+                            wrong,
+                            &format!("d{d}.mb{mb}.act"),
+                            out.tape.value(v),
+                        );
+                    }
+                } else {
+                    let l = scalar(out.tape.value(out.outputs[0]).reshape([1]));
+                    let parts: Vec<Tensor<3>> =
+                        out.logits.iter().map(|&v| out.tape.value(v)).collect();
+                    loss = Some((l, Tensor::cat(parts, 2)));
+                }
+                Ok(Done::Forward {
+                    stage,
+                    mb,
+                    out,
+                    loss,
+                })
+            }
+            Action::Backward { stage, mb } => {
+                let out = held.ok_or("backward before forward")?;
+                let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
+                    let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
+                    out.outputs.iter().map(|&v| (v, one.clone())).collect()
+                } else {
+                    out.outputs
+                        .iter()
+                        .enumerate()
+                        .map(|(t, &v)| {
+                            let (from, to) = (self.rank(t, d, stage + 1), self.rank(t, d, stage));
+                            let site = format!("pp.stage{stage}.bwd.recv");
+                            let like = out.tape.value(v).zeros_like();
+                            (
+                                v,
+                                comm.recv(&site, from, to, &format!("d{d}.mb{mb}.grad"), || like),
+                            )
+                        })
+                        .collect()
+                };
+                let dropped = comm.fault().is_some_and(|f| f.drops_microbatch(mb, mbs));
+                if dropped {
+                    comm.event(
+                        &format!("grad.accumulate.d{d}.mb{mb}"),
+                        "finalized before this microbatch",
+                    );
+                }
+                let inputs = out.inputs.clone();
+                let mut grads: HashMap<usize, Vec<(String, Tensor<2>)>> = HashMap::new();
+                let mut input_grads = out.tape.backward(comm, seeds, |rank, g| {
+                    if dropped {
+                        return;
+                    }
+                    let mine = grads.entry(rank).or_default();
+                    for (name, leaf) in &ctx.leaves[rank] {
+                        if let Some(grad) = leaf.grad(g) {
+                            mine.push((name.clone(), grad));
+                        }
+                    }
+                });
+                if stage > 0 {
+                    for (t, v) in inputs.into_iter().enumerate() {
+                        let g = input_grads
+                            .remove(&v)
+                            .ok_or("a stage input got no gradient")?;
+                        let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage - 1));
+                        let site = format!("pp.stage{stage}.bwd.send");
+                        comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
+                    }
+                }
+                Ok(Done::Backward { grads })
+            }
+        }
     }
 
     fn ctx<'l>(&'l self, stage: usize, dp: usize, leaves: &'l [Leaves]) -> StageCtx<'l> {
