@@ -6,10 +6,12 @@
 //! - `tape.rs` — segments between collectives, backward with Megatron's conjugates;
 //! - `stage.rs` — one pipeline stage on one TP group (TP, SP, vocab-parallel layers);
 //! - `schedule.rs` — GPipe and 1F1B orders and their clocked simulation;
-//! - `step.rs` — one training step: DP replicas, pipeline, gradient finalization.
+//! - `pipeline.rs` — one replica's stages over its microbatches, tick by tick;
+//! - `step.rs` — one training step: DP replicas, gradient finalization.
 
 pub mod collective;
 pub mod fault;
+pub mod pipeline;
 pub mod schedule;
 pub mod stage;
 pub mod step;

@@ -6,15 +6,14 @@
 //! Megatron does for token-level losses), so every replica and microbatch contributes on the
 //! oracle's scale and gradients are summed, not averaged.
 
-use std::collections::HashMap;
-
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use indexmap::IndexMap;
 use meshparity_specs::{MeshConfig, ModelConfig};
 
 use super::collective::Comm;
-use super::schedule::{simulate, stage_orders, Action};
-use super::stage::{Leaves, StageCtx, StageOut};
+use super::pipeline::Replica;
+use super::schedule::{simulate, stage_orders};
+use super::stage::Leaves;
 use crate::data::Batch;
 
 /// What one step of a mesh (or of the oracle) yields.
@@ -27,39 +26,6 @@ pub struct StepOutput {
     pub grads: Vec<IndexMap<String, Tensor<2>>>,
 }
 
-/// What one data-parallel replica produced.
-struct Replica {
-    /// Σ over microbatches of the (normalized) loss.
-    loss: f64,
-    /// Logits of its microbatches, in order.
-    logits: Vec<Tensor<3>>,
-    /// Accumulated gradients of its ranks.
-    acc: HashMap<usize, IndexMap<String, Tensor<2>>>,
-}
-
-/// What every action of one replica shares.
-struct Act<'a> {
-    d: usize,
-    normalizer: f64,
-    micro: &'a [Batch],
-    leaves: &'a [Leaves],
-}
-
-/// What one pipeline action produced.
-enum Done {
-    Forward {
-        stage: usize,
-        mb: usize,
-        out: StageOut,
-        /// Last stage: the microbatch's loss and its gathered logits.
-        loss: Option<(f64, Tensor<3>)>,
-    },
-    Backward {
-        /// Parameter gradients of this microbatch, per rank.
-        grads: HashMap<usize, Vec<(String, Tensor<2>)>>,
-    },
-}
-
 /// A mesh as the step executor sees it.
 pub struct MeshExec<'a> {
     pub model: &'a ModelConfig,
@@ -69,12 +35,12 @@ pub struct MeshExec<'a> {
 }
 
 impl MeshExec<'_> {
-    fn rank(&self, tp: usize, dp: usize, pp: usize) -> usize {
+    pub(super) fn rank(&self, tp: usize, dp: usize, pp: usize) -> usize {
         let (t, d) = (self.mesh.tp as usize, self.mesh.dp as usize);
         tp + t * (dp + d * pp)
     }
 
-    fn tp_group(&self, dp: usize, pp: usize) -> Vec<usize> {
+    pub(super) fn tp_group(&self, dp: usize, pp: usize) -> Vec<usize> {
         (0..self.mesh.tp as usize)
             .map(|t| self.rank(t, dp, pp))
             .collect()
@@ -156,241 +122,6 @@ impl MeshExec<'_> {
             logits: Tensor::cat(logits_rows, 0),
             grads,
         })
-    }
-
-    /// One data-parallel replica's pipeline over its microbatches, in schedule order: the
-    /// actions of one clock tick run on different stages and depend only on messages of earlier
-    /// ticks, so they run concurrently, each with a sub-communicator holding its stage's mail.
-    fn replica(
-        &self,
-        comm: &mut Comm,
-        d: usize,
-        normalizer: f64,
-        batch: &Batch,
-        leaves: &[Leaves],
-        ticks: &[Vec<Action>],
-    ) -> Result<Replica, String> {
-        use rayon::prelude::*;
-        let (dp, mbs) = (self.mesh.dp as usize, self.mesh.microbatches as usize);
-        let rows = batch.batch / dp;
-        let mb_rows = rows / mbs;
-        let micro: Vec<Batch> = (0..mbs)
-            .map(|i| batch.rows(d * rows + i * mb_rows, mb_rows))
-            .collect();
-        let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
-        let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
-        let mut losses = vec![0.0; mbs];
-        let mut logits: Vec<Option<Tensor<3>>> = vec![None; mbs];
-        for tick in ticks {
-            let mut work = Vec::with_capacity(tick.len());
-            for &action in tick {
-                let (stage, held) = match action {
-                    Action::Forward { stage, .. } => (stage, None),
-                    Action::Backward { stage, mb } => (
-                        stage,
-                        Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
-                    ),
-                };
-                work.push((action, held, comm.split(&self.tp_group(d, stage))));
-            }
-            let done: Vec<Result<(Done, Comm), String>> = work
-                .into_par_iter()
-                .map(|(action, held, mut sub)| {
-                    let ctx = Act {
-                        d,
-                        normalizer,
-                        micro: &micro,
-                        leaves,
-                    };
-                    self.act(&mut sub, &ctx, action, held).map(|r| (r, sub))
-                })
-                .collect();
-            for r in done {
-                let (r, sub) = r?;
-                comm.absorb(sub);
-                match r {
-                    Done::Forward {
-                        stage,
-                        mb,
-                        out,
-                        loss,
-                    } => {
-                        if let Some((l, lg)) = loss {
-                            losses[mb] = l;
-                            logits[mb] = Some(lg);
-                        }
-                        live.insert((stage, mb), out);
-                    }
-                    Done::Backward { grads } => {
-                        for (rank, g) in grads {
-                            let acc = acc.entry(rank).or_default();
-                            for (name, grad) in g {
-                                let sum = match acc.swap_remove(&name) {
-                                    Some(prev) => prev + grad,
-                                    None => grad,
-                                };
-                                acc.insert(name, sum);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(Replica {
-            loss: losses.iter().sum(),
-            logits: logits
-                .into_iter()
-                .map(|l| l.ok_or("a microbatch never reached the last stage"))
-                .collect::<Result<_, _>>()?,
-            acc,
-        })
-    }
-
-    /// One pipeline action of replica `ctx.d`.
-    fn act(
-        &self,
-        comm: &mut Comm,
-        ctx: &Act<'_>,
-        action: Action,
-        held: Option<StageOut>,
-    ) -> Result<Done, String> {
-        let (d, pp, mbs) = (
-            ctx.d,
-            self.mesh.pp as usize,
-            self.mesh.microbatches as usize,
-        );
-        match action {
-            Action::Forward { stage, mb } => {
-                let input = self.receive_activations(comm, stage, d, mb, &ctx.micro[mb]);
-                let out = self.ctx(stage, d, ctx.leaves).forward(
-                    comm,
-                    &ctx.micro[mb],
-                    input,
-                    ctx.normalizer,
-                );
-                let mut loss = None;
-                if stage + 1 < pp {
-                    for (t, &v) in out.outputs.iter().enumerate() {
-                        let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage + 1));
-                        let wrong = self.rank(t, d, (stage + 2) % pp);
-                        let site = format!("pp.stage{stage}.fwd.send");
-                        comm.send(
-                            &site,
-                            from,
-                            to,
-                            wrong,
-                            &format!("d{d}.mb{mb}.act"),
-                            out.tape.value(v),
-                        );
-                    }
-                } else {
-                    let l = scalar(out.tape.value(out.outputs[0]).reshape([1]));
-                    let parts: Vec<Tensor<3>> =
-                        out.logits.iter().map(|&v| out.tape.value(v)).collect();
-                    loss = Some((l, Tensor::cat(parts, 2)));
-                }
-                Ok(Done::Forward {
-                    stage,
-                    mb,
-                    out,
-                    loss,
-                })
-            }
-            Action::Backward { stage, mb } => {
-                let out = held.ok_or("backward before forward")?;
-                let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
-                    let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
-                    out.outputs.iter().map(|&v| (v, one.clone())).collect()
-                } else {
-                    out.outputs
-                        .iter()
-                        .enumerate()
-                        .map(|(t, &v)| {
-                            let (from, to) = (self.rank(t, d, stage + 1), self.rank(t, d, stage));
-                            let site = format!("pp.stage{stage}.bwd.recv");
-                            let like = out.tape.value(v).zeros_like();
-                            (
-                                v,
-                                comm.recv(&site, from, to, &format!("d{d}.mb{mb}.grad"), || like),
-                            )
-                        })
-                        .collect()
-                };
-                let dropped = comm.fault().is_some_and(|f| f.drops_microbatch(mb, mbs));
-                if dropped {
-                    comm.event(
-                        &format!("grad.accumulate.d{d}.mb{mb}"),
-                        "finalized before this microbatch",
-                    );
-                }
-                let inputs = out.inputs.clone();
-                let mut grads: HashMap<usize, Vec<(String, Tensor<2>)>> = HashMap::new();
-                let mut input_grads = out.tape.backward(comm, seeds, |rank, g| {
-                    if dropped {
-                        return;
-                    }
-                    let mine = grads.entry(rank).or_default();
-                    for (name, leaf) in &ctx.leaves[rank] {
-                        if let Some(grad) = leaf.grad(g) {
-                            mine.push((name.clone(), grad));
-                        }
-                    }
-                });
-                if stage > 0 {
-                    for (t, v) in inputs.into_iter().enumerate() {
-                        let g = input_grads
-                            .remove(&v)
-                            .ok_or("a stage input got no gradient")?;
-                        let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage - 1));
-                        let site = format!("pp.stage{stage}.bwd.send");
-                        comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
-                    }
-                }
-                Ok(Done::Backward { grads })
-            }
-        }
-    }
-
-    fn ctx<'l>(&'l self, stage: usize, dp: usize, leaves: &'l [Leaves]) -> StageCtx<'l> {
-        StageCtx {
-            model: self.model,
-            device: self.device,
-            dtype: self.dtype,
-            stage,
-            stages: self.mesh.pp as usize,
-            ranks: self.tp_group(dp, stage),
-            sp: self.mesh.sp && self.mesh.tp > 1,
-            leaves,
-        }
-    }
-
-    fn receive_activations(
-        &self,
-        comm: &mut Comm,
-        stage: usize,
-        d: usize,
-        mb: usize,
-        micro: &Batch,
-    ) -> Vec<Tensor<3>> {
-        if stage == 0 {
-            return Vec::new();
-        }
-        let tp = self.mesh.tp as usize;
-        let seq = if self.mesh.sp && tp > 1 {
-            micro.seq_len / tp
-        } else {
-            micro.seq_len
-        };
-        let shape = [micro.batch, seq, self.model.hidden as usize];
-        (0..tp)
-            .map(|t| {
-                let (from, to) = (self.rank(t, d, stage - 1), self.rank(t, d, stage));
-                let site = format!("pp.stage{stage}.fwd.recv");
-                comm.recv(&site, from, to, &format!("d{d}.mb{mb}.act"), || {
-                    Tensor::<3>::zeros(shape, (self.device, self.dtype))
-                })
-            })
-            .collect()
     }
 
     /// Gradients as the optimizer sees them: the wrong-scale fault, the SP norm-weight
