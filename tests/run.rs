@@ -394,3 +394,52 @@ fn kill_9_of_the_runner_loses_no_result_and_leaves_no_process() {
     fx.cmd(None).args(["--resume", "run"]).assert().code(0);
     assert_eq!(count(&fx.results(), "passed"), 13);
 }
+
+#[test]
+fn a_job_that_ignores_sigterm_is_killed_after_the_grace_period_or_a_second_interrupt() {
+    // Timeout: SIGTERM is ignored, SIGKILL after the grace period ends it.
+    let fx = Fixture::new(SPEC);
+    fx.cmd(Some("*/tp2/forward=hang-ignore-term"))
+        .args([
+            "--run-dir",
+            "run",
+            "--timeout",
+            "forward=1",
+            "--grace",
+            "0.5",
+            "-f",
+            "mesh=tp2",
+        ])
+        .assert()
+        .code(3);
+    assert_eq!(fx.status_of("tiny@f32/tp2/forward").0, "timeout");
+
+    // Interrupt: the first SIGINT waits out the grace period, a second one kills at once.
+    let fx = Fixture::new(SPEC);
+    let mut child = spawn_run(&fx, "*/tp2/forward=hang-ignore-term", &["--grace", "600"]);
+    let run_dir = fx.run_dir().display().to_string();
+    wait_for("the stubborn job", Duration::from_secs(120), || {
+        processes_mentioning(&run_dir)
+            .iter()
+            .any(|c| c.contains("tp2_forward"))
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the runner waits for the grace period"
+    );
+    let start = Instant::now();
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "a second interrupt kills at once"
+    );
+    assert!(
+        processes_mentioning(&run_dir).is_empty(),
+        "no job process survives"
+    );
+    assert_eq!(fx.results()["meta"]["interrupted"], true);
+}

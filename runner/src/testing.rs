@@ -2,7 +2,7 @@
 //! exit with a code, so process isolation, timeouts and retries are tested on the real binary.
 //!
 //! `MESHPARITY_TEST_FAULT=GLOB=KIND[;GLOB=KIND...]`, GLOB over job names, KIND one of `panic`,
-//! `abort`, `hang`, `exit:N`, `crash-once` (abort on the first attempt only: a flaky job), `noop`
+//! `abort`, `hang`, `hang-ignore-term` (only SIGKILL ends it), `exit:N`, `crash-once` (abort on the first attempt only: a flaky job), `noop`
 //! (pass at once without computing: the scheduler-overhead bench).
 //! Unset in normal use; documented here only.
 
@@ -37,6 +37,15 @@ pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
             "hang" => loop {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             },
+            "hang-ignore-term" => {
+                // SAFETY: setting a signal disposition to SIG_IGN touches no memory of ours.
+                unsafe {
+                    libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                }
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
             "noop" => {
                 let r = crate::worker::WorkerResult {
                     status: meshparity_reports::Status::Passed,
