@@ -10,19 +10,18 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use meshparity_reports::{Attempt, JobRecord, Status};
 use petgraph::graph::NodeIndex;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::child::{self, Ending, Finished};
+use super::child::{self, Finished};
 use super::options::{weight, RunOptions};
 use super::progress::Progress;
 use super::store::Store;
+use super::verdict::{verdict, Verdict};
 use crate::plan::{Job, Plan, Selection};
-use crate::worker::{WorkerResult, RESULT_FILE};
 
 /// Lines of log kept in a record for errors.
 const TAIL_LINES: usize = 30;
@@ -280,42 +279,13 @@ impl Run<'_> {
     ) -> std::io::Result<()> {
         let dir = self.job_dir(i, attempt);
         let timeout = self.opts.timeouts.for_job(self.job(i));
-        let result: Option<WorkerResult> = std::fs::read(dir.join(RESULT_FILE))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
         let exit = f.exit_text();
-        let (status, summary, detail, cached) = match (&f.ending, result) {
-            (Ending::Exited(s), Some(r)) if matches!(s.code(), Some(0 | 1)) => {
-                (r.status, r.summary, r.detail, r.cached)
-            }
-            (Ending::Exited(_), _) => {
-                let why = last_error_line(&f).unwrap_or_else(|| "no result file".into());
-                (
-                    Status::Error,
-                    format!(
-                        "worker exited with {}: {why}",
-                        exit.clone().unwrap_or_default()
-                    ),
-                    serde_json::Value::Null,
-                    false,
-                )
-            }
-            (Ending::TimedOut, _) => (
-                Status::Timeout,
-                format!("timed out after {}", secs(timeout)),
-                serde_json::Value::Null,
-                false,
-            ),
-            (Ending::SpawnFailed(e), _) => {
-                (Status::Error, e.clone(), serde_json::Value::Null, false)
-            }
-            (Ending::Cancelled, _) => (
-                Status::NotRun,
-                "not run: interrupted while running (terminated)".into(),
-                serde_json::Value::Null,
-                false,
-            ),
-        };
+        let Verdict {
+            status,
+            summary,
+            detail,
+            cached,
+        } = verdict(&f, &dir, timeout);
         self.attempts[i].push(Attempt {
             status,
             seconds: f.seconds,
@@ -390,17 +360,4 @@ impl Run<'_> {
         self.states[i] = State::Done(Box::new(r));
         Ok(())
     }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{}s", d.as_secs_f64())
-}
-
-/// The last non-empty stderr line (a panic message, an error).
-fn last_error_line(f: &Finished) -> Option<String> {
-    let text = std::fs::read_to_string(&f.stderr).ok()?;
-    text.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with("note: "))
-        .map(|l| l.chars().take(300).collect())
 }
