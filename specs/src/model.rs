@@ -183,6 +183,15 @@ impl Model {
                 .help("next-token prediction needs at least one input and one target token"),
             );
         }
+        if self.vocab.value < 2 {
+            cx.error(
+                Diagnostic::error(
+                    &self.vocab.loc,
+                    format!("model `{name}`: vocab must be at least 2"),
+                )
+                .help("token 0 is padding; the synthetic data needs at least one other token"),
+            );
+        }
         if let (Some(experts), Some(top_k)) = (&self.experts, &self.top_k) {
             if top_k.value > experts.value {
                 cx.error(

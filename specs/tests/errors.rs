@@ -182,3 +182,27 @@ impl meshparity_specs::Files for Mem {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))
     }
 }
+
+#[test]
+fn a_one_token_vocabulary_is_refused_where_it_is_written() {
+    let text = "[models.tiny]\nvocab = 1\n\n[meshes.dp2]\ndp = 2\n";
+    match meshparity_specs::load_text(
+        Path::new("vocab.toml"),
+        text.into(),
+        &meshparity_specs::Disk,
+    ) {
+        Err(SpecError::Invalid(d)) => {
+            let heads: Vec<String> = d.iter().map(|d| format!("{d}")).collect();
+            assert!(
+                heads.iter().any(
+                    |h| h.starts_with("vocab.toml:2:9: model `tiny`: vocab must be at least 2")
+                ),
+                "{heads:?}"
+            );
+        }
+        other => panic!(
+            "a one-token vocabulary must not load: {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
