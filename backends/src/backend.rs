@@ -6,25 +6,36 @@ use std::path::Path;
 use burn::tensor::Device;
 use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Training};
 
+use crate::device::{self, Adapter, DeviceError};
+
 use crate::levels::{self, LevelError, MutationOutcome, Outcome, Setup};
 use crate::parallel::Fault;
 
 /// A burn device and the jobs that run on it.
 pub struct Backend {
     device: Device,
+    adapter: Adapter,
 }
 
 impl Backend {
     /// The flex CPU backend: the embedded default, bit-deterministic run to run.
     pub fn cpu() -> Self {
-        Self {
-            device: Device::flex(),
-        }
+        Self::open(meshparity_specs::Device::Cpu).expect("the CPU is always there")
     }
 
-    /// Backend and device, for reports (`burn-flex`, `cpu`).
+    /// The backend of `device`, or why this binary or machine cannot offer it.
+    pub fn open(device: meshparity_specs::Device) -> Result<Self, DeviceError> {
+        let adapter = device::find(device)?;
+        Ok(Self {
+            device: device::burn_device(&adapter),
+            adapter,
+        })
+    }
+
+    /// Backend and device, for reports: (`burn-flex`, `cpu`) or
+    /// (`burn-wgpu`, `llvmpipe (LLVM 15.0.6, 256 bits) [vulkan, software]`).
     pub fn describe(&self) -> (&'static str, String) {
-        ("burn-flex", "cpu".to_owned())
+        describe(&self.adapter)
     }
 
     fn setup<'a>(
@@ -97,5 +108,13 @@ impl Backend {
             reference,
             out,
         )
+    }
+}
+
+/// Backend name and device label of an adapter, without opening it (the runner's metadata).
+pub fn describe(adapter: &Adapter) -> (&'static str, String) {
+    match adapter.kind {
+        None => ("burn-flex", "cpu".to_owned()),
+        Some(_) => ("burn-wgpu", adapter.label()),
     }
 }

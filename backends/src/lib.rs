@@ -7,11 +7,13 @@
 //! - [`host`], [`checkpoint`], [`sharding`] — host tensors, safetensors, sharding plans;
 //! - [`parallel`] — collectives, segment-wise autodiff, TP/SP/DP/PP, schedules, faults;
 //! - [`optim`], [`train`] — SGD/AdamW and training runs (oracle and mesh);
-//! - [`levels`] — reference artifacts, roundtrip/forward/curve/oracle, mutation jobs.
+//! - [`levels`] — reference artifacts, roundtrip/forward/curve/oracle, mutation jobs;
+//! - [`device`] — the CPU and the machine's GPU adapters, and which burn device each is.
 
 pub mod backend;
 pub mod checkpoint;
 pub mod data;
+pub mod device;
 pub mod host;
 pub mod levels;
 pub mod llama;
@@ -22,3 +24,4 @@ pub mod sharding;
 pub mod train;
 
 pub use backend::Backend;
+pub use device::{Adapter, DeviceError, GPU_BUILT};

@@ -146,6 +146,10 @@ pub fn junit(results: &RunResults) -> String {
             case.set_time(Duration::from_secs_f64(job.seconds.max(0.0)));
             case.add_property(Property::new("job_id", job.id.as_str()));
             case.add_property(Property::new("world_size", job.world_size.to_string()));
+            case.add_property(Property::new("device", job.device.as_str()));
+            if !job.adapter.is_empty() {
+                case.add_property(Property::new("adapter", job.adapter.as_str()));
+            }
             if let Some(n) = compared(job) {
                 case.add_property(Property::new("compared", n.to_string()));
             }

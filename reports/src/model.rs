@@ -88,6 +88,13 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutation: Option<String>,
     pub dtype: String,
+    /// `cpu`, `gpu`, `gpu:N`: where the job computed (its reference computed there too).
+    #[serde(default = "cpu")]
+    pub device: String,
+    /// The adapter that computed it, as the worker found it (`cpu`, or a GPU's name, API and
+    /// kind); empty when no worker reported.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub adapter: String,
     pub world_size: u64,
     pub status: Status,
     /// One line: what matched, the first thing over its limit, why it was skipped.
@@ -142,4 +149,8 @@ impl RunResults {
     pub fn count(&self, status: Status) -> usize {
         self.jobs.iter().filter(|j| j.status == status).count()
     }
+}
+
+fn cpu() -> String {
+    "cpu".to_owned()
 }

@@ -56,6 +56,8 @@ pub struct JobView {
     pub summary: String,
     pub seconds: String,
     pub reproduce: String,
+    /// `cpu`, or the GPU adapter that computed the job.
+    pub device: String,
     pub compared: Option<u64>,
     pub collectives: Option<u64>,
     pub comparisons: Vec<ComparisonView>,
@@ -269,6 +271,11 @@ fn job_view(job: &JobRecord) -> JobView {
         summary: clean(&job.summary),
         seconds: format!("{:.2}", job.seconds),
         reproduce: clean(&job.reproduce),
+        device: clean(if job.adapter.is_empty() || job.adapter == job.device {
+            &job.device
+        } else {
+            &job.adapter
+        }),
         compared: compared(job),
         collectives: d["collectives"].as_u64(),
         comparisons,

@@ -53,6 +53,7 @@ pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
                     seconds: 0.0,
                     cached: false,
                     detail: serde_json::Value::Null,
+                    adapter: String::new(),
                 };
                 let _ = std::fs::create_dir_all(&args.out);
                 let path = args.out.join(crate::worker::RESULT_FILE);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use meshparity_backends::Backend;
 use meshparity_reports::Status;
-use meshparity_specs::{Level, Limits};
+use meshparity_specs::{Device, Level, Limits};
 use petgraph::graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,8 @@ pub struct WorkerArgs {
     pub no_cache: bool,
     /// 1 for the first try; retries count up.
     pub attempt: u32,
+    /// `--device`, as the runner was given it: the plan is rebuilt the same way.
+    pub device: Option<Device>,
 }
 
 /// What a worker found.
@@ -41,6 +43,9 @@ pub struct WorkerResult {
     pub cached: bool,
     #[serde(default)]
     pub detail: serde_json::Value,
+    /// The adapter the job computed on (see [`meshparity_backends::Adapter::label`]).
+    #[serde(default)]
+    pub adapter: String,
 }
 
 impl WorkerResult {
@@ -56,6 +61,7 @@ impl WorkerResult {
             seconds,
             cached: false,
             detail: serde_json::to_value(detail).unwrap_or_default(),
+            adapter: String::new(),
         }
     }
 }
@@ -70,6 +76,17 @@ pub enum WorkerError {
     MissingReference { job: String, dir: String },
     #[error("{0}")]
     Backend(#[from] meshparity_backends::levels::LevelError),
+    #[error("{0}")]
+    Device(#[from] meshparity_backends::DeviceError),
+    #[error(
+        "the reference artifacts in {dir} were computed on `{found}`, this job runs on `{here}`; \
+         a comparison needs both on the same device (run with --no-cache to recompute them)"
+    )]
+    DeviceMismatch {
+        dir: String,
+        found: String,
+        here: String,
+    },
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -87,11 +104,12 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
 }
 
 /// Where the reference artifacts of a reference job live: keyed by the job's identity (model
-/// configuration, dtype, training settings) and by this binary, since another build may give
-/// other bits.
-pub fn reference_dir(cache: &Path, job: &Job) -> PathBuf {
+/// configuration, dtype, training settings, device), by the adapter that computes them and by
+/// this binary, since another GPU or another build may give other bits.
+pub fn reference_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
     let mut h = blake3::Hasher::new();
     h.update(job.id.to_string().as_bytes());
+    h.update(adapter.as_bytes());
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
     if let Ok(exe) = std::env::current_exe().and_then(std::fs::metadata) {
         h.update(&exe.len().to_le_bytes());
@@ -105,19 +123,25 @@ pub fn reference_dir(cache: &Path, job: &Job) -> PathBuf {
 /// Run the job and write `result.json`.
 pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
     crate::testing::inject(args)?;
-    let loaded =
+    let mut loaded =
         meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
+    if let Some(device) = args.device {
+        loaded = loaded
+            .with_device(device)
+            .map_err(|e| WorkerError::Spec(e.to_string()))?;
+    }
     let plan = Plan::build(&loaded.spec);
     let node = plan
         .node(args.job)
         .ok_or(WorkerError::UnknownJob(args.job))?;
     let job = &plan.graph[node];
     std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
-    let backend = Backend::cpu();
-    let result = match &job.kind {
+    let backend = Backend::open(job.device)?;
+    let adapter = backend.describe().1;
+    let mut result = match &job.kind {
         JobKind::Reference => reference(&backend, job, args)?,
         JobKind::Check { level } => {
-            let refdir = reference_of(&plan, node, args)?;
+            let refdir = reference_of(&plan, node, args, &adapter)?;
             let mesh = job.mesh_config.as_ref().expect("check jobs have a mesh");
             let limits = job.limits.clone().unwrap_or_default();
             let o = backend.check(
@@ -133,7 +157,7 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
             WorkerResult::verdict(o.passed, o.summary(), o.seconds, &o)
         }
         JobKind::Mutation { mutation, .. } => {
-            let refdir = reference_of(&plan, node, args)?;
+            let refdir = reference_of(&plan, node, args, &adapter)?;
             let mesh = job.mesh_config.as_ref().expect("mutation jobs have a mesh");
             let levels = level_limits(&plan, node);
             let o = backend.mutation(
@@ -149,6 +173,7 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
             WorkerResult::verdict(o.caught, o.summary(), o.seconds, &o)
         }
     };
+    result.adapter = adapter;
     let path = args.out.join(RESULT_FILE);
     let bytes = serde_json::to_vec_pretty(&result).expect("results serialize");
     meshparity_reports::write::atomic(&path, &bytes).map_err(io("writing", &path))?;
@@ -156,15 +181,17 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
 }
 
 fn reference(backend: &Backend, job: &Job, args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
-    let dir = reference_dir(&args.cache, job);
+    let adapter = backend.describe().1;
+    let dir = reference_dir(&args.cache, job, &adapter);
     let done = dir.join(RESULT_FILE);
-    if !args.no_cache && done.exists() {
+    if !args.no_cache && done.exists() && recorded_adapter(&dir).as_deref() == Some(&adapter) {
         return Ok(WorkerResult {
             status: Status::Passed,
             summary: format!("reused cached oracle artifacts in {}", dir.display()),
             seconds: 0.0,
             cached: true,
             detail: serde_json::json!({ "artifacts": dir.display().to_string() }),
+            adapter,
         });
     }
     // Build beside the final place and rename, so a half-written reference is never reused.
@@ -180,6 +207,7 @@ fn reference(backend: &Backend, job: &Job, args: &WorkerArgs) -> Result<WorkerRe
         seconds,
         cached: false,
         detail: serde_json::json!({ "artifacts": dir.display().to_string() }),
+        adapter,
     };
     let marker = tmp.join(RESULT_FILE);
     std::fs::write(
@@ -206,13 +234,34 @@ fn reference_job(plan: &Plan, node: NodeIndex) -> Option<&Job> {
     None
 }
 
-fn reference_of(plan: &Plan, node: NodeIndex, args: &WorkerArgs) -> Result<PathBuf, WorkerError> {
+/// The adapter a reference was computed on, from its marker file.
+fn recorded_adapter(dir: &Path) -> Option<String> {
+    let bytes = std::fs::read(dir.join(RESULT_FILE)).ok()?;
+    let r: WorkerResult = serde_json::from_slice(&bytes).ok()?;
+    Some(r.adapter)
+}
+
+/// The reference artifacts a check compares with, which must come from the adapter the check
+/// runs on: a GPU mesh judged against a CPU oracle would measure the kernels, not the mesh.
+fn reference_of(
+    plan: &Plan,
+    node: NodeIndex,
+    args: &WorkerArgs,
+    adapter: &str,
+) -> Result<PathBuf, WorkerError> {
     let job = reference_job(plan, node).expect("every check depends on a reference");
-    let dir = reference_dir(&args.cache, job);
-    if !dir.join(RESULT_FILE).exists() {
+    let dir = reference_dir(&args.cache, job, adapter);
+    let Some(found) = recorded_adapter(&dir) else {
         return Err(WorkerError::MissingReference {
             job: job.name.clone(),
             dir: dir.display().to_string(),
+        });
+    };
+    if found != adapter {
+        return Err(WorkerError::DeviceMismatch {
+            dir: dir.display().to_string(),
+            found,
+            here: adapter.to_owned(),
         });
     }
     Ok(dir)

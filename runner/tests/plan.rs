@@ -312,3 +312,69 @@ mod partitions {
         }
     }
 }
+
+const MIXED_DEVICES: &str = r#"
+[models.small]
+[models.big]
+device = "gpu"
+[meshes.dp2]
+dp = 2
+[[matrix]]
+levels = ["forward"]
+"#;
+
+#[test]
+fn each_model_runs_on_its_device_with_that_devices_default_table() {
+    let plan = Plan::build(&spec_from(MIXED_DEVICES));
+    let jobs: Vec<_> = plan.jobs().map(|(_, j)| j).collect();
+    // The two models have equal configs but different devices: two references.
+    let refs: Vec<_> = jobs
+        .iter()
+        .filter(|j| j.kind == JobKind::Reference)
+        .collect();
+    assert_eq!(refs.len(), 2);
+    for j in &jobs {
+        let want = if j.model() == "big" { "gpu" } else { "cpu" };
+        assert_eq!(j.device.to_string(), want, "{}", j.name);
+        if let Some(t) = &j.tolerance {
+            let table = if want == "gpu" {
+                "builtin-gpu"
+            } else {
+                "builtin"
+            };
+            assert_eq!(t, table, "{}", j.name);
+        }
+    }
+    // Every check depends on the reference of its own device.
+    for (node, j) in plan.jobs() {
+        for d in plan.dependencies(node) {
+            assert_eq!(plan.graph[d].device, j.device, "{}", j.name);
+        }
+    }
+}
+
+#[test]
+fn the_command_lines_device_moves_every_model_and_changes_ids() {
+    let cpu = Plan::build(&spec_from(MIXED_DEVICES));
+    let mut spec = spec_from(MIXED_DEVICES);
+    spec.set_device("cpu".parse().unwrap());
+    let all_cpu = Plan::build(&spec);
+    assert!(all_cpu.jobs().all(|(_, j)| j.device.is_cpu()));
+    // On the CPU both models share one reference again.
+    assert_eq!(
+        all_cpu
+            .jobs()
+            .filter(|(_, j)| j.kind == JobKind::Reference)
+            .count(),
+        1
+    );
+    // `small` was on the CPU already: its ids do not change; `big`'s do.
+    let ids = |p: &Plan, model: &str| -> HashSet<String> {
+        p.jobs()
+            .filter(|(_, j)| j.kind != JobKind::Reference && j.model() == model)
+            .map(|(_, j)| j.id.to_string())
+            .collect()
+    };
+    assert_eq!(ids(&cpu, "small"), ids(&all_cpu, "small"));
+    assert!(ids(&cpu, "big").is_disjoint(&ids(&all_cpu, "big")));
+}

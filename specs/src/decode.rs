@@ -10,6 +10,7 @@ use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
+use crate::device::Device;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::source::{Loc, Located, SourceFile};
 use crate::suggest;
@@ -270,6 +271,22 @@ impl<'a, 'i> Table<'a, 'i> {
                         format!("`{}.{key}` must be a finite number ≥ 0", self.path),
                     )
                     .label("not a usable limit"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A device string (`cpu`, `gpu`, `gpu:N`), refused at its position when malformed.
+    pub fn device(&mut self, cx: &mut Ctx<'_>, key: &'static str) -> Option<Located<Device>> {
+        let s = self.string(cx, key)?;
+        match s.value.parse::<Device>() {
+            Ok(d) => Some(Located::new(d, s.loc)),
+            Err(e) => {
+                cx.error(
+                    Diagnostic::error(&s.loc, e.to_string())
+                        .label("not a device")
+                        .help("`meshparity list devices` shows what this machine offers"),
                 );
                 None
             }

@@ -12,7 +12,7 @@ use crate::model::Model;
 use crate::mutation::MutationSelection;
 use crate::run::RunSettings;
 use crate::source::{Loc, Located, SourceFile};
-use crate::tolerance::{ToleranceTable, BUILTIN};
+use crate::tolerance::{ToleranceTable, BUILTIN, BUILTIN_GPU};
 
 pub const KEYS: &[&str] = &[
     "include",
@@ -99,11 +99,17 @@ impl Document {
             "tolerances",
             "tolerance table",
             |cx, name, table| {
-                if name.value == BUILTIN {
+                if name.value == BUILTIN || name.value == BUILTIN_GPU {
                     cx.error(
-                    Diagnostic::error(&name.loc, "`builtin` is the name of the built-in tolerance table")
-                        .help("pick another name; `extends = \"builtin\"` starts from the built-in limits"),
-                );
+                        Diagnostic::error(
+                            &name.loc,
+                            format!("`{}` is the name of a built-in tolerance table", name.value),
+                        )
+                        .help(format!(
+                            "pick another name; `extends = \"{}\"` starts from its limits",
+                            name.value
+                        )),
+                    );
                 } else if let Some(tt) = ToleranceTable::decode(cx, name, table) {
                     doc.tolerances.push(tt);
                 }

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use indexmap::IndexMap;
 
+use crate::device::Device;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::dtype::DType;
 use crate::fit;
@@ -37,6 +38,8 @@ pub struct Cell<'s> {
     pub model: &'s Model,
     pub mesh: &'s Mesh,
     pub dtype: DType,
+    /// The model's device (jobs of one cell and its reference all compute there).
+    pub device: Device,
     /// In DAG order.
     pub levels: Vec<CellLevel<'s>>,
     /// Whether the spec's mutations run on this cell.
@@ -125,10 +128,10 @@ impl<'s> Expansion<'s, '_> {
         let errors_before = self.diags.error_count();
         let models = self.resolve(&entry.models, &spec.models, "model");
         let meshes = self.resolve(&entry.meshes, &spec.meshes, "mesh");
-        let table: &'s str = match &entry.tolerance {
-            None => spec.default_tolerance(),
+        let named: Option<&'s str> = match &entry.tolerance {
+            None => None,
             Some(t) => match spec.tolerances.get_key_value(&t.value) {
-                Some((k, _)) => k.as_str(),
+                Some((k, _)) => Some(k.as_str()),
                 None => {
                     let names: Vec<&str> = spec.tolerances.keys().map(String::as_str).collect();
                     self.diags.push(
@@ -143,6 +146,8 @@ impl<'s> Expansion<'s, '_> {
         let mut used_excludes = vec![false; entry.exclude.len()];
         let mut selected = 0usize;
         for &model in &models {
+            let device = spec.model_device(model);
+            let table = named.unwrap_or_else(|| spec.default_tolerance(device));
             let dtypes: Vec<DType> = match &entry.dtypes {
                 Some(d) => d.value.iter().map(|d| d.value).collect(),
                 None => vec![spec.model_dtype(model)],
@@ -182,6 +187,7 @@ impl<'s> Expansion<'s, '_> {
                             model,
                             mesh,
                             dtype,
+                            device,
                             levels: Vec::new(),
                             mutations: false,
                         });

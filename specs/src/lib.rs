@@ -11,6 +11,7 @@
 //! [`validate`] (divisibility, level support, tolerances, names) via [`expand`].
 
 pub mod decode;
+pub mod device;
 pub mod diagnostic;
 pub mod document;
 pub mod dtype;
@@ -32,6 +33,7 @@ pub mod tolerance;
 pub mod validate;
 
 pub use decode::Keyword;
+pub use device::Device;
 pub use diagnostic::{Diagnostic, Diagnostics, Severity};
 pub use dtype::DType;
 pub use expand::{Cell, CellLevel};

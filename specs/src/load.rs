@@ -18,7 +18,7 @@ use crate::mutation::MutationSelection;
 use crate::run::RunSettings;
 use crate::source::{Loc, Located, SourceFile};
 use crate::spec::Spec;
-use crate::tolerance::{ToleranceTable, BUILTIN};
+use crate::tolerance::{ToleranceTable, BUILTIN, BUILTIN_GPU};
 use crate::validate;
 
 /// Why a spec could not be loaded.
@@ -39,6 +39,25 @@ pub enum SpecError {
 pub struct Loaded {
     pub spec: Spec,
     pub warnings: Diagnostics,
+}
+
+impl Loaded {
+    /// Every model on `device` (the command line's `--device`), checked again: a GPU selects
+    /// other default tolerance tables, which must cover every level and dtype the matrix asks.
+    pub fn with_device(mut self, device: crate::Device) -> Result<Loaded, SpecError> {
+        self.spec.set_device(device);
+        let mut diags = Diagnostics::default();
+        validate::validate(&self.spec, &mut diags);
+        diags.sort();
+        if diags.has_errors() {
+            Err(SpecError::Invalid(diags))
+        } else {
+            Ok(Loaded {
+                spec: self.spec,
+                warnings: diags,
+            })
+        }
+    }
 }
 
 /// Where included files come from; tests use an in-memory map.
@@ -225,6 +244,10 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
     let mut meshes = IndexMap::new();
     let mut tolerances = IndexMap::new();
     tolerances.insert(BUILTIN.to_owned(), ToleranceTable::builtin(top.clone()));
+    tolerances.insert(
+        BUILTIN_GPU.to_owned(),
+        ToleranceTable::builtin_gpu(top.clone()),
+    );
     let mut matrix: Vec<MatrixEntry> = Vec::new();
     let mut mutations = None;
     let mut files = Vec::new();

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::decode::{Ctx, Table};
+use crate::device::Device;
 use crate::diagnostic::Diagnostic;
 use crate::dtype::DType;
 use crate::family::Family;
@@ -11,7 +12,7 @@ use crate::source::{Loc, Located};
 /// Keys a `[models.NAME]` table accepts (also checked against the JSON Schema in tests).
 pub const KEYS: &[&str] = &[
     "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
-    "top_k", "dtype",
+    "top_k", "dtype", "device",
 ];
 
 /// The numbers that define a model, without its name: two models with equal configs share one
@@ -50,6 +51,8 @@ pub struct Model {
     pub top_k: Option<Located<u32>>,
     /// `None`: the run's default dtype.
     pub dtype: Option<Located<DType>>,
+    /// `None`: the run's device.
+    pub device: Option<Located<Device>>,
     /// The whole table, for messages about the model as a whole.
     pub loc: Loc,
 }
@@ -81,6 +84,7 @@ impl Model {
         let experts = t.positive(cx, "experts");
         let top_k = t.positive(cx, "top_k");
         let dtype = t.keyword::<DType>(cx, "dtype");
+        let device = t.device(cx, "device");
         let loc = t.loc.clone();
         let family = family.unwrap_or_else(|| Located::new(Family::Llama, loc.clone()));
         let heads = heads.unwrap_or_else(|| at(defaults::HEADS));
@@ -125,6 +129,7 @@ impl Model {
             experts,
             top_k,
             dtype,
+            device,
             loc,
         };
         t.finish(cx);

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::decode::{Ctx, Keyword, Table};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::source::{Loc, Located};
 
@@ -16,6 +17,7 @@ pub const KEYS: &[&str] = &[
     "optimizer",
     "lr",
     "output",
+    "device",
 ];
 
 #[derive(
@@ -54,6 +56,8 @@ pub struct RunSettings {
     pub training: Training,
     pub batch: Located<u32>,
     pub output: String,
+    /// Where jobs compute unless a model says otherwise.
+    pub device: Located<Device>,
     pub loc: Loc,
 }
 
@@ -81,6 +85,7 @@ impl RunSettings {
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
+            device: Located::new(Device::Cpu, loc.clone()),
             loc,
         }
     }
@@ -112,6 +117,9 @@ impl RunSettings {
         }
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;
+        }
+        if let Some(d) = t.device(cx, "device") {
+            run.device = d;
         }
         t.finish(cx);
         run

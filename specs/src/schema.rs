@@ -8,6 +8,7 @@
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::family::Family;
 use crate::level::Level;
@@ -59,6 +60,8 @@ struct Run {
     lr: Option<f64>,
     /// Output directory for runs (default meshparity-out).
     output: Option<String>,
+    /// Device of every model that sets none: cpu (default), gpu or gpu:N.
+    device: Option<Device>,
 }
 
 #[derive(JsonSchema)]
@@ -90,6 +93,8 @@ struct Model {
     top_k: Option<u32>,
     /// Dtype (default: [run] dtype).
     dtype: Option<DType>,
+    /// Device (default: [run] device).
+    device: Option<Device>,
 }
 
 #[derive(JsonSchema)]

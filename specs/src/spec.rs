@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::level::Level;
 use crate::matrix::MatrixEntry;
@@ -13,7 +14,7 @@ use crate::model::Model;
 use crate::mutation::MutationSelection;
 use crate::run::RunSettings;
 use crate::source::{Loc, SourceFile};
-use crate::tolerance::{Limits, ToleranceTable, BUILTIN};
+use crate::tolerance::{Limits, ToleranceTable, BUILTIN, BUILTIN_GPU, DEFAULT_GPU};
 
 #[derive(Debug)]
 pub struct Spec {
@@ -24,7 +25,7 @@ pub struct Spec {
     pub run: RunSettings,
     pub models: IndexMap<String, Model>,
     pub meshes: IndexMap<String, Mesh>,
-    /// Includes the built-in table under [`BUILTIN`].
+    /// Includes the built-in tables under [`BUILTIN`] and [`BUILTIN_GPU`].
     pub tolerances: IndexMap<String, ToleranceTable>,
     /// As written; a spec without `[[matrix]]` gets [`MatrixEntry::everything`].
     pub matrix: Vec<MatrixEntry>,
@@ -49,12 +50,34 @@ impl Spec {
             .map_or(self.run.dtype.value, |d| d.value)
     }
 
-    /// The table a matrix entry without `tolerance` uses: the user's `default`, else the built-in.
-    pub fn default_tolerance(&self) -> &str {
-        if self.tolerances.contains_key("default") {
-            "default"
+    pub fn model_device(&self, model: &Model) -> Device {
+        model
+            .device
+            .as_ref()
+            .map_or(self.run.device.value, |d| d.value)
+    }
+
+    /// Every model on `device`: the command line's `--device` overrides the spec.
+    pub fn set_device(&mut self, device: Device) {
+        self.run.device.value = device;
+        for model in self.models.values_mut() {
+            model.device = None;
+        }
+    }
+
+    /// The table a matrix entry without `tolerance` uses: on the CPU the user's `default`, else
+    /// `builtin`; on a GPU the user's `default-gpu`, else `builtin-gpu` (GPU kernels sum in other
+    /// orders than the CPU's, and a table tuned on one must not silently judge the other).
+    pub fn default_tolerance(&self, device: Device) -> &str {
+        let (user, builtin) = if device.is_gpu() {
+            (DEFAULT_GPU, BUILTIN_GPU)
         } else {
-            BUILTIN
+            ("default", BUILTIN)
+        };
+        if self.tolerances.contains_key(user) {
+            user
+        } else {
+            builtin
         }
     }
 

@@ -206,3 +206,66 @@ fn a_one_token_vocabulary_is_refused_where_it_is_written() {
         ),
     }
 }
+
+fn heads_of(text: &str) -> Vec<String> {
+    match meshparity_specs::load_text(
+        Path::new("device.toml"),
+        text.into(),
+        &meshparity_specs::Disk,
+    ) {
+        Err(SpecError::Invalid(d)) => d.iter().map(|d| format!("{d}")).collect(),
+        other => panic!("{text} must not load: {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_malformed_device_is_refused_where_it_is_written() {
+    let heads = heads_of("[run]\ndevice = \"cuda\"\n\n[models.m]\ndevice = \"gpu:x\"\n");
+    for want in [
+        "device.toml:2:10: `cuda` is not a device; expected \"cpu\", \"gpu\" or \"gpu:N\"",
+        "device.toml:5:10: `gpu:x` is not a device",
+    ] {
+        assert!(
+            heads.iter().any(|h| h.starts_with(want)),
+            "{want}\n{heads:?}"
+        );
+    }
+}
+
+#[test]
+fn builtin_gpu_is_a_reserved_table_name() {
+    let heads = heads_of("[tolerances.builtin-gpu]\nforward = \"exact\"\n");
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.contains("is the name of a built-in tolerance table")),
+        "{heads:?}"
+    );
+}
+
+#[test]
+fn a_gpu_default_table_must_cover_what_the_matrix_asks() {
+    // Fine on the CPU; on a GPU `default-gpu` applies and has no f32 forward limits.
+    let text = "[models.m]\n[meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"forward\"]\n\
+                [tolerances.default-gpu]\nforward.f64 = { rtol = 1e-9 }\n";
+    let loaded = meshparity_specs::load_text(
+        Path::new("device.toml"),
+        text.into(),
+        &meshparity_specs::Disk,
+    )
+    .expect("valid on the CPU");
+    match loaded.with_device("gpu".parse().unwrap()) {
+        Err(SpecError::Invalid(d)) => {
+            let heads: Vec<String> = d.iter().map(|d| format!("{d}")).collect();
+            assert!(
+                heads.iter().any(|h| {
+                    h.contains(
+                    "tolerance table `default-gpu` has no limits for level `forward` in dtype `f32`"
+                )
+                }),
+                "{heads:?}"
+            );
+        }
+        other => panic!("must not load on a GPU: {:?}", other.map(|_| ())),
+    }
+}

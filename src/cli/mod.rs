@@ -1,6 +1,7 @@
 //! Command-line interface: arguments resolved once into the objects that do the work.
 
 mod compare;
+mod list;
 mod plan;
 mod report;
 mod run;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use meshparity_specs::{Loaded, SpecError};
+use meshparity_specs::{Device, Loaded, SpecError};
 
 use crate::exit;
 
@@ -44,6 +45,8 @@ enum Command {
     Report(report::Args),
     /// Print the JSON Schema (draft-07) of the spec format, for editors.
     Schema,
+    /// List what this machine offers: `list devices`.
+    List(list::Args),
     /// Compare two checkpoints (safetensors, sharded or not) or two metric curves (.jsonl).
     /// Exit 0: match; 1: mismatch; 2: bad input or nothing compared.
     Compare(compare::Args),
@@ -58,6 +61,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Schema => schema::run(),
+        Command::List(args) => list::run(&args),
         Command::Compare(args) => compare::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Report(args) => report::run(&args),
@@ -77,6 +81,10 @@ pub struct SelectArgs {
     /// One shard of the filtered jobs: hash:M/N (stable) or count:M/N (balanced).
     #[arg(long, value_name = "KIND:M/N")]
     pub partition: Option<meshparity_runner::Partition>,
+    /// Run every model on DEVICE: cpu, gpu (the first GPU) or gpu:N (see `meshparity list
+    /// devices`), whatever the spec says. Jobs and tolerance tables follow the device.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<Device>,
 }
 
 impl SelectArgs {
@@ -91,9 +99,15 @@ pub fn color() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
-/// Load a spec, printing its problems (and warnings) to stderr.
-pub fn load_spec(path: &Path) -> Option<Loaded> {
-    match meshparity_specs::load(path) {
+/// Load a spec (every model moved to `device` when one is given), printing its problems (and
+/// warnings) to stderr.
+pub fn load_spec(path: &Path, device: Option<Device>) -> Option<Loaded> {
+    let loaded = meshparity_specs::load(path);
+    let loaded = match device {
+        Some(d) => loaded.and_then(|l| l.with_device(d)),
+        None => loaded,
+    };
+    match loaded {
         Ok(loaded) => {
             if !loaded.warnings.is_empty() {
                 eprint!("{}", loaded.warnings.render(color()));

@@ -33,7 +33,7 @@ pub fn run(args: &Args) -> u8 {
             return exit::SPEC_ERROR;
         }
     };
-    let Some(loaded) = super::load_spec(&args.spec) else {
+    let Some(loaded) = super::load_spec(&args.spec, args.select.device) else {
         return exit::SPEC_ERROR;
     };
     let plan = Plan::build(&loaded.spec);

@@ -19,6 +19,9 @@ pub struct Args {
     /// Concurrent slots (default: CPU cores). A job simulating many ranks takes several.
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
+    /// Jobs running at once on each GPU (GPU jobs do not take CPU slots).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    gpu_slots: usize,
     /// Retry infrastructure errors (crash, timeout, spawn failure) up to N times; a job that
     /// then passes is reported flaky. Check failures are never retried.
     #[arg(long, default_value_t = 0)]
@@ -69,7 +72,7 @@ pub fn run(args: &Args) -> u8 {
         eprintln!("error: --grace must be a number of seconds ≥ 0");
         return exit::SPEC_ERROR;
     }
-    let Some(loaded) = super::load_spec(&args.spec) else {
+    let Some(loaded) = super::load_spec(&args.spec, args.select.device) else {
         return exit::SPEC_ERROR;
     };
     let spec = &loaded.spec;
@@ -79,6 +82,15 @@ pub fn run(args: &Args) -> u8 {
         eprintln!("nothing selected: no job matches the filters and partition");
         return exit::NOTHING_SELECTED;
     }
+    // Every device the selection needs, found before any job starts.
+    let adapters =
+        match exec::meta::adapters(selection.jobs.iter().map(|(n, _)| plan.graph[*n].device)) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::SPEC_ERROR;
+            }
+        };
     let output = PathBuf::from(&spec.run.output);
     let (run_dir, previous) = match &args.resume {
         Some(dir) => match store::load(dir) {
@@ -115,6 +127,8 @@ pub fn run(args: &Args) -> u8 {
             .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1),
+        gpu_slots: args.gpu_slots.max(1),
+        device: args.select.device,
         retries: args.retries,
         max_fail: if args.fail_fast {
             Some(1)
@@ -126,6 +140,7 @@ pub fn run(args: &Args) -> u8 {
         no_cache: args.no_cache,
     };
     let mut meta = exec::meta::collect(
+        &adapters,
         &args.spec,
         &spec.name(),
         spec.run.training.seed,

@@ -25,6 +25,9 @@ pub struct Args {
     no_cache: bool,
     #[arg(long, default_value_t = 1)]
     attempt: u32,
+    /// Every job on this device (the runner's `--device`).
+    #[arg(long)]
+    device: Option<meshparity_specs::Device>,
 }
 
 pub fn run(args: &Args) -> u8 {
@@ -55,6 +58,7 @@ pub fn run(args: &Args) -> u8 {
         cache: args.cache.clone(),
         no_cache: args.no_cache,
         attempt: args.attempt,
+        device: args.device,
     };
     match worker::run(&wa) {
         Ok(r) => {

@@ -57,6 +57,8 @@ fn job(name: &str, status: Status, summary: &str) -> JobRecord {
         level,
         mutation,
         dtype: dtype.to_owned(),
+        device: "cpu".to_owned(),
+        adapter: "cpu".to_owned(),
         world_size: 2,
         status,
         summary: summary.to_owned(),

@@ -3,18 +3,57 @@
 use std::path::Path;
 use std::process::Command;
 
+use meshparity_backends::Adapter;
 use meshparity_reports::RunMeta;
+use meshparity_specs::Device;
 
-pub fn collect(spec: &Path, spec_name: &str, seed: u64, run_dir: &Path) -> RunMeta {
+/// The adapter of each distinct device, in first-use order, or why one cannot be used.
+pub fn adapters(
+    devices: impl IntoIterator<Item = Device>,
+) -> Result<Vec<Adapter>, meshparity_backends::DeviceError> {
+    let mut seen: Vec<Device> = Vec::new();
+    for d in devices {
+        if !seen.contains(&d) {
+            seen.push(d);
+        }
+    }
+    seen.into_iter()
+        .map(meshparity_backends::device::find)
+        .collect()
+}
+
+/// `adapters`: what the run's jobs compute on (a run may mix the CPU and GPUs).
+pub fn collect(
+    adapters: &[Adapter],
+    spec: &Path,
+    spec_name: &str,
+    seed: u64,
+    run_dir: &Path,
+) -> RunMeta {
     let bytes = std::fs::read(spec).unwrap_or_default();
-    let (backend, device) = meshparity_backends::Backend::cpu().describe();
+    let described: Vec<(&str, String)> = adapters
+        .iter()
+        .map(meshparity_backends::backend::describe)
+        .collect();
+    let join = |f: &dyn Fn(&(&str, String)) -> String| {
+        let mut parts: Vec<String> = Vec::new();
+        for d in &described {
+            let p = f(d);
+            if !parts.contains(&p) {
+                parts.push(p);
+            }
+        }
+        parts.join(" + ")
+    };
+    let backend = join(&|d| d.0.to_owned());
+    let device = join(&|d| d.1.clone());
     RunMeta {
         spec: spec.display().to_string(),
         spec_name: spec_name.to_owned(),
         spec_hash: blake3::hash(&bytes).to_hex().to_string(),
         git_commit: git_commit(spec),
         host: host(),
-        backend: backend.to_owned(),
+        backend,
         device,
         seed,
         meshparity_version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -3,6 +3,7 @@
 //! - `options.rs` — concurrency, retries, failure limits, time limits;
 //! - `child.rs` — one worker process in its own process group, ended cleanly;
 //! - `scheduler.rs` — the job state machines and the loop that drives them;
+//! - `slots.rs` — how many jobs run at once on the CPU and on each GPU;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
 //! - `progress.rs` — live bar or plain lines;
@@ -13,6 +14,7 @@ pub mod meta;
 pub mod options;
 pub mod progress;
 pub mod scheduler;
+pub mod slots;
 pub mod store;
 pub mod verdict;
 

@@ -14,8 +14,12 @@ pub struct RunOptions {
     pub spec: PathBuf,
     pub run_dir: PathBuf,
     pub cache_dir: PathBuf,
-    /// Concurrency in slots; a job takes `weight` slots.
+    /// CPU concurrency in slots; a job takes [`super::slots::Slots::weight`] of them.
     pub slots: usize,
+    /// Concurrency on each GPU.
+    pub gpu_slots: usize,
+    /// `--device`: every job on this device, whatever the spec says (workers are told too).
+    pub device: Option<meshparity_specs::Device>,
     pub retries: u32,
     /// Stop starting jobs after this many failures (`--fail-fast` is 1).
     pub max_fail: Option<usize>,
@@ -80,10 +84,4 @@ impl Timeouts {
         }
         self.all.unwrap_or_else(|| default_timeout(kind))
     }
-}
-
-/// Slots a job takes: simulated ranks share the job's process and its threads, so a big mesh
-/// takes more than one slot, never more than there are.
-pub fn weight(job: &Job, slots: usize) -> usize {
-    (job.world_size as usize).div_ceil(4).clamp(1, slots.max(1))
 }

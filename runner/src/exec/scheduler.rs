@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::child::{self, Finished};
-use super::options::{weight, RunOptions};
+use super::options::RunOptions;
 use super::progress::Progress;
+use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
 use crate::plan::{Job, Plan, Selection};
@@ -48,7 +49,7 @@ struct Run<'a> {
     store: Store,
     progress: Progress,
     failures: usize,
-    used: usize,
+    slots: Slots,
 }
 
 /// Execute `selection` of `plan`. `previous` holds records of an earlier run (for `--resume`):
@@ -71,7 +72,7 @@ pub async fn execute(
         progress: Progress::new(live_progress, order.len()),
         order,
         failures: 0,
-        used: 0,
+        slots: Slots::new(opts),
     };
     for i in 0..run.order.len() {
         let job = &plan.graph[run.order[i]];
@@ -100,7 +101,7 @@ pub async fn execute(
         tokio::select! {
             Some(done) = running.join_next() => {
                 let (i, attempt, finished) = done.expect("job tasks do not panic");
-                run.used -= weight(&plan.graph[run.order[i]], opts.slots);
+                run.slots.release(&plan.graph[run.order[i]]);
                 let cancelled = *cancel_rx.borrow() > 0;
                 run.attempt_done(i, attempt, finished, cancelled, &mut running, &cancel_rx)?;
             }
@@ -219,8 +220,7 @@ impl Run<'_> {
             if !ready {
                 continue;
             }
-            let w = weight(self.job(i), self.opts.slots);
-            if self.used + w > self.opts.slots && self.used > 0 {
+            if !self.slots.take(&self.plan.graph[self.order[i]]) {
                 continue;
             }
             self.spawn(i, 1, running, cancel);
@@ -253,9 +253,11 @@ impl Run<'_> {
         if self.opts.no_cache {
             args.push("--no-cache".into());
         }
+        if let Some(device) = self.opts.device {
+            args.extend(["--device".into(), device.to_string()]);
+        }
         let timeout = self.opts.timeouts.for_job(job);
         let (exe, grace, cancel) = (self.opts.exe.clone(), self.opts.grace, cancel.clone());
-        self.used += weight(job, self.opts.slots);
         self.states[i] = State::Running;
         running.spawn(async move {
             let f = child::run(&exe, &args, &dir, timeout, grace, cancel).await;
@@ -285,6 +287,7 @@ impl Run<'_> {
             summary,
             detail,
             cached,
+            adapter,
         } = verdict(&f, &dir, timeout);
         self.attempts[i].push(Attempt {
             status,
@@ -304,6 +307,7 @@ impl Run<'_> {
                 attempt,
                 status.as_str()
             ));
+            self.slots.retake(&self.plan.graph[self.order[i]]);
             self.spawn(i, attempt + 1, running, cancel);
             return Ok(());
         }
@@ -316,6 +320,7 @@ impl Run<'_> {
         let mut r = self.record(i, status, summary, seconds);
         r.detail = detail;
         r.cached = cached;
+        r.adapter = adapter;
         if matches!(status, Status::Failed | Status::Error | Status::Timeout) {
             self.failures += 1;
         }
@@ -333,6 +338,8 @@ impl Run<'_> {
             level: job.level().map(|l| l.as_str().to_owned()),
             mutation: job.mutation().map(str::to_owned),
             dtype: job.dtype.to_string(),
+            device: job.device.to_string(),
+            adapter: String::new(),
             world_size: job.world_size,
             status,
             summary,
@@ -346,8 +353,12 @@ impl Run<'_> {
                 .collect(),
             cached: false,
             reproduce: format!(
-                "meshparity run {} --filter 'name={}'",
+                "meshparity run {}{} --filter 'name={}'",
                 self.opts.spec.display(),
+                self.opts
+                    .device
+                    .map(|d| format!(" --device {d}"))
+                    .unwrap_or_default(),
                 job.name
             ),
             detail: serde_json::Value::Null,

@@ -14,6 +14,8 @@ pub struct Verdict {
     pub summary: String,
     pub detail: serde_json::Value,
     pub cached: bool,
+    /// The adapter the worker computed on.
+    pub adapter: String,
 }
 
 impl Verdict {
@@ -23,6 +25,7 @@ impl Verdict {
             summary,
             detail: serde_json::Value::Null,
             cached: false,
+            adapter: String::new(),
         }
     }
 }
@@ -38,6 +41,7 @@ pub fn verdict(f: &Finished, dir: &Path, timeout: Duration) -> Verdict {
             summary: r.summary,
             detail: r.detail,
             cached: r.cached,
+            adapter: r.adapter,
         },
         (Ending::Exited(_), _) => {
             let why = last_error_line(f).unwrap_or_else(|| "no result file".into());

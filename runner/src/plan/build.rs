@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use meshparity_specs::{Cell, DType, Level, MeshConfig, ModelConfig, Spec, Training};
+use meshparity_specs::{Cell, DType, Device, Level, MeshConfig, ModelConfig, Spec, Training};
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
 
@@ -26,6 +26,8 @@ enum Identity<'a> {
         model: &'a ModelConfig,
         dtype: DType,
         training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
     },
     Check {
         model_name: &'a str,
@@ -35,6 +37,8 @@ enum Identity<'a> {
         dtype: DType,
         level: Level,
         training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
     },
     Mutation {
         model_name: &'a str,
@@ -44,6 +48,8 @@ enum Identity<'a> {
         dtype: DType,
         mutation: &'a str,
         training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
     },
 }
 
@@ -87,6 +93,7 @@ impl Plan {
             model: config,
             dtype: cell.dtype,
             training,
+            device: cell.device,
         });
         let name = &cell.model.name.value;
         if let Some(&node) = references.get(&id) {
@@ -110,6 +117,7 @@ impl Plan {
             tolerance: None,
             limits: None,
             training: training.clone(),
+            device: cell.device,
         };
         let node = self.add(job, &[]);
         references.insert(id, node);
@@ -143,6 +151,7 @@ impl Plan {
             tolerance: None,
             limits: None,
             training: training.clone(),
+            device: cell.device,
         };
         let mut prev = reference;
         for l in &cell.levels {
@@ -154,6 +163,7 @@ impl Plan {
                 dtype: cell.dtype,
                 level: l.level,
                 training,
+                device: cell.device,
             });
             let mut job = base(
                 id,
@@ -182,6 +192,7 @@ impl Plan {
                 dtype: cell.dtype,
                 mutation: m.name,
                 training,
+                device: cell.device,
             });
             let kind = JobKind::Mutation {
                 mutation: m.name,

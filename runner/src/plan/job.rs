@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Training};
+use meshparity_specs::{DType, Device, Level, Limits, MeshConfig, ModelConfig, Training};
 use serde::Serialize;
 
 /// Stable id of a job: the first 64 bits of a BLAKE3 hash of the job's identity (what it
@@ -91,6 +91,8 @@ pub struct Job {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
     pub training: Training,
+    /// Where it computes; its reference computes on the same device.
+    pub device: Device,
 }
 
 impl Job {

@@ -1,0 +1,81 @@
+//! Slots: how many jobs run at once, per resource.
+//!
+//! CPU jobs share the `-j` CPU slots; a job simulating many ranks takes several (its ranks share
+//! the process's threads). Each GPU is its own pool (`--gpu-slots`, default 1), so GPU jobs never
+//! oversubscribe a device's memory while CPU jobs run beside them. A job bigger than its pool
+//! still runs, alone in it, rather than never.
+
+use std::collections::HashMap;
+
+use meshparity_specs::Device;
+
+use super::options::RunOptions;
+use crate::plan::Job;
+
+#[derive(Debug, Default)]
+struct Pool {
+    capacity: usize,
+    used: usize,
+}
+
+/// Slots in use, by device.
+#[derive(Debug)]
+pub struct Slots {
+    cpu_capacity: usize,
+    gpu_capacity: usize,
+    pools: HashMap<Device, Pool>,
+}
+
+impl Slots {
+    pub fn new(opts: &RunOptions) -> Self {
+        Self {
+            cpu_capacity: opts.slots.max(1),
+            gpu_capacity: opts.gpu_slots.max(1),
+            pools: HashMap::new(),
+        }
+    }
+
+    fn pool(&mut self, device: Device) -> &mut Pool {
+        let capacity = if device.is_cpu() {
+            self.cpu_capacity
+        } else {
+            self.gpu_capacity
+        };
+        self.pools
+            .entry(device)
+            .or_insert(Pool { capacity, used: 0 })
+    }
+
+    /// Slots `job` takes in its device's pool: ceil(world/4), at most the pool.
+    pub fn weight(&self, job: &Job) -> usize {
+        let capacity = if job.device.is_cpu() {
+            self.cpu_capacity
+        } else {
+            self.gpu_capacity
+        };
+        (job.world_size as usize).div_ceil(4).clamp(1, capacity)
+    }
+
+    /// Take `job`'s slots if its pool has room (an idle pool always has).
+    pub fn take(&mut self, job: &Job) -> bool {
+        let w = self.weight(job);
+        let pool = self.pool(job.device);
+        if pool.used > 0 && pool.used + w > pool.capacity {
+            return false;
+        }
+        pool.used += w;
+        true
+    }
+
+    /// Take `job`'s slots back for a retry: they were its own a moment ago.
+    pub fn retake(&mut self, job: &Job) {
+        let w = self.weight(job);
+        self.pool(job.device).used += w;
+    }
+
+    pub fn release(&mut self, job: &Job) {
+        let w = self.weight(job);
+        let pool = self.pool(job.device);
+        pool.used = pool.used.saturating_sub(w);
+    }
+}

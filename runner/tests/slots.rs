@@ -1,0 +1,92 @@
+//! Slots: CPU jobs share `-j`; each GPU is its own pool, so GPU jobs do not oversubscribe it
+//! while CPU jobs run beside them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use meshparity_runner::exec::slots::Slots;
+use meshparity_runner::exec::{RunOptions, Timeouts};
+use meshparity_runner::{Job, JobKind, Plan};
+use meshparity_specs::{load_text, Disk};
+
+const SPEC: &str = r#"
+[models.on-cpu]
+[models.on-gpu]
+device = "gpu"
+[meshes.dp2]
+dp = 2
+[meshes.dp8]
+dp = 8
+[run]
+batch = 16
+[[matrix]]
+levels = ["forward"]
+"#;
+
+fn options(cpu: usize, gpu: usize) -> RunOptions {
+    RunOptions {
+        exe: PathBuf::new(),
+        spec: PathBuf::new(),
+        run_dir: PathBuf::new(),
+        cache_dir: PathBuf::new(),
+        slots: cpu,
+        gpu_slots: gpu,
+        device: None,
+        retries: 0,
+        max_fail: None,
+        timeouts: Timeouts::default(),
+        grace: Duration::from_secs(1),
+        no_cache: false,
+    }
+}
+
+fn jobs() -> Vec<Job> {
+    let spec = load_text(Path::new("slots.toml"), SPEC.into(), &Disk)
+        .expect("valid")
+        .spec;
+    Plan::build(&spec)
+        .jobs()
+        .map(|(_, j)| j.clone())
+        .filter(|j| j.kind != JobKind::Reference)
+        .collect()
+}
+
+fn find<'a>(jobs: &'a [Job], model: &str, mesh: &str) -> &'a Job {
+    jobs.iter()
+        .find(|j| j.model() == model && j.mesh.as_deref() == Some(mesh))
+        .expect("job in plan")
+}
+
+#[test]
+fn a_gpu_runs_one_job_at_a_time_beside_the_cpu_jobs() {
+    let jobs = jobs();
+    let mut slots = Slots::new(&options(2, 1));
+    let (gpu_a, gpu_b) = (find(&jobs, "on-gpu", "dp2"), find(&jobs, "on-gpu", "dp8"));
+    let (cpu_a, cpu_b) = (find(&jobs, "on-cpu", "dp2"), find(&jobs, "on-cpu", "dp8"));
+    assert!(slots.take(gpu_a));
+    assert!(!slots.take(gpu_b), "the GPU is busy");
+    assert!(slots.take(cpu_a), "CPU jobs do not wait for the GPU");
+    assert!(
+        !slots.take(cpu_b),
+        "dp8 takes both CPU slots and one is in use"
+    );
+    slots.release(cpu_a);
+    assert!(
+        slots.take(cpu_b),
+        "an idle pool admits a job as big as itself"
+    );
+    slots.release(gpu_a);
+    assert!(slots.take(gpu_b));
+}
+
+#[test]
+fn gpu_slots_let_small_jobs_share_a_gpu() {
+    let jobs = jobs();
+    let mut slots = Slots::new(&options(1, 2));
+    let gpu_a = find(&jobs, "on-gpu", "dp2");
+    assert_eq!(slots.weight(gpu_a), 1);
+    assert!(slots.take(gpu_a));
+    assert!(slots.take(gpu_a));
+    assert!(!slots.take(gpu_a));
+    assert_eq!(slots.weight(find(&jobs, "on-gpu", "dp8")), 2);
+}
