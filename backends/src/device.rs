@@ -1,10 +1,12 @@
 //! Where the reference models compute: the flex CPU backend or a wgpu (Vulkan) adapter.
 //!
-//! `gpu:N` numbers the machine's Vulkan adapters in one list (real GPUs first, software
-//! renderers such as Mesa's lavapipe last), which is what `meshparity list devices` prints. burn
-//! addresses an adapter by its type and its index among adapters of that type, so the list is
-//! also what turns `gpu:N` into a burn device. Enumeration happens on one thread, before any
-//! burn device exists: the Vulkan loader does not like instances created concurrently.
+//! `gpu:N` numbers the machine's adapters in one list, which is what `meshparity list devices`
+//! prints: GPUs on Vulkan first (burn compiles its kernels to SPIR-V there), then GPUs only GL
+//! reaches, then software renderers (Mesa's llvmpipe through GL before its Vulkan lavapipe,
+//! which crashes on burn's SPIR-V kernels). burn addresses an adapter by graphics API, type and
+//! index among adapters of that type, so the list is also what turns `gpu:N` into a burn
+//! device. Enumeration happens on one thread, before any burn device exists: the Vulkan loader
+//! does not like instances created concurrently.
 
 use meshparity_specs::Device;
 use serde::Serialize;
@@ -34,7 +36,18 @@ pub struct Adapter {
     /// Driver name and version, as the driver reports them.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub driver: String,
+    /// What a user should know before picking it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub note: String,
+    /// The burn device it is (GPU builds only).
+    #[serde(skip)]
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    target: Option<Target>,
 }
+
+/// burn's name for an adapter: a cubecl wgpu device pinned to its graphics API.
+#[derive(Clone, Debug)]
+struct Target(#[cfg(feature = "gpu")] burn_dispatch::devices::WgpuDevice);
 
 impl Adapter {
     pub fn is_software(&self) -> bool {
@@ -48,6 +61,8 @@ impl Adapter {
             api: "flex".to_owned(),
             kind: None,
             driver: String::new(),
+            note: String::new(),
+            target: None,
         }
     }
 
@@ -130,7 +145,8 @@ pub(crate) fn burn_device(adapter: &Adapter) -> burn::tensor::Device {
 
 #[cfg(feature = "gpu")]
 mod gpu {
-    use burn::tensor::{Device as BurnDevice, DeviceKind};
+    use burn::tensor::Device as BurnDevice;
+    use burn_dispatch::devices::{WgpuBackend, WgpuDevice, WgpuDeviceKind};
 
     use super::{Adapter, AdapterKind, Device};
 
@@ -144,67 +160,124 @@ mod gpu {
         }
     }
 
-    /// The machine's Vulkan adapters, best first, with burn's per-type index of each.
-    fn listed() -> Vec<(wgpu::AdapterInfo, usize)> {
+    /// One adapter on one graphics API, with burn's index for it (burn counts adapters of one
+    /// type, in enumeration order, on each API).
+    struct Listed {
+        info: wgpu::AdapterInfo,
+        api: wgpu::Backend,
+        index: usize,
+    }
+
+    impl Listed {
+        fn software(&self) -> bool {
+            self.info.device_type == wgpu::DeviceType::Cpu
+        }
+
+        /// Where it goes in `gpu:N` order: hardware on Vulkan (SPIR-V kernels, the fast path),
+        /// hardware reachable only through GL, then software renderers with GL first. Mesa's
+        /// lavapipe crashes compiling burn's SPIR-V matmul kernels (seen with Mesa 22.3 and 25.0)
+        /// while llvmpipe runs the WGSL-to-GLSL ones, so a machine without a GPU gets GL.
+        fn rank(&self) -> (u8, AdapterKind, usize) {
+            let group = match (self.software(), self.api) {
+                (false, wgpu::Backend::Vulkan) => 0,
+                (false, _) => 1,
+                (true, wgpu::Backend::Gl) => 2,
+                (true, _) => 3,
+            };
+            (group, kind_of(self.info.device_type), self.index)
+        }
+    }
+
+    fn on(api: wgpu::Backend) -> Vec<Listed> {
+        let backends = wgpu::Backends::from(api);
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends: wgpu::Backends::VULKAN,
+            backends,
             ..wgpu::InstanceDescriptor::new_without_display_handle()
         });
         let infos: Vec<wgpu::AdapterInfo> =
-            futures_lite::future::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+            futures_lite::future::block_on(instance.enumerate_adapters(backends))
                 .iter()
                 .map(wgpu::Adapter::get_info)
                 .collect();
-        // burn's index counts adapters of one type in enumeration order.
         let mut seen: Vec<wgpu::DeviceType> = Vec::new();
-        let mut out: Vec<(wgpu::AdapterInfo, usize)> = infos
+        infos
             .into_iter()
             .map(|info| {
                 let index = seen.iter().filter(|t| **t == info.device_type).count();
                 seen.push(info.device_type);
-                (info, index)
+                Listed { info, api, index }
+            })
+            .collect()
+    }
+
+    /// The machine's adapters in `gpu:N` order. A GPU that Vulkan reaches is not listed again
+    /// through GL.
+    fn listed() -> Vec<Listed> {
+        let vulkan = on(wgpu::Backend::Vulkan);
+        let gl: Vec<Listed> = on(wgpu::Backend::Gl)
+            .into_iter()
+            .filter(|g| {
+                g.software()
+                    || !vulkan
+                        .iter()
+                        .any(|v| !v.software() && v.info.name == g.info.name)
             })
             .collect();
-        out.sort_by_key(|(info, index)| (kind_of(info.device_type), *index));
-        out
+        let mut all: Vec<Listed> = vulkan.into_iter().chain(gl).collect();
+        all.sort_by_key(Listed::rank);
+        all
     }
 
     pub fn adapters() -> Vec<Adapter> {
         listed()
             .into_iter()
             .enumerate()
-            .map(|(n, (info, _))| Adapter {
-                device: Device::Gpu(n as u32),
-                name: info.name.clone(),
-                api: "vulkan".to_owned(),
-                kind: Some(kind_of(info.device_type)),
-                driver: [info.driver.as_str(), info.driver_info.as_str()]
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(" "),
+            .map(|(n, l)| {
+                let kind = match l.info.device_type {
+                    wgpu::DeviceType::DiscreteGpu => WgpuDeviceKind::DiscreteGpu(l.index),
+                    wgpu::DeviceType::IntegratedGpu => WgpuDeviceKind::IntegratedGpu(l.index),
+                    wgpu::DeviceType::VirtualGpu => WgpuDeviceKind::VirtualGpu(l.index),
+                    wgpu::DeviceType::Cpu => WgpuDeviceKind::Cpu,
+                    wgpu::DeviceType::Other => WgpuDeviceKind::Other(l.index),
+                };
+                let backend = match l.api {
+                    wgpu::Backend::Gl => WgpuBackend::Gl,
+                    _ => WgpuBackend::Vulkan,
+                };
+                let note = (l.software() && l.api == wgpu::Backend::Vulkan)
+                    .then(|| {
+                        "lavapipe crashes compiling burn's SPIR-V kernels; use the GL one"
+                            .to_owned()
+                    })
+                    .unwrap_or_default();
+                Adapter {
+                    device: Device::Gpu(n as u32),
+                    name: l.info.name.clone(),
+                    api: match l.api {
+                        wgpu::Backend::Gl => "gl",
+                        _ => "vulkan",
+                    }
+                    .to_owned(),
+                    kind: Some(kind_of(l.info.device_type)),
+                    driver: [l.info.driver.as_str(), l.info.driver_info.as_str()]
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    note,
+                    target: Some(super::Target(WgpuDevice::new(kind).on(backend))),
+                }
             })
             .collect()
     }
 
     pub fn burn_device(adapter: &Adapter) -> BurnDevice {
-        let Device::Gpu(n) = adapter.device else {
-            unreachable!("CPU adapters are flex devices")
-        };
-        let (info, index) = listed()
-            .into_iter()
-            .nth(n as usize)
-            .expect("the adapter was found a moment ago");
-        let kind = match info.device_type {
-            wgpu::DeviceType::DiscreteGpu => DeviceKind::DiscreteGpu(index),
-            wgpu::DeviceType::IntegratedGpu => DeviceKind::IntegratedGpu(index),
-            wgpu::DeviceType::VirtualGpu => DeviceKind::VirtualGpu(index),
-            wgpu::DeviceType::Cpu => DeviceKind::Cpu,
-            // burn has no index for unclassified adapters; its default pick is the one there is.
-            wgpu::DeviceType::Other => DeviceKind::DefaultDevice,
-        };
-        BurnDevice::vulkan(kind)
+        let target = adapter
+            .target
+            .as_ref()
+            .expect("GPU adapters carry their burn device");
+        BurnDevice::new(target.0.clone())
     }
 }
 

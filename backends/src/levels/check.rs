@@ -179,7 +179,9 @@ pub(crate) fn judge(
             }
         }
         Level::Roundtrip | Level::Routing => {
-            return Err(LevelError::Unsupported(level.to_string()))
+            return Err(LevelError::Unsupported(format!(
+                "the {level} level for this family"
+            )))
         }
     }
     Ok(Outcome {

@@ -65,7 +65,7 @@ pub enum LevelError {
     Input(#[from] InputError),
     #[error(transparent)]
     Run(#[from] RunError),
-    #[error("the {0} level is not run by the burn backend for this family")]
+    #[error("not supported by the burn backend: {0}")]
     Unsupported(String),
 }
 

@@ -188,8 +188,16 @@ impl MeshExec<'_> {
     }
 }
 
+/// A one-element tensor for token counts and reported losses: f64 where the device has it;
+/// else the widest float it has (WGSL and GLSL kernels have no f64), where token counts below
+/// 2^24 stay exact.
 fn f64_tensor(v: f64, device: &Device) -> Tensor<1> {
-    Tensor::<1>::from_data(TensorData::new(vec![v], [1]), (device, DType::F64))
+    let dtype = if device.supports_dtype(DType::F64) {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    Tensor::<1>::from_data(TensorData::new(vec![v], [1]), (device, dtype))
 }
 
 /// The value of a one-element tensor.

@@ -19,6 +19,32 @@ pub fn text(plan: &Plan, sel: &Selection, source: &str) -> String {
     if sel.is_empty() {
         return out;
     }
+    // Where jobs compute, said once, when anything leaves the CPU.
+    let mut devices: Vec<(String, usize, Vec<&str>)> = Vec::new();
+    for (node, _) in &sel.jobs {
+        let job = &plan.graph[*node];
+        let d = job.device.to_string();
+        let at = match devices.iter().position(|(name, ..)| *name == d) {
+            Some(i) => i,
+            None => {
+                devices.push((d, 0, Vec::new()));
+                devices.len() - 1
+            }
+        };
+        devices[at].1 += 1;
+        if let Some(t) = job.tolerance.as_deref() {
+            if !devices[at].2.contains(&t) {
+                devices[at].2.push(t);
+            }
+        }
+    }
+    if devices.iter().any(|(d, ..)| d != "cpu") {
+        let parts: Vec<String> = devices
+            .iter()
+            .map(|(d, n, tables)| format!("{n} on {d} (tolerance {})", tables.join(", ")))
+            .collect();
+        let _ = writeln!(out, "  devices: {}", parts.join("; "));
+    }
     let width = sel
         .jobs
         .iter()

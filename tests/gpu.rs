@@ -1,0 +1,154 @@
+//! The GPU backend end to end: the quickstart on `--device gpu`, every level and mutation
+//! passing with the GPU tolerance table, and the device recorded for every job.
+//!
+//! Built only with `--features gpu` (CI: `cargo test --profile gpu --features gpu --test gpu`,
+//! on Mesa's software Vulkan adapter when the machine has no GPU).
+#![cfg(feature = "gpu")]
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn meshparity() -> Command {
+    let mut c = Command::cargo_bin("meshparity").unwrap();
+    c.env("NO_COLOR", "1");
+    c
+}
+
+fn results(run: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap()
+}
+
+/// The first GPU adapter, as `list devices` reports it.
+fn first_gpu() -> Value {
+    let out = meshparity()
+        .args(["list", "devices", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gpu_backend_built"], true);
+    let gpu = v["devices"][1].clone();
+    assert_eq!(
+        gpu["device"], "gpu",
+        "no Vulkan adapter on this machine (install mesa-vulkan-drivers): {v}"
+    );
+    gpu
+}
+
+#[test]
+fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
+    let gpu = first_gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let out = meshparity()
+        .args(["run", "examples/quickstart.toml", "--device", "gpu"])
+        .args(["--no-progress", "--run-dir"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    let r = results(&run);
+    assert_eq!(r["meta"]["backend"], "burn-wgpu");
+    let name = gpu["name"].as_str().unwrap();
+    assert!(
+        r["meta"]["device"].as_str().unwrap().contains(name),
+        "{}",
+        r["meta"]
+    );
+    let jobs = r["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 41);
+    let mut mutations = 0;
+    for j in jobs {
+        assert_eq!(j["status"], "passed", "{j}");
+        assert_eq!(j["device"], "gpu", "{j}");
+        assert!(j["adapter"].as_str().unwrap().contains(name), "{j}");
+        assert!(j["reproduce"].as_str().unwrap().contains("--device gpu"));
+        if j["kind"] == "mutation" {
+            mutations += 1;
+            assert!(
+                !j["detail"]["caught_by"].as_array().unwrap().is_empty(),
+                "{j}"
+            );
+        }
+    }
+    assert_eq!(mutations, 20);
+    // The JUnit and HTML reports name the adapter too.
+    let junit = std::fs::read_to_string(run.join("junit.xml")).unwrap();
+    assert!(junit.contains(r#"name="device" value="gpu""#));
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(html.contains(name));
+}
+
+#[test]
+fn cpu_and_gpu_models_run_side_by_side_each_against_its_own_oracle() {
+    first_gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("mixed.toml");
+    std::fs::write(
+        &spec,
+        r#"
+[run]
+name = "mixed"
+steps = 2
+batch = 4
+
+[models.cpu-model]
+layers = 1
+hidden = 32
+heads = 4
+ffn = 48
+vocab = 64
+seq_len = 8
+
+[models.gpu-model]
+device = "gpu"
+layers = 1
+hidden = 32
+heads = 4
+ffn = 48
+vocab = 64
+seq_len = 8
+
+[meshes.tp2]
+tp = 2
+
+[[matrix]]
+levels = ["forward", "oracle"]
+
+[mutations]
+select = ["tp-skip-forward-all-reduce"]
+"#,
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let out = meshparity()
+        .arg("run")
+        .arg(&spec)
+        .args(["--no-progress", "-j", "2", "--run-dir"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = results(&run);
+    assert_eq!(r["meta"]["backend"], "burn-flex + burn-wgpu");
+    let jobs = r["jobs"].as_array().unwrap();
+    // Two references: equal configs on different devices do not share an oracle.
+    assert_eq!(jobs.iter().filter(|j| j["kind"] == "reference").count(), 2);
+    for j in jobs {
+        let want = if j["model"] == "gpu-model" {
+            "gpu"
+        } else {
+            "cpu"
+        };
+        assert_eq!(j["device"], want, "{j}");
+        assert_eq!(j["status"], "passed", "{j}");
+    }
+}
