@@ -152,3 +152,34 @@ select = ["tp-skip-forward-all-reduce"]
         assert_eq!(j["status"], "passed", "{j}");
     }
 }
+
+#[test]
+fn a_dtype_the_adapter_lacks_is_an_error_that_says_so() {
+    let gpu = first_gpu();
+    if gpu["api"] != "gl" {
+        // Vulkan adapters may have f64 kernels; WGSL/GLSL ones never do.
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("f64.toml");
+    std::fs::write(
+        &spec,
+        "[run]\ndtype = \"f64\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 1\nhidden = 32\n\
+         heads = 4\nffn = 48\nvocab = 64\nseq_len = 8\n[meshes.tp2]\ntp = 2\n\
+         [[matrix]]\nlevels = [\"forward\"]\n",
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let out = meshparity()
+        .arg("run")
+        .arg(&spec)
+        .args(["--device", "gpu", "--no-progress", "--run-dir"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let r = results(&run);
+    let summary = r["jobs"][0]["summary"].as_str().unwrap();
+    assert!(summary.contains("has no f64 kernels"), "{summary}");
+    assert_eq!(r["jobs"][1]["status"], "skipped");
+}

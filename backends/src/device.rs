@@ -244,12 +244,11 @@ mod gpu {
                     wgpu::Backend::Gl => WgpuBackend::Gl,
                     _ => WgpuBackend::Vulkan,
                 };
-                let note = (l.software() && l.api == wgpu::Backend::Vulkan)
-                    .then(|| {
-                        "lavapipe crashes compiling burn's SPIR-V kernels; use the GL one"
-                            .to_owned()
-                    })
-                    .unwrap_or_default();
+                let note = if l.software() && l.api == wgpu::Backend::Vulkan {
+                    "lavapipe crashes compiling burn's SPIR-V kernels; use the GL one".to_owned()
+                } else {
+                    String::new()
+                };
                 Adapter {
                     device: Device::Gpu(n as u32),
                     name: l.info.name.clone(),
