@@ -128,7 +128,7 @@ pub fn find(device: Device) -> Result<Adapter, DeviceError> {
             device,
             found,
             hint: if found == 0 {
-                " (for a software adapter install Mesa's Vulkan drivers, e.g. `apt-get install mesa-vulkan-drivers`)"
+                " (for Mesa's software adapter install its EGL and llvmpipe: `apt-get install libegl-mesa0 libgl1-mesa-dri`)"
             } else {
                 ""
             },

@@ -61,8 +61,8 @@ fn devices(json: bool) -> u8 {
         );
     } else if all.len() == 1 {
         eprintln!(
-            "note: no Vulkan adapter found; install the GPU's Vulkan driver, or Mesa's \
-             software one (`apt-get install mesa-vulkan-drivers`)"
+            "note: no GPU adapter found; install the GPU's Vulkan driver, or Mesa's EGL and \
+             llvmpipe for a software one (`apt-get install libegl-mesa0 libgl1-mesa-dri`)"
         );
     }
     exit::OK
