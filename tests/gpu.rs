@@ -16,8 +16,22 @@ fn meshparity() -> Command {
     c
 }
 
-fn results(run: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap()
+/// `meshparity run SPEC ARGS --no-progress --run-dir RUN`: the exit code, everything the run
+/// printed, and its results.json.
+fn run(spec: &Path, args: &[&str], run: &Path) -> (Option<i32>, String, Value) {
+    let out = meshparity()
+        .arg("run")
+        .arg(spec)
+        .args(args)
+        .args(["--no-progress", "--run-dir"])
+        .arg(run)
+        .output()
+        .unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let results =
+        serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    (out.status.code(), log, results)
 }
 
 /// The first GPU adapter, as `list devices` reports it.
@@ -39,18 +53,11 @@ fn first_gpu() -> Value {
 #[test]
 fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
     let gpu = first_gpu();
-    let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().join("run");
-    let out = meshparity()
-        .args(["run", "examples/quickstart.toml", "--device", "gpu"])
-        .args(["--no-progress", "--run-dir"])
-        .arg(&run)
-        .output()
-        .unwrap();
-    let log =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{log}");
-    let r = results(&run);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let quickstart = Path::new("examples/quickstart.toml");
+    let (code, log, r) = run(quickstart, &["--device", "gpu"], &dir);
+    assert_eq!(code, Some(0), "{log}");
     assert_eq!(r["meta"]["backend"], "burn-wgpu");
     let name = gpu["name"].as_str().unwrap();
     assert!(
@@ -76,9 +83,9 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
     }
     assert_eq!(mutations, 20);
     // The JUnit and HTML reports name the adapter too.
-    let junit = std::fs::read_to_string(run.join("junit.xml")).unwrap();
+    let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="device" value="gpu""#));
-    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains(name));
 }
 
@@ -123,21 +130,8 @@ select = ["tp-skip-forward-all-reduce"]
 "#,
     )
     .unwrap();
-    let run = dir.path().join("run");
-    let out = meshparity()
-        .arg("run")
-        .arg(&spec)
-        .args(["--no-progress", "-j", "2", "--run-dir"])
-        .arg(&run)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = results(&run);
+    let (code, log, r) = run(&spec, &["-j", "2"], &dir.path().join("run"));
+    assert_eq!(code, Some(0), "{log}");
     assert_eq!(r["meta"]["backend"], "burn-flex + burn-wgpu");
     let jobs = r["jobs"].as_array().unwrap();
     // Two references: equal configs on different devices do not share an oracle.
@@ -169,16 +163,8 @@ fn a_dtype_the_adapter_lacks_is_an_error_that_says_so() {
          [[matrix]]\nlevels = [\"forward\"]\n",
     )
     .unwrap();
-    let run = dir.path().join("run");
-    let out = meshparity()
-        .arg("run")
-        .arg(&spec)
-        .args(["--device", "gpu", "--no-progress", "--run-dir"])
-        .arg(&run)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    let r = results(&run);
+    let (code, log, r) = run(&spec, &["--device", "gpu"], &dir.path().join("run"));
+    assert_eq!(code, Some(3), "{log}");
     let summary = r["jobs"][0]["summary"].as_str().unwrap();
     assert!(summary.contains("has no f64 kernels"), "{summary}");
     assert_eq!(r["jobs"][1]["status"], "skipped");

@@ -33,7 +33,7 @@ impl Backend {
     }
 
     /// Backend and device, for reports: (`burn-flex`, `cpu`) or
-    /// (`burn-wgpu`, `llvmpipe (LLVM 15.0.6, 256 bits) [vulkan, software]`).
+    /// (`burn-wgpu`, `llvmpipe (LLVM 15.0.6, 256 bits) [gl, software]`).
     pub fn describe(&self) -> (&'static str, String) {
         describe(&self.adapter)
     }

@@ -1,4 +1,4 @@
-//! Where the reference models compute: the flex CPU backend or a wgpu (Vulkan) adapter.
+//! Where the reference models compute: the flex CPU backend or a wgpu adapter (Vulkan or GL).
 //!
 //! `gpu:N` numbers the machine's adapters in one list, which is what `meshparity list devices`
 //! prints: GPUs on Vulkan first (burn compiles its kernels to SPIR-V there), then GPUs only GL
@@ -50,10 +50,6 @@ pub struct Adapter {
 struct Target(#[cfg(feature = "gpu")] burn_dispatch::devices::WgpuDevice);
 
 impl Adapter {
-    pub fn is_software(&self) -> bool {
-        self.kind == Some(AdapterKind::Software)
-    }
-
     fn cpu() -> Self {
         Self {
             device: Device::Cpu,
@@ -66,7 +62,7 @@ impl Adapter {
         }
     }
 
-    /// `llvmpipe (LLVM 15.0.6, 256 bits) [vulkan, software]`: what reports show for a job.
+    /// `llvmpipe (LLVM 15.0.6, 256 bits) [gl, software]`: what reports show for a job.
     pub fn label(&self) -> String {
         match self.kind {
             None => "cpu".to_owned(),

@@ -42,7 +42,7 @@ fn devices(json: bool) -> u8 {
     println!("{:<8} {:<8} {:<10} NAME", "DEVICE", "API", "KIND");
     for a in &all {
         println!(
-            "{:<8} {:<8} {:<10} {}{}",
+            "{:<8} {:<8} {:<10} {}{}{}",
             a.device.to_string(),
             a.api,
             kind(a),
@@ -51,6 +51,11 @@ fn devices(json: bool) -> u8 {
                 String::new()
             } else {
                 format!(" ({})", a.driver)
+            },
+            if a.note.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", a.note)
             }
         );
     }

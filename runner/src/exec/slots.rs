@@ -35,12 +35,16 @@ impl Slots {
         }
     }
 
-    fn pool(&mut self, device: Device) -> &mut Pool {
-        let capacity = if device.is_cpu() {
+    fn capacity(&self, device: Device) -> usize {
+        if device.is_cpu() {
             self.cpu_capacity
         } else {
             self.gpu_capacity
-        };
+        }
+    }
+
+    fn pool(&mut self, device: Device) -> &mut Pool {
+        let capacity = self.capacity(device);
         self.pools
             .entry(device)
             .or_insert(Pool { capacity, used: 0 })
@@ -48,12 +52,9 @@ impl Slots {
 
     /// Slots `job` takes in its device's pool: ceil(world/4), at most the pool.
     pub fn weight(&self, job: &Job) -> usize {
-        let capacity = if job.device.is_cpu() {
-            self.cpu_capacity
-        } else {
-            self.gpu_capacity
-        };
-        (job.world_size as usize).div_ceil(4).clamp(1, capacity)
+        (job.world_size as usize)
+            .div_ceil(4)
+            .clamp(1, self.capacity(job.device))
     }
 
     /// Take `job`'s slots if its pool has room (an idle pool always has).
