@@ -8,7 +8,7 @@ use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Training};
 
 use crate::device::{self, Adapter, DeviceError};
 
-use crate::levels::{self, LevelError, MutationOutcome, Outcome, Setup};
+use crate::levels::{self, Judged, LevelError, MutationOutcome, Outcome, Setup};
 use crate::parallel::Fault;
 
 /// A burn device and the jobs that run on it.
@@ -100,6 +100,30 @@ impl Backend {
     ) -> Result<Outcome, LevelError> {
         let setup = self.setup(model, training, dtype)?;
         self.on_device(|| levels::check(&setup, mesh, level, limits, reference, out))
+    }
+
+    /// Train `mesh` once (with the catalogued bug `mutation`, if any) and judge it at every level
+    /// in `levels`: what a calibration sweep runs per mesh and seed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn levels(
+        &self,
+        model: &ModelConfig,
+        training: &Training,
+        dtype: DType,
+        mesh: &MeshConfig,
+        mutation: Option<&str>,
+        levels: &[(Level, Limits)],
+        reference: &Path,
+        out: &Path,
+    ) -> Result<Judged, LevelError> {
+        let fault = mutation
+            .map(|m| {
+                Fault::from_name(m)
+                    .ok_or_else(|| LevelError::Unsupported(format!("mutation `{m}`")))
+            })
+            .transpose()?;
+        let setup = self.setup(model, training, dtype)?;
+        self.on_device(|| levels::check::levels(&setup, mesh, fault, levels, reference, out))
     }
 
     /// `mutation` is a catalog name.

@@ -1,8 +1,14 @@
 //! Synthetic training data that makes parallelization bugs observable.
 //!
-//! Sequences have different lengths (padding), so a loss normalized by a local token count
-//! instead of the global one gives a different number; tokens follow a skewed distribution with
-//! repeated motifs, so the model has something to learn and the loss curve moves.
+//! Sequences have different lengths (padding), and the lengths grow with the row index: the
+//! first rows are short and the last ones long. Any contiguous split of the batch — data-parallel
+//! shards, microbatches — therefore holds very unequal token counts (the second of two halves
+//! about 3× the first), and the last shard or microbatch holds the most. So a loss normalized by
+//! a local token count instead of the global one, a lost last microbatch or a wrongly scaled last
+//! rank change gradients by tens of percent in every dtype, not by the few percent random
+//! lengths gave (which bf16 round-off could hide). Tokens
+//! follow a skewed distribution with repeated motifs, so the model has something to learn and
+//! the loss curve moves.
 
 use crate::rng::SplitMix;
 
@@ -33,9 +39,10 @@ impl Batch {
             .map(|_| 1 + r.below(vocab as u64 - 1) as i64)
             .collect();
         for b in 0..batch {
-            // Lengths from half to all of seq_len: every batch pads.
-            let len = (seq_len / 2 + r.below((seq_len - seq_len / 2) as u64 + 1) as usize)
-                .clamp(2, seq_len);
+            // From 2 tokens (row 0) up to all of seq_len (the last row), with a little jitter:
+            // every batch pads, and earlier rows pad more.
+            let grow = ((b + 1) * (seq_len - 2)) / batch.max(1);
+            let len = (2 + grow - r.below(2) as usize).clamp(2, seq_len);
             lengths.push(len);
             for s in 0..len {
                 // Skewed: small ids are common (x² of a uniform), a motif recurs.
@@ -97,5 +104,10 @@ mod tests {
         assert!(b.tokens.iter().all(|&t| (0..128).contains(&t)));
         let half = b.rows(4, 4);
         assert_eq!(half.tokens[..], b.tokens[4 * 16..]);
+        let (first, second) = (b.rows(0, 4).counted(), half.counted());
+        assert!(
+            second as f64 >= 2.0 * first as f64,
+            "data-parallel halves hold very unequal token counts: {first} vs {second}"
+        );
     }
 }

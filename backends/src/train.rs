@@ -23,7 +23,8 @@ pub struct Record {
     pub losses: Vec<f64>,
     /// Gradients of the first step, per rank (the oracle has one rank holding everything).
     pub grads: Vec<Shards>,
-    /// Weights after `weights_after` steps, per rank, if the run was that long.
+    /// Weights after `weights_after` steps, per rank, if the run was that long: as the optimizer
+    /// holds them (f32 master weights for half-precision models).
     pub weights: Option<Vec<Shards>>,
     /// Collective calls made, and those a fault altered (site: what happened).
     pub collectives: usize,
@@ -119,7 +120,7 @@ pub fn oracle(
         }
         opt.step(&mut params, &grads);
         if step + 1 == len.weights_after {
-            weights = Some(vec![to_host(model, &params)]);
+            weights = Some(vec![to_host(model, &opt.weights(&params))]);
         }
     }
     let mut rec = rec.expect("a run has at least one step");
@@ -191,7 +192,12 @@ pub fn mesh(
             opt.step(p, g);
         }
         if step + 1 == len.weights_after {
-            weights = Some(host_ranks(&params, &params));
+            let held: Vec<_> = params
+                .iter()
+                .zip(&opts)
+                .map(|(p, o)| o.weights(p))
+                .collect();
+            weights = Some(host_ranks(&params, &held));
         }
     }
     let (logits, grads) = first.expect("a run has at least one step");

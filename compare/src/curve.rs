@@ -28,10 +28,15 @@ pub struct Curve {
     pub problems: Vec<Problem>,
 }
 
-/// Performance figures by name: reported, not gated.
+/// Performance figures by name: reported, not gated. Rates of tokens (`tok/s`, `tokens_per_sec`,
+/// `tps`, `throughput`) are performance; a token *count* (`tokens`, `num_tokens`) is not — a
+/// wrong count is a correctness bug (local vs global loss normalization) and stays gated.
 pub fn is_performance(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    ["time", "tok", "mem"].iter().any(|p| n.contains(p))
+    let rate = ["/s", "per_s", "_ps", "tps", "throughput", "mfu"]
+        .iter()
+        .any(|p| n.contains(p) || n.ends_with(p.trim_start_matches('_')));
+    rate || ["time", "mem", "latency"].iter().any(|p| n.contains(p))
 }
 
 /// Python's json module writes NaN / Infinity bare; accept them so a diverged loss is reported
@@ -47,6 +52,11 @@ fn parse_line(line: &str) -> Result<serde_json::Value, serde_json::Error> {
 }
 
 pub fn read_curve(path: &Path) -> Result<Curve, InputError> {
+    read_curve_keyed(path, "step")
+}
+
+/// Read a curve whose steps are numbered by `step_key`.
+pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError> {
     let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, e))?;
     let mut curve = Curve {
         path: path.to_owned(),
@@ -69,13 +79,17 @@ pub fn read_curve(path: &Path) -> Result<Curve, InputError> {
             .as_object()
             .ok_or_else(|| bad("expected a JSON object per line".into()))?;
         let step = obj
-            .get("step")
-            .ok_or_else(|| bad("no `step` key".into()))?
+            .get(step_key)
+            .ok_or_else(|| {
+                bad(format!(
+                    "no `{step_key}` key (name the step key with --step-key)"
+                ))
+            })?
             .as_u64()
-            .ok_or_else(|| bad("`step` must be a non-negative integer".into()))?;
+            .ok_or_else(|| bad(format!("`{step_key}` must be a non-negative integer")))?;
         let mut values = IndexMap::new();
         for (k, v) in obj {
-            if k == "step" {
+            if k == step_key {
                 continue;
             }
             let x = match v {
@@ -118,11 +132,17 @@ pub fn read_curve(path: &Path) -> Result<Curve, InputError> {
 
 pub struct CurveOptions {
     pub limits: Limits,
+    /// The key that numbers steps (`step`, `iteration`, ...).
+    pub step_key: String,
     /// A second baseline run, for the noise-floor mode.
     pub baseline2: Option<PathBuf>,
     /// Gate performance metrics too.
     pub gate_performance: bool,
 }
+
+/// The per-step `rel` limit a noise-floor comparison falls back to when its baselines are
+/// bit-identical and the spec or command line gives none (f32 round-off in a loss, with room).
+pub const ZERO_FLOOR_REL: f64 = 1e-5;
 
 fn limit(limits: &Limits, key: &str, default: f64) -> f64 {
     limits.metrics.get(key).copied().unwrap_or(default)
@@ -155,10 +175,10 @@ pub fn compare_curves(
     opts: &CurveOptions,
 ) -> Result<CurveReport, InputError> {
     let mode = opts.limits.mode.unwrap_or(CurveMode::Rel);
-    let a = read_curve(reference)?;
-    let b = read_curve(candidate)?;
+    let a = read_curve_keyed(reference, &opts.step_key)?;
+    let b = read_curve_keyed(candidate, &opts.step_key)?;
     let b2 = match (&opts.baseline2, mode) {
-        (Some(p), _) => Some(read_curve(p)?),
+        (Some(p), _) => Some(read_curve_keyed(p, &opts.step_key)?),
         (None, CurveMode::NoiseFloor) => {
             return Err(InputError::Usage(
                 "the noise-floor mode needs a second baseline run (--baseline2 FILE)".into(),
@@ -213,6 +233,22 @@ pub fn compare_curves(
             }
         }
     }
+    let mut notes = Vec::new();
+    let mut only_candidate: Vec<&String> = Vec::new();
+    for values in b.steps.values() {
+        for k in values.keys() {
+            if !names.contains(&k) && !only_candidate.contains(&k) {
+                only_candidate.push(k);
+            }
+        }
+    }
+    if !only_candidate.is_empty() {
+        let list: Vec<String> = only_candidate.iter().map(|k| format!("`{k}`")).collect();
+        notes.push(format!(
+            "the candidate logs metric(s) the reference lacks, not compared: {}",
+            list.join(", ")
+        ));
+    }
     let mut metrics = Vec::new();
     let mut points = 0;
     for name in names {
@@ -245,13 +281,11 @@ pub fn compare_curves(
         metrics.push(metric(
             name,
             &steps,
-            &a,
-            &b,
-            b2.as_ref(),
+            (&a, &b, b2.as_ref()),
             mode,
             &opts.limits,
             gated,
-            &mut problems,
+            (&mut problems, &mut notes),
         ));
     }
     if metrics.is_empty() {
@@ -259,6 +293,17 @@ pub fn compare_curves(
             "no step has a metric in both curves (reference {} steps, candidate {})",
             a.steps.len(),
             b.steps.len()
+        )));
+    }
+    if problems.is_empty() && !metrics.iter().any(|m| m.gated) {
+        return Err(InputError::NothingGated(format!(
+            "every metric in both curves is a performance figure ({}), and those are not gated; \
+             pass --gate-performance to gate them",
+            metrics
+                .iter()
+                .map(|m| format!("`{}`", m.name))
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     let counts = CurveCounts {
@@ -291,21 +336,19 @@ pub fn compare_curves(
         verdict,
         counts,
         problems,
+        notes,
         metrics,
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn metric(
     name: &str,
     steps: &[u64],
-    a: &Curve,
-    b: &Curve,
-    b2: Option<&Curve>,
+    (a, b, b2): (&Curve, &Curve, Option<&Curve>),
     mode: CurveMode,
     limits: &Limits,
     gated: bool,
-    problems: &mut Vec<Problem>,
+    (problems, notes): (&mut Vec<Problem>, &mut Vec<String>),
 ) -> MetricResult {
     let mut failing = Vec::new();
     let (mut worst_rel, mut worst_step, mut max_abs) = (0.0f64, None, 0.0f64);
@@ -367,15 +410,34 @@ fn metric(
                 .map(|s| (a.steps[s][name] - b.steps[s][name]).abs())
                 .sum::<f64>()
                 / n;
-            let ratio = if envelope > 0.0 {
-                signal / envelope
-            } else if signal == 0.0 {
-                0.0
-            } else {
-                f64::INFINITY
-            };
             result.envelope = Some(envelope);
             result.signal = Some(signal);
+            if envelope == 0.0 {
+                // Bit-identical baselines (a deterministic program): a ratio over a zero floor
+                // would fail on any round-off. Judge per step against `rel` instead, and say so.
+                let rel_limit = limit(limits, "rel", ZERO_FLOOR_REL);
+                result.failing_steps = steps
+                    .iter()
+                    .filter(|&&s| rel(a.steps[&s][name], b.steps[&s][name]) > rel_limit)
+                    .copied()
+                    .collect();
+                notes.push(format!(
+                    "`{name}`: the two baseline runs are bit-identical (a deterministic program), \
+                     so the noise floor is zero; judged per step by rel ≤ {rel_limit:e} instead"
+                ));
+                if !result.failing_steps.is_empty() {
+                    result.verdict = Verdict::Mismatch;
+                }
+                return if gated {
+                    result
+                } else {
+                    MetricResult {
+                        verdict: Verdict::Match,
+                        ..result
+                    }
+                };
+            }
+            let ratio = signal / envelope;
             result.ratio = Some(ratio);
             result.verdict = if ratio >= limit(limits, "fail", 5.0) {
                 Verdict::Mismatch

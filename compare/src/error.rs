@@ -25,6 +25,8 @@ pub enum InputError {
     Other { path: PathBuf, reason: String },
     #[error("nothing was compared: {0}")]
     NothingCompared(String),
+    #[error("nothing was gated: {0}")]
+    NothingGated(String),
     #[error("{0}")]
     Usage(String),
 }

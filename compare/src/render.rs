@@ -23,6 +23,48 @@ pub fn sci(x: f64) -> String {
     }
 }
 
+/// The distinct sets of limits in force, e.g. `allclose(atol=1e-5, rtol=1.3e-6)` or
+/// `relative_l2 ≤ 1e-4 (layer-averaged)`; per-tensor overrides appear as further sets.
+fn gates_in_force(report: &TensorReport) -> String {
+    let mut sets: Vec<String> = Vec::new();
+    for t in &report.tensors {
+        let l = &t.limits;
+        let mut parts = Vec::new();
+        if l.exact {
+            parts.push("bit-exact".to_owned());
+        }
+        for (metric, limit) in &l.gates {
+            parts.push(match metric.as_str() {
+                "allclose" => format!("allclose(atol={}, rtol={})", sci(l.atol), sci(l.rtol)),
+                m => {
+                    let op = if crate::tolerance::is_minimum(m) {
+                        "≥"
+                    } else {
+                        "≤"
+                    };
+                    format!("{m} {op} {}", sci(*limit))
+                }
+            });
+        }
+        if l.layer_average {
+            parts.push("(continuous metrics layer-averaged)".into());
+        }
+        let set = if parts.is_empty() {
+            "none".to_owned()
+        } else {
+            parts.join(", ")
+        };
+        let set = match &l.override_glob {
+            Some(g) => format!("{set} [for {g}]"),
+            None => set,
+        };
+        if !sets.contains(&set) {
+            sets.push(set);
+        }
+    }
+    sets.join("; ")
+}
+
 /// How far past its worst limit a tensor is (for ordering offenders).
 fn badness(r: &TensorResult) -> f64 {
     r.failures
@@ -38,8 +80,11 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "reference: {}\ncandidate: {}\nprofile:   {}",
-        report.reference, report.candidate, report.profile
+        "reference: {}\ncandidate: {}\nprofile:   {}\ngates:     {}",
+        report.reference,
+        report.candidate,
+        report.profile,
+        gates_in_force(report)
     );
     if !report.problems.is_empty() {
         let _ = writeln!(out, "\nstructural problems (fatal):");
@@ -55,7 +100,13 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
             .then(b.metrics.relative_l2.total_cmp(&a.metrics.relative_l2))
             .then(b.metrics.max_abs.total_cmp(&a.metrics.max_abs))
     });
+    let hidden: Vec<&TensorResult> = order.iter().skip(worst).copied().collect();
     let shown: Vec<&TensorResult> = order.into_iter().take(worst).collect();
+    let structural: Vec<&str> = report
+        .problems
+        .iter()
+        .filter_map(|p| p.name.as_deref())
+        .collect();
     if !shown.is_empty() {
         let w = shown.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
         let _ = writeln!(out, "\n{} tensors, worst first:", shown.len());
@@ -66,7 +117,9 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
         );
         for r in shown {
             let m = &r.metrics;
-            let status = if r.passed {
+            let status = if structural.contains(&r.name.as_str()) {
+                "FAIL (structural problem above)".to_owned()
+            } else if r.passed {
                 if m.bit_exact {
                     "ok (bit-exact)".to_owned()
                 } else {
@@ -112,6 +165,15 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
                 }
             }
         }
+    }
+    if !hidden.is_empty() {
+        let failing = hidden.iter().filter(|r| !r.passed).count();
+        let _ = writeln!(
+            out,
+            "  ... and {} more tensor(s) not shown ({failing} of them failing); --worst {} shows all",
+            hidden.len(),
+            report.tensors.len()
+        );
     }
     for n in &report.notes {
         let _ = writeln!(out, "note: {n}");
@@ -179,6 +241,9 @@ pub fn curves(report: &CurveReport) -> String {
             m.worst_step.map_or("-".into(), |s| s.to_string()),
             m.ratio.map_or("-".into(), |r| format!("{r:.2}")),
         );
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
     }
     let c = &report.counts;
     let _ = writeln!(

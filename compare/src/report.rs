@@ -158,5 +158,8 @@ pub struct CurveReport {
     pub verdict: Verdict,
     pub counts: CurveCounts,
     pub problems: Vec<Problem>,
+    /// Things the reader should know that are not failures (metrics only the candidate logs,
+    /// a zero noise floor and what judged instead).
+    pub notes: Vec<String>,
     pub metrics: Vec<MetricResult>,
 }

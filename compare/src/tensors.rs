@@ -131,10 +131,11 @@ pub fn compare(
     }
     if pairs.is_empty() {
         return Err(InputError::NothingCompared(format!(
-            "no tensor has the same name, dtype and shape in both checkpoints (reference {} tensors, candidate {}; {} structural problems)",
+            "no tensor has the same name, dtype and shape in both checkpoints (reference {} tensors, candidate {}); {} structural problem(s):\n{}",
             a.len(),
             b.len(),
-            problems.len()
+            problems.len(),
+            list_problems(&problems)
         )));
     }
     let stats = scan_all(&pairs);
@@ -167,6 +168,18 @@ pub fn compare(
     }
     let mut notes = Vec::new();
     let layers = gate(&mut results, &mut notes);
+    if results
+        .iter()
+        .all(|r| !r.limits.exact && r.limits.gates.is_empty())
+    {
+        return Err(InputError::NothingGated(format!(
+            "profile `{}` with these settings puts no limit on any of the {} tensors (a curve \
+             profile on checkpoints?); name a tensor profile (default, exact, forward-f32, \
+             oracle-bf16, ...) or a limit with -t",
+            opts.tolerance.profile.name(),
+            results.len()
+        )));
+    }
     let counts = TensorCounts {
         tensors_compared: results.len(),
         elements_compared: results.iter().map(|r| r.metrics.elements).sum(),
@@ -192,6 +205,19 @@ pub fn compare(
         tensors: results,
         layers,
     })
+}
+
+/// Up to 20 problems, one per line, and how many more there are.
+fn list_problems(problems: &[Problem]) -> String {
+    let mut lines: Vec<String> = problems
+        .iter()
+        .take(20)
+        .map(|p| format!("  {}", p.message))
+        .collect();
+    if problems.len() > 20 {
+        lines.push(format!("  ... and {} more", problems.len() - 20));
+    }
+    lines.join("\n")
 }
 
 fn problem(kind: ProblemKind, name: &str, message: String) -> Problem {

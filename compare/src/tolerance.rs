@@ -77,6 +77,9 @@ pub struct Tolerance {
     pub overrides: Vec<Override>,
     /// Gate continuous metrics on per-layer averages (`None`: as the profile says).
     pub layer_average: Option<bool>,
+    /// `settings` replace the profile's gates instead of adding to them (the command line's
+    /// `-t`: what the user names is exactly what is gated; atol/rtol not named are 0).
+    pub replace: bool,
 }
 
 impl Default for Tolerance {
@@ -86,6 +89,7 @@ impl Default for Tolerance {
             settings: Vec::new(),
             overrides: Vec::new(),
             layer_average: None,
+            replace: false,
         }
     }
 }
@@ -174,7 +178,17 @@ impl Tolerance {
         };
         // Allclose is always computed (and reported); it gates only when the limits name it.
         let mut allclose_gated = false;
+        let replaced = self.replace && !self.settings.is_empty();
+        if replaced {
+            let named = |k: &str| self.settings.iter().any(|(s, _)| s == k);
+            if named("atol") || named("rtol") {
+                out.atol = 0.0;
+                out.rtol = 0.0;
+            }
+            out.exact = !dtype.is_float();
+        }
         match &self.profile {
+            _ if replaced => {}
             Profile::DtypeDefaults => allclose_gated = dtype.is_float(),
             Profile::Exact => out.exact = true,
             Profile::Builtin { limits, .. } => {
@@ -313,8 +327,8 @@ mod tests {
         let l = fwd.for_tensor("logits", TensorDtype::BF16);
         assert_eq!(
             l.gates,
-            vec![("cosine".into(), 0.9999), ("top1".into(), 1.0)],
-            "bf16 forward gates cosine and top-1, not allclose"
+            vec![("relative_l2".into(), 0.07)],
+            "bf16 forward gates relative L2, not allclose or top-1"
         );
         let l = fwd.for_tensor("layers.0.norm.weight", TensorDtype::BF16);
         assert!(l.gates.contains(&("cosine".into(), 0.99)));

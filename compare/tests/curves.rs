@@ -37,6 +37,7 @@ fn limits(mode: CurveMode, metrics: &[(&'static str, f64)]) -> Limits {
 
 fn opts(limits: Limits) -> CurveOptions {
     CurveOptions {
+        step_key: "step".into(),
         limits,
         baseline2: None,
         gate_performance: false,
@@ -108,6 +109,7 @@ fn noise_floor_mode_by_hand() {
     let run = |signal: f64| {
         let c = curve(d.path(), "c.jsonl", &losses(&BASE.map(|x| x - signal)));
         let o = CurveOptions {
+            step_key: "step".into(),
             baseline2: Some(b2.clone()),
             ..opts(limits(
                 CurveMode::NoiseFloor,
@@ -141,6 +143,7 @@ fn performance_metrics_are_reported_not_gated_unless_asked() {
     let t = r.metrics.iter().find(|m| m.name == "step_time_s").unwrap();
     assert!(!t.gated && t.worst_rel > 1.0, "reported with its numbers");
     let gated = CurveOptions {
+        step_key: "step".into(),
         gate_performance: true,
         ..opts(limits(CurveMode::Rel, &[("rel", 1e-9)]))
     };

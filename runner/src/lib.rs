@@ -2,11 +2,13 @@
 //! the filters and partitions CI uses to run a slice of it), the executor that runs the jobs as
 //! isolated worker processes, and the worker itself.
 //!
+//! - `calibrate/` — seeds × configurations in this process: headroom and margin of the gates;
 //! - `plan/` — spec → job DAG, selection;
 //! - `exec/` — scheduling, processes, result store, progress;
 //! - `worker.rs` — one job in this process, the unit a process (or cluster node) runs;
 //! - `testing.rs` — fault injection for the runner's own tests.
 
+pub mod calibrate;
 pub mod exec;
 pub mod plan;
 pub mod testing;

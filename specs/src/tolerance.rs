@@ -199,25 +199,17 @@ impl ToleranceTable {
         for dtype in [DType::F64, DType::F32, DType::F16, DType::Bf16] {
             let half = matches!(dtype, DType::F16 | DType::Bf16);
             let widen = if half { 1.0 } else { widen };
-            let (rtol, atol) = allclose(dtype);
-            let (rtol, atol) = (rtol * widen, atol * widen);
-            let forward = if half {
-                Limits::default().with(&[("cosine", 0.9999), ("top1", 1.0)])
-            } else {
-                Limits::default().with(&[("rtol", rtol), ("atol", atol), ("top1", 1.0)])
-            };
-            put(Level::Forward, Some(dtype), forward);
+            let gate = builtin_gate(dtype);
+            put(
+                Level::Forward,
+                Some(dtype),
+                Limits::default().with(&[("relative_l2", gate.forward * widen)]),
+            );
             put(
                 Level::Routing,
                 Some(dtype),
                 Limits::default().with(&[("overlap", if half { 0.95 } else { 1.0 })]),
             );
-            let curve_rel = match dtype {
-                DType::F64 => 1e-9,
-                DType::F32 => 1e-5,
-                DType::F16 => 5e-3,
-                DType::Bf16 => 2e-2,
-            };
             put(
                 Level::Curve,
                 Some(dtype),
@@ -225,20 +217,16 @@ impl ToleranceTable {
                     mode: Some(CurveMode::Rel),
                     ..Limits::default()
                 }
-                .with(&[("rel", curve_rel * widen), ("allowed_failing_steps", 0.0)]),
+                .with(&[("rel", gate.curve * widen), ("allowed_failing_steps", 0.0)]),
             );
-            let oracle = if half {
-                Limits::default().with(&[("relative_l2", 2e-2), ("cosine", 0.999)])
-            } else {
-                Limits::default().with(&[("rtol", rtol), ("atol", atol)])
-            };
             put(
                 Level::Oracle,
                 Some(dtype),
                 Limits {
-                    layer_average: Some(true),
-                    ..oracle
-                },
+                    layer_average: Some(half),
+                    ..Limits::default()
+                }
+                .with(&[("mean_abs_pct", gate.oracle * widen)]),
             );
         }
         Self {
@@ -247,6 +235,50 @@ impl ToleranceTable {
             entries,
             loc,
         }
+    }
+}
+
+/// The built-in gates of one dtype: aggregate statistics, never element-wise allclose.
+///
+/// Each level gates the relative L2 distance ‖mesh − oracle‖ / ‖oracle‖ per tensor (logits and
+/// loss for `forward`; first-step gradients and the weight updates of k optimizer steps for
+/// `oracle`), and `curve` the per-step relative loss difference. Element-wise statistics
+/// (allclose counts, max_abs, max_rel, top-1) are computed and reported, not gated: after an
+/// optimizer step a single element can legitimately move by ~lr (AdamW divides each gradient
+/// element by its own RMS, so round-off in a near-zero gradient flips its update), and at the
+/// near-ties of untrained logits top-1 flips on round-off, while relative L2 stays at the
+/// dtype's round-off. The limits sit between what correct meshes reach and what the catalogued
+/// bugs give, measured by `meshparity calibrate` over hundreds of seeds, dtypes, optimizers,
+/// learning rates and model sizes (docs/verdicts.md has the sweep and its margins).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BuiltinGate {
+    pub forward: f64,
+    pub curve: f64,
+    pub oracle: f64,
+}
+
+pub fn builtin_gate(dtype: DType) -> BuiltinGate {
+    match dtype {
+        DType::F64 => BuiltinGate {
+            forward: 1e-12,
+            curve: 1e-12,
+            oracle: 1e-8,
+        },
+        DType::F32 => BuiltinGate {
+            forward: 1e-4,
+            curve: 3e-5,
+            oracle: 5e-2,
+        },
+        DType::F16 => BuiltinGate {
+            forward: 3e-2,
+            curve: 3e-2,
+            oracle: 10.0,
+        },
+        DType::Bf16 => BuiltinGate {
+            forward: 0.07,
+            curve: 0.1,
+            oracle: 12.0,
+        },
     }
 }
 

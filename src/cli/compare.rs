@@ -21,9 +21,10 @@ pub struct Args {
     /// built-in table (forward-bf16, oracle-f32, curve-f64, ...).
     #[arg(long, default_value = "default")]
     profile: String,
-    /// Limits on top of the profile: KEY=VALUE[,KEY=VALUE] (atol, rtol, max_abs, max_rel,
-    /// mean_abs_pct, relative_l2, cosine, top1, topk, k, overlap, mismatch; for curves rel,
-    /// allowed_failing_steps, investigate, fail).
+    /// Limits instead of the profile's: KEY=VALUE[,KEY=VALUE]. What -t names is exactly what is
+    /// gated (atol/rtol not named are 0). Checkpoints: atol, rtol, max_abs, max_rel,
+    /// mean_abs_pct, relative_l2, cosine, top1, topk, k, overlap, mismatch; curves: rel,
+    /// allowed_failing_steps, investigate, fail.
     #[arg(long, short = 't', value_name = "KEY=VALUE,...")]
     tolerance: Vec<String>,
     /// Per-tensor limits: GLOB:KEY=VALUE[,...]; the first matching glob applies.
@@ -44,9 +45,12 @@ pub struct Args {
     /// Curves: a second baseline run, for the noise-floor mode.
     #[arg(long, value_name = "FILE")]
     baseline2: Option<PathBuf>,
-    /// Curves: gate performance metrics (*time*, *tok*, *mem*) too.
+    /// Curves: gate performance metrics (*time*, *mem*, rates such as tok/s) too.
     #[arg(long)]
     gate_performance: bool,
+    /// Curves: the key that numbers steps (Megatron-style logs say `iteration`).
+    #[arg(long, value_name = "KEY", default_value = "step")]
+    step_key: String,
     /// Rows in the table of worst tensors.
     #[arg(long, default_value_t = 10)]
     worst: usize,
@@ -73,7 +77,57 @@ fn tolerance(args: &Args) -> Result<Tolerance, InputError> {
             .map(|o| tolerance::parse_override(o))
             .collect::<Result<_, _>>()?,
         layer_average: args.layer_average,
+        replace: true,
     })
+}
+
+/// Limit keys that mean something for curves.
+const CURVE_KEYS: &[&str] = &["rel", "allowed_failing_steps", "investigate", "fail"];
+
+/// A key, profile or flag that does not apply to this kind of input is refused, never ignored.
+fn refuse_inapplicable(args: &Args, tol: &Tolerance, curve: bool) -> Result<(), InputError> {
+    let kind = if curve {
+        "curves (.jsonl)"
+    } else {
+        "checkpoints"
+    };
+    for (k, _) in &tol.settings {
+        if CURVE_KEYS.contains(&k.as_str()) != curve {
+            return Err(InputError::Usage(format!(
+                "-t {k}=... does not apply to {kind}; keys for {kind}: {}",
+                if curve {
+                    CURVE_KEYS.join(", ")
+                } else {
+                    "atol, rtol, max_abs, max_rel, mean_abs_pct, relative_l2, cosine, top1, topk, k, overlap, mismatch".into()
+                }
+            )));
+        }
+    }
+    if let Profile::Builtin { level, .. } = &tol.profile {
+        if (*level == meshparity_specs::Level::Curve) != curve {
+            return Err(InputError::Usage(format!(
+                "profile `{}` does not apply to {kind}; use {}",
+                tol.profile.name(),
+                if curve {
+                    "curve-f32, curve-bf16, ... or exact"
+                } else {
+                    "default, exact, forward-DTYPE, oracle-DTYPE or routing-DTYPE"
+                }
+            )));
+        }
+    }
+    if curve && (!args.overrides.is_empty() || args.layer_average.is_some()) {
+        return Err(InputError::Usage(
+            "--override and --layer-average apply to checkpoints only; curves take -t rel=..."
+                .into(),
+        ));
+    }
+    if !curve && (args.mode.is_some() || args.baseline2.is_some() || args.step_key != "step") {
+        return Err(InputError::Usage(
+            "--mode, --baseline2 and --step-key apply to curves (.jsonl) only".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
@@ -83,6 +137,7 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
             "compare two curves (.jsonl) or two checkpoints, not one of each".into(),
         ));
     }
+    refuse_inapplicable(args, &tol, is_curve(&args.reference))?;
     if is_curve(&args.reference) {
         let mode = match &args.mode {
             None => None,
@@ -92,6 +147,7 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
         };
         let opts = CurveOptions {
             limits: tolerance::curve_limits(&tol, mode)?,
+            step_key: args.step_key.clone(),
             baseline2: args.baseline2.clone(),
             gate_performance: args.gate_performance,
         };
@@ -102,11 +158,6 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
             render::curves(&report)
         };
         return Ok((text, report.verdict));
-    }
-    if args.mode.is_some() || args.baseline2.is_some() {
-        return Err(InputError::Usage(
-            "--mode and --baseline2 apply to curves (.jsonl) only".into(),
-        ));
     }
     let opts = TensorOptions {
         tolerance: tol,
@@ -133,7 +184,14 @@ pub fn run(args: &Args) -> u8 {
         Ok((text, verdict)) => {
             print!("{text}");
             match verdict {
-                Verdict::Match | Verdict::Investigate => exit::OK,
+                Verdict::Match => exit::OK,
+                Verdict::Investigate => {
+                    eprintln!(
+                        "INVESTIGATE is not a pass: the signal is between the investigate and \
+                         fail ratios (exit 1)"
+                    );
+                    exit::CHECK_FAILED
+                }
                 Verdict::Mismatch => exit::CHECK_FAILED,
             }
         }

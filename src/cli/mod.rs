@@ -1,5 +1,6 @@
 //! Command-line interface: arguments resolved once into the objects that do the work.
 
+mod calibrate;
 mod compare;
 mod list;
 mod plan;
@@ -41,6 +42,11 @@ enum Command {
     /// Run every selected job (each in its own process) and write the results.
     #[command(after_help = exit::HELP)]
     Run(run::Args),
+    /// Measure the gates: run the matrix and every mutation over many seeds (and dtypes,
+    /// optimizers, learning rates) and report headroom, margin and limits to consider.
+    /// Exit 0: no false positive and every mutation caught; 1: otherwise.
+    #[command(after_help = exit::HELP)]
+    Calibrate(calibrate::Args),
     /// Render a run's reports (JUnit XML, HTML, Markdown) from its results.json.
     Report(report::Args),
     /// Print the JSON Schema (draft-07) of the spec format, for editors.
@@ -65,6 +71,7 @@ pub fn main() -> ExitCode {
         Command::Compare(args) => compare::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
         Command::Worker(args) => worker::run(&args),
     };
     ExitCode::from(code)

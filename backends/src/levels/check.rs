@@ -9,10 +9,13 @@ use meshparity_compare::{
 };
 use meshparity_specs::{Level, Limits, MeshConfig};
 
+use super::gate::Gate;
 use super::outcome::{Comparison, Losses, Outcome};
 use super::reference::{save, write_curve, write_forward};
+use super::update::updates;
 use super::{files, io, LevelError, Setup};
 use crate::checkpoint;
+use crate::parallel::Fault;
 use crate::sharding::{ShardingPlan, Shards};
 use crate::train::{self, Length, Record};
 
@@ -43,6 +46,67 @@ pub fn check(
     };
     outcome.seconds = start.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// What one training run of a mesh, judged at several levels, found.
+pub struct Judged {
+    /// One outcome per level judged, in the order asked.
+    pub outcomes: Vec<Outcome>,
+    /// Sites a fault altered (empty without a fault).
+    pub altered: Vec<String>,
+}
+
+/// Train `mesh` once (with `fault`, if any) and judge it at every level in `levels`, each in
+/// its own directory under `out`. Roundtrip, which does not train, is judged from the seed
+/// checkpoint when there is no fault (a training fault cannot show there).
+pub fn levels(
+    setup: &Setup<'_>,
+    mesh: &MeshConfig,
+    fault: Option<Fault>,
+    levels: &[(Level, Limits)],
+    reference: &Path,
+    out: &Path,
+) -> Result<Judged, LevelError> {
+    let trained: Vec<Level> = levels
+        .iter()
+        .map(|(l, _)| *l)
+        .filter(|l| *l != Level::Roundtrip && *l != Level::Routing)
+        .collect();
+    let rec = if trained.is_empty() {
+        None
+    } else {
+        Some(train::mesh(
+            setup.model,
+            mesh,
+            setup.training,
+            length(setup, &trained),
+            fault,
+            setup.device,
+            setup.burn_dtype(),
+        )?)
+    };
+    let mut outcomes = Vec::new();
+    for (level, limits) in levels {
+        let dir = out.join(level.as_str());
+        let start = Instant::now();
+        let mut outcome = match (&rec, level) {
+            (_, Level::Roundtrip) if fault.is_none() => {
+                std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+                roundtrip(setup, mesh, reference, &dir)?
+            }
+            (Some(rec), l) if trained.contains(l) => {
+                std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+                judge(setup, mesh, rec, *level, limits, reference, &dir)?
+            }
+            _ => continue,
+        };
+        outcome.seconds = start.elapsed().as_secs_f64();
+        outcomes.push(outcome);
+    }
+    Ok(Judged {
+        outcomes,
+        altered: rec.map(|r| r.altered).unwrap_or_default(),
+    })
 }
 
 /// Steps a mesh must train for these levels.
@@ -98,18 +162,19 @@ fn tensors(
     ))
 }
 
-/// Merge per-rank tensors; replicas that disagree are a failed comparison, not an error.
+/// Merge per-rank tensors and save them; replicas that disagree are a failed comparison, not an
+/// error.
 fn merged(
     what: &'static str,
     plan: &ShardingPlan,
     ranks: &[Shards],
     out: &Path,
     file: &str,
-) -> Result<Result<(), Comparison>, LevelError> {
+) -> Result<Result<Shards, Comparison>, LevelError> {
     match plan.merge(ranks) {
         Ok(full) => {
             save(&out.join(file), &full)?;
-            Ok(Ok(()))
+            Ok(Ok(full))
         }
         Err(e) => Ok(Err(Comparison {
             what,
@@ -118,6 +183,15 @@ fn merged(
             passed: false,
             compared: ranks.len() as u64,
             failure: Some(format!("merging rank shards: {e}")),
+            gates: vec![Gate {
+                scope: what.to_owned(),
+                ..Gate::new(
+                    format!("{} rank shards", ranks.len()),
+                    "replicas_differ",
+                    1.0,
+                    0.0,
+                )
+            }],
             report: serde_json::Value::Null,
         })),
     }
@@ -147,6 +221,7 @@ pub(crate) fn judge(
             write_curve(out, &rec.losses[..steps])?;
             let tol = tolerance_for(setup, level, limits);
             let opts = CurveOptions {
+                step_key: "step".into(),
                 limits: tolerance::curve_limits(&tol, limits.mode)?,
                 baseline2: None,
                 gate_performance: false,
@@ -164,18 +239,22 @@ pub(crate) fn judge(
             });
         }
         Level::Oracle => {
-            let weights = rec.weights.as_deref().unwrap_or_default();
-            for (what, ranks, file) in [
-                ("gradients", &rec.grads[..], files::GRADS),
-                ("weights", weights, files::WEIGHTS),
-            ] {
-                match merged(what, &plan, ranks, out, file)? {
-                    Ok(()) => {
-                        let (a, b) = (reference.join(file), out.join(file));
-                        comparisons.push(tensors(what, setup, level, limits, &a, &b)?);
-                    }
-                    Err(failed) => comparisons.push(failed),
+            match merged("gradients", &plan, &rec.grads, out, files::GRADS)? {
+                Ok(_) => {
+                    let (a, b) = (reference.join(files::GRADS), out.join(files::GRADS));
+                    comparisons.push(tensors("gradients", setup, level, limits, &a, &b)?);
                 }
+                Err(failed) => comparisons.push(failed),
+            }
+            let weights = rec.weights.as_deref().unwrap_or_default();
+            match merged("updates", &plan, weights, out, files::WEIGHTS)? {
+                Ok(full) => {
+                    let seed = checkpoint::load(&reference.join(files::SEED))?;
+                    save(&out.join(files::UPDATES), &updates(&seed, &full))?;
+                    let (a, b) = (reference.join(files::UPDATES), out.join(files::UPDATES));
+                    comparisons.push(tensors("updates", setup, level, limits, &a, &b)?);
+                }
+                Err(failed) => comparisons.push(failed),
             }
         }
         Level::Roundtrip | Level::Routing => {
@@ -183,6 +262,13 @@ pub(crate) fn judge(
                 "the {level} level for this family"
             )))
         }
+    }
+    if let Some(c) = comparisons.iter().find(|c| c.passed && c.gates.is_empty()) {
+        return Err(LevelError::NothingGated(format!(
+            "{level}: {} compared with no limit in force (the tolerance table gates no metric \
+             these tensors provide)",
+            c.what
+        )));
     }
     Ok(Outcome {
         level,
@@ -215,7 +301,7 @@ fn roundtrip(
         back.push(checkpoint::load(&path)?);
     }
     let comparison = match merged("checkpoint", &plan, &back, out, files::MERGED)? {
-        Ok(()) => tensors(
+        Ok(_) => tensors(
             "checkpoint",
             setup,
             Level::Roundtrip,

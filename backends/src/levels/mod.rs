@@ -9,15 +9,18 @@
 //! - `outcome.rs` — what a level found, with the evidence.
 
 pub mod check;
+pub mod gate;
 pub mod mutation;
 pub mod outcome;
 pub mod reference;
+pub mod update;
 
 use burn::tensor::Device;
 use meshparity_compare::InputError;
 use meshparity_specs::{DType, ModelConfig, Training};
 
-pub use check::check;
+pub use check::{check, Judged};
+pub use gate::Gate;
 pub use mutation::{mutation, MutationOutcome};
 pub use outcome::Outcome;
 pub use reference::reference;
@@ -31,6 +34,8 @@ pub mod files {
     pub const CURVE: &str = "curve.jsonl";
     pub const GRADS: &str = "grads.safetensors";
     pub const WEIGHTS: &str = "weights.safetensors";
+    /// Weights after k steps minus the seed weights, in f64 (what the oracle level compares).
+    pub const UPDATES: &str = "updates.safetensors";
     pub const MERGED: &str = "merged.safetensors";
     pub const SHARDS: &str = "shards";
 }
@@ -65,6 +70,8 @@ pub enum LevelError {
     Input(#[from] InputError),
     #[error(transparent)]
     Run(#[from] RunError),
+    #[error("nothing gated: {0}")]
+    NothingGated(String),
     #[error("not supported by the burn backend: {0}")]
     Unsupported(String),
 }

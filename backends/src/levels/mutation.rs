@@ -7,11 +7,10 @@ use std::time::Instant;
 use meshparity_specs::{Level, Limits, MeshConfig};
 use serde::Serialize;
 
-use super::check::{judge, length};
+use super::check;
 use super::outcome::Outcome;
 use super::{io, LevelError, Setup};
 use crate::parallel::Fault;
-use crate::train;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MutationOutcome {
@@ -72,26 +71,9 @@ pub fn mutation(
 ) -> Result<MutationOutcome, LevelError> {
     std::fs::create_dir_all(out).map_err(io(out))?;
     let start = Instant::now();
-    let trained: Vec<&(Level, Limits)> = levels
-        .iter()
-        .filter(|(l, _)| *l != Level::Roundtrip && *l != Level::Routing)
-        .collect();
-    let len = length(setup, &trained.iter().map(|(l, _)| *l).collect::<Vec<_>>());
-    let rec = train::mesh(
-        setup.model,
-        mesh,
-        setup.training,
-        len,
-        Some(fault),
-        setup.device,
-        setup.burn_dtype(),
-    )?;
-    let mut outcomes = Vec::new();
-    for (level, limits) in trained {
-        let dir = out.join(level.as_str());
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        outcomes.push(judge(setup, mesh, &rec, *level, limits, reference, &dir)?);
-    }
+    let judged = check::levels(setup, mesh, Some(fault), levels, reference, out)?;
+    let outcomes = judged.outcomes;
+    let rec_altered = judged.altered;
     let caught_by: Vec<Level> = outcomes
         .iter()
         .filter(|o| !o.passed)
@@ -99,10 +81,10 @@ pub fn mutation(
         .collect();
     Ok(MutationOutcome {
         mutation: fault.name(),
-        caught: !caught_by.is_empty() && !rec.altered.is_empty(),
+        caught: !caught_by.is_empty() && !rec_altered.is_empty(),
         caught_by,
         levels: outcomes,
-        altered: rec.altered.clone(),
+        altered: rec_altered,
         seconds: start.elapsed().as_secs_f64(),
     })
 }

@@ -5,6 +5,8 @@ use meshparity_compare::report::{CurveReport, TensorReport, Verdict};
 use meshparity_specs::Level;
 use serde::Serialize;
 
+use super::gate::{self, Gate};
+
 /// One comparison's verdict and what it compared.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
@@ -18,6 +20,9 @@ pub struct Comparison {
     /// The first thing over its limit, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Every limit in force with the value held against it; none means nothing was gated,
+    /// which a level treats as an error rather than a pass.
+    pub gates: Vec<Gate>,
     /// The comparison engine's full report.
     pub report: serde_json::Value,
 }
@@ -78,6 +83,7 @@ impl Comparison {
             } else {
                 None
             },
+            gates: scoped(what, gate::of_tensors(r)),
             report: serde_json::to_value(r).unwrap_or_default(),
         }
     }
@@ -111,9 +117,17 @@ impl Comparison {
             } else {
                 None
             },
+            gates: scoped("losses", gate::of_curve(r)),
             report: serde_json::to_value(r).unwrap_or_default(),
         }
     }
+}
+
+fn scoped(what: &str, mut gates: Vec<Gate>) -> Vec<Gate> {
+    for g in &mut gates {
+        g.scope = what.to_owned();
+    }
+    gates
 }
 
 /// What a level found.
@@ -153,8 +167,17 @@ impl Outcome {
             None => {
                 let n: u64 = self.comparisons.iter().map(|c| c.compared).sum();
                 let what: Vec<&str> = self.comparisons.iter().map(|c| c.what).collect();
-                format!("{} match ({n} compared)", what.join(", "))
+                let closest = match self.closest() {
+                    Some(g) => format!("; closest: {}", g.describe()),
+                    None => String::new(),
+                };
+                format!("{} match ({n} compared{closest})", what.join(", "))
             }
         }
+    }
+
+    /// The gate of any comparison that came closest to its limit (or furthest past it).
+    pub fn closest(&self) -> Option<&Gate> {
+        gate::closest(self.comparisons.iter().flat_map(|c| &c.gates))
     }
 }

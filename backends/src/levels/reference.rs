@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use indexmap::IndexMap;
 
+use super::update::updates;
 use super::{files, io, LevelError, Setup};
 use crate::checkpoint;
 use crate::host::HostTensor;
+use crate::sharding::Shards;
 use crate::train::{self, Length, Record};
 
 /// Steps the reference runs: enough for the curve and the oracle level.
@@ -38,18 +40,24 @@ pub fn reference(setup: &Setup<'_>, dir: &Path) -> Result<f64, LevelError> {
         setup.device,
         setup.burn_dtype(),
     );
-    write_record(setup, dir, &rec)?;
+    write_record(setup, dir, &rec, &seed)?;
     Ok(start.elapsed().as_secs_f64())
 }
 
 /// The oracle's artifacts: one rank holding every tensor.
-fn write_record(setup: &Setup<'_>, dir: &Path, rec: &Record) -> Result<(), LevelError> {
+fn write_record(
+    setup: &Setup<'_>,
+    dir: &Path,
+    rec: &Record,
+    seed: &Shards,
+) -> Result<(), LevelError> {
     write_forward(dir, rec)?;
     let steps = (setup.training.steps as usize).min(rec.losses.len());
     write_curve(dir, &rec.losses[..steps])?;
     save(&dir.join(files::GRADS), &rec.grads[0])?;
     if let Some(w) = &rec.weights {
         save(&dir.join(files::WEIGHTS), &w[0])?;
+        save(&dir.join(files::UPDATES), &updates(seed, &w[0]))?;
     }
     Ok(())
 }

@@ -39,8 +39,9 @@ pub enum Fault {
     ScaleOneRankGrad,
 }
 
-/// The factor `scale-one-rank-grad` applies to the last rank's gradients.
-pub const WRONG_SCALE: f64 = 1.5;
+/// The factor `scale-one-rank-grad` applies to the last rank's gradients: a missing `1/dp` on
+/// one rank of a dp2 group, the typical form of this bug.
+pub const WRONG_SCALE: f64 = 2.0;
 
 impl Fault {
     pub const ALL: [Fault; 8] = [

@@ -1,0 +1,155 @@
+//! The calibration as one self-contained HTML page (no network, no script), rendered with
+//! handlebars so every string is escaped.
+
+use handlebars::Handlebars;
+use serde::Serialize;
+
+use super::{short, Calibration, Reading};
+
+const PAGE: &str = include_str!("../../templates/calibration.hbs");
+
+#[derive(Serialize)]
+struct View {
+    title: String,
+    summary: String,
+    clean: bool,
+    headroom: Vec<Vec<Cell>>,
+    margins: Vec<Vec<Cell>>,
+    suggestions: Vec<Vec<Cell>>,
+    errors: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Cell {
+    text: String,
+    /// `bad` (failed/missed), `thin` (under 10×) or empty.
+    class: &'static str,
+}
+
+fn cell(text: impl Into<String>) -> Cell {
+    Cell {
+        text: text.into(),
+        class: "",
+    }
+}
+
+fn graded(x: f64, thin: bool) -> Cell {
+    Cell {
+        text: format!("{}×", short(x)),
+        class: if x < 1.0 {
+            "bad"
+        } else if thin {
+            "thin"
+        } else {
+            "ok"
+        },
+    }
+}
+
+fn reading(r: Option<&Reading>) -> Cell {
+    cell(r.map_or_else(
+        || "-".to_owned(),
+        |r| {
+            format!(
+                "{} {} {} vs limit {} (seed {})",
+                r.subject,
+                r.metric,
+                short(r.value),
+                short(r.limit),
+                r.seed
+            )
+        },
+    ))
+}
+
+pub fn html(c: &Calibration) -> String {
+    let last = c.first_seed + c.seeds.saturating_sub(1);
+    let view = View {
+        title: format!("meshparity calibration: {}", c.spec),
+        summary: format!(
+            "seeds {}..={last}, configurations: {}; {} correct run(s), {} false positive(s); \
+             {} mutation run(s), {} missed; {} error(s); {:.1} s",
+            c.first_seed,
+            c.configs.join(", "),
+            c.correct_runs,
+            c.false_positives(),
+            c.mutation_runs,
+            c.missed(),
+            c.errors.len(),
+            c.seconds
+        ),
+        clean: c.clean(),
+        headroom: c
+            .headroom
+            .iter()
+            .map(|h| {
+                vec![
+                    cell(&h.config),
+                    cell(format!("{}@{}", h.model, h.dtype)),
+                    cell(&h.mesh),
+                    cell(&h.level),
+                    cell(format!(
+                        "{}/{}",
+                        h.runs - h.failed_seeds.len() as u64,
+                        h.runs
+                    )),
+                    reading(h.worst.as_ref()),
+                    graded(h.headroom, h.thin),
+                ]
+            })
+            .collect(),
+        margins: c
+            .margins
+            .iter()
+            .map(|m| {
+                vec![
+                    cell(&m.config),
+                    cell(format!("{}@{}", m.model, m.dtype)),
+                    cell(&m.mesh),
+                    cell(&m.mutation),
+                    cell(format!("{}/{}", m.caught, m.runs)),
+                    cell(m.first_level.clone().unwrap_or_else(|| "-".into())),
+                    reading(m.weakest.as_ref()),
+                    graded(m.margin, m.thin),
+                ]
+            })
+            .collect(),
+        suggestions: c
+            .suggestions
+            .iter()
+            .map(|s| {
+                vec![
+                    cell(&s.config),
+                    cell(format!("{} {}", s.dtype, s.level)),
+                    cell(format!("{} ({})", s.metric, s.bound)),
+                    Cell {
+                        text: short(s.current),
+                        class: if s.thin { "thin" } else { "" },
+                    },
+                    cell(short(s.worst_correct)),
+                    cell(s.weakest_bug.map_or_else(|| "-".into(), short)),
+                    cell(short(s.suggested)),
+                ]
+            })
+            .collect(),
+        errors: c
+            .errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}@{} {} seed {}: {}",
+                    e.config,
+                    e.model,
+                    e.mesh,
+                    e.mutation.as_deref().unwrap_or("correct"),
+                    e.seed,
+                    e.message
+                )
+            })
+            .collect(),
+    };
+    let mut hb = Handlebars::new();
+    hb.register_template_string("page", PAGE)
+        .expect("the calibration template parses");
+    hb.render("page", &view).expect("the view renders")
+}

@@ -1,0 +1,161 @@
+//! The calibration as plain-text tables for a terminal or a CI log.
+
+use std::fmt::Write;
+
+use super::{short, Calibration, Reading};
+
+/// Headroom, margin and suggestion tables, then one verdict line.
+pub fn text(c: &Calibration) -> String {
+    let mut out = String::new();
+    let last = c.first_seed + c.seeds.saturating_sub(1);
+    let _ = writeln!(
+        out,
+        "calibration of {} over seeds {}..={last} ({} configuration(s): {}), {:.1} s",
+        c.spec,
+        c.first_seed,
+        c.configs.len(),
+        c.configs.join(", "),
+        c.seconds
+    );
+    let _ = writeln!(
+        out,
+        "\nheadroom: the correct mesh's reading closest to its limit (limit / worst; `!` under 10×)"
+    );
+    let mut rows = vec![row(&[
+        "config",
+        "model",
+        "mesh",
+        "level",
+        "runs",
+        "fail",
+        "closest reading",
+        "headroom",
+    ])];
+    for h in &c.headroom {
+        rows.push(vec![
+            h.config.clone(),
+            format!("{}@{}", h.model, h.dtype),
+            h.mesh.clone(),
+            h.level.clone(),
+            h.runs.to_string(),
+            h.failed_seeds.len().to_string(),
+            reading(h.worst.as_ref()),
+            flag(h.headroom, h.thin),
+        ]);
+    }
+    table(&mut out, &rows);
+    if !c.margins.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nmargin: each bug's weakest seed, its strongest reading (value / limit; `!` under 10×)"
+        );
+        let mut rows = vec![row(&[
+            "config",
+            "model",
+            "mesh",
+            "mutation",
+            "caught",
+            "first level",
+            "weakest signal",
+            "margin",
+        ])];
+        for m in &c.margins {
+            rows.push(vec![
+                m.config.clone(),
+                format!("{}@{}", m.model, m.dtype),
+                m.mesh.clone(),
+                m.mutation.clone(),
+                format!("{}/{}", m.caught, m.runs),
+                m.first_level.clone().unwrap_or_else(|| "-".into()),
+                reading(m.weakest.as_ref()),
+                flag(m.margin, m.thin),
+            ]);
+        }
+        table(&mut out, &rows);
+    }
+    if !c.suggestions.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nlimits: worst correct reading, weakest caught bug, and a limit between them"
+        );
+        let mut rows = vec![row(&[
+            "config",
+            "level",
+            "metric",
+            "current",
+            "worst correct",
+            "weakest bug",
+            "suggested",
+        ])];
+        for s in &c.suggestions {
+            rows.push(vec![
+                s.config.clone(),
+                format!("{} {}", s.dtype, s.level),
+                format!("{} ({})", s.metric, s.bound),
+                format!("{}{}", short(s.current), if s.thin { " !" } else { "" }),
+                short(s.worst_correct),
+                s.weakest_bug.map_or_else(|| "-".into(), short),
+                short(s.suggested),
+            ]);
+        }
+        table(&mut out, &rows);
+    }
+    for e in &c.errors {
+        let what = e.mutation.as_deref().unwrap_or("correct");
+        let _ = writeln!(
+            out,
+            "error: {} {}@{} {what} seed {}: {}",
+            e.config, e.model, e.mesh, e.seed, e.message
+        );
+    }
+    let thin_h = c.headroom.iter().filter(|h| h.thin).count();
+    let thin_m = c.margins.iter().filter(|m| m.thin).count();
+    let _ = writeln!(
+        out,
+        "\n{} correct run(s), {} false positive(s); {} mutation run(s), {} missed; {} errors; \
+         {thin_h} thin headroom row(s), {thin_m} thin margin row(s)",
+        c.correct_runs,
+        c.false_positives(),
+        c.mutation_runs,
+        c.missed(),
+        c.errors.len()
+    );
+    out
+}
+
+fn row(cells: &[&str]) -> Vec<String> {
+    cells.iter().map(|s| s.to_string()).collect()
+}
+
+fn reading(r: Option<&Reading>) -> String {
+    match r {
+        Some(r) => format!(
+            "{} {} {} vs {} (seed {})",
+            r.subject,
+            r.metric,
+            short(r.value),
+            short(r.limit),
+            r.seed
+        ),
+        None => "-".into(),
+    }
+}
+
+fn flag(x: f64, thin: bool) -> String {
+    format!("{}×{}", short(x), if thin { " !" } else { "" })
+}
+
+fn table(out: &mut String, rows: &[Vec<String>]) {
+    let cols = rows[0].len();
+    let width: Vec<usize> = (0..cols)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+    }
+}

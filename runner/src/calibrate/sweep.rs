@@ -1,0 +1,155 @@
+//! Running the units over seeds and configurations, in this process and in parallel: one work
+//! item is (configuration, unit, seed) — a reference run and every mesh and mutation judged
+//! against it, in a scratch directory removed afterwards.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use meshparity_backends::levels::{Gate, Outcome};
+use meshparity_backends::Backend;
+use meshparity_specs::{DType, Level};
+use rayon::prelude::*;
+
+use super::units::{MeshUnit, Unit};
+use super::Options;
+
+/// One mesh run (correct, or with one mutation) on one seed, judged at its levels.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Index into the sweep's configurations.
+    pub config: usize,
+    pub seed: u64,
+    pub model: String,
+    pub dtype: DType,
+    pub mesh: String,
+    pub mutation: Option<&'static str>,
+    pub levels: Vec<LevelSample>,
+    /// For a mutation: whether the fault altered any site at all.
+    pub injected: bool,
+    /// The run could not be judged (unsupported mesh, I/O): never counted as a pass.
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LevelSample {
+    pub level: Level,
+    pub passed: bool,
+    pub gates: Vec<Gate>,
+}
+
+impl LevelSample {
+    fn of(o: &Outcome) -> Self {
+        Self {
+            level: o.level,
+            passed: o.passed,
+            gates: o.comparisons.iter().flat_map(|c| c.gates.clone()).collect(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("creating scratch directory {path}: {source}")]
+    Scratch {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Run every (configuration, unit, seed). `units[c]` are configuration `c`'s units;
+/// `progress(done, total)` is called as items finish.
+pub fn sweep(
+    units: &[Vec<Unit>],
+    opts: &Options,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<Sample>, SweepError> {
+    std::fs::create_dir_all(&opts.scratch).map_err(|source| SweepError::Scratch {
+        path: opts.scratch.display().to_string(),
+        source,
+    })?;
+    let mut items = Vec::new();
+    for (c, us) in units.iter().enumerate() {
+        for (u, unit) in us.iter().enumerate() {
+            for seed in opts.first_seed..opts.first_seed + opts.seeds {
+                items.push((c, u, unit, seed));
+            }
+        }
+    }
+    let done = AtomicUsize::new(0);
+    let total = items.len();
+    let samples = items
+        .par_iter()
+        .flat_map_iter(|&(c, u, unit, seed)| {
+            let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
+            let out = run_unit(c, unit, seed, &dir);
+            let _ = std::fs::remove_dir_all(&dir);
+            progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+            out
+        })
+        .collect();
+    Ok(samples)
+}
+
+fn run_unit(config: usize, unit: &Unit, seed: u64, dir: &Path) -> Vec<Sample> {
+    let mut training = unit.training.clone();
+    training.seed = seed;
+    let sample = |mesh: &MeshUnit, mutation| Sample {
+        config,
+        seed,
+        model: unit.model.clone(),
+        dtype: unit.dtype,
+        mesh: mesh.name.clone(),
+        mutation,
+        levels: Vec::new(),
+        injected: false,
+        error: None,
+    };
+    let every = |error: String| -> Vec<Sample> {
+        unit.meshes
+            .iter()
+            .flat_map(|m| {
+                let runs = std::iter::once(None).chain(m.mutations.iter().map(|&x| Some(x)));
+                runs.map(|mutation| Sample {
+                    error: Some(error.clone()),
+                    ..sample(m, mutation)
+                })
+                .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let backend = match Backend::open(unit.device) {
+        Ok(b) => b,
+        Err(e) => return every(e.to_string()),
+    };
+    let reference = dir.join("reference");
+    if let Err(e) = backend.reference(&unit.model_config, &training, unit.dtype, &reference) {
+        return every(format!("reference: {e}"));
+    }
+    let mut out = Vec::new();
+    for mesh in &unit.meshes {
+        let runs = std::iter::once(None).chain(mesh.mutations.iter().map(|&m| Some(m)));
+        for mutation in runs {
+            let name = mutation.unwrap_or("correct");
+            let judged = backend.levels(
+                &unit.model_config,
+                &training,
+                unit.dtype,
+                &mesh.config,
+                mutation,
+                &mesh.levels,
+                &reference,
+                &dir.join(&mesh.name).join(name),
+            );
+            let mut s = sample(mesh, mutation);
+            match judged {
+                Ok(j) => {
+                    s.levels = j.outcomes.iter().map(LevelSample::of).collect();
+                    s.injected = !j.altered.is_empty();
+                }
+                Err(e) => s.error = Some(e.to_string()),
+            }
+            out.push(s);
+        }
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! The plan's selected jobs, grouped into what one seed runs: a reference (model configuration
+//! and dtype) and, per mesh, the levels with their limits and the mutations to inject.
+
+use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Spec, Training};
+
+use super::Config;
+use crate::plan::{Job, JobKind, Plan, Selection};
+
+/// One reference and every mesh judged against it.
+#[derive(Clone, Debug)]
+pub struct Unit {
+    pub model: String,
+    pub model_config: ModelConfig,
+    pub dtype: DType,
+    pub training: Training,
+    pub device: meshparity_specs::Device,
+    pub meshes: Vec<MeshUnit>,
+}
+
+/// One mesh of a unit.
+#[derive(Clone, Debug)]
+pub struct MeshUnit {
+    pub name: String,
+    pub config: MeshConfig,
+    pub levels: Vec<(Level, Limits)>,
+    pub mutations: Vec<&'static str>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UnitError {
+    #[error(
+        "tolerance table `{table}` has no limits for {level} in {dtype} \
+         (add `{level}.{dtype}` to it, or calibrate another dtype)"
+    )]
+    NoLimits {
+        table: String,
+        level: Level,
+        dtype: DType,
+    },
+}
+
+/// Group the selected check and mutation jobs by reference, with `config`'s overrides applied
+/// (limits of another dtype come from the same tolerance table).
+pub fn units(
+    spec: &Spec,
+    plan: &Plan,
+    selection: &Selection,
+    config: &Config,
+) -> Result<Vec<Unit>, UnitError> {
+    let mut out: Vec<Unit> = Vec::new();
+    // Dependencies too: a mutation is judged by the levels of its mesh, selected or not. Jobs
+    // already in the target dtype go first, so a cell the spec writes in that dtype keeps its
+    // own tolerance table (the sweep's `tight` f64 cells) over one converted from another dtype.
+    let jobs: Vec<&Job> = selection
+        .jobs
+        .iter()
+        .map(|&(n, _)| &plan.graph[n])
+        .collect();
+    let native = |j: &&Job| config.dtype.is_none_or(|d| d == j.dtype);
+    let ordered = jobs
+        .iter()
+        .filter(|j| native(j))
+        .chain(jobs.iter().filter(|j| !native(j)));
+    for job in ordered {
+        if job.kind == JobKind::Reference {
+            continue;
+        }
+        let dtype = config.dtype.unwrap_or(job.dtype);
+        let mut training = job.training.clone();
+        if let Some(o) = config.optimizer {
+            training.optimizer = o;
+        }
+        if let Some(lr) = config.lr {
+            training.lr = lr;
+        }
+        let i = match out.iter().position(|u| {
+            u.model_config == job.model_config
+                && u.dtype == dtype
+                && u.device == job.device
+                && u.model == job.model()
+        }) {
+            Some(i) => i,
+            None => {
+                out.push(Unit {
+                    model: job.model().to_owned(),
+                    model_config: job.model_config.clone(),
+                    dtype,
+                    training,
+                    device: job.device,
+                    meshes: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        add_job(spec, &mut out[i], job, dtype)?;
+    }
+    Ok(out)
+}
+
+fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), UnitError> {
+    let (Some(name), Some(config)) = (&job.mesh, &job.mesh_config) else {
+        return Ok(());
+    };
+    let mesh = match unit.meshes.iter().position(|m| &m.name == name) {
+        Some(i) => &mut unit.meshes[i],
+        None => {
+            unit.meshes.push(MeshUnit {
+                name: name.clone(),
+                config: *config,
+                levels: Vec::new(),
+                mutations: Vec::new(),
+            });
+            unit.meshes.last_mut().expect("just pushed")
+        }
+    };
+    match &job.kind {
+        JobKind::Check { level } => {
+            let table = job.tolerance.clone().unwrap_or_default();
+            let limits = if dtype == job.dtype {
+                job.limits.clone().unwrap_or_default()
+            } else {
+                spec.limits(&table, *level, dtype)
+                    .map(|(_, l)| l.clone())
+                    .ok_or(UnitError::NoLimits {
+                        table,
+                        level: *level,
+                        dtype,
+                    })?
+            };
+            if !mesh.levels.iter().any(|(l, _)| l == level) {
+                mesh.levels.push((*level, limits));
+                mesh.levels.sort_by_key(|(l, _)| *l);
+            }
+        }
+        JobKind::Mutation { mutation, .. } => {
+            if !mesh.mutations.contains(mutation) {
+                mesh.mutations.push(mutation);
+            }
+        }
+        JobKind::Reference => {}
+    }
+    Ok(())
+}

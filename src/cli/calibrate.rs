@@ -1,0 +1,153 @@
+//! `meshparity calibrate SPEC --seeds N`: run the correct matrix and every selected mutation
+//! over N seeds (and other dtypes, optimizers, learning rates if asked), in this process, and
+//! report how much headroom correct runs leave under each limit and by how much each bug clears
+//! it. Writes `calibration.json` and `calibration.html` into `--out`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use meshparity_reports::calibration;
+use meshparity_runner::calibrate::{self, Config, Options};
+use meshparity_runner::Plan;
+use meshparity_specs::{DType, Keyword, Optimizer};
+
+use super::{load_spec, SelectArgs};
+use crate::exit;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The spec file.
+    spec: PathBuf,
+    /// How many seeds, counting up from --first-seed.
+    #[arg(long, default_value_t = 20)]
+    seeds: u64,
+    /// The first seed (default: the spec's `[run] seed`).
+    #[arg(long)]
+    first_seed: Option<u64>,
+    /// Sweep these dtypes instead of the spec's (comma-separated: f64,f32,bf16,f16).
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype)]
+    dtype: Vec<DType>,
+    /// Sweep these optimizers instead of the spec's (sgd,adamw).
+    #[arg(long, value_delimiter = ',', value_parser = parse_optimizer)]
+    optimizer: Vec<Optimizer>,
+    /// Sweep these learning rates instead of the spec's (e.g. 1e-3,1e-2).
+    #[arg(long, value_delimiter = ',', value_parser = parse_lr)]
+    lr: Vec<f64>,
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Where calibration.json and calibration.html go.
+    #[arg(long, default_value = "meshparity-calibration")]
+    out: PathBuf,
+    /// Print the JSON to stdout instead of the tables.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::parse(s).ok_or_else(|| format!("`{s}` is not a dtype (f64, f32, bf16, f16)"))
+}
+
+fn parse_optimizer(s: &str) -> Result<Optimizer, String> {
+    <Optimizer as Keyword>::parse(s)
+        .ok_or_else(|| format!("`{s}` is not an optimizer (sgd, adamw)"))
+}
+
+fn parse_lr(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .ok_or_else(|| format!("`{s}` is not a positive learning rate"))
+}
+
+pub fn run(args: &Args) -> u8 {
+    let Some(loaded) = load_spec(&args.spec, args.select.device) else {
+        return exit::SPEC_ERROR;
+    };
+    let filter = match args.select.filter() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SPEC_ERROR;
+        }
+    };
+    if args.seeds == 0 {
+        eprintln!("error: --seeds must be at least 1");
+        return exit::SPEC_ERROR;
+    }
+    let spec = &loaded.spec;
+    let plan = Plan::build(spec);
+    let selection = plan.select(&filter, args.select.partition);
+    if selection.is_empty() {
+        eprintln!("error: the filters select no job");
+        return exit::NOTHING_SELECTED;
+    }
+    let configs = Config::product(&args.dtype, &args.optimizer, &args.lr);
+    let mut units = Vec::new();
+    for c in &configs {
+        match calibrate::units(spec, &plan, &selection, c) {
+            Ok(u) => units.push(u),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::SPEC_ERROR;
+            }
+        }
+    }
+    let opts = Options {
+        seeds: args.seeds,
+        first_seed: args.first_seed.unwrap_or(spec.run.training.seed),
+        configs: configs.clone(),
+        scratch: args.out.join("scratch"),
+    };
+    let start = Instant::now();
+    let quiet = args.json || !super::color();
+    let progress = |done: usize, total: usize| {
+        if !quiet {
+            eprint!("\rcalibrating: {done}/{total} seed runs");
+        }
+    };
+    let samples = match calibrate::sweep(&units, &opts, &progress) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::INFRA_ERROR;
+        }
+    };
+    if !quiet {
+        eprintln!();
+    }
+    let _ = std::fs::remove_dir_all(&opts.scratch);
+    let report = calibrate::summarize(
+        &spec.name(),
+        &configs,
+        &opts,
+        &samples,
+        start.elapsed().as_secs_f64(),
+    );
+    let json = serde_json::to_vec_pretty(&report).expect("calibration serializes");
+    for (name, bytes) in [
+        ("calibration.json", json.clone()),
+        ("calibration.html", calibration::html(&report).into_bytes()),
+    ] {
+        let path = args.out.join(name);
+        if let Err(e) = meshparity_reports::write::atomic(&path, &bytes) {
+            eprintln!("error: writing {}: {e}", path.display());
+            return exit::INFRA_ERROR;
+        }
+    }
+    if args.json {
+        println!("{}", String::from_utf8_lossy(&json));
+    } else {
+        print!("{}", calibration::text(&report));
+        println!(
+            "wrote {} and calibration.html",
+            args.out.join("calibration.json").display()
+        );
+    }
+    if !report.errors.is_empty() {
+        exit::INFRA_ERROR
+    } else if report.clean() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    }
+}
