@@ -168,10 +168,14 @@ pub fn compare(
     }
     let mut notes = Vec::new();
     let layers = gate(&mut results, &mut notes);
-    if results
-        .iter()
-        .all(|r| !r.limits.exact && r.limits.gates.is_empty())
-    {
+    let fed = |r: &TensorResult| {
+        r.limits.exact
+            || r.limits
+                .gates
+                .iter()
+                .any(|(m, _)| m == "allclose" || r.metrics.get(m).is_some())
+    };
+    if !results.iter().any(fed) {
         return Err(InputError::NothingGated(format!(
             "profile `{}` with these settings puts no limit on any of the {} tensors (a curve \
              profile on checkpoints?); name a tensor profile (default, exact, forward-f32, \

@@ -7,7 +7,7 @@ use std::time::Instant;
 use meshparity_compare::{
     compare_checkpoints, compare_curves, tolerance, CurveOptions, Profile, TensorOptions, Tolerance,
 };
-use meshparity_specs::{Level, Limits, MeshConfig};
+use meshparity_specs::{Keyword, Level, Limits, MeshConfig};
 
 use super::gate::Gate;
 use super::outcome::{Comparison, Losses, Outcome};
@@ -156,10 +156,50 @@ fn tensors(
         tolerance: tolerance_for(setup, level, limits),
         ..TensorOptions::default()
     };
-    Ok(Comparison::tensors(
-        what,
-        &compare_checkpoints(a, b, &opts)?,
-    ))
+    Ok(Comparison {
+        reproduce: compare_command(a, b, limits, false),
+        ..Comparison::tensors(what, &compare_checkpoints(a, b, &opts)?)
+    })
+}
+
+/// The `meshparity compare` command that applies exactly `limits` to the two files.
+pub(crate) fn compare_command(a: &Path, b: &Path, limits: &Limits, curve: bool) -> String {
+    let mut cmd = format!(
+        "meshparity compare {} {}",
+        quote(&a.display().to_string()),
+        quote(&b.display().to_string())
+    );
+    if limits.exact {
+        cmd.push_str(" --profile exact");
+        return cmd;
+    }
+    let settings: Vec<String> = limits
+        .metrics
+        .iter()
+        .map(|(k, v)| format!("{k}={v:e}"))
+        .collect();
+    if curve {
+        let mode = limits.mode.map_or("rel", |m| m.name());
+        cmd.push_str(&format!(" --mode {mode}"));
+    } else if let Some(l) = limits.layer_average {
+        cmd.push_str(&format!(" --layer-average {l}"));
+    }
+    if !settings.is_empty() {
+        cmd.push_str(&format!(" -t {}", settings.join(",")));
+    }
+    cmd
+}
+
+/// A shell word: as is when it is plain, else single-quoted.
+fn quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./-=:,@+".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// Merge per-rank tensors and save them; replicas that disagree are a failed comparison, not an
@@ -183,6 +223,7 @@ fn merged(
             passed: false,
             compared: ranks.len() as u64,
             failure: Some(format!("merging rank shards: {e}")),
+            reproduce: String::new(),
             gates: vec![Gate {
                 scope: what.to_owned(),
                 ..Gate::new(
@@ -227,7 +268,10 @@ pub(crate) fn judge(
                 gate_performance: false,
             };
             let (a, b) = (reference.join(files::CURVE), out.join(files::CURVE));
-            comparisons.push(Comparison::curve(&compare_curves(&a, &b, &opts)?));
+            comparisons.push(Comparison {
+                reproduce: compare_command(&a, &b, limits, true),
+                ..Comparison::curve(&compare_curves(&a, &b, &opts)?)
+            });
             let oracle = meshparity_compare::read_curve(&a)?;
             losses = Some(Losses {
                 reference: oracle

@@ -23,6 +23,9 @@ pub struct Comparison {
     /// Every limit in force with the value held against it; none means nothing was gated,
     /// which a level treats as an error rather than a pass.
     pub gates: Vec<Gate>,
+    /// The `meshparity compare` command that re-derives this verdict from the two files.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reproduce: String,
     /// The comparison engine's full report.
     pub report: serde_json::Value,
 }
@@ -84,6 +87,7 @@ impl Comparison {
                 None
             },
             gates: scoped(what, gate::of_tensors(r)),
+            reproduce: String::new(),
             report: serde_json::to_value(r).unwrap_or_default(),
         }
     }
@@ -118,6 +122,7 @@ impl Comparison {
                 None
             },
             gates: scoped("losses", gate::of_curve(r)),
+            reproduce: String::new(),
             report: serde_json::to_value(r).unwrap_or_default(),
         }
     }
@@ -159,11 +164,18 @@ impl Outcome {
     /// One line for people: what passed or the first failure.
     pub fn summary(&self) -> String {
         match self.comparisons.iter().find(|c| !c.passed) {
-            Some(c) => format!(
-                "{} differ: {}",
-                c.what,
-                c.failure.as_deref().unwrap_or("mismatch")
-            ),
+            Some(c) => {
+                let again = if c.reproduce.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (reproduce: {})", c.reproduce)
+                };
+                format!(
+                    "{} differ: {}{again}",
+                    c.what,
+                    c.failure.as_deref().unwrap_or("mismatch")
+                )
+            }
             None => {
                 let n: u64 = self.comparisons.iter().map(|c| c.compared).sum();
                 let what: Vec<&str> = self.comparisons.iter().map(|c| c.what).collect();
