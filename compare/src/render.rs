@@ -112,8 +112,8 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
         let _ = writeln!(out, "\n{} tensors, worst first:", shown.len());
         let _ = writeln!(
             out,
-            "  {:<w$}  {:<5} {:>10} {:>10} {:>10} {:>12} {:>12}  STATUS",
-            "TENSOR", "DTYPE", "MAX_ABS", "MAX_REL", "REL_L2", "COSINE", "ALLCLOSE"
+            "  {:<w$}  {:<5} {:>10} {:>12} {:>10} {:>12} {:>12}  STATUS",
+            "TENSOR", "DTYPE", "MAX_ABS", "MAX_REL_ELEM", "REL_L2", "COSINE", "ALLCLOSE"
         );
         for r in shown {
             let m = &r.metrics;
@@ -150,7 +150,7 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
             };
             let _ = writeln!(
                 out,
-                "  {:<w$}  {:<5} {:>10} {:>10} {:>10} {:>12.9} {:>12}  {status}",
+                "  {:<w$}  {:<5} {:>10} {:>12} {:>10} {:>12.9} {:>12}  {status}",
                 r.name,
                 r.dtype,
                 sci(m.max_abs),
@@ -165,6 +165,12 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
                 }
             }
         }
+    }
+    if !report.tensors.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (MAX_REL_ELEM: the largest |c − r| / |r| of one element, not max|c − r| / max|r|)"
+        );
     }
     if !hidden.is_empty() {
         let failing = hidden.iter().filter(|r| !r.passed).count();

@@ -318,7 +318,7 @@ fn check(metric: &str, value: f64, limit: f64, layer: Option<usize>) -> Option<F
 }
 
 /// Continuous metrics that layer averaging applies to; bit-exactness and allclose stay per element.
-fn averaged(metric: &str) -> bool {
+pub fn averaged(metric: &str) -> bool {
     matches!(
         metric,
         "max_abs" | "max_rel" | "mean_abs_pct" | "relative_l2" | "cosine"

@@ -266,8 +266,8 @@ pub fn builtin_gate(dtype: DType) -> BuiltinGate {
         },
         DType::F32 => BuiltinGate {
             forward: 1e-4,
-            curve: 3e-5,
-            oracle: 5e-2,
+            curve: 2e-3,
+            oracle: 2.0,
         },
         DType::F16 => BuiltinGate {
             forward: 3e-2,

@@ -4,6 +4,7 @@
 
 use meshparity_compare::render::sci;
 use meshparity_compare::report::{CurveReport, Problem, TensorReport};
+use meshparity_compare::tensors::averaged;
 use meshparity_compare::tolerance::is_minimum;
 use serde::{Deserialize, Serialize};
 
@@ -142,14 +143,6 @@ pub fn structural(problems: &[Problem]) -> Vec<Gate> {
             Gate::new(p.name.clone().unwrap_or_default(), &kind, 1.0, 0.0)
         })
         .collect()
-}
-
-/// Metrics the comparison engine gates on layer averages when asked to.
-fn averaged(metric: &str) -> bool {
-    matches!(
-        metric,
-        "max_abs" | "max_rel" | "mean_abs_pct" | "relative_l2" | "cosine"
-    )
 }
 
 /// The gates of a curve comparison: the worst step of each gated metric against `rel`.
