@@ -60,11 +60,13 @@ fn quickstart_has_no_false_positive_and_catches_every_mutation() {
 }
 
 /// The dense cells of the release sweep (CP is not simulated yet; the moe family is its own
-/// issue) over 5 seeds per configuration in CI, whose 60-minute budget the full 20 would
-/// overrun (~25 minutes on 2 cores); `meshparity calibrate examples/full-sweep.toml -f
-/// model=dense,dense-gqa -f 'mesh!=*cp2*' --seeds 20 --dtype f32,bf16,f64 --optimizer
-/// adamw,sgd --lr 1e-3,1e-2` runs all of it (docs/verdicts.md has its figures).
+/// issue), 5 seeds × the 12 configurations: over 14 minutes on 2 cores, which CI's 60-minute
+/// budget cannot hold beside the rest, so it runs on demand:
+/// `cargo test --release -p meshparity-runner --test verdicts -- --ignored`.
+/// `meshparity calibrate examples/full-sweep.toml -f model=dense,dense-gqa -f 'mesh!=*cp2*'`
+/// runs the same sweep with any seeds (docs/verdicts.md has its figures).
 #[test]
+#[ignore = "14+ minutes on 2 cores; run with --ignored"]
 fn full_sweep_dense_cells_have_no_false_positive_and_catch_every_mutation() {
     let c = sweep(
         "full-sweep.toml",
