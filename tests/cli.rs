@@ -403,3 +403,24 @@ fn a_gpu_run_on_a_build_without_the_gpu_backend_says_how_to_get_one() {
         "nothing starts when the device is missing"
     );
 }
+
+#[test]
+fn calibrate_refuses_seed_counts_it_cannot_hold() {
+    for args in [
+        vec!["--seeds", "0"],
+        vec!["--seeds", "1000000000000"],
+        vec!["--seeds", "5", "--first-seed", "18446744073709551614"],
+    ] {
+        let out = meshparity()
+            .args(["calibrate", "examples/quickstart.toml", "--out"])
+            .arg(tempfile::tempdir().unwrap().path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error: --"),
+            "{args:?}"
+        );
+    }
+}

@@ -43,6 +43,10 @@ pub struct Args {
     json: bool,
 }
 
+/// More seeds than a sweep can hold in memory (one work item each per unit and configuration)
+/// or finish in a day on any machine.
+const MAX_SEEDS: u64 = 100_000;
+
 fn parse_dtype(s: &str) -> Result<DType, String> {
     DType::parse(s).ok_or_else(|| format!("`{s}` is not a dtype (f64, f32, bf16, f16)"))
 }
@@ -70,8 +74,8 @@ pub fn run(args: &Args) -> u8 {
             return exit::SPEC_ERROR;
         }
     };
-    if args.seeds == 0 {
-        eprintln!("error: --seeds must be at least 1");
+    if !(1..=MAX_SEEDS).contains(&args.seeds) {
+        eprintln!("error: --seeds must be between 1 and {MAX_SEEDS}");
         return exit::SPEC_ERROR;
     }
     let spec = &loaded.spec;
@@ -92,9 +96,17 @@ pub fn run(args: &Args) -> u8 {
             }
         }
     }
+    let first_seed = args.first_seed.unwrap_or(spec.run.training.seed);
+    if first_seed.checked_add(args.seeds).is_none() {
+        eprintln!(
+            "error: --first-seed {first_seed} + --seeds {} passes the largest seed",
+            args.seeds
+        );
+        return exit::SPEC_ERROR;
+    }
     let opts = Options {
         seeds: args.seeds,
-        first_seed: args.first_seed.unwrap_or(spec.run.training.seed),
+        first_seed,
         configs: configs.clone(),
         scratch: args.out.join("scratch"),
     };

@@ -70,7 +70,8 @@ pub fn sweep(
     let mut items = Vec::new();
     for (c, us) in units.iter().enumerate() {
         for (u, unit) in us.iter().enumerate() {
-            for seed in opts.first_seed..opts.first_seed + opts.seeds {
+            let last = opts.first_seed.saturating_add(opts.seeds);
+            for seed in opts.first_seed..last {
                 items.push((c, u, unit, seed));
             }
         }
