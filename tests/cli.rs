@@ -15,11 +15,7 @@ fn stdout(c: &mut Command) -> String {
 #[test]
 fn validate_accepts_the_examples() {
     let out = meshparity()
-        .args([
-            "validate",
-            "examples/quickstart.toml",
-            "examples/full-sweep.toml",
-        ])
+        .args(["validate", "examples/quickstart.toml"])
         .assert()
         .code(0)
         .get_output()
@@ -27,10 +23,52 @@ fn validate_accepts_the_examples() {
         .clone();
     let out = String::from_utf8(out).unwrap();
     assert!(
-        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 41 jobs)"),
+        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 46 jobs)"),
         "{out}"
     );
-    assert!(out.contains("examples/full-sweep.toml: ok"), "{out}");
+}
+
+/// The release sweep asks for cells the built-in engine does not compute (the moe family,
+/// context parallelism): validate refuses them at the values that ask, where a moe model used
+/// to run as a dense llama and pass; a filtered selection of supported cells plans.
+#[test]
+fn unsupported_cells_are_spec_errors_at_their_values() {
+    let out = meshparity()
+        .env("NO_COLOR", "1")
+        .args(["validate", "examples/full-sweep.toml"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(out).unwrap();
+    for at in [
+        "examples/full-sweep.toml:35:10: model `moe`",
+        "the burn engine implements the dense `llama` family only, not `moe`",
+        "examples/shared/meshes.toml:31:6: model `dense` on mesh `cp2`",
+        "does not simulate context parallelism (cp = 2)",
+    ] {
+        assert!(err.contains(at), "missing `{at}` in:\n{err}");
+    }
+    assert!(err.contains("3 error(s)"), "{err}");
+    for cmd in ["plan", "run"] {
+        meshparity()
+            .args([cmd, "examples/full-sweep.toml", "-f", "model=moe"])
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("not `moe`"));
+    }
+    meshparity()
+        .args([
+            "plan",
+            "examples/full-sweep.toml",
+            "-f",
+            "model=dense,dense-gqa",
+            "-f",
+            "mesh!=*cp2*",
+        ])
+        .assert()
+        .code(0);
 }
 
 #[test]
@@ -74,19 +112,20 @@ fn validate_of_a_missing_file_is_a_spec_error() {
 fn plan_formats() {
     let text = stdout(meshparity().args(["plan", "examples/quickstart.toml"]));
     assert!(
-        text.starts_with("plan `quickstart` from examples/quickstart.toml: 41 of 41 jobs selected"),
+        text.starts_with("plan `quickstart` from examples/quickstart.toml: 46 of 46 jobs selected"),
         "{text}"
     );
     let json = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "json"]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["format_version"], 1);
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 41);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 46);
     let dot = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "dot"]));
     assert!(dot.starts_with("digraph \"quickstart\" {"));
     assert_eq!(
         dot.matches(" -> ").count(),
-        40,
-        "every job but the reference has one edge"
+        60,
+        "one edge into each training and mutation job, two into each level (its mesh's \
+         training and the level before)"
     );
 }
 
@@ -101,7 +140,7 @@ fn plan_filters_and_partitions() {
         "level=oracle",
     ]));
     assert!(
-        out.contains("1 of 41 jobs selected, 4 more as dependencies"),
+        out.contains("1 of 46 jobs selected, 5 more as dependencies"),
         "{out}"
     );
     let mut total = 0;
@@ -117,7 +156,7 @@ fn plan_filters_and_partitions() {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         total += v["selected"].as_u64().unwrap();
     }
-    assert_eq!(total, 41);
+    assert_eq!(total, 46);
 }
 
 #[test]
@@ -368,7 +407,7 @@ fn plan_on_a_gpu_uses_the_gpu_tolerance_table() {
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 41);
+    assert_eq!(jobs.len(), 46);
     for j in jobs {
         assert_eq!(j["device"], "gpu", "{j}");
         if let Some(t) = j.get("tolerance") {

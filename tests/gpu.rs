@@ -66,7 +66,7 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         r["meta"]
     );
     let jobs = r["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 41);
+    assert_eq!(jobs.len(), 46);
     let mut mutations = 0;
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j}");

@@ -140,13 +140,13 @@ fn a_clean_run_passes_and_writes_results() {
         .stdout
         .clone();
     let out = String::from_utf8(out).unwrap();
-    assert!(out.contains("13 job(s)"), "{out}");
+    assert!(out.contains("17 job(s)"), "{out}");
     let r = fx.results();
     assert_eq!(r["format_version"], 1);
-    assert_eq!(count(&r, "passed"), 13, "{r:#}");
+    assert_eq!(count(&r, "passed"), 17, "{r:#}");
     assert_eq!(r["meta"]["backend"], "burn-flex");
     let lines = std::fs::read_to_string(fx.run_dir().join("results.jsonl")).unwrap();
-    assert_eq!(lines.lines().count(), 13);
+    assert_eq!(lines.lines().count(), 17);
     for report in ["junit.xml", "report.html", "summary.md"] {
         assert!(
             fx.run_dir().join(report).exists(),
@@ -231,7 +231,11 @@ fn crashes_hangs_and_bad_exits_are_recorded_while_the_rest_completes() {
     assert_eq!(s, "skipped");
     assert!(why.contains("tiny@f32/pp2/forward"), "{why}");
     let r = fx.results();
-    assert_eq!(count(&r, "passed"), 5, "reference + 4 roundtrips: {stdout}");
+    assert_eq!(
+        count(&r, "passed"),
+        9,
+        "reference + 4 trainings + 4 roundtrips: {stdout}"
+    );
     let panic_job = r["jobs"]
         .as_array()
         .unwrap()
@@ -366,9 +370,9 @@ fn sigint_leaves_valid_results_and_a_resumable_run() {
 
     fx.cmd(None).args(["--resume", "run"]).assert().code(0);
     let r = fx.results();
-    assert_eq!(count(&r, "passed"), 13, "{r:#}");
+    assert_eq!(count(&r, "passed"), 17, "{r:#}");
     // Only what had not passed ran again.
-    assert_eq!(finished_lines(&fx) - lines_before, 13 - passed_before);
+    assert_eq!(finished_lines(&fx) - lines_before, 17 - passed_before);
 }
 
 #[test]
@@ -392,7 +396,7 @@ fn kill_9_of_the_runner_loses_no_result_and_leaves_no_process() {
     );
     assert!(finished_lines(&fx) >= before, "finished results were lost");
     fx.cmd(None).args(["--resume", "run"]).assert().code(0);
-    assert_eq!(count(&fx.results(), "passed"), 13);
+    assert_eq!(count(&fx.results(), "passed"), 17);
 }
 
 #[test]

@@ -1,15 +1,14 @@
-//! The backend as the rest of meshparity sees it: a device chosen at run time and the jobs it
-//! runs. Nothing outside this crate names a burn type.
-
-use std::path::Path;
+//! The burn engine as the rest of meshparity sees it: an [`Engine`] on a device chosen at run
+//! time. Nothing outside this crate names a burn type.
 
 use burn::tensor::Device;
-use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Training};
+use meshparity_engine::{Description, Engine, EngineError, Manifest, RunRequest};
+use meshparity_specs::{DType, Field, Level, MeshConfig, ModelConfig, Unsupported};
 
 use crate::device::{self, Adapter, DeviceError};
-
-use crate::levels::{self, Judged, LevelError, MutationOutcome, Outcome, Setup};
+use crate::levels::{self, Setup};
 use crate::parallel::Fault;
+use crate::support;
 
 /// A burn device and the jobs that run on it.
 pub struct Backend {
@@ -32,30 +31,32 @@ impl Backend {
         })
     }
 
-    /// Backend and device, for reports: (`burn-flex`, `cpu`) or
-    /// (`burn-wgpu`, `llvmpipe (LLVM 15.0.6, 256 bits) [gl, software]`).
-    pub fn describe(&self) -> (&'static str, String) {
-        describe(&self.adapter)
-    }
-
-    fn setup<'a>(
-        &'a self,
-        model: &'a ModelConfig,
-        training: &'a Training,
-        dtype: DType,
-    ) -> Result<Setup<'a>, LevelError> {
+    fn setup<'a>(&'a self, req: &RunRequest<'a>) -> Result<Setup<'a>, EngineError> {
+        let describe = Engine::describe(self);
+        let refuse = |unsupported| EngineError::Unsupported {
+            engine: describe.engine.clone(),
+            unsupported,
+        };
+        self.supports(req.model, req.mesh, req.dtype)
+            .map_err(refuse)?;
         let setup = Setup {
-            model,
-            training,
-            dtype,
+            model: req.model,
+            training: req.training,
+            dtype: req.dtype,
             device: &self.device,
+            describe: describe.clone(),
         };
         if !self.device.supports_dtype(setup.burn_dtype()) {
-            return Err(LevelError::Unsupported(format!(
-                "dtype {dtype} on {}: the adapter has no {dtype} kernels (run this model on \
-                 the CPU or another adapter)",
-                self.describe().1
-            )));
+            return Err(refuse(
+                Unsupported::new(
+                    Field::Dtype,
+                    format!(
+                        "dtype {} on {}: the adapter has no {} kernels",
+                        req.dtype, describe.device, req.dtype
+                    ),
+                )
+                .help("run this model on the CPU or another adapter"),
+            ));
         }
         Ok(setup)
     }
@@ -73,76 +74,62 @@ impl Backend {
             Err(_) => f(),
         }
     }
+}
 
-    /// The oracle's artifacts into `dir`; returns seconds.
-    pub fn reference(
-        &self,
-        model: &ModelConfig,
-        training: &Training,
-        dtype: DType,
-        dir: &Path,
-    ) -> Result<f64, LevelError> {
-        let setup = self.setup(model, training, dtype)?;
-        self.on_device(|| levels::reference(&setup, dir))
+impl Engine for Backend {
+    fn describe(&self) -> Description {
+        let (engine, device) = describe(&self.adapter);
+        Description {
+            engine: engine.to_owned(),
+            device,
+        }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn check(
+    fn supports(
         &self,
         model: &ModelConfig,
-        training: &Training,
+        mesh: Option<&MeshConfig>,
         dtype: DType,
-        mesh: &MeshConfig,
-        level: Level,
-        limits: &Limits,
-        reference: &Path,
-        out: &Path,
-    ) -> Result<Outcome, LevelError> {
-        let setup = self.setup(model, training, dtype)?;
-        self.on_device(|| levels::check(&setup, mesh, level, limits, reference, out))
+    ) -> Result<(), Unsupported> {
+        support::supports(model, mesh, dtype)
     }
 
-    /// Train `mesh` once (with the catalogued bug `mutation`, if any) and judge it at every level
-    /// in `levels`: what a calibration sweep runs per mesh and seed.
-    #[allow(clippy::too_many_arguments)]
-    pub fn levels(
-        &self,
-        model: &ModelConfig,
-        training: &Training,
-        dtype: DType,
-        mesh: &MeshConfig,
-        mutation: Option<&str>,
-        levels: &[(Level, Limits)],
-        reference: &Path,
-        out: &Path,
-    ) -> Result<Judged, LevelError> {
-        let fault = mutation
+    fn mutations(&self) -> Vec<&'static str> {
+        Fault::ALL.iter().map(|f| f.name()).collect()
+    }
+
+    fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
+        let setup = self.setup(req)?;
+        let len = req.length();
+        self.on_device(|| levels::reference(&setup, len, req.out))
+            .map_err(|e| EngineError::Run(e.to_string()))
+    }
+
+    fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
+        let setup = self.setup(req)?;
+        let Some(mesh) = req.mesh else {
+            return self.reference(req);
+        };
+        let fault = req
+            .mutation
             .map(|m| {
-                Fault::from_name(m)
-                    .ok_or_else(|| LevelError::Unsupported(format!("mutation `{m}`")))
+                Fault::from_name(m).ok_or_else(|| EngineError::Unsupported {
+                    engine: setup.describe.engine.clone(),
+                    unsupported: Unsupported::new(
+                        Field::Model,
+                        format!("mutation `{m}` is not in its catalog"),
+                    ),
+                })
             })
             .transpose()?;
-        let setup = self.setup(model, training, dtype)?;
-        self.on_device(|| levels::check::levels(&setup, mesh, fault, levels, reference, out))
-    }
-
-    /// `mutation` is a catalog name.
-    #[allow(clippy::too_many_arguments)]
-    pub fn mutation(
-        &self,
-        model: &ModelConfig,
-        training: &Training,
-        dtype: DType,
-        mesh: &MeshConfig,
-        mutation: &str,
-        levels: &[(Level, Limits)],
-        reference: &Path,
-        out: &Path,
-    ) -> Result<MutationOutcome, LevelError> {
-        let fault = Fault::from_name(mutation)
-            .ok_or_else(|| LevelError::Unsupported(format!("mutation `{mutation}`")))?;
-        let setup = self.setup(model, training, dtype)?;
-        self.on_device(|| levels::mutation(&setup, mesh, fault, levels, reference, out))
+        let roundtrip = req
+            .levels
+            .contains(&Level::Roundtrip)
+            .then_some(req.reference)
+            .flatten();
+        let len = req.length();
+        self.on_device(|| levels::run(&setup, mesh, len, fault, roundtrip, req.out))
+            .map_err(|e| EngineError::Run(e.to_string()))
     }
 }
 

@@ -1,16 +1,9 @@
-//! Tensors on the host as bytes: what checkpoints, shards and comparisons exchange. Sharding
-//! works on bytes so that a round trip is exact by construction, whatever the dtype.
+//! Host tensors (see [`meshparity_engine::HostTensor`]) to and from burn tensors.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use meshparity_compare::TensorDtype;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostTensor {
-    pub dtype: TensorDtype,
-    pub shape: Vec<usize>,
-    /// Row-major, little-endian.
-    pub bytes: Vec<u8>,
-}
+pub use meshparity_engine::HostTensor;
 
 /// The safetensors dtype of a burn float dtype.
 pub fn tensor_dtype(d: DType) -> TensorDtype {
@@ -31,17 +24,16 @@ pub fn burn_dtype(d: TensorDtype) -> DType {
     }
 }
 
-impl HostTensor {
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
+/// Host tensors to and from burn parameter tensors.
+pub trait Param: Sized {
     /// From a parameter tensor, with its logical shape (a `[1, n]` vector becomes `[n]`).
-    pub fn from_param(t: &Tensor<2>, shape: &[usize]) -> Self {
+    fn from_param(t: &Tensor<2>, shape: &[usize]) -> Self;
+    /// Back to a parameter tensor (`[n]` becomes `[1, n]`).
+    fn to_param(&self, device: &Device) -> Tensor<2>;
+}
+
+impl Param for HostTensor {
+    fn from_param(t: &Tensor<2>, shape: &[usize]) -> Self {
         let data = t.to_data();
         Self {
             dtype: tensor_dtype(data.dtype()),
@@ -50,8 +42,7 @@ impl HostTensor {
         }
     }
 
-    /// Back to a parameter tensor (`[n]` becomes `[1, n]`).
-    pub fn to_param(&self, device: &Device) -> Tensor<2> {
+    fn to_param(&self, device: &Device) -> Tensor<2> {
         let shape2 = if self.shape.len() == 1 {
             [1, self.shape[0]]
         } else {
@@ -62,78 +53,5 @@ impl HostTensor {
             TensorData::from_bytes_vec(self.bytes.clone(), shape2, dtype),
             (device, dtype),
         )
-    }
-
-    /// `n` equal parts along `dim`.
-    pub fn split(&self, dim: usize, n: usize) -> Vec<HostTensor> {
-        let size = self.dtype.size();
-        let outer: usize = self.shape[..dim].iter().product();
-        let inner: usize = self.shape[dim + 1..].iter().product::<usize>() * size;
-        let part = self.shape[dim] / n;
-        (0..n)
-            .map(|i| {
-                let mut bytes = Vec::with_capacity(self.bytes.len() / n);
-                for o in 0..outer {
-                    let row = o * self.shape[dim] * inner;
-                    bytes.extend_from_slice(
-                        &self.bytes[row + i * part * inner..row + (i + 1) * part * inner],
-                    );
-                }
-                let mut shape = self.shape.clone();
-                shape[dim] = part;
-                HostTensor {
-                    dtype: self.dtype,
-                    shape,
-                    bytes,
-                }
-            })
-            .collect()
-    }
-
-    /// Inverse of [`HostTensor::split`].
-    pub fn concat(parts: &[HostTensor], dim: usize) -> HostTensor {
-        let first = &parts[0];
-        let size = first.dtype.size();
-        let outer: usize = first.shape[..dim].iter().product();
-        let inner: usize = first.shape[dim + 1..].iter().product::<usize>() * size;
-        let mut bytes = Vec::with_capacity(first.bytes.len() * parts.len());
-        for o in 0..outer {
-            for p in parts {
-                let chunk = p.shape[dim] * inner;
-                bytes.extend_from_slice(&p.bytes[o * chunk..(o + 1) * chunk]);
-            }
-        }
-        let mut shape = first.shape.clone();
-        shape[dim] = parts.iter().map(|p| p.shape[dim]).sum();
-        HostTensor {
-            dtype: first.dtype,
-            shape,
-            bytes,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn split_and_concat_are_inverse_along_every_dim() {
-        let t = HostTensor {
-            dtype: TensorDtype::U8,
-            shape: vec![2, 4, 6],
-            bytes: (0..48).collect(),
-        };
-        for dim in 0..3 {
-            let parts = t.split(dim, 2);
-            assert_eq!(parts[0].shape[dim], t.shape[dim] / 2);
-            assert_eq!(HostTensor::concat(&parts, dim), t);
-        }
-        let cols = t.split(2, 3);
-        assert_eq!(
-            cols[1].bytes[..4],
-            [2, 3, 8, 9],
-            "column block 1 of the first rows"
-        );
     }
 }

@@ -1,17 +1,17 @@
-//! meshparity's burn reference backend: built-in models on simulated ranks with explicit
-//! collectives, and the check levels as jobs. burn is a dependency of this crate only; the rest
-//! of meshparity sees [`Backend`].
+//! meshparity's burn engine: built-in models on simulated ranks with explicit collectives,
+//! writing the artifact contract of [`meshparity_engine`]. burn is a dependency of this crate
+//! only; the rest of meshparity sees a [`meshparity_engine::Engine`].
 //!
 //! - [`rng`], [`data`] — deterministic init and synthetic batches that expose bugs;
 //! - [`llama`] — the single-device dense model, the oracle;
-//! - [`host`], [`checkpoint`], [`sharding`] — host tensors, safetensors, sharding plans;
+//! - [`host`], [`sharding`] — host tensors to and from burn, sharding plans;
 //! - [`parallel`] — collectives, segment-wise autodiff, TP/SP/DP/PP, schedules, faults;
 //! - [`optim`], [`train`] — SGD/AdamW and training runs (oracle and mesh);
-//! - [`levels`] — reference artifacts, roundtrip/forward/curve/oracle, mutation jobs;
+//! - [`levels`] — the reference's and a mesh run's artifacts (the engine contract);
+//! - [`support`] — what this engine computes, asked before anything runs;
 //! - [`device`] — the CPU and the machine's GPU adapters, and which burn device each is.
 
 pub mod backend;
-pub mod checkpoint;
 pub mod data;
 pub mod device;
 pub mod host;
@@ -21,6 +21,7 @@ pub mod optim;
 pub mod parallel;
 pub mod rng;
 pub mod sharding;
+pub mod support;
 pub mod train;
 
 pub use backend::Backend;

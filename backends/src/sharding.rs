@@ -71,7 +71,7 @@ pub enum MergeError {
 }
 
 /// One rank's parameters.
-pub type Shards = IndexMap<String, HostTensor>;
+pub use meshparity_engine::Shards;
 
 impl ShardingPlan {
     pub fn llama(model: &ModelConfig, mesh: &MeshConfig) -> Self {

@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 use meshparity_specs::{MeshConfig, ModelConfig, Training};
 
 use crate::data::Batch;
-use crate::host::HostTensor;
+use crate::host::{HostTensor, Param};
 use crate::llama::{forward, specs, Params};
 use crate::optim::Optimizer;
 use crate::parallel::{step::scalar, Comm, Fault, MeshExec, StepOutput};
@@ -32,12 +32,7 @@ pub struct Record {
     pub anomalies: Vec<String>,
 }
 
-/// How long to train and what to keep.
-#[derive(Clone, Copy, Debug)]
-pub struct Length {
-    pub steps: usize,
-    pub weights_after: usize,
-}
+pub use meshparity_engine::Length;
 
 /// Why a mesh run could not finish.
 #[derive(Debug, thiserror::Error)]

@@ -3,11 +3,11 @@
 
 use burn::tensor::{DType, Device};
 use indexmap::IndexMap;
-use meshparity_backends::checkpoint;
-use meshparity_backends::host::HostTensor;
+use meshparity_backends::host::{HostTensor, Param};
 use meshparity_backends::llama::{specs, Params};
 use meshparity_backends::sharding::{MergeError, ShardingPlan};
 use meshparity_compare::{compare_checkpoints, Profile, TensorOptions, Tolerance, Verdict};
+use meshparity_engine::checkpoint;
 use meshparity_specs::{Family, MeshConfig, ModelConfig, Schedule};
 
 fn model() -> ModelConfig {

@@ -3,15 +3,18 @@
 //! isolated worker processes, and the worker itself.
 //!
 //! - `calibrate/` — seeds × configurations in this process: headroom and margin of the gates;
+//! - `engines.rs` — the engines the binary hands in (the runner links none);
 //! - `plan/` — spec → job DAG, selection;
 //! - `exec/` — scheduling, processes, result store, progress;
 //! - `worker.rs` — one job in this process, the unit a process (or cluster node) runs;
 //! - `testing.rs` — fault injection for the runner's own tests.
 
 pub mod calibrate;
+pub mod engines;
 pub mod exec;
 pub mod plan;
 pub mod testing;
 pub mod worker;
 
+pub use engines::Engines;
 pub use plan::{Filter, Job, JobId, JobKind, Partition, Plan, Role, Selection};

@@ -7,12 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
-use meshparity_backends::Backend;
+use meshparity_engine::{CheckError, Engine, EngineError, Judge, JudgeError, RunRequest};
 use meshparity_reports::Status;
 use meshparity_specs::{Device, Level, Limits};
 use petgraph::graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 
+use crate::engines::Engines;
 use crate::plan::{Job, JobId, JobKind, Plan};
 
 /// The result file a worker leaves in its output directory.
@@ -43,7 +44,7 @@ pub struct WorkerResult {
     pub cached: bool,
     #[serde(default)]
     pub detail: serde_json::Value,
-    /// The adapter the job computed on (see [`meshparity_backends::Adapter::label`]).
+    /// The device the job computed on, as its engine describes it.
     #[serde(default)]
     pub adapter: String,
 }
@@ -72,12 +73,16 @@ pub enum WorkerError {
     Spec(String),
     #[error("job {0} is not in this spec's plan (was the spec edited since the run started?)")]
     UnknownJob(JobId),
-    #[error("reference artifacts for `{job}` are missing at {dir}: run its reference job first")]
+    #[error("artifacts of `{job}` are missing at {dir}: run that job first")]
     MissingReference { job: String, dir: String },
     #[error("{0}")]
-    Backend(#[from] meshparity_backends::levels::LevelError),
-    #[error("{0}")]
-    Device(#[from] meshparity_backends::DeviceError),
+    Engine(String),
+    #[error(transparent)]
+    Run(#[from] EngineError),
+    #[error(transparent)]
+    Judge(#[from] JudgeError),
+    #[error(transparent)]
+    Check(#[from] CheckError),
     #[error(
         "the reference artifacts in {dir} were computed on `{found}`, this job runs on `{here}`; \
          a comparison needs both on the same device (run with --no-cache to recompute them)"
@@ -103,10 +108,10 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
-/// Where the reference artifacts of a reference job live: keyed by the job's identity (model
-/// configuration, dtype, training settings, device), by the adapter that computes them and by
-/// this binary, since another GPU or another build may give other bits.
-pub fn reference_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
+/// Where the artifacts of an engine-run job (reference or training) live: keyed by the job's
+/// identity (model configuration, mesh, dtype, training settings, device), by the adapter that
+/// computes them and by this binary, since another GPU or another build may give other bits.
+pub fn artifact_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
     let mut h = blake3::Hasher::new();
     h.update(job.id.to_string().as_bytes());
     h.update(adapter.as_bytes());
@@ -117,11 +122,15 @@ pub fn reference_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
             h.update(format!("{t:?}").as_bytes());
         }
     }
-    cache.join(format!("reference-{}", &h.finalize().to_hex()[..16]))
+    let kind = match job.kind {
+        JobKind::Reference => "reference",
+        _ => "run",
+    };
+    cache.join(format!("{kind}-{}", &h.finalize().to_hex()[..16]))
 }
 
-/// Run the job and write `result.json`.
-pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
+/// Run the job on the engine `engines` opens for it and write `result.json`.
+pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, WorkerError> {
     crate::testing::inject(args)?;
     let mut loaded =
         meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
@@ -136,42 +145,20 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
         .ok_or(WorkerError::UnknownJob(args.job))?;
     let job = &plan.graph[node];
     std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
-    let backend = Backend::open(job.device)?;
-    let adapter = backend.describe().1;
+    let engine = engines.open(job.device).map_err(WorkerError::Engine)?;
+    let adapter = engine.describe().device;
+    let ctx = Context {
+        plan: &plan,
+        node,
+        job,
+        args,
+        engine: engine.as_ref(),
+        adapter: &adapter,
+    };
     let mut result = match &job.kind {
-        JobKind::Reference => reference(&backend, job, args)?,
-        JobKind::Check { level } => {
-            let refdir = reference_of(&plan, node, args, &adapter)?;
-            let mesh = job.mesh_config.as_ref().expect("check jobs have a mesh");
-            let limits = job.limits.clone().unwrap_or_default();
-            let o = backend.check(
-                &job.model_config,
-                &job.training,
-                job.dtype,
-                mesh,
-                *level,
-                &limits,
-                &refdir,
-                &args.out,
-            )?;
-            WorkerResult::verdict(o.passed, o.summary(), o.seconds, &o)
-        }
-        JobKind::Mutation { mutation, .. } => {
-            let refdir = reference_of(&plan, node, args, &adapter)?;
-            let mesh = job.mesh_config.as_ref().expect("mutation jobs have a mesh");
-            let levels = level_limits(&plan, node);
-            let o = backend.mutation(
-                &job.model_config,
-                &job.training,
-                job.dtype,
-                mesh,
-                mutation,
-                &levels,
-                &refdir,
-                &args.out,
-            )?;
-            WorkerResult::verdict(o.caught, o.summary(), o.seconds, &o)
-        }
+        JobKind::Reference | JobKind::Train { .. } => ctx.artifacts()?,
+        JobKind::Check { level } => ctx.check(*level)?,
+        JobKind::Mutation { mutation, .. } => ctx.mutation(mutation)?,
     };
     result.adapter = adapter;
     let path = args.out.join(RESULT_FILE);
@@ -180,52 +167,165 @@ pub fn run(args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
     Ok(result)
 }
 
-fn reference(backend: &Backend, job: &Job, args: &WorkerArgs) -> Result<WorkerResult, WorkerError> {
-    let adapter = backend.describe().1;
-    let dir = reference_dir(&args.cache, job, &adapter);
-    let done = dir.join(RESULT_FILE);
-    if !args.no_cache && done.exists() && recorded_adapter(&dir).as_deref() == Some(&adapter) {
-        return Ok(WorkerResult {
-            status: Status::Passed,
-            summary: format!("reused cached oracle artifacts in {}", dir.display()),
-            seconds: 0.0,
-            cached: true,
-            detail: serde_json::json!({ "artifacts": dir.display().to_string() }),
-            adapter,
-        });
-    }
-    // Build beside the final place and rename, so a half-written reference is never reused.
-    let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let seconds = backend.reference(&job.model_config, &job.training, job.dtype, &tmp)?;
-    let result = WorkerResult {
-        status: Status::Passed,
-        summary: format!(
-            "oracle artifacts written ({} steps)",
-            job.training.steps.max(job.training.oracle_steps)
-        ),
-        seconds,
-        cached: false,
-        detail: serde_json::json!({ "artifacts": dir.display().to_string() }),
-        adapter,
-    };
-    let marker = tmp.join(RESULT_FILE);
-    std::fs::write(
-        &marker,
-        serde_json::to_vec_pretty(&result).expect("results serialize"),
-    )
-    .map_err(io("writing", &marker))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&tmp, &dir).map_err(io("renaming into", &dir))?;
-    Ok(result)
+/// One job and what it runs on.
+struct Context<'a> {
+    plan: &'a Plan,
+    node: NodeIndex,
+    job: &'a Job,
+    args: &'a WorkerArgs,
+    engine: &'a dyn Engine,
+    adapter: &'a str,
 }
 
-/// The reference job a job depends on (walking up its chain of levels).
-fn reference_job(plan: &Plan, node: NodeIndex) -> Option<&Job> {
+impl Context<'_> {
+    fn request<'b>(&'b self, levels: &'b [Level], out: &'b Path) -> RunRequest<'b> {
+        RunRequest {
+            model: &self.job.model_config,
+            training: &self.job.training,
+            dtype: self.job.dtype,
+            mesh: self.job.mesh_config.as_ref(),
+            levels,
+            mutation: None,
+            reference: None,
+            out,
+        }
+    }
+
+    /// An engine run whose artifacts later jobs judge (the reference, or a mesh's training):
+    /// written into the cache, reused while the engine, device and binary are the same.
+    fn artifacts(&self) -> Result<WorkerResult, WorkerError> {
+        let dir = artifact_dir(&self.args.cache, self.job, self.adapter);
+        let done = dir.join(RESULT_FILE);
+        if !self.args.no_cache
+            && done.exists()
+            && recorded_adapter(&dir).as_deref() == Some(self.adapter)
+        {
+            return Ok(WorkerResult {
+                status: Status::Passed,
+                summary: format!("reused cached artifacts in {}", dir.display()),
+                seconds: 0.0,
+                cached: true,
+                detail: serde_json::json!({ "artifacts": dir.display().to_string() }),
+                adapter: self.adapter.to_owned(),
+            });
+        }
+        // Build beside the final place and rename, so a half-written run is never reused.
+        let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let manifest = match &self.job.kind {
+            JobKind::Train { levels } => {
+                let reference = self.reference_dir()?;
+                let req = RunRequest {
+                    reference: Some(&reference),
+                    ..self.request(levels, &tmp)
+                };
+                self.engine.run(&req)?
+            }
+            _ => self.engine.reference(&self.request(&[], &tmp))?,
+        };
+        let what = if self.job.kind == JobKind::Reference {
+            "oracle artifacts"
+        } else {
+            "mesh artifacts"
+        };
+        let result = WorkerResult {
+            status: Status::Passed,
+            summary: format!(
+                "{what} written ({} steps, {} artifacts)",
+                manifest.steps,
+                manifest.artifacts.len()
+            ),
+            seconds: manifest.seconds,
+            cached: false,
+            detail: serde_json::json!({
+                "artifacts": dir.display().to_string(),
+                "collectives": manifest.collectives,
+            }),
+            adapter: self.adapter.to_owned(),
+        };
+        let marker = tmp.join(RESULT_FILE);
+        std::fs::write(
+            &marker,
+            serde_json::to_vec_pretty(&result).expect("results serialize"),
+        )
+        .map_err(io("writing", &marker))?;
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).map_err(io("renaming into", &dir))?;
+        Ok(result)
+    }
+
+    /// Judge one level from the reference's and the mesh run's artifacts.
+    fn check(&self, level: Level) -> Result<WorkerResult, WorkerError> {
+        let reference = self.reference_dir()?;
+        let train = self.train_dir()?;
+        let limits = self.job.limits.clone().unwrap_or_default();
+        let judge = Judge {
+            dtype: self.job.dtype,
+            training: &self.job.training,
+            reference: &reference,
+            run: &train,
+            out: &self.args.out,
+        };
+        let o = judge.level(level, &limits)?;
+        Ok(WorkerResult::verdict(o.passed, o.summary(), o.seconds, &o))
+    }
+
+    /// Train the mesh with the bug injected and judge it at every level of its cell.
+    fn mutation(&self, mutation: &str) -> Result<WorkerResult, WorkerError> {
+        let reference = self.reference_dir()?;
+        let levels = level_limits(self.plan, self.node);
+        let names: Vec<Level> = levels.iter().map(|(l, _)| *l).collect();
+        let run = self.args.out.join("run");
+        let req = RunRequest {
+            mutation: Some(mutation),
+            reference: Some(&reference),
+            ..self.request(&names, &run)
+        };
+        let checked =
+            meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
+        let o = checked.mutation(mutation);
+        Ok(WorkerResult::verdict(o.caught, o.summary(), o.seconds, &o))
+    }
+
+    fn reference_dir(&self) -> Result<PathBuf, WorkerError> {
+        let job = dependency(self.plan, self.node, |k| *k == JobKind::Reference)
+            .expect("every job after the reference depends on it");
+        self.dir_of(job)
+    }
+
+    fn train_dir(&self) -> Result<PathBuf, WorkerError> {
+        let job = dependency(self.plan, self.node, |k| matches!(k, JobKind::Train { .. }))
+            .expect("every check depends on its mesh's training");
+        self.dir_of(job)
+    }
+
+    /// The artifacts of `job`, which must come from the adapter this job runs on: a GPU mesh
+    /// judged against a CPU oracle would measure the kernels, not the mesh.
+    fn dir_of(&self, job: &Job) -> Result<PathBuf, WorkerError> {
+        let dir = artifact_dir(&self.args.cache, job, self.adapter);
+        let Some(found) = recorded_adapter(&dir) else {
+            return Err(WorkerError::MissingReference {
+                job: job.name.clone(),
+                dir: dir.display().to_string(),
+            });
+        };
+        if found != self.adapter {
+            return Err(WorkerError::DeviceMismatch {
+                dir: dir.display().to_string(),
+                found,
+                here: self.adapter.to_owned(),
+            });
+        }
+        Ok(dir)
+    }
+}
+
+/// The nearest job of a kind `node` depends on (walking up its chain of levels).
+fn dependency(plan: &Plan, node: NodeIndex, kind: impl Fn(&JobKind) -> bool) -> Option<&Job> {
     let mut stack = vec![node];
     while let Some(n) = stack.pop() {
         for d in plan.dependencies(n) {
-            if plan.graph[d].kind == JobKind::Reference {
+            if kind(&plan.graph[d].kind) {
                 return Some(&plan.graph[d]);
             }
             stack.push(d);
@@ -239,32 +339,6 @@ fn recorded_adapter(dir: &Path) -> Option<String> {
     let bytes = std::fs::read(dir.join(RESULT_FILE)).ok()?;
     let r: WorkerResult = serde_json::from_slice(&bytes).ok()?;
     Some(r.adapter)
-}
-
-/// The reference artifacts a check compares with, which must come from the adapter the check
-/// runs on: a GPU mesh judged against a CPU oracle would measure the kernels, not the mesh.
-fn reference_of(
-    plan: &Plan,
-    node: NodeIndex,
-    args: &WorkerArgs,
-    adapter: &str,
-) -> Result<PathBuf, WorkerError> {
-    let job = reference_job(plan, node).expect("every check depends on a reference");
-    let dir = reference_dir(&args.cache, job, adapter);
-    let Some(found) = recorded_adapter(&dir) else {
-        return Err(WorkerError::MissingReference {
-            job: job.name.clone(),
-            dir: dir.display().to_string(),
-        });
-    };
-    if found != adapter {
-        return Err(WorkerError::DeviceMismatch {
-            dir: dir.display().to_string(),
-            found,
-            here: adapter.to_owned(),
-        });
-    }
-    Ok(dir)
 }
 
 /// The levels (with their limits) of the checks a mutation job follows.

@@ -61,7 +61,7 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
             JobKind::Mutation { mutation, .. } => {
                 mutations.insert(*mutation);
             }
-            JobKind::Reference => {}
+            JobKind::Reference | JobKind::Train { .. } => {}
         }
         if let Some(m) = job.mesh_config {
             for (k, on) in [
@@ -233,8 +233,8 @@ fn filters_select_by_key_glob_and_negation() {
     assert_eq!(sel.count(Role::Selected), 1);
     assert_eq!(
         sel.count(Role::Dependency),
-        4,
-        "reference, roundtrip, forward, curve"
+        5,
+        "reference, training, roundtrip, forward, curve"
     );
 }
 

@@ -29,6 +29,7 @@ pub mod schema;
 pub mod source;
 pub mod spec;
 pub mod suggest;
+pub mod support;
 pub mod tolerance;
 pub mod validate;
 
@@ -46,4 +47,5 @@ pub use mutation::{Mutation, CATALOG};
 pub use run::{Optimizer, Training};
 pub use source::{Loc, Located, SourceFile};
 pub use spec::Spec;
+pub use support::{Field, Unsupported};
 pub use tolerance::{CurveMode, Limits};

@@ -85,6 +85,9 @@ pub fn run(args: &Args) -> u8 {
         eprintln!("error: the filters select no job");
         return exit::NOTHING_SELECTED;
     }
+    if !super::supported(&args.spec, &loaded, Some((&plan, &selection))) {
+        return exit::SPEC_ERROR;
+    }
     let configs = Config::product(&args.dtype, &args.optimizer, &args.lr);
     let mut units = Vec::new();
     for c in &configs {
@@ -117,7 +120,7 @@ pub fn run(args: &Args) -> u8 {
             eprint!("\rcalibrating: {done}/{total} seed runs");
         }
     };
-    let samples = match calibrate::sweep(&units, &opts, &progress) {
+    let samples = match calibrate::sweep(&units, &opts, &crate::engines::Builtin, &progress) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

@@ -138,6 +138,32 @@ pub fn load_spec(path: &Path, device: Option<Device>) -> Option<Loaded> {
     }
 }
 
+/// Whether the engine computes every cell `selection` has jobs in (every cell without one);
+/// if not, its errors are printed as spec errors are.
+pub fn supported(
+    path: &Path,
+    loaded: &Loaded,
+    selection: Option<(&meshparity_runner::Plan, &meshparity_runner::Selection)>,
+) -> bool {
+    match crate::engines::check_support(loaded, selection) {
+        Ok(()) => true,
+        Err(SpecError::Invalid(diags)) => {
+            eprint!("{}", diags.render(color()));
+            eprintln!(
+                "{}: {} error(s), {} warning(s)",
+                path.display(),
+                diags.error_count(),
+                diags.warning_count()
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            false
+        }
+    }
+}
+
 pub fn display(path: &Path) -> String {
     PathBuf::from(path).to_string_lossy().replace('\\', "/")
 }

@@ -38,6 +38,9 @@ pub fn run(args: &Args) -> u8 {
     };
     let plan = Plan::build(&loaded.spec);
     let sel = plan.select(&filter, args.select.partition);
+    if !super::supported(&args.spec, &loaded, Some((&plan, &sel))) {
+        return exit::SPEC_ERROR;
+    }
     let source = super::display(&args.spec);
     let out = match args.format {
         Format::Text => render::text(&plan, &sel, &source),

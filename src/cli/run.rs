@@ -82,15 +82,18 @@ pub fn run(args: &Args) -> u8 {
         eprintln!("nothing selected: no job matches the filters and partition");
         return exit::NOTHING_SELECTED;
     }
+    if !super::supported(&args.spec, &loaded, Some((&plan, &selection))) {
+        return exit::SPEC_ERROR;
+    }
     // Every device the selection needs, found before any job starts.
-    let adapters =
-        match exec::meta::adapters(selection.jobs.iter().map(|(n, _)| plan.graph[*n].device)) {
-            Ok(a) => a,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::SPEC_ERROR;
-            }
-        };
+    let devices = selection.jobs.iter().map(|(n, _)| plan.graph[*n].device);
+    let adapters = match exec::meta::engines(&crate::engines::Builtin, devices) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SPEC_ERROR;
+        }
+    };
     let output = PathBuf::from(&spec.run.output);
     let (run_dir, previous) = match &args.resume {
         Some(dir) => match store::load(dir) {

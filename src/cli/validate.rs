@@ -16,7 +16,7 @@ pub struct Args {
 pub fn run(args: &Args) -> u8 {
     let mut code = exit::OK;
     for path in &args.specs {
-        match super::load_spec(path, None) {
+        match super::load_spec(path, None).filter(|l| super::supported(path, l, None)) {
             Some(loaded) => {
                 let plan = Plan::build(&loaded.spec);
                 let cells = loaded.spec.cells().len();

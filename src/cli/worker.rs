@@ -60,7 +60,7 @@ pub fn run(args: &Args) -> u8 {
         attempt: args.attempt,
         device: args.device,
     };
-    match worker::run(&wa) {
+    match worker::run(&wa, &crate::engines::Builtin) {
         Ok(r) => {
             println!("{}: {}", r.status.as_str(), r.summary);
             if r.status == Status::Passed {

@@ -1,51 +1,34 @@
-//! The check levels as backend jobs: the reference run writes the oracle's artifacts once per
-//! model configuration; each level runs the mesh, writes the candidate's artifacts beside them
-//! and judges them with the comparison engine, so every verdict can be re-derived later with
-//! `meshparity compare` on the two files.
+//! The burn engine's runs as the artifact contract ([`meshparity_engine::artifact`]): the
+//! reference run writes the oracle's artifacts once per model configuration; a mesh run trains
+//! the mesh once (with a mutation, if asked) and writes the candidate's. Judging them is the
+//! engine crate's business, the same for every engine.
 //!
 //! - `reference.rs` — the oracle's artifacts;
-//! - `check.rs` — roundtrip, forward, curve and oracle on a mesh;
-//! - `mutation.rs` — a mesh with one fault, judged by the levels that should catch it;
-//! - `outcome.rs` — what a level found, with the evidence.
+//! - `run.rs` — a mesh run's artifacts, rank shards merged to world-size-1 names.
 
-pub mod check;
-pub mod gate;
-pub mod mutation;
-pub mod outcome;
 pub mod reference;
-pub mod update;
+pub mod run;
+
+use std::path::Path;
 
 use burn::tensor::Device;
 use meshparity_compare::InputError;
+use meshparity_engine::{checkpoint, Description, Shards};
 use meshparity_specs::{DType, ModelConfig, Training};
 
-pub use check::{check, Judged};
-pub use gate::Gate;
-pub use mutation::{mutation, MutationOutcome};
-pub use outcome::Outcome;
 pub use reference::reference;
+pub use run::run;
 
 use crate::train::RunError;
 
-/// Artifact file names, shared by the reference and the candidates.
-pub mod files {
-    pub const SEED: &str = "seed.safetensors";
-    pub const FORWARD: &str = "forward.safetensors";
-    pub const CURVE: &str = "curve.jsonl";
-    pub const GRADS: &str = "grads.safetensors";
-    pub const WEIGHTS: &str = "weights.safetensors";
-    /// Weights after k steps minus the seed weights, in f64 (what the oracle level compares).
-    pub const UPDATES: &str = "updates.safetensors";
-    pub const MERGED: &str = "merged.safetensors";
-    pub const SHARDS: &str = "shards";
-}
-
-/// What every job of one model shares.
+/// What every run of one model shares.
 pub struct Setup<'a> {
     pub model: &'a ModelConfig,
     pub training: &'a Training,
     pub dtype: DType,
     pub device: &'a Device,
+    /// Engine and device, for manifests.
+    pub describe: Description,
 }
 
 impl Setup<'_> {
@@ -70,15 +53,26 @@ pub enum LevelError {
     Input(#[from] InputError),
     #[error(transparent)]
     Run(#[from] RunError),
-    #[error("nothing gated: {0}")]
-    NothingGated(String),
-    #[error("not supported by the burn backend: {0}")]
-    Unsupported(String),
+    #[error(transparent)]
+    Artifact(#[from] meshparity_engine::ArtifactError),
 }
 
-pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> LevelError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LevelError + '_ {
     move |source| LevelError::Io {
         path: path.display().to_string(),
         source,
     }
+}
+
+/// Save `t` as `file` in `dir` and list it among the artifacts written.
+pub(crate) fn save(
+    dir: &Path,
+    file: &str,
+    t: &Shards,
+    written: &mut Vec<String>,
+) -> Result<(), LevelError> {
+    let path = dir.join(file);
+    checkpoint::save(&path, t).map_err(io(&path))?;
+    written.push(file.to_owned());
+    Ok(())
 }

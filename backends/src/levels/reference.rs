@@ -5,65 +5,56 @@ use std::path::Path;
 use std::time::Instant;
 
 use indexmap::IndexMap;
+use meshparity_engine::{artifact, files, HostTensor, Length, Manifest};
 
-use super::update::updates;
-use super::{files, io, LevelError, Setup};
-use crate::checkpoint;
-use crate::host::HostTensor;
-use crate::sharding::Shards;
-use crate::train::{self, Length, Record};
+use super::{io, save, LevelError, Setup};
+use crate::train::{self, Record};
 
-/// Steps the reference runs: enough for the curve and the oracle level.
-pub fn length(setup: &Setup<'_>) -> Length {
-    let t = setup.training;
-    Length {
-        steps: t.steps.max(t.oracle_steps).max(1) as usize,
-        weights_after: t.oracle_steps as usize,
-    }
-}
-
-/// Run the oracle and write its artifacts into `dir`. Returns the run's seconds.
-pub fn reference(setup: &Setup<'_>, dir: &Path) -> Result<f64, LevelError> {
+/// Run the oracle for `len` and write its artifacts and manifest into `dir`.
+pub fn reference(setup: &Setup<'_>, len: Length, dir: &Path) -> Result<Manifest, LevelError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let start = Instant::now();
+    let mut written = Vec::new();
     let seed = train::seed_checkpoint(
         setup.model,
         setup.training.seed,
         setup.device,
         setup.burn_dtype(),
     );
-    save(&dir.join(files::SEED), &seed)?;
+    save(dir, files::SEED, &seed, &mut written)?;
     let rec = train::oracle(
         setup.model,
         setup.training,
-        length(setup),
+        len,
         setup.device,
         setup.burn_dtype(),
     );
-    write_record(setup, dir, &rec, &seed)?;
-    Ok(start.elapsed().as_secs_f64())
+    write_trained(setup, dir, &rec, &mut written)?;
+    save(dir, files::GRADS, &rec.grads[0], &mut written)?;
+    if let Some(w) = &rec.weights {
+        save(dir, files::WEIGHTS, &w[0], &mut written)?;
+    }
+    let manifest = Manifest {
+        engine: setup.describe.engine.clone(),
+        device: setup.describe.device.clone(),
+        world_size: 1,
+        steps: rec.losses.len(),
+        artifacts: written,
+        seconds: start.elapsed().as_secs_f64(),
+        ..Manifest::default()
+    };
+    manifest.write(dir)?;
+    Ok(manifest)
 }
 
-/// The oracle's artifacts: one rank holding every tensor.
-fn write_record(
+/// First-step logits and loss (the loss kept in f64, as computed), and the loss curve up to
+/// the curve level's steps.
+pub(crate) fn write_trained(
     setup: &Setup<'_>,
     dir: &Path,
     rec: &Record,
-    seed: &Shards,
+    written: &mut Vec<String>,
 ) -> Result<(), LevelError> {
-    write_forward(dir, rec)?;
-    let steps = (setup.training.steps as usize).min(rec.losses.len());
-    write_curve(dir, &rec.losses[..steps])?;
-    save(&dir.join(files::GRADS), &rec.grads[0])?;
-    if let Some(w) = &rec.weights {
-        save(&dir.join(files::WEIGHTS), &w[0])?;
-        save(&dir.join(files::UPDATES), &updates(seed, &w[0]))?;
-    }
-    Ok(())
-}
-
-/// First-step logits and loss (the loss kept in f64, as computed).
-pub(crate) fn write_forward(dir: &Path, rec: &Record) -> Result<(), LevelError> {
     let loss = HostTensor {
         dtype: meshparity_compare::TensorDtype::F64,
         shape: vec![1],
@@ -75,31 +66,10 @@ pub(crate) fn write_forward(dir: &Path, rec: &Record) -> Result<(), LevelError> 
     ]
     .into_iter()
     .collect();
-    save(&dir.join(files::FORWARD), &forward)
-}
-
-/// Per-step losses as JSON Lines, steps counted from 1.
-pub(crate) fn write_curve(dir: &Path, losses: &[f64]) -> Result<(), LevelError> {
-    let curve: String = losses
-        .iter()
-        .enumerate()
-        .map(|(i, l)| format!("{{\"step\": {}, \"loss\": {}}}\n", i + 1, json_f64(*l)))
-        .collect();
+    save(dir, files::FORWARD, &forward, written)?;
+    let steps = (setup.training.steps as usize).min(rec.losses.len());
     let path = dir.join(files::CURVE);
-    std::fs::write(&path, curve).map_err(io(&path))
-}
-
-/// Full precision, and NaN/inf as Python writes them, so a diverged run reads back as such.
-fn json_f64(x: f64) -> String {
-    if x.is_nan() {
-        "NaN".into()
-    } else if x.is_infinite() {
-        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
-    } else {
-        format!("{x:?}")
-    }
-}
-
-pub(crate) fn save(path: &Path, t: &IndexMap<String, HostTensor>) -> Result<(), LevelError> {
-    checkpoint::save(path, t).map_err(io(path))
+    artifact::write_curve(&path, &rec.losses[..steps]).map_err(io(&path))?;
+    written.push(files::CURVE.to_owned());
+    Ok(())
 }

@@ -5,13 +5,13 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use meshparity_backends::levels::{Gate, Outcome};
-use meshparity_backends::Backend;
+use meshparity_engine::{check, Gate, Outcome, RunRequest};
 use meshparity_specs::{DType, Level};
 use rayon::prelude::*;
 
 use super::units::{MeshUnit, Unit};
 use super::Options;
+use crate::engines::Engines;
 
 /// One mesh run (correct, or with one mutation) on one seed, judged at its levels.
 #[derive(Clone, Debug)]
@@ -61,6 +61,7 @@ pub enum SweepError {
 pub fn sweep(
     units: &[Vec<Unit>],
     opts: &Options,
+    engines: &dyn Engines,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<Sample>, SweepError> {
     std::fs::create_dir_all(&opts.scratch).map_err(|source| SweepError::Scratch {
@@ -82,7 +83,7 @@ pub fn sweep(
         .par_iter()
         .flat_map_iter(|&(c, u, unit, seed)| {
             let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
-            let out = run_unit(c, unit, seed, &dir);
+            let out = run_unit(engines, c, unit, seed, &dir);
             let _ = std::fs::remove_dir_all(&dir);
             progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
             out
@@ -91,7 +92,13 @@ pub fn sweep(
     Ok(samples)
 }
 
-fn run_unit(config: usize, unit: &Unit, seed: u64, dir: &Path) -> Vec<Sample> {
+fn run_unit(
+    engines: &dyn Engines,
+    config: usize,
+    unit: &Unit,
+    seed: u64,
+    dir: &Path,
+) -> Vec<Sample> {
     let mut training = unit.training.clone();
     training.seed = seed;
     let sample = |mesh: &MeshUnit, mutation| Sample {
@@ -118,34 +125,45 @@ fn run_unit(config: usize, unit: &Unit, seed: u64, dir: &Path) -> Vec<Sample> {
             })
             .collect()
     };
-    let backend = match Backend::open(unit.device) {
-        Ok(b) => b,
-        Err(e) => return every(e.to_string()),
+    let engine = match engines.open(unit.device) {
+        Ok(e) => e,
+        Err(e) => return every(e),
     };
     let reference = dir.join("reference");
-    if let Err(e) = backend.reference(&unit.model_config, &training, unit.dtype, &reference) {
+    let req = RunRequest {
+        model: &unit.model_config,
+        training: &training,
+        dtype: unit.dtype,
+        mesh: None,
+        levels: &[],
+        mutation: None,
+        reference: None,
+        out: &reference,
+    };
+    if let Err(e) = engine.reference(&req) {
         return every(format!("reference: {e}"));
     }
     let mut out = Vec::new();
     for mesh in &unit.meshes {
         let runs = std::iter::once(None).chain(mesh.mutations.iter().map(|&m| Some(m)));
+        let levels: Vec<Level> = mesh.levels.iter().map(|(l, _)| *l).collect();
         for mutation in runs {
             let name = mutation.unwrap_or("correct");
-            let judged = backend.levels(
-                &unit.model_config,
-                &training,
-                unit.dtype,
-                &mesh.config,
+            let here = dir.join(&mesh.name).join(name);
+            let run = here.join("run");
+            let req = RunRequest {
+                mesh: Some(&mesh.config),
+                levels: &levels,
                 mutation,
-                &mesh.levels,
-                &reference,
-                &dir.join(&mesh.name).join(name),
-            );
+                reference: Some(&reference),
+                out: &run,
+                ..req
+            };
             let mut s = sample(mesh, mutation);
-            match judged {
-                Ok(j) => {
-                    s.levels = j.outcomes.iter().map(LevelSample::of).collect();
-                    s.injected = !j.altered.is_empty();
+            match check(engine.as_ref(), &req, &mesh.levels, &reference, &here) {
+                Ok(c) => {
+                    s.levels = c.outcomes.iter().map(LevelSample::of).collect();
+                    s.injected = !c.manifest.altered.is_empty();
                 }
                 Err(e) => s.error = Some(e.to_string()),
             }

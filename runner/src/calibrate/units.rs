@@ -137,7 +137,7 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
                 mesh.mutations.push(mutation);
             }
         }
-        JobKind::Reference => {}
+        JobKind::Reference | JobKind::Train { .. } => {}
     }
     Ok(())
 }

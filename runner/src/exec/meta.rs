@@ -3,37 +3,38 @@
 use std::path::Path;
 use std::process::Command;
 
-use meshparity_backends::Adapter;
+use meshparity_engine::Description;
 use meshparity_reports::RunMeta;
 use meshparity_specs::Device;
 
-/// The adapter of each distinct device, in first-use order, or why one cannot be used.
-pub fn adapters(
+use crate::engines::Engines;
+
+/// The engine of each distinct device, in first-use order, or why one cannot be used.
+pub fn engines(
+    engines: &dyn Engines,
     devices: impl IntoIterator<Item = Device>,
-) -> Result<Vec<Adapter>, meshparity_backends::DeviceError> {
+) -> Result<Vec<Description>, String> {
     let mut seen: Vec<Device> = Vec::new();
     for d in devices {
         if !seen.contains(&d) {
             seen.push(d);
         }
     }
-    seen.into_iter()
-        .map(meshparity_backends::device::find)
-        .collect()
+    seen.into_iter().map(|d| engines.describe(d)).collect()
 }
 
-/// `adapters`: what the run's jobs compute on (a run may mix the CPU and GPUs).
+/// `engines`: what the run's jobs compute on (a run may mix the CPU and GPUs).
 pub fn collect(
-    adapters: &[Adapter],
+    engines: &[Description],
     spec: &Path,
     spec_name: &str,
     seed: u64,
     run_dir: &Path,
 ) -> RunMeta {
     let bytes = std::fs::read(spec).unwrap_or_default();
-    let described: Vec<(&str, String)> = adapters
+    let described: Vec<(&str, String)> = engines
         .iter()
-        .map(meshparity_backends::backend::describe)
+        .map(|d| (d.engine.as_str(), d.device.clone()))
         .collect();
     let join = |f: &dyn Fn(&(&str, String)) -> String| {
         let mut parts: Vec<String> = Vec::new();

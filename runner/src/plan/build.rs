@@ -29,6 +29,17 @@ enum Identity<'a> {
         #[serde(skip_serializing_if = "Device::is_cpu")]
         device: Device,
     },
+    Train {
+        model_name: &'a str,
+        model: &'a ModelConfig,
+        mesh_name: &'a str,
+        mesh: &'a MeshConfig,
+        dtype: DType,
+        levels: &'a [Level],
+        training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
+    },
     Check {
         model_name: &'a str,
         model: &'a ModelConfig,
@@ -75,8 +86,10 @@ impl Plan {
     fn add(&mut self, job: Job, deps: &[NodeIndex]) -> NodeIndex {
         let id = job.id;
         let node = self.graph.add_node(job);
-        for &d in deps {
-            self.graph.add_edge(d, node, ());
+        for (i, &d) in deps.iter().enumerate() {
+            if !deps[..i].contains(&d) {
+                self.graph.add_edge(d, node, ());
+            }
         }
         self.by_id.insert(id, node);
         node
@@ -153,7 +166,22 @@ impl Plan {
             training: training.clone(),
             device: cell.device,
         };
-        let mut prev = reference;
+        let levels: Vec<Level> = cell.levels.iter().map(|l| l.level).collect();
+        let id = JobId::of(&Identity::Train {
+            model_name,
+            model: model_config,
+            mesh_name,
+            mesh: &mesh,
+            dtype: cell.dtype,
+            levels: &levels,
+            training,
+            device: cell.device,
+        });
+        let kind = JobKind::Train {
+            levels: levels.clone(),
+        };
+        let train = self.add(base(id, format!("{prefix}/train"), kind), &[reference]);
+        let mut prev = train;
         for l in &cell.levels {
             let id = JobId::of(&Identity::Check {
                 model_name,
@@ -172,12 +200,11 @@ impl Plan {
             );
             job.tolerance = Some(l.table.to_owned());
             job.limits = Some(l.limits.clone());
-            prev = self.add(job, &[prev]);
+            prev = self.add(job, &[prev, train]);
         }
         if !cell.mutations {
             return;
         }
-        let levels: Vec<Level> = cell.levels.iter().map(|l| l.level).collect();
         for m in spec
             .mutations
             .selected

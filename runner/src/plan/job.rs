@@ -44,6 +44,9 @@ impl Serialize for JobId {
 pub enum JobKind {
     /// World-size-1 run producing the oracle artifacts of one model configuration and dtype.
     Reference,
+    /// One engine run of a model on a mesh, writing the artifacts every level of the cell is
+    /// judged from: each mesh trains once, however many levels judge it.
+    Train { levels: Vec<Level> },
     /// One level of checks of a model on a mesh.
     Check { level: Level },
     /// A correct mesh with one bug injected; passes only if one of `levels` fails.
@@ -54,10 +57,11 @@ pub enum JobKind {
 }
 
 impl JobKind {
-    /// The word filters match with `level=`: the level, `reference` or `mutation`.
+    /// The word filters match with `level=`: the level, `reference`, `train` or `mutation`.
     pub fn level_name(&self) -> &'static str {
         match self {
             JobKind::Reference => "reference",
+            JobKind::Train { .. } => "train",
             JobKind::Check { level } => level.as_str(),
             JobKind::Mutation { .. } => "mutation",
         }
@@ -68,7 +72,8 @@ impl JobKind {
 #[derive(Clone, Debug, Serialize)]
 pub struct Job {
     pub id: JobId,
-    /// `model@dtype/reference`, `model@dtype/mesh/level`, `model@dtype/mesh/mutation[name]`.
+    /// `model@dtype/reference`, `model@dtype/mesh/train`, `model@dtype/mesh/level`,
+    /// `model@dtype/mesh/mutation[name]`.
     pub name: String,
     #[serde(flatten)]
     pub kind: JobKind,

@@ -21,6 +21,7 @@ pub fn dot(plan: &Plan, sel: &Selection) -> String {
         match job.kind {
             JobKind::Reference => attrs.push("shape=ellipse".into()),
             JobKind::Mutation { .. } => attrs.push("color=firebrick".into()),
+            JobKind::Train { .. } => attrs.push("shape=box".into()),
             JobKind::Check { .. } => {}
         }
         if role == Role::Dependency {

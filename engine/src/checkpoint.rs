@@ -7,7 +7,7 @@ use indexmap::IndexMap;
 use meshparity_compare::safetensors::{write, TensorData};
 use meshparity_compare::{Checkpoint, InputError};
 
-use crate::host::HostTensor;
+use crate::tensor::HostTensor;
 
 pub fn save(path: &Path, tensors: &IndexMap<String, HostTensor>) -> std::io::Result<()> {
     let data: Vec<TensorData<'_>> = tensors

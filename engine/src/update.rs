@@ -11,8 +11,7 @@
 use meshparity_compare::agreement::decode;
 use meshparity_compare::TensorDtype;
 
-use crate::host::HostTensor;
-use crate::sharding::Shards;
+use crate::tensor::{HostTensor, Shards};
 
 /// `weights − seed` for every tensor both hold with one shape, as f64.
 pub fn updates(seed: &Shards, weights: &Shards) -> Shards {

@@ -1,20 +1,15 @@
 //! A correct mesh with one catalogued bug injected, judged by the levels that should catch it.
 //! The job passes only if some level fails; the outcome says which did.
 
-use std::path::Path;
-use std::time::Instant;
-
-use meshparity_specs::{Level, Limits, MeshConfig};
+use meshparity_specs::Level;
 use serde::Serialize;
 
-use super::check;
-use super::outcome::Outcome;
-use super::{io, LevelError, Setup};
-use crate::parallel::Fault;
+use crate::artifact::Manifest;
+use crate::outcome::Outcome;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MutationOutcome {
-    pub mutation: &'static str,
+    pub mutation: String,
     /// Whether some level failed, as it must.
     pub caught: bool,
     /// Levels that failed.
@@ -59,32 +54,23 @@ impl MutationOutcome {
     }
 }
 
-/// Run `mesh` with `fault` and judge it at every level in `levels` (roundtrip does not train,
-/// so a training fault cannot show there and it is skipped).
-pub fn mutation(
-    setup: &Setup<'_>,
-    mesh: &MeshConfig,
-    fault: Fault,
-    levels: &[(Level, Limits)],
-    reference: &Path,
-    out: &Path,
-) -> Result<MutationOutcome, LevelError> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    let start = Instant::now();
-    let judged = check::levels(setup, mesh, Some(fault), levels, reference, out)?;
-    let outcomes = judged.outcomes;
-    let rec_altered = judged.altered;
-    let caught_by: Vec<Level> = outcomes
-        .iter()
-        .filter(|o| !o.passed)
-        .map(|o| o.level)
-        .collect();
-    Ok(MutationOutcome {
-        mutation: fault.name(),
-        caught: !caught_by.is_empty() && !rec_altered.is_empty(),
-        caught_by,
-        levels: outcomes,
-        altered: rec_altered,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+impl MutationOutcome {
+    /// The verdict on a run with `mutation` injected, from its manifest and its levels'
+    /// outcomes: caught when some level failed *and* the mutation altered something (a bug
+    /// that never fired proves nothing, whatever the levels say).
+    pub fn judged(mutation: &str, run: &Manifest, levels: Vec<Outcome>, seconds: f64) -> Self {
+        let caught_by: Vec<Level> = levels
+            .iter()
+            .filter(|o| !o.passed)
+            .map(|o| o.level)
+            .collect();
+        Self {
+            mutation: mutation.to_owned(),
+            caught: !caught_by.is_empty() && !run.altered.is_empty(),
+            caught_by,
+            levels,
+            altered: run.altered.clone(),
+            seconds,
+        }
+    }
 }

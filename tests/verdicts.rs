@@ -7,15 +7,30 @@
 
 use std::path::Path;
 
+use meshparity_backends::Backend;
+use meshparity_engine::{Description, Engine};
 use meshparity_reports::calibration::{self, Calibration};
 use meshparity_runner::calibrate::{self, Config, Options};
-use meshparity_runner::{Filter, Plan};
-use meshparity_specs::{DType, Optimizer};
+use meshparity_runner::{Engines, Filter, Plan};
+use meshparity_specs::{DType, Device, Optimizer};
+
+/// The built-in engine, as the binary hands it to the runner.
+struct Builtin;
+
+impl Engines for Builtin {
+    fn open(&self, device: Device) -> Result<Box<dyn Engine>, String> {
+        Ok(Box::new(Backend::open(device).map_err(|e| e.to_string())?))
+    }
+
+    fn describe(&self, device: Device) -> Result<Description, String> {
+        Ok(self.open(device)?.describe())
+    }
+}
 
 const SEEDS: u64 = 20;
 
 fn sweep(spec: &str, filters: &[&str], seeds: u64) -> Calibration {
-    let loaded = meshparity_specs::load(&Path::new("../examples").join(spec)).expect("valid");
+    let loaded = meshparity_specs::load(&Path::new("examples").join(spec)).expect("valid");
     let spec = &loaded.spec;
     let plan = Plan::build(spec);
     let selection = plan.select(&Filter::parse(filters).expect("filters parse"), None);
@@ -35,7 +50,7 @@ fn sweep(spec: &str, filters: &[&str], seeds: u64) -> Calibration {
         configs: configs.clone(),
         scratch: scratch.path().to_owned(),
     };
-    let samples = calibrate::sweep(&units, &opts, &|_, _| {}).expect("sweep runs");
+    let samples = calibrate::sweep(&units, &opts, &Builtin, &|_, _| {}).expect("sweep runs");
     calibrate::summarize(&spec.name(), &configs, &opts, &samples, 0.0)
 }
 

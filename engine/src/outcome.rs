@@ -5,13 +5,13 @@ use meshparity_compare::report::{CurveReport, TensorReport, Verdict};
 use meshparity_specs::Level;
 use serde::Serialize;
 
-use super::gate::{self, Gate};
+use crate::gate::{self, Gate};
 
 /// One comparison's verdict and what it compared.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     /// `logits+loss`, `losses`, `gradients`, `weights`, `checkpoint`.
-    pub what: &'static str,
+    pub what: String,
     pub reference: String,
     pub candidate: String,
     pub passed: bool,
@@ -31,7 +31,7 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    pub fn tensors(what: &'static str, r: &TensorReport) -> Self {
+    pub fn tensors(what: &str, r: &TensorReport) -> Self {
         let failure = r
             .problems
             .first()
@@ -76,7 +76,7 @@ impl Comparison {
                 })
             });
         Self {
-            what,
+            what: what.to_owned(),
             reference: r.reference.clone(),
             candidate: r.candidate.clone(),
             passed: r.verdict != Verdict::Mismatch,
@@ -111,7 +111,7 @@ impl Comparison {
                 })
         });
         Self {
-            what: "losses",
+            what: "losses".to_owned(),
             reference: r.reference.clone(),
             candidate: r.candidate.clone(),
             passed: r.verdict != Verdict::Mismatch,
@@ -178,7 +178,7 @@ impl Outcome {
             }
             None => {
                 let n: u64 = self.comparisons.iter().map(|c| c.compared).sum();
-                let what: Vec<&str> = self.comparisons.iter().map(|c| c.what).collect();
+                let what: Vec<&str> = self.comparisons.iter().map(|c| c.what.as_str()).collect();
                 let closest = match self.closest() {
                     Some(g) => format!("; closest: {}", g.describe()),
                     None => String::new(),

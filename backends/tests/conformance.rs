@@ -1,0 +1,143 @@
+//! The burn engine passes the engine conformance suite (`meshparity_engine::conformance`): its
+//! reference and mesh runs write the artifact contract, correct meshes pass every level under
+//! the built-in limits, every mutation it offers is caught where it applies, a missing
+//! artifact is an error, and reruns are bit-identical. The model, training and limits are the
+//! quickstart's, in f32 and bf16.
+
+mod common;
+
+use std::path::Path;
+
+use meshparity_backends::Backend;
+use meshparity_engine::conformance::{suite, Setup};
+use meshparity_engine::Engine;
+use meshparity_specs::tolerance::BUILTIN;
+use meshparity_specs::{DType, Field, Level};
+
+fn conform(dtype: DType) {
+    let loaded = meshparity_specs::load(Path::new("../examples/quickstart.toml")).expect("valid");
+    let spec = &loaded.spec;
+    let model = spec.models.values().next().expect("a model").config();
+    let levels: Vec<_> = [
+        Level::Roundtrip,
+        Level::Forward,
+        Level::Curve,
+        Level::Oracle,
+    ]
+    .into_iter()
+    .map(|l| {
+        (
+            l,
+            spec.limits(BUILTIN, l, dtype).expect("built-in").1.clone(),
+        )
+    })
+    .collect();
+    let meshes: Vec<_> = ["dp2", "tp2-sp", "pp2-mb2", "dp2-tp2-pp2-mb2"]
+        .into_iter()
+        .map(common::mesh)
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setup = Setup {
+        model: &model,
+        training: &spec.run.training,
+        dtype,
+        meshes: &meshes,
+        levels: &levels,
+        deterministic: true,
+    };
+    let failures = suite(&Backend::cpu(), &setup, dir.path());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn burn_engine_conforms_in_f32() {
+    conform(DType::F32);
+}
+
+#[test]
+fn burn_engine_conforms_in_bf16() {
+    conform(DType::Bf16);
+}
+
+#[test]
+fn unsupported_cells_are_refused_at_their_field() {
+    let engine = Backend::cpu();
+    let mut model = common::tiny();
+    let dtype = DType::F32;
+    let mut cp = common::mesh("dp2");
+    cp.cp = 2;
+    let err = engine.supports(&model, Some(&cp), dtype).unwrap_err();
+    assert_eq!(err.field, Field::Axis("cp"), "{err}");
+    model.family = meshparity_specs::Family::Moe;
+    let err = engine.supports(&model, None, dtype).unwrap_err();
+    assert_eq!(err.field, Field::Family, "{err}");
+}
+
+/// An engine that quietly ignores the mutation it is asked to inject: the suite must say so.
+struct IgnoresMutations(Backend);
+
+impl Engine for IgnoresMutations {
+    fn describe(&self) -> meshparity_engine::Description {
+        self.0.describe()
+    }
+    fn supports(
+        &self,
+        model: &meshparity_specs::ModelConfig,
+        mesh: Option<&meshparity_specs::MeshConfig>,
+        dtype: DType,
+    ) -> Result<(), meshparity_specs::Unsupported> {
+        self.0.supports(model, mesh, dtype)
+    }
+    fn mutations(&self) -> Vec<&'static str> {
+        vec!["dp-skip-grad-all-reduce"]
+    }
+    fn reference(
+        &self,
+        req: &meshparity_engine::RunRequest<'_>,
+    ) -> Result<meshparity_engine::Manifest, meshparity_engine::EngineError> {
+        self.0.reference(req)
+    }
+    fn run(
+        &self,
+        req: &meshparity_engine::RunRequest<'_>,
+    ) -> Result<meshparity_engine::Manifest, meshparity_engine::EngineError> {
+        self.0.run(&meshparity_engine::RunRequest {
+            mutation: None,
+            ..*req
+        })
+    }
+}
+
+#[test]
+fn the_suite_fails_an_engine_that_ignores_mutations() {
+    let loaded = meshparity_specs::load(Path::new("../examples/quickstart.toml")).expect("valid");
+    let spec = &loaded.spec;
+    let model = spec.models.values().next().expect("a model").config();
+    let levels: Vec<_> = [Level::Forward, Level::Curve, Level::Oracle]
+        .into_iter()
+        .map(|l| {
+            (
+                l,
+                spec.limits(BUILTIN, l, DType::F32)
+                    .expect("built-in")
+                    .1
+                    .clone(),
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setup = Setup {
+        model: &model,
+        training: &spec.run.training,
+        dtype: DType::F32,
+        meshes: &[common::mesh("dp2")],
+        levels: &levels,
+        deterministic: false,
+    };
+    let failures = suite(&IgnoresMutations(Backend::cpu()), &setup, dir.path());
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].contains("dp-skip-grad-all-reduce"),
+        "{failures:?}"
+    );
+}

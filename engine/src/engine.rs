@@ -1,0 +1,121 @@
+//! The seam between meshparity and whatever computes: an [`Engine`] runs one training (the
+//! world-size-1 reference, or a mesh, with or without an injected mutation) and writes the
+//! artifact contract ([`crate::artifact`]) into a directory. Everything after that (judging
+//! levels, mutations' expected failure, reports) is the engine-independent code of this crate,
+//! so every engine is held to the same checks.
+
+use std::path::Path;
+
+use meshparity_specs::{DType, Level, MeshConfig, ModelConfig, Training, Unsupported};
+
+use crate::artifact::{ArtifactError, Manifest};
+
+/// One engine run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunRequest<'a> {
+    pub model: &'a ModelConfig,
+    pub training: &'a Training,
+    pub dtype: DType,
+    /// The mesh to run; `None` is the world-size-1 reference.
+    pub mesh: Option<&'a MeshConfig>,
+    /// The levels that will be judged from this run: they decide which artifacts are needed
+    /// and how many steps to train.
+    pub levels: &'a [Level],
+    /// A catalogued bug to inject (mesh runs only).
+    pub mutation: Option<&'a str>,
+    /// The reference's artifact directory (mesh runs): the roundtrip level converts its seed
+    /// checkpoint to the mesh's shards and back.
+    pub reference: Option<&'a Path>,
+    /// Where the artifacts go; created if missing.
+    pub out: &'a Path,
+}
+
+/// Training length a set of levels needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Length {
+    /// Steps to train (0: nothing to train, e.g. only roundtrip).
+    pub steps: usize,
+    /// Step after which the weights are recorded (0: not recorded).
+    pub weights_after: usize,
+}
+
+impl RunRequest<'_> {
+    /// Steps this run must train: the reference runs long enough for every level; a mesh run
+    /// only as long as its levels need.
+    pub fn length(&self) -> Length {
+        let t = self.training;
+        if self.mesh.is_none() {
+            return Length {
+                steps: t.steps.max(t.oracle_steps).max(1) as usize,
+                weights_after: t.oracle_steps as usize,
+            };
+        }
+        let mut len = Length {
+            steps: 0,
+            weights_after: 0,
+        };
+        for level in self.levels {
+            match level {
+                Level::Forward => len.steps = len.steps.max(1),
+                Level::Curve => len.steps = len.steps.max(t.steps as usize),
+                Level::Oracle => {
+                    len.steps = len.steps.max(t.oracle_steps as usize).max(1);
+                    len.weights_after = t.oracle_steps as usize;
+                }
+                Level::Roundtrip | Level::Routing => {}
+            }
+        }
+        len
+    }
+
+    pub fn world_size(&self) -> u64 {
+        self.mesh.map_or(1, |m| m.world_size())
+    }
+}
+
+/// The engine and the device it computes on, for reports and cache keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// e.g. `burn-flex`, `burn-wgpu`, `command:jax-trainer`.
+    pub engine: String,
+    /// e.g. `cpu`, an adapter's label.
+    pub device: String,
+}
+
+/// Why an engine run did not produce its artifacts.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("not supported by the {engine} engine: {unsupported}")]
+    Unsupported {
+        engine: String,
+        unsupported: Unsupported,
+    },
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+    #[error("{0}")]
+    Run(String),
+}
+
+/// Something that trains a model on a mesh and writes the artifact contract.
+pub trait Engine {
+    fn describe(&self) -> Description;
+
+    /// Whether this engine can compute `model` in `dtype` on `mesh` (`None`: world size 1);
+    /// asked by `validate`, `plan` and `run` for every cell before anything runs, and again by
+    /// each run.
+    fn supports(
+        &self,
+        model: &ModelConfig,
+        mesh: Option<&MeshConfig>,
+        dtype: DType,
+    ) -> Result<(), Unsupported>;
+
+    /// Mutation names this engine can inject.
+    fn mutations(&self) -> Vec<&'static str>;
+
+    /// The world-size-1 oracle: seed checkpoint, and every artifact any level needs.
+    fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError>;
+
+    /// `req.mesh` (with `req.mutation` injected, if any): the artifacts its levels need.
+    fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError>;
+}

@@ -1,0 +1,280 @@
+//! Judging a level from two artifact directories: the reference's and a mesh run's. This is
+//! what a level *means*, the same for every engine; the comparison engine does the arithmetic
+//! and every verdict names the `meshparity compare` command that re-derives it from the files.
+
+use std::path::{Path, PathBuf};
+
+use meshparity_compare::{
+    compare_checkpoints, compare_curves, read_curve, tolerance, CurveOptions, InputError, Profile,
+    TensorOptions, Tolerance,
+};
+use meshparity_specs::{DType, Keyword, Level, Limits, Training};
+
+use crate::artifact::{files, ArtifactError, Manifest};
+use crate::checkpoint;
+use crate::gate::Gate;
+use crate::outcome::{Comparison, Losses, Outcome};
+use crate::update::updates;
+
+/// Why a level could not be judged (as opposed to judged and failed).
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("writing {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("nothing gated: {0}")]
+    NothingGated(String),
+    #[error("the {0} level is not judged from artifacts yet")]
+    Unsupported(Level),
+}
+
+/// The two runs a cell's levels are judged from.
+pub struct Judge<'a> {
+    pub dtype: DType,
+    pub training: &'a Training,
+    /// The reference's artifact directory.
+    pub reference: &'a Path,
+    /// The mesh run's artifact directory.
+    pub run: &'a Path,
+    /// Where the judge writes what it derives (weight updates); created if missing.
+    pub out: &'a Path,
+}
+
+impl Judge<'_> {
+    /// Judge `level` under `limits`.
+    pub fn level(&self, level: Level, limits: &Limits) -> Result<Outcome, JudgeError> {
+        let start = std::time::Instant::now();
+        let reference = Manifest::read(self.reference)?;
+        let run = Manifest::read(self.run)?;
+        std::fs::create_dir_all(self.out).map_err(|source| JudgeError::Io {
+            path: self.out.display().to_string(),
+            source,
+        })?;
+        let limits = if level == Level::Roundtrip {
+            Limits::exact()
+        } else {
+            limits.clone()
+        };
+        let sides = Sides {
+            judge: self,
+            reference: &reference,
+            run: &run,
+            level,
+            limits: &limits,
+        };
+        let mut losses = None;
+        let comparisons = match level {
+            Level::Roundtrip => {
+                vec![sides.tensors("checkpoint", files::SEED, files::CHECKPOINT)?]
+            }
+            Level::Forward => {
+                vec![sides.tensors("logits and loss", files::FORWARD, files::FORWARD)?]
+            }
+            Level::Curve => {
+                let (c, l) = sides.curve()?;
+                losses = Some(l);
+                vec![c]
+            }
+            Level::Oracle => vec![
+                sides.tensors("gradients", files::GRADS, files::GRADS)?,
+                sides.updates()?,
+            ],
+            Level::Routing => return Err(JudgeError::Unsupported(level)),
+        };
+        if let Some(c) = comparisons.iter().find(|c| c.passed && c.gates.is_empty()) {
+            return Err(JudgeError::NothingGated(format!(
+                "{level}: {} compared with no limit in force (the tolerance table gates no \
+                 metric these tensors provide)",
+                c.what
+            )));
+        }
+        let trained = level != Level::Roundtrip;
+        Ok(Outcome {
+            level,
+            passed: comparisons.iter().all(|c| c.passed),
+            comparisons,
+            collectives: if trained { run.collectives } else { 0 },
+            altered: if trained {
+                run.altered.clone()
+            } else {
+                Vec::new()
+            },
+            anomalies: if trained {
+                run.anomalies.clone()
+            } else {
+                Vec::new()
+            },
+            losses,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// One level's view of the two runs.
+struct Sides<'a> {
+    judge: &'a Judge<'a>,
+    reference: &'a Manifest,
+    run: &'a Manifest,
+    level: Level,
+    limits: &'a Limits,
+}
+
+impl Sides<'_> {
+    fn tolerance(&self) -> Tolerance {
+        Tolerance {
+            profile: if self.limits.exact {
+                Profile::Exact
+            } else {
+                Profile::Builtin {
+                    level: self.level,
+                    dtype: self.judge.dtype,
+                    limits: self.limits.clone(),
+                }
+            },
+            ..Tolerance::default()
+        }
+    }
+
+    /// The reference's `a` and the run's `b`, both required.
+    fn paths(&self, a: &str, b: &str) -> Result<(PathBuf, PathBuf), ArtifactError> {
+        let level = self.level.as_str();
+        self.reference.require(self.judge.reference, a, level)?;
+        self.run.require(self.judge.run, b, level)?;
+        Ok((self.judge.reference.join(a), self.judge.run.join(b)))
+    }
+
+    fn tensors(&self, what: &str, a: &str, b: &str) -> Result<Comparison, JudgeError> {
+        if let Some(why) = self.run.unmerged.get(b) {
+            return Ok(unmerged(what, self.run.world_size, why));
+        }
+        let (a, b) = self.paths(a, b)?;
+        self.compare(what, &a, &b)
+    }
+
+    fn compare(&self, what: &str, a: &Path, b: &Path) -> Result<Comparison, JudgeError> {
+        let opts = TensorOptions {
+            tolerance: self.tolerance(),
+            ..TensorOptions::default()
+        };
+        Ok(Comparison {
+            reproduce: compare_command(a, b, self.limits, false),
+            ..Comparison::tensors(what, &compare_checkpoints(a, b, &opts)?)
+        })
+    }
+
+    fn curve(&self) -> Result<(Comparison, Losses), JudgeError> {
+        let (a, b) = self.paths(files::CURVE, files::CURVE)?;
+        let opts = CurveOptions {
+            step_key: "step".into(),
+            limits: tolerance::curve_limits(&self.tolerance(), self.limits.mode)?,
+            baseline2: None,
+            gate_performance: false,
+        };
+        let comparison = Comparison {
+            reproduce: compare_command(&a, &b, self.limits, true),
+            ..Comparison::curve(&compare_curves(&a, &b, &opts)?)
+        };
+        let losses = |p: &Path| -> Result<Vec<f64>, InputError> {
+            Ok(read_curve(p)?
+                .steps
+                .values()
+                .filter_map(|m| m.get("loss").copied())
+                .collect())
+        };
+        Ok((
+            comparison,
+            Losses {
+                reference: losses(&a)?,
+                candidate: losses(&b)?,
+            },
+        ))
+    }
+
+    /// Weight updates (weights after k steps − seed) of both runs, written beside each other in
+    /// the judge's directory and compared there.
+    fn updates(&self) -> Result<Comparison, JudgeError> {
+        if let Some(why) = self.run.unmerged.get(files::WEIGHTS) {
+            return Ok(unmerged("updates", self.run.world_size, why));
+        }
+        let (reference, run) = self.paths(files::WEIGHTS, files::WEIGHTS)?;
+        let level = self.level.as_str();
+        self.reference
+            .require(self.judge.reference, files::SEED, level)?;
+        let seed = checkpoint::load(&self.judge.reference.join(files::SEED))?;
+        let a = self.judge.out.join(files::REFERENCE_UPDATES);
+        let b = self.judge.out.join(files::UPDATES);
+        for (from, to) in [(&reference, &a), (&run, &b)] {
+            let u = updates(&seed, &checkpoint::load(from)?);
+            checkpoint::save(to, &u).map_err(|source| JudgeError::Io {
+                path: to.display().to_string(),
+                source,
+            })?;
+        }
+        self.compare("updates", &a, &b)
+    }
+}
+
+/// Rank shards that could not be merged: a failed comparison, not an error.
+fn unmerged(what: &str, world_size: u64, why: &str) -> Comparison {
+    let shards = format!("{world_size} rank shards");
+    Comparison {
+        what: what.to_owned(),
+        reference: String::new(),
+        candidate: shards.clone(),
+        passed: false,
+        compared: world_size,
+        failure: Some(format!("merging rank shards: {why}")),
+        reproduce: String::new(),
+        gates: vec![Gate {
+            scope: what.to_owned(),
+            ..Gate::new(shards, "replicas_differ", 1.0, 0.0)
+        }],
+        report: serde_json::Value::Null,
+    }
+}
+
+/// The `meshparity compare` command that applies exactly `limits` to the two files.
+pub fn compare_command(a: &Path, b: &Path, limits: &Limits, curve: bool) -> String {
+    let mut cmd = format!(
+        "meshparity compare {} {}",
+        quote(&a.display().to_string()),
+        quote(&b.display().to_string())
+    );
+    if limits.exact {
+        cmd.push_str(" --profile exact");
+        return cmd;
+    }
+    let settings: Vec<String> = limits
+        .metrics
+        .iter()
+        .map(|(k, v)| format!("{k}={v:e}"))
+        .collect();
+    if curve {
+        let mode = limits.mode.map_or("rel", |m| m.name());
+        cmd.push_str(&format!(" --mode {mode}"));
+    } else if let Some(l) = limits.layer_average {
+        cmd.push_str(&format!(" --layer-average {l}"));
+    }
+    if !settings.is_empty() {
+        cmd.push_str(&format!(" -t {}", settings.join(",")));
+    }
+    cmd
+}
+
+/// A shell word: as is when it is plain, else single-quoted.
+pub fn quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./-=:,@+".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}

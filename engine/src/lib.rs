@@ -1,0 +1,33 @@
+//! meshparity's engine seam, free of any numeric backend: what a check means, for every engine.
+//!
+//! - [`engine`] — the [`Engine`] trait an engine implements (describe, supports, reference,
+//!   run) and the [`RunRequest`] it is handed;
+//! - [`artifact`] — the on-disk contract: artifact file names and the run [`Manifest`];
+//! - [`tensor`], [`checkpoint`] — host tensors as bytes and safetensors files of them;
+//! - [`check`] — one mesh run judged at all its levels;
+//! - [`judge`] — every level judged from a reference and a mesh run's artifact directories;
+//! - [`gate`], [`outcome`], [`mutation`] — what a level found, with the evidence, and a
+//!   mutation's expected failure;
+//! - [`update`] — weight updates, what the oracle level compares;
+//! - [`conformance`] — the suite every engine must pass.
+
+pub mod artifact;
+pub mod check;
+pub mod checkpoint;
+pub mod conformance;
+pub mod engine;
+pub mod gate;
+pub mod judge;
+pub mod mutation;
+pub mod outcome;
+pub mod tensor;
+pub mod update;
+
+pub use artifact::{files, ArtifactError, Manifest};
+pub use check::{check, CheckError, Checked};
+pub use engine::{Description, Engine, EngineError, Length, RunRequest};
+pub use gate::Gate;
+pub use judge::{Judge, JudgeError};
+pub use mutation::MutationOutcome;
+pub use outcome::{Comparison, Losses, Outcome};
+pub use tensor::{HostTensor, Shards};
