@@ -1,19 +1,39 @@
-//! The engines this binary offers, handed to the runner: the built-in burn engine on the CPU
-//! or a GPU. This is the one place the binary wires a numeric backend in.
+//! The engines this binary offers, handed to the runner: the built-in burn engine (CPU or
+//! GPU) for models without `engine`, the command engine for those naming an `[engines.NAME]`.
+//! This is the one place the binary wires engines in.
+
+use std::path::Path;
 
 use meshparity_backends::{device, Backend};
-use meshparity_engine::{Description, Engine};
+use meshparity_command::CommandEngine;
+use meshparity_engine::{Description, Engine, RunRequest};
 use meshparity_runner::{Engines, Plan, Selection};
-use meshparity_specs::{Cell, Device, Loaded, SpecError};
+use meshparity_specs::{Cell, Device, Loaded, ModelConfig, Spec, SpecError};
 
 pub struct Builtin;
 
 impl Engines for Builtin {
-    fn open(&self, device: Device) -> Result<Box<dyn Engine>, String> {
+    fn open(
+        &self,
+        spec: &Spec,
+        model: &ModelConfig,
+        device: Device,
+    ) -> Result<Box<dyn Engine>, String> {
+        if let Some(def) = engine_def(spec, model)? {
+            return Ok(Box::new(CommandEngine::new(def.clone(), device)));
+        }
         Ok(Box::new(Backend::open(device).map_err(|e| e.to_string())?))
     }
 
-    fn describe(&self, device: Device) -> Result<Description, String> {
+    fn describe(
+        &self,
+        spec: &Spec,
+        model: &ModelConfig,
+        device: Device,
+    ) -> Result<Description, String> {
+        if let Some(def) = engine_def(spec, model)? {
+            return Ok(CommandEngine::new(def.clone(), device).describe());
+        }
         let adapter = device::find(device).map_err(|e| e.to_string())?;
         let (engine, device) = meshparity_backends::backend::describe(&adapter);
         Ok(Description {
@@ -23,9 +43,24 @@ impl Engines for Builtin {
     }
 }
 
+fn engine_def<'s>(
+    spec: &'s Spec,
+    model: &ModelConfig,
+) -> Result<Option<&'s meshparity_specs::EngineDef>, String> {
+    match &model.engine {
+        None => Ok(None),
+        Some(name) => spec
+            .engines
+            .get(name)
+            .map(Some)
+            .ok_or_else(|| format!("the spec defines no engine `{name}`")),
+    }
+}
+
 /// The cells of `loaded` that `selection` has mesh jobs in (all of them without one), checked
-/// against what the engine computes: an unsupported model family or mesh axis is a spec error
-/// at the value that asks for it, before anything runs.
+/// against what their engine computes: an unsupported model family or mesh axis, or a command
+/// template naming an unknown value, is a spec error at the value that asks for it, before
+/// anything runs.
 pub fn check_support(
     loaded: &Loaded,
     selection: Option<(&Plan, &Selection)>,
@@ -41,11 +76,25 @@ pub fn check_support(
                 && job.mesh.as_ref() == Some(&cell.mesh.name.value)
         })
     };
+    let spec = &loaded.spec;
     loaded.check_support(keep, |cell| {
-        meshparity_backends::support::supports(
-            &cell.model.config(),
-            Some(&cell.mesh.config()),
-            cell.dtype,
-        )
+        let model = cell.model.config();
+        let mesh = cell.mesh.config();
+        match spec.engine_of(&model) {
+            Some(def) => {
+                let req = RunRequest {
+                    model: &model,
+                    training: &spec.run.training,
+                    dtype: cell.dtype,
+                    mesh: Some(&mesh),
+                    levels: &[],
+                    mutation: None,
+                    reference: None,
+                    out: Path::new("OUT"),
+                };
+                meshparity_command::check_templates(def, &req)
+            }
+            None => meshparity_backends::support::supports(&model, Some(&mesh), cell.dtype),
+        }
     })
 }

@@ -12,18 +12,18 @@ use meshparity_engine::{Description, Engine};
 use meshparity_reports::calibration::{self, Calibration};
 use meshparity_runner::calibrate::{self, Config, Options};
 use meshparity_runner::{Engines, Filter, Plan};
-use meshparity_specs::{DType, Device, Optimizer};
+use meshparity_specs::{DType, Device, ModelConfig, Optimizer, Spec};
 
 /// The built-in engine, as the binary hands it to the runner.
 struct Builtin;
 
 impl Engines for Builtin {
-    fn open(&self, device: Device) -> Result<Box<dyn Engine>, String> {
+    fn open(&self, _: &Spec, _: &ModelConfig, device: Device) -> Result<Box<dyn Engine>, String> {
         Ok(Box::new(Backend::open(device).map_err(|e| e.to_string())?))
     }
 
-    fn describe(&self, device: Device) -> Result<Description, String> {
-        Ok(self.open(device)?.describe())
+    fn describe(&self, s: &Spec, m: &ModelConfig, d: Device) -> Result<Description, String> {
+        Ok(self.open(s, m, d)?.describe())
     }
 }
 
@@ -50,7 +50,7 @@ fn sweep(spec: &str, filters: &[&str], seeds: u64) -> Calibration {
         configs: configs.clone(),
         scratch: scratch.path().to_owned(),
     };
-    let samples = calibrate::sweep(&units, &opts, &Builtin, &|_, _| {}).expect("sweep runs");
+    let samples = calibrate::sweep(spec, &units, &opts, &Builtin, &|_, _| {}).expect("sweep runs");
     calibrate::summarize(&spec.name(), &configs, &opts, &samples, 0.0)
 }
 

@@ -94,8 +94,8 @@ impl Engine for Backend {
         support::supports(model, mesh, dtype)
     }
 
-    fn mutations(&self) -> Vec<&'static str> {
-        Fault::ALL.iter().map(|f| f.name()).collect()
+    fn mutations(&self) -> Vec<String> {
+        Fault::ALL.iter().map(|f| f.name().to_owned()).collect()
     }
 
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {

@@ -88,7 +88,7 @@ impl Engine for IgnoresMutations {
     ) -> Result<(), meshparity_specs::Unsupported> {
         self.0.supports(model, mesh, dtype)
     }
-    fn mutations(&self) -> Vec<&'static str> {
+    fn mutations(&self) -> Vec<String> {
         vec!["dp-skip-grad-all-reduce"]
     }
     fn reference(

@@ -103,6 +103,7 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
         }
         failures.extend(missing_artifact(setup, &reference, &run, dir));
         for name in engine.mutations() {
+            let name = name.as_str();
             let applies = meshparity_specs::mutation::find(name).is_none_or(|m| m.applies_to(mesh));
             if !applies {
                 continue;

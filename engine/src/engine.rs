@@ -110,8 +110,15 @@ pub trait Engine {
         dtype: DType,
     ) -> Result<(), Unsupported>;
 
+    /// Whether a run's artifacts may be reused by a later run with the same job, engine, device
+    /// and binary. A user's program can change between runs without meshparity knowing, so
+    /// the command engine says no.
+    fn cacheable(&self) -> bool {
+        true
+    }
+
     /// Mutation names this engine can inject.
-    fn mutations(&self) -> Vec<&'static str>;
+    fn mutations(&self) -> Vec<String>;
 
     /// The world-size-1 oracle: seed checkpoint, and every artifact any level needs.
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError>;

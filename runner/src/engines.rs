@@ -3,13 +3,24 @@
 //! a numeric backend; only the binary (and the engine's own crate) does.
 
 use meshparity_engine::{Description, Engine};
-use meshparity_specs::Device;
+use meshparity_specs::{Device, ModelConfig, Spec};
 
 /// The engines this binary offers.
 pub trait Engines: Sync {
-    /// The engine that computes on `device`, or why this binary or machine cannot offer it.
-    fn open(&self, device: Device) -> Result<Box<dyn Engine>, String>;
+    /// The engine that trains `model` (of `spec`) on `device`, or why this binary or machine
+    /// cannot offer it.
+    fn open(
+        &self,
+        spec: &Spec,
+        model: &ModelConfig,
+        device: Device,
+    ) -> Result<Box<dyn Engine>, String>;
 
-    /// Engine name and device label of `device` (run metadata), without running anything.
-    fn describe(&self, device: Device) -> Result<Description, String>;
+    /// Engine name and device label (run metadata), without running anything.
+    fn describe(
+        &self,
+        spec: &Spec,
+        model: &ModelConfig,
+        device: Device,
+    ) -> Result<Description, String>;
 }

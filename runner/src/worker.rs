@@ -145,7 +145,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         .ok_or(WorkerError::UnknownJob(args.job))?;
     let job = &plan.graph[node];
     std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
-    let engine = engines.open(job.device).map_err(WorkerError::Engine)?;
+    let engine = engines
+        .open(&loaded.spec, &job.model_config, job.device)
+        .map_err(WorkerError::Engine)?;
     let adapter = engine.describe().device;
     let ctx = Context {
         plan: &plan,
@@ -197,6 +199,7 @@ impl Context<'_> {
         let dir = artifact_dir(&self.args.cache, self.job, self.adapter);
         let done = dir.join(RESULT_FILE);
         if !self.args.no_cache
+            && self.engine.cacheable()
             && done.exists()
             && recorded_adapter(&dir).as_deref() == Some(self.adapter)
         {

@@ -108,6 +108,8 @@ pub struct Table<'a, 'i> {
     /// Dotted path for messages, e.g. `models.tiny`.
     pub path: String,
     known: Vec<&'static str>,
+    /// Whether `rest` took every other key.
+    rest_taken: bool,
 }
 
 impl<'a, 'i> Table<'a, 'i> {
@@ -117,6 +119,7 @@ impl<'a, 'i> Table<'a, 'i> {
             loc,
             path: path.into(),
             known: Vec::new(),
+            rest_taken: false,
         }
     }
 
@@ -341,8 +344,46 @@ impl<'a, 'i> Table<'a, 'i> {
         })
     }
 
+    /// Every key no decoder asked for, as the text of its value (strings as written, numbers
+    /// and booleans as TOML writes them); tables and arrays are errors. Consumes them, so
+    /// `finish` reports nothing more.
+    pub fn rest(&mut self, cx: &mut Ctx<'_>) -> Vec<(String, Located<String>)> {
+        let mut out = Vec::new();
+        for (k, v) in self.table.iter() {
+            let name = k.get_ref().as_ref();
+            if self.known.contains(&name) {
+                continue;
+            }
+            let text = match v.get_ref() {
+                DeValue::String(s) => Some(s.to_string()),
+                DeValue::Integer(i) => Some(i.as_str().replace('_', "")),
+                DeValue::Float(f) => Some(f.as_str().replace('_', "")),
+                DeValue::Boolean(b) => Some(b.to_string()),
+                other => {
+                    cx.error(Diagnostic::error(
+                        &cx.loc(v),
+                        format!(
+                            "`{}.{name}` must be a string, number or boolean, found {}",
+                            self.path,
+                            kind_of(other)
+                        ),
+                    ));
+                    None
+                }
+            };
+            if let Some(text) = text {
+                out.push((name.to_owned(), Located::new(text, cx.loc(v))));
+            }
+        }
+        self.rest_taken = true;
+        out
+    }
+
     /// Report every key that no decoder asked for, with the closest known key.
     pub fn finish(self, cx: &mut Ctx<'_>) {
+        if self.rest_taken {
+            return;
+        }
         for (k, _) in self.table.iter() {
             let name = k.get_ref().as_ref();
             if !self.known.contains(&name) {

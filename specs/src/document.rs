@@ -6,6 +6,7 @@ use toml::de::{DeTable, DeValue};
 
 use crate::decode::{Ctx, Table};
 use crate::diagnostic::Diagnostic;
+use crate::engine::EngineDef;
 use crate::matrix::MatrixEntry;
 use crate::mesh::Mesh;
 use crate::model::Model;
@@ -19,6 +20,7 @@ pub const KEYS: &[&str] = &[
     "run",
     "models",
     "meshes",
+    "engines",
     "tolerances",
     "matrix",
     "mutations",
@@ -31,6 +33,7 @@ pub struct Document {
     pub run: Option<RunSettings>,
     pub models: Vec<Model>,
     pub meshes: Vec<Mesh>,
+    pub engines: Vec<EngineDef>,
     pub tolerances: Vec<ToleranceTable>,
     pub matrix: Vec<MatrixEntry>,
     pub mutations: Option<MutationSelection>,
@@ -69,6 +72,7 @@ impl Document {
             run: None,
             models: Vec::new(),
             meshes: Vec::new(),
+            engines: Vec::new(),
             tolerances: Vec::new(),
             matrix: Vec::new(),
             mutations: None,
@@ -91,6 +95,11 @@ impl Document {
         named_tables(cx, &mut t, "meshes", "mesh", |cx, name, table| {
             if let Some(m) = Mesh::decode(cx, name, table) {
                 doc.meshes.push(m);
+            }
+        });
+        named_tables(cx, &mut t, "engines", "engine", |cx, name, table| {
+            if let Some(e) = EngineDef::decode(cx, name, table) {
+                doc.engines.push(e);
             }
         });
         named_tables(

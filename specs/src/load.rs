@@ -242,6 +242,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
     let mut run = None;
     let mut models = IndexMap::new();
     let mut meshes = IndexMap::new();
+    let mut engines = IndexMap::new();
     let mut tolerances = IndexMap::new();
     tolerances.insert(BUILTIN.to_owned(), ToleranceTable::builtin(top.clone()));
     tolerances.insert(
@@ -268,6 +269,11 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
                 &m.name.loc
             });
         }
+        for e in doc.engines {
+            insert_unique(&mut engines, e.name.clone(), e, "engine", diags, |e| {
+                &e.name.loc
+            });
+        }
         for t in doc.tolerances {
             insert_unique(
                 &mut tolerances,
@@ -288,6 +294,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
         run: run.unwrap_or_else(|| RunSettings::defaults(top.clone())),
         models,
         meshes,
+        engines,
         tolerances,
         matrix,
         mutations: mutations.unwrap_or_else(MutationSelection::default),

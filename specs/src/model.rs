@@ -12,7 +12,7 @@ use crate::source::{Loc, Located};
 /// Keys a `[models.NAME]` table accepts (also checked against the JSON Schema in tests).
 pub const KEYS: &[&str] = &[
     "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
-    "top_k", "dtype", "device",
+    "top_k", "dtype", "device", "engine",
 ];
 
 /// The numbers that define a model, without its name: two models with equal configs share one
@@ -33,6 +33,12 @@ pub struct ModelConfig {
     /// Experts each token is routed to (MoE only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u32>,
+    /// The `[engines.NAME]` that trains it; `None`: the built-in burn engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// A command engine model's own keys, as written, for the program's templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<(String, String)>,
 }
 
 /// A model as written, every field located for messages.
@@ -53,6 +59,8 @@ pub struct Model {
     pub dtype: Option<Located<DType>>,
     /// `None`: the run's device.
     pub device: Option<Located<Device>>,
+    pub engine: Option<Located<String>>,
+    pub params: Vec<(String, Located<String>)>,
     /// The whole table, for messages about the model as a whole.
     pub loc: Loc,
 }
@@ -85,6 +93,13 @@ impl Model {
         let top_k = t.positive(cx, "top_k");
         let dtype = t.keyword::<DType>(cx, "dtype");
         let device = t.device(cx, "device");
+        let engine = t.string(cx, "engine");
+        // A user's program takes whatever keys it likes; the built-in engine takes only its own.
+        let params = if engine.is_some() {
+            t.rest(cx)
+        } else {
+            Vec::new()
+        };
         let loc = t.loc.clone();
         let family = family.unwrap_or_else(|| Located::new(Family::Llama, loc.clone()));
         let heads = heads.unwrap_or_else(|| at(defaults::HEADS));
@@ -130,10 +145,14 @@ impl Model {
             top_k,
             dtype,
             device,
+            engine,
+            params,
             loc,
         };
         t.finish(cx);
-        model.check_shape(cx);
+        if model.engine.is_none() {
+            model.check_shape(cx);
+        }
         Some(model)
     }
 
@@ -225,6 +244,12 @@ impl Model {
             seq_len: self.seq_len.value,
             experts: self.experts.as_ref().map(|e| e.value),
             top_k: self.top_k.as_ref().map(|k| k.value),
+            engine: self.engine.as_ref().map(|e| e.value.clone()),
+            params: self
+                .params
+                .iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect(),
         }
     }
 }

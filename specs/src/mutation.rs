@@ -37,6 +37,23 @@ impl Needs {
         }
     }
 
+    /// Names a spec writes in an engine mutation's `needs`.
+    pub const NAMES: &'static [&'static str] =
+        &["dp", "tp", "sp", "pp", "microbatches", "multi-rank", "ep"];
+
+    pub fn parse(name: &str) -> Option<Needs> {
+        Some(match name {
+            "dp" => Needs::Dp,
+            "tp" => Needs::Tp,
+            "sp" => Needs::Sp,
+            "pp" => Needs::Pp,
+            "microbatches" => Needs::Microbatches,
+            "multi-rank" => Needs::MultiRank,
+            "ep" => Needs::Ep,
+            _ => return None,
+        })
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Needs::Dp => "dp > 1",

@@ -7,6 +7,7 @@ use indexmap::IndexMap;
 
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::engine::EngineDef;
 use crate::level::Level;
 use crate::matrix::MatrixEntry;
 use crate::mesh::Mesh;
@@ -25,6 +26,8 @@ pub struct Spec {
     pub run: RunSettings,
     pub models: IndexMap<String, Model>,
     pub meshes: IndexMap<String, Mesh>,
+    /// User programs as engines (`[engines.NAME]`); models without `engine` use the built-in one.
+    pub engines: IndexMap<String, EngineDef>,
     /// Includes the built-in tables under [`BUILTIN`] and [`BUILTIN_GPU`].
     pub tolerances: IndexMap<String, ToleranceTable>,
     /// As written; a spec without `[[matrix]]` gets [`MatrixEntry::everything`].
@@ -41,6 +44,11 @@ impl Spec {
                 .file_stem()
                 .map_or_else(|| "spec".to_owned(), |s| s.to_string_lossy().into_owned())
         })
+    }
+
+    /// The command engine `model` runs on, if it names one.
+    pub fn engine_of(&self, model: &crate::ModelConfig) -> Option<&EngineDef> {
+        self.engines.get(model.engine.as_deref()?)
     }
 
     pub fn model_dtype(&self, model: &Model) -> DType {

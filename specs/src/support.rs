@@ -18,6 +18,8 @@ pub enum Field {
     Dtype,
     /// The model as a whole (its size, its keys).
     Model,
+    /// The model's `engine` (a command engine's templates).
+    Engine,
 }
 
 /// Why an engine cannot compute a cell, and what to do instead.
@@ -50,6 +52,11 @@ fn locate<'a>(cell: &'a Cell<'_>, field: Field) -> &'a Loc {
     match field {
         Field::Family => &cell.model.family.loc,
         Field::Model => &cell.model.name.loc,
+        Field::Engine => cell
+            .model
+            .engine
+            .as_ref()
+            .map_or(&cell.model.name.loc, |e| &e.loc),
         Field::Dtype => cell
             .model
             .dtype

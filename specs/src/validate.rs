@@ -11,6 +11,7 @@ use crate::suggest;
 pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
     check_extends(spec, diags);
     check_meshes(spec, diags);
+    check_engines(spec, diags);
     let cells = expand(spec, diags);
     for (name, loc) in &spec.mutations.written {
         let applies = cells.iter().any(|c| {
@@ -91,6 +92,35 @@ fn check_meshes(spec: &Spec, diags: &mut Diagnostics) {
                     format!("mesh `{}`: 1F1B with fewer microbatches ({mb}) than stages ({pp}) never reaches steady state", mesh.name.value),
                 )
                 .help("use microbatches ≥ pp to exercise the interleaving of forward and backward"),
+            );
+        }
+    }
+}
+
+/// A model's `engine` must name an `[engines.NAME]` table.
+fn check_engines(spec: &Spec, diags: &mut Diagnostics) {
+    let names: Vec<&str> = spec.engines.keys().map(String::as_str).collect();
+    for model in spec.models.values() {
+        let Some(engine) = &model.engine else {
+            continue;
+        };
+        if !spec.engines.contains_key(&engine.value) {
+            diags.push(
+                Diagnostic::error(
+                    &engine.loc,
+                    format!(
+                        "model `{}` names unknown engine `{}`",
+                        model.name.value, engine.value
+                    ),
+                )
+                .help(if names.is_empty() {
+                    format!(
+                        "define it: [engines.{}] with kind = \"command\" and a program",
+                        engine.value
+                    )
+                } else {
+                    suggest::did_you_mean(&engine.value, &names, "engine")
+                }),
             );
         }
     }

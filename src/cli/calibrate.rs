@@ -120,7 +120,7 @@ pub fn run(args: &Args) -> u8 {
             eprint!("\rcalibrating: {done}/{total} seed runs");
         }
     };
-    let samples = match calibrate::sweep(&units, &opts, &crate::engines::Builtin, &progress) {
+    let samples = match calibrate::sweep(spec, &units, &opts, &crate::engines::Builtin, &progress) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

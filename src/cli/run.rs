@@ -86,8 +86,11 @@ pub fn run(args: &Args) -> u8 {
         return exit::SPEC_ERROR;
     }
     // Every device the selection needs, found before any job starts.
-    let devices = selection.jobs.iter().map(|(n, _)| plan.graph[*n].device);
-    let adapters = match exec::meta::engines(&crate::engines::Builtin, devices) {
+    let jobs = selection.jobs.iter().map(|(n, _)| {
+        let job = &plan.graph[*n];
+        (&job.model_config, job.device)
+    });
+    let adapters = match exec::meta::engines(&crate::engines::Builtin, spec, jobs) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e}");

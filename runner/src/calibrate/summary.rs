@@ -67,12 +67,12 @@ pub fn summarize(
     let mut rows = Rows::default();
     let mut errors = Vec::new();
     for s in samples {
-        match (&s.error, s.mutation) {
+        match (&s.error, s.mutation.as_deref()) {
             (Some(message), _) => errors.push(SampleError {
                 config: label(s.config),
                 model: s.model.clone(),
                 mesh: s.mesh.clone(),
-                mutation: s.mutation.map(str::to_owned),
+                mutation: s.mutation.clone(),
                 seed: s.seed,
                 message: message.clone(),
             }),

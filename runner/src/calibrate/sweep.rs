@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use meshparity_engine::{check, Gate, Outcome, RunRequest};
-use meshparity_specs::{DType, Level};
+use meshparity_specs::{DType, Level, Spec};
 use rayon::prelude::*;
 
 use super::units::{MeshUnit, Unit};
@@ -22,7 +22,7 @@ pub struct Sample {
     pub model: String,
     pub dtype: DType,
     pub mesh: String,
-    pub mutation: Option<&'static str>,
+    pub mutation: Option<String>,
     pub levels: Vec<LevelSample>,
     /// For a mutation: whether the fault altered any site at all.
     pub injected: bool,
@@ -59,6 +59,7 @@ pub enum SweepError {
 /// Run every (configuration, unit, seed). `units[c]` are configuration `c`'s units;
 /// `progress(done, total)` is called as items finish.
 pub fn sweep(
+    spec: &Spec,
     units: &[Vec<Unit>],
     opts: &Options,
     engines: &dyn Engines,
@@ -83,7 +84,7 @@ pub fn sweep(
         .par_iter()
         .flat_map_iter(|&(c, u, unit, seed)| {
             let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
-            let out = run_unit(engines, c, unit, seed, &dir);
+            let out = run_unit(spec, engines, c, unit, seed, &dir);
             let _ = std::fs::remove_dir_all(&dir);
             progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
             out
@@ -93,6 +94,7 @@ pub fn sweep(
 }
 
 fn run_unit(
+    spec: &Spec,
     engines: &dyn Engines,
     config: usize,
     unit: &Unit,
@@ -101,13 +103,13 @@ fn run_unit(
 ) -> Vec<Sample> {
     let mut training = unit.training.clone();
     training.seed = seed;
-    let sample = |mesh: &MeshUnit, mutation| Sample {
+    let sample = |mesh: &MeshUnit, mutation: Option<&str>| Sample {
         config,
         seed,
         model: unit.model.clone(),
         dtype: unit.dtype,
         mesh: mesh.name.clone(),
-        mutation,
+        mutation: mutation.map(str::to_owned),
         levels: Vec::new(),
         injected: false,
         error: None,
@@ -116,7 +118,8 @@ fn run_unit(
         unit.meshes
             .iter()
             .flat_map(|m| {
-                let runs = std::iter::once(None).chain(m.mutations.iter().map(|&x| Some(x)));
+                let runs =
+                    std::iter::once(None).chain(m.mutations.iter().map(|x| Some(x.as_str())));
                 runs.map(|mutation| Sample {
                     error: Some(error.clone()),
                     ..sample(m, mutation)
@@ -125,7 +128,7 @@ fn run_unit(
             })
             .collect()
     };
-    let engine = match engines.open(unit.device) {
+    let engine = match engines.open(spec, &unit.model_config, unit.device) {
         Ok(e) => e,
         Err(e) => return every(e),
     };
@@ -145,7 +148,7 @@ fn run_unit(
     }
     let mut out = Vec::new();
     for mesh in &unit.meshes {
-        let runs = std::iter::once(None).chain(mesh.mutations.iter().map(|&m| Some(m)));
+        let runs = std::iter::once(None).chain(mesh.mutations.iter().map(|m| Some(m.as_str())));
         let levels: Vec<Level> = mesh.levels.iter().map(|(l, _)| *l).collect();
         for mutation in runs {
             let name = mutation.unwrap_or("correct");

@@ -23,7 +23,7 @@ pub struct MeshUnit {
     pub name: String,
     pub config: MeshConfig,
     pub levels: Vec<(Level, Limits)>,
-    pub mutations: Vec<&'static str>,
+    pub mutations: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,7 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
         }
         JobKind::Mutation { mutation, .. } => {
             if !mesh.mutations.contains(mutation) {
-                mesh.mutations.push(mutation);
+                mesh.mutations.push(mutation.clone());
             }
         }
         JobKind::Reference | JobKind::Train { .. } => {}

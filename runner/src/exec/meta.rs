@@ -5,22 +5,25 @@ use std::process::Command;
 
 use meshparity_engine::Description;
 use meshparity_reports::RunMeta;
-use meshparity_specs::Device;
+use meshparity_specs::{Device, ModelConfig, Spec};
 
 use crate::engines::Engines;
 
-/// The engine of each distinct device, in first-use order, or why one cannot be used.
-pub fn engines(
+/// The engine of each distinct (model, device) the jobs use, deduplicated in first-use order,
+/// or why one cannot be used.
+pub fn engines<'a>(
     engines: &dyn Engines,
-    devices: impl IntoIterator<Item = Device>,
+    spec: &Spec,
+    jobs: impl IntoIterator<Item = (&'a ModelConfig, Device)>,
 ) -> Result<Vec<Description>, String> {
-    let mut seen: Vec<Device> = Vec::new();
-    for d in devices {
+    let mut seen: Vec<Description> = Vec::new();
+    for (model, device) in jobs {
+        let d = engines.describe(spec, model, device)?;
         if !seen.contains(&d) {
             seen.push(d);
         }
     }
-    seen.into_iter().map(|d| engines.describe(d)).collect()
+    Ok(seen)
 }
 
 /// `engines`: what the run's jobs compute on (a run may mix the CPU and GPUs).

@@ -205,30 +205,40 @@ impl Plan {
         if !cell.mutations {
             return;
         }
-        for m in spec
-            .mutations
-            .selected
-            .iter()
-            .filter(|m| m.applies_to(&mesh))
-        {
+        // A user's program injects the bugs its engine declares; the built-in engine, the
+        // catalog's selected ones.
+        let names: Vec<String> = match spec.engine_of(model_config) {
+            Some(engine) => engine
+                .mutations
+                .iter()
+                .filter(|m| m.applies_to(&mesh))
+                .map(|m| m.name.value.clone())
+                .collect(),
+            None => spec
+                .mutations
+                .selected
+                .iter()
+                .filter(|m| m.applies_to(&mesh))
+                .map(|m| m.name.to_owned())
+                .collect(),
+        };
+        for name in names {
             let id = JobId::of(&Identity::Mutation {
                 model_name,
                 model: model_config,
                 mesh_name,
                 mesh: &mesh,
                 dtype: cell.dtype,
-                mutation: m.name,
+                mutation: &name,
                 training,
                 device: cell.device,
             });
+            let job_name = format!("{prefix}/mutation[{name}]");
             let kind = JobKind::Mutation {
-                mutation: m.name,
+                mutation: name,
                 levels: levels.clone(),
             };
-            self.add(
-                base(id, format!("{prefix}/mutation[{}]", m.name), kind),
-                &[prev],
-            );
+            self.add(base(id, job_name, kind), &[prev]);
         }
     }
 

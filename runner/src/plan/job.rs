@@ -51,7 +51,7 @@ pub enum JobKind {
     Check { level: Level },
     /// A correct mesh with one bug injected; passes only if one of `levels` fails.
     Mutation {
-        mutation: &'static str,
+        mutation: String,
         levels: Vec<Level>,
     },
 }
@@ -112,8 +112,8 @@ impl Job {
         }
     }
 
-    pub fn mutation(&self) -> Option<&'static str> {
-        match self.kind {
+    pub fn mutation(&self) -> Option<&str> {
+        match &self.kind {
             JobKind::Mutation { mutation, .. } => Some(mutation),
             _ => None,
         }

@@ -1,0 +1,163 @@
+//! From the files a program wrote to the artifact contract: each mapped file must exist and
+//! parse, and is copied to its contract name; the loss curve is re-keyed (`step_key`,
+//! `loss_key`) or read from the log. Anything missing or malformed is an error naming the file,
+//! the program's command and its last output, never a silently empty level.
+
+use std::path::Path;
+
+use meshparity_engine::{checkpoint, files};
+use meshparity_specs::ArtifactMap;
+
+use crate::log;
+use crate::process::{tail, LOG};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error(
+        "the program wrote no `{file}` (artifacts.{key}) in {dir}; command: {argv}\n\
+         last lines of its output:\n{tail}"
+    )]
+    Missing {
+        file: String,
+        key: &'static str,
+        dir: String,
+        argv: String,
+        tail: String,
+    },
+    #[error("`{path}` (artifacts.{key}) is malformed: {message}; command: {argv}")]
+    Malformed {
+        path: String,
+        key: &'static str,
+        message: String,
+        argv: String,
+    },
+    #[error(transparent)]
+    Log(#[from] log::LogError),
+    #[error("writing {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Collect the program's files in `out` into contract artifacts; returns the names written.
+pub fn collect(map: &ArtifactMap, out: &Path, argv: &str) -> Result<Vec<String>, CollectError> {
+    let mut written = Vec::new();
+    let tensors = [
+        ("logits", &map.logits, files::FORWARD),
+        ("grads", &map.grads, files::GRADS),
+        ("weights", &map.weights, files::WEIGHTS),
+        ("checkpoint", &map.checkpoint, files::SEED),
+    ];
+    for (key, file, contract) in tensors {
+        let Some(file) = file else { continue };
+        let src = found(out, &file.value, key, argv)?;
+        checkpoint::load(&src).map_err(|e| CollectError::Malformed {
+            path: src.display().to_string(),
+            key,
+            message: e.to_string(),
+            argv: argv.to_owned(),
+        })?;
+        let dst = out.join(contract);
+        if src != dst {
+            std::fs::copy(&src, &dst).map_err(io(&dst))?;
+        }
+        written.push(contract.to_owned());
+    }
+    let steps = match (&map.curve, &map.log) {
+        (Some(file), _) => Some(curve_file(
+            map,
+            &found(out, &file.value, "curve", argv)?,
+            argv,
+        )?),
+        (None, Some(pattern)) => {
+            let text = std::fs::read_to_string(out.join(LOG)).unwrap_or_default();
+            let points = log::curve(&text, &log::pattern(&pattern.value)?);
+            if points.is_empty() {
+                return Err(CollectError::Malformed {
+                    path: out.join(LOG).display().to_string(),
+                    key: "log",
+                    message: format!("no line matches the log pattern `{}`", pattern.value),
+                    argv: argv.to_owned(),
+                });
+            }
+            Some(points)
+        }
+        (None, None) => None,
+    };
+    if let Some(steps) = steps {
+        let path = out.join(files::CURVE);
+        let lines: String = steps
+            .iter()
+            .map(|(s, l)| format!("{{\"step\": {s}, \"loss\": {}}}\n", json_f64(*l)))
+            .collect();
+        std::fs::write(&path, lines).map_err(io(&path))?;
+        written.push(files::CURVE.to_owned());
+    }
+    Ok(written)
+}
+
+/// The program's file `name` (relative to its output directory), which must exist.
+fn found(
+    out: &Path,
+    name: &str,
+    key: &'static str,
+    argv: &str,
+) -> Result<std::path::PathBuf, CollectError> {
+    let path = out.join(name);
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(CollectError::Missing {
+        file: name.to_owned(),
+        key,
+        dir: out.display().to_string(),
+        argv: argv.to_owned(),
+        tail: tail(&out.join(LOG), 20),
+    })
+}
+
+/// `(step, loss)` from a JSON Lines metrics file keyed as the spec says.
+fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<(u64, f64)>, CollectError> {
+    let malformed = |message: String| CollectError::Malformed {
+        path: path.display().to_string(),
+        key: "curve",
+        message,
+        argv: argv.to_owned(),
+    };
+    let curve = meshparity_compare::curve::read_curve_keyed(path, &map.step_key)
+        .map_err(|e| malformed(e.to_string()))?;
+    if curve.steps.is_empty() {
+        return Err(malformed(format!("no line has a `{}`", map.step_key)));
+    }
+    curve
+        .steps
+        .iter()
+        .map(|(step, metrics)| match metrics.get(&map.loss_key) {
+            Some(loss) => Ok((*step, *loss)),
+            None => Err(malformed(format!(
+                "step {step} (line {}) has no `{}`; it has: {}",
+                curve.lines.get(step).copied().unwrap_or(0),
+                map.loss_key,
+                metrics.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))),
+        })
+        .collect()
+}
+
+fn json_f64(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        format!("{x:?}")
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CollectError + '_ {
+    move |source| CollectError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}

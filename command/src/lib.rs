@@ -1,0 +1,172 @@
+//! meshparity's command engine: a user's own training program (torch, JAX, Megatron, in-house)
+//! run as an [`Engine`]. The program knows nothing of meshparity: it takes its layout as flags
+//! rendered from `[engines.NAME]` templates, writes its own files, and this crate maps them to
+//! the artifact contract, so the same levels, tolerances and mutations judge it.
+//!
+//! - `template.rs` — the values templates see, strict rendering, shell quoting;
+//! - `process.rs` — running the program, its output teed to the log;
+//! - `collect.rs` — the program's files → contract artifacts;
+//! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
+
+pub mod collect;
+pub mod log;
+pub mod process;
+pub mod template;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use meshparity_engine::{Description, Engine, EngineError, Manifest, RunRequest};
+use meshparity_specs::{DType, EngineDef, Field, MeshConfig, ModelConfig, Unsupported};
+
+use process::Invocation;
+use template::{Renderer, TemplateError};
+
+/// A `[engines.NAME]` of kind `command`, on the device the spec gives its models.
+pub struct CommandEngine {
+    def: EngineDef,
+    device: String,
+}
+
+impl CommandEngine {
+    pub fn new(def: EngineDef, device: meshparity_specs::Device) -> Self {
+        Self {
+            def,
+            device: device.to_string(),
+        }
+    }
+
+    fn base(&self) -> PathBuf {
+        let base = self.def.base_dir();
+        if base.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            base
+        }
+    }
+
+    /// The program, its arguments, environment and directory for `req`, writing into `out`.
+    pub fn invocation(&self, req: &RunRequest<'_>, out: &Path) -> Result<Invocation, EngineError> {
+        let base = std::path::absolute(self.base()).unwrap_or_else(|_| self.base());
+        let values = template::values(req, out, &base);
+        let r = Renderer::new(values, self.def.shell);
+        let name = &self.def.name.value;
+        let t = |e: TemplateError| EngineError::Run(format!("engine `{name}`: {e}"));
+        let mutation = match req.mutation {
+            Some(m) => Some(self.def.mutation(m).ok_or_else(|| {
+                EngineError::Run(format!(
+                    "engine `{name}` declares no mutation `{m}` (it declares: {})",
+                    self.mutations().join(", ")
+                ))
+            })?),
+            None => None,
+        };
+        let mut words = vec![r.render("program", &self.def.program.value).map_err(t)?];
+        let extra = mutation.map(|m| m.args.as_slice()).unwrap_or_default();
+        for (i, a) in self.def.args.iter().chain(extra).enumerate() {
+            words.push(r.render(&format!("args[{i}]"), &a.value).map_err(t)?);
+        }
+        let argv = if self.def.shell {
+            vec!["sh".to_owned(), "-c".to_owned(), words.join(" ")]
+        } else {
+            words
+        };
+        let extra_env = mutation.map(|m| m.env.as_slice()).unwrap_or_default();
+        let mut env = Vec::new();
+        for (k, v) in self.def.env.iter().chain(extra_env) {
+            env.push((
+                k.clone(),
+                r.render(&format!("env.{k}"), &v.value).map_err(t)?,
+            ));
+        }
+        let cwd = match &self.def.cwd {
+            Some(c) => base.join(r.render("cwd", &c.value).map_err(t)?),
+            None => base,
+        };
+        Ok(Invocation { argv, env, cwd })
+    }
+}
+
+impl Engine for CommandEngine {
+    fn describe(&self) -> Description {
+        Description {
+            engine: format!("command:{}", self.def.name.value),
+            device: self.device.clone(),
+        }
+    }
+
+    fn supports(
+        &self,
+        _model: &ModelConfig,
+        _mesh: Option<&MeshConfig>,
+        _dtype: DType,
+    ) -> Result<(), Unsupported> {
+        // The program decides what it can run; its own refusals are job errors with its log.
+        Ok(())
+    }
+
+    fn cacheable(&self) -> bool {
+        false
+    }
+
+    fn mutations(&self) -> Vec<String> {
+        self.def
+            .mutations
+            .iter()
+            .map(|m| m.name.value.clone())
+            .collect()
+    }
+
+    fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
+        self.run(&RunRequest {
+            mesh: None,
+            mutation: None,
+            ..*req
+        })
+    }
+
+    fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
+        let start = Instant::now();
+        std::fs::create_dir_all(req.out)
+            .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
+        let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
+        let inv = self.invocation(req, &out)?;
+        process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
+        let argv = inv.display();
+        let artifacts = collect::collect(&self.def.artifacts, &out, &argv)
+            .map_err(|e| EngineError::Run(e.to_string()))?;
+        let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
+            .map_or(req.training.steps as usize, |c| c.lines().count());
+        let manifest = Manifest {
+            engine: self.describe().engine,
+            device: self.device.clone(),
+            world_size: req.world_size(),
+            steps,
+            artifacts,
+            // What the program was asked to inject: a command engine cannot see inside it.
+            altered: req
+                .mutation
+                .map(|m| vec![format!("{m}: requested with `{argv}`")])
+                .unwrap_or_default(),
+            seconds: start.elapsed().as_secs_f64(),
+            ..Manifest::default()
+        };
+        manifest.write(&out)?;
+        Ok(manifest)
+    }
+}
+
+/// Render every template of `engine` for one cell, so that a template naming an unknown value
+/// is a spec error before anything runs.
+pub fn check_templates(def: &EngineDef, req: &RunRequest<'_>) -> Result<(), Unsupported> {
+    let engine = CommandEngine::new(def.clone(), meshparity_specs::Device::Cpu);
+    let mut names: Vec<Option<&str>> = vec![None];
+    names.extend(def.mutations.iter().map(|m| Some(m.name.value.as_str())));
+    for mutation in names {
+        let req = RunRequest { mutation, ..*req };
+        if let Err(e) = engine.invocation(&req, req.out) {
+            return Err(Unsupported::new(Field::Engine, e.to_string()));
+        }
+    }
+    Ok(())
+}

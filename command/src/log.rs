@@ -1,0 +1,105 @@
+//! Loss curves from a program's log, for programs that write no metrics file: presets for the
+//! log lines of Megatron-LM, torchtitan and pithtrain, or a user regex with named groups
+//! `step` and `loss`. ANSI colour codes are stripped first (torchtitan colours its lines).
+
+use regex::Regex;
+
+/// `(preset, regex)`: each matches one training step's line.
+pub const PRESETS: &[(&str, &str)] = &[
+    // ` iteration        3/     100 | consumed samples: ... | lm loss: 1.066E+01 | ...`
+    (
+        "megatron",
+        r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?lm loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
+    ),
+    // `step:  3  loss:  7.1234  memory: ...`
+    (
+        "torchtitan",
+        r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)",
+    ),
+    // `| step 3/100 | cross-entropy-loss 7.1234 | ...`
+    (
+        "pithtrain",
+        r"\|\s*step\s+(?P<step>\d+)/\d+\s*\|\s*cross-entropy-loss\s+(?P<loss>[-+0-9.eE]+|nan|inf)",
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("log pattern `{pattern}`: {message}")]
+    Pattern { pattern: String, message: String },
+}
+
+/// The regex of a preset name, or `pattern` itself as a regex.
+pub fn pattern(pattern: &str) -> Result<Regex, LogError> {
+    let source = PRESETS
+        .iter()
+        .find(|(name, _)| *name == pattern)
+        .map_or(pattern, |(_, re)| re);
+    let re = Regex::new(source).map_err(|e| LogError::Pattern {
+        pattern: pattern.to_owned(),
+        message: e.to_string(),
+    })?;
+    for group in ["step", "loss"] {
+        if !re.capture_names().flatten().any(|n| n == group) {
+            return Err(LogError::Pattern {
+                pattern: pattern.to_owned(),
+                message: format!(
+                    "has no named group `{group}`; a preset ({}) or a regex with \
+                     (?P<step>...) and (?P<loss>...)",
+                    PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    Ok(re)
+}
+
+/// `(step, loss)` of every matching line, in log order; later lines win for a repeated step.
+pub fn curve(log: &str, re: &Regex) -> Vec<(u64, f64)> {
+    let ansi = Regex::new(r"\x1b\[[0-9;]*[A-Za-z]").expect("a valid regex");
+    let mut out: Vec<(u64, f64)> = Vec::new();
+    for line in log.lines() {
+        let line = ansi.replace_all(line, "");
+        let Some(c) = re.captures(&line) else {
+            continue;
+        };
+        let (Some(step), Some(loss)) = (c.name("step"), c.name("loss")) else {
+            continue;
+        };
+        let Ok(step) = step.as_str().parse::<u64>() else {
+            continue;
+        };
+        let loss = loss.as_str().parse::<f64>().unwrap_or(f64::NAN);
+        match out.iter_mut().find(|(s, _)| *s == step) {
+            Some(slot) => slot.1 = loss,
+            None => out.push((step, loss)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_read_their_frameworks_lines() {
+        let megatron =
+            " [2026-01-01 00:00:00] iteration        2/      10 | consumed samples: 16 | \
+                        elapsed time per iteration (ms): 12.3 | learning rate: 1.0E-04 | \
+                        global batch size:     8 | lm loss: 1.066000E+01 | loss scale: 1.0 |";
+        let titan = "\x1b[31mstep:  2  \x1b[32mloss:  7.5000  \x1b[33mmemory: 1.2GiB\x1b[39m";
+        let pith = "| step 2/10 | cross-entropy-loss 3.25 | load-balance-loss 0.01 |";
+        for (preset, line, loss) in [
+            ("megatron", megatron, 10.66),
+            ("torchtitan", titan, 7.5),
+            ("pithtrain", pith, 3.25),
+        ] {
+            let got = curve(line, &pattern(preset).unwrap());
+            assert_eq!(got, vec![(2, loss)], "{preset}");
+        }
+        let user = pattern(r"it=(?P<step>\d+) l=(?P<loss>\S+)").unwrap();
+        assert_eq!(curve("it=1 l=2.5\nnoise\nit=2 l=nan", &user)[0], (1, 2.5));
+        assert!(pattern(r"it=(\d+)").is_err(), "groups are required");
+    }
+}

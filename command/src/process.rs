@@ -1,0 +1,143 @@
+//! Running the program: the rendered argv (or `sh -c` line), its environment and working
+//! directory; output teed line by line to this worker's stderr (so a runner that kills a hung
+//! job still has the program's last words) and to `program.log` beside the artifacts.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// The log the program's stdout and stderr go to, in its output directory.
+pub const LOG: &str = "program.log";
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+}
+
+impl Invocation {
+    /// The argv as one line people can paste (each word shell-quoted).
+    pub fn display(&self) -> String {
+        self.argv
+            .iter()
+            .map(|w| crate::template::shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Why the program did not finish well.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("cannot start `{argv}` in {cwd}: {source}")]
+    Spawn {
+        argv: String,
+        cwd: String,
+        source: std::io::Error,
+    },
+    #[error("`{argv}` {how}; last lines of its output:\n{tail}")]
+    Failed {
+        argv: String,
+        how: String,
+        tail: String,
+    },
+    #[error("writing {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Run `inv` to completion, its output logged into `out`.
+pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
+    let log_path = out.join(LOG);
+    let log = std::fs::File::create(&log_path).map_err(|source| ProcessError::Io {
+        path: log_path.display().to_string(),
+        source,
+    })?;
+    let log = Arc::new(Mutex::new(log));
+    eprintln!("meshparity: running {}", inv.display());
+    let mut child = Command::new(&inv.argv[0])
+        .args(&inv.argv[1..])
+        .envs(inv.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&inv.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| ProcessError::Spawn {
+            argv: inv.display(),
+            cwd: inv.cwd.display().to_string(),
+            source,
+        })?;
+    let tees: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|stream| {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || tee(stream, &log))
+    })
+    .collect();
+    let status = child.wait().map_err(|source| ProcessError::Spawn {
+        argv: inv.display(),
+        cwd: inv.cwd.display().to_string(),
+        source,
+    })?;
+    for t in tees {
+        let _ = t.join();
+    }
+    if status.success() {
+        return Ok(());
+    }
+    let how = match status.code() {
+        Some(code) => format!("exited with {code}"),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            format!("was killed by signal {}", status.signal().unwrap_or(0))
+        }
+    };
+    Err(ProcessError::Failed {
+        argv: inv.display(),
+        how,
+        tail: tail(&log_path, 20),
+    })
+}
+
+fn tee(stream: Box<dyn Read + Send>, log: &Mutex<std::fs::File>) {
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+        let _ = std::io::stderr().write_all(&line);
+        if let Ok(mut f) = log.lock() {
+            let _ = f.write_all(&line);
+        }
+        line.clear();
+    }
+}
+
+/// The last `n` lines of a log, or a note that there were none.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return "  (no output)".into();
+    }
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("  | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,136 @@
+//! The values a command engine's templates see, and rendering them. Handlebars in strict mode:
+//! a template naming a value that does not exist is an error that lists the ones that do,
+//! never an empty string passed to the program.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use handlebars::Handlebars;
+use meshparity_engine::RunRequest;
+use meshparity_specs::Keyword;
+
+/// Why a template did not render.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} `{template}`: {message}")]
+pub struct TemplateError {
+    pub what: String,
+    pub template: String,
+    pub message: String,
+}
+
+/// Every value a template may name, as text.
+pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
+    let one = meshparity_specs::MeshConfig {
+        dp: 1,
+        tp: 1,
+        pp: 1,
+        ep: 1,
+        etp: 1,
+        cp: 1,
+        sp: false,
+        microbatches: 1,
+        schedule: meshparity_specs::Schedule::OneFOneB,
+    };
+    let m = req.mesh.copied().unwrap_or(one);
+    for (k, x) in [
+        ("dp", m.dp),
+        ("tp", m.tp),
+        ("pp", m.pp),
+        ("cp", m.cp),
+        ("ep", m.ep),
+        ("etp", m.etp),
+        ("microbatches", m.microbatches),
+    ] {
+        put(k, x.to_string());
+    }
+    put("sp", m.sp.to_string());
+    put("schedule", m.schedule.name().to_owned());
+    put("world_size", m.world_size().to_string());
+    let t = req.training;
+    put("seed", t.seed.to_string());
+    put("steps", t.steps.to_string());
+    put("oracle_steps", t.oracle_steps.to_string());
+    put("batch", t.batch.to_string());
+    put("lr", format!("{}", t.lr));
+    put("optimizer", t.optimizer.name().to_owned());
+    put("dtype", req.dtype.to_string());
+    put("out_dir", out.display().to_string());
+    put("spec_dir", base.display().to_string());
+    put("mutation", req.mutation.unwrap_or("none").to_owned());
+    let model = req.model;
+    for (k, x) in [
+        ("layers", model.layers),
+        ("hidden", model.hidden),
+        ("heads", model.heads),
+        ("kv_heads", model.kv_heads),
+        ("ffn", model.ffn),
+        ("vocab", model.vocab),
+        ("seq_len", model.seq_len),
+    ] {
+        put(k, x.to_string());
+    }
+    for (k, x) in &model.params {
+        put(k, x.clone());
+    }
+    v
+}
+
+/// Renders templates over one job's values.
+pub struct Renderer<'a> {
+    hb: Handlebars<'a>,
+    values: BTreeMap<String, String>,
+}
+
+impl Renderer<'_> {
+    /// `shell`: values are shell-quoted as they are inserted (the rendered text goes to `sh -c`).
+    pub fn new(values: BTreeMap<String, String>, shell: bool) -> Self {
+        let mut hb = Handlebars::new();
+        hb.set_strict_mode(true);
+        if shell {
+            hb.register_escape_fn(shell_quote);
+        } else {
+            hb.register_escape_fn(handlebars::no_escape);
+        }
+        Self { hb, values }
+    }
+
+    pub fn render(&self, what: &str, template: &str) -> Result<String, TemplateError> {
+        self.hb
+            .render_template(template, &self.values)
+            .map_err(|e| TemplateError {
+                what: what.to_owned(),
+                template: template.to_owned(),
+                message: match unknown(&e) {
+                    Some(name) => format!(
+                        "unknown value `{name}` (known: {})",
+                        self.values.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                    None => e.to_string(),
+                },
+            })
+    }
+}
+
+/// The variable a strict-mode render failed on.
+fn unknown(e: &handlebars::RenderError) -> Option<String> {
+    let text = e.to_string();
+    let start = text.find("Some(\"")? + 6;
+    let end = text[start..].find('"')? + start;
+    Some(text[start..end].to_owned())
+}
+
+/// A shell word: as is when it is plain, else single-quoted.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./-=:,@+".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""A small JAX trainer with Megatron-style tensor parallelism and data parallelism.
+
+It knows nothing of meshparity: it takes its layout as flags, trains a residual MLP language
+model for a few SGD steps on synthetic tokens and writes its own files:
+
+    metrics.jsonl       {"iteration": k, "lm_loss": x} per step
+    logits.safetensors  first-step logits [batch, seq, vocab] and loss
+    grads.safetensors   first-step gradients, full (unsharded) shapes
+    init.safetensors    the initial weights
+    final.safetensors   the weights after the last step
+
+Parallelism is explicit, inside `shard_map` over a ("dp", "tp") mesh:
+- each layer is column-parallel `w1` [H, F/tp] then row-parallel `w2` [F/tp, H], whose partial
+  outputs are summed with `psum` over "tp" (the forward all-reduce; JAX's transpose of the
+  implicit broadcast gives the backward one);
+- the batch is split over "dp"; each rank's loss is its token sum divided by the *global* token
+  count, and gradients are summed with `psum` over "dp".
+
+Bug switches (`--bug NAME`), the ways such code goes wrong:
+    skip-tp-psum            the row-parallel output is never all-reduced
+    skip-dp-grad-psum       gradients are not all-reduced across data-parallel ranks
+    local-loss-normalization  each rank divides by its own token count
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--dp", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--out", required=True)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--ffn", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--seq", type=int, default=8)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--lr", type=float, default=0.5)
+    p.add_argument("--dtype", default="f32", choices=["f32", "f64"])
+    p.add_argument("--bug", default="none",
+                   choices=["none", "skip-tp-psum", "skip-dp-grad-psum", "local-loss-normalization"])
+    return p.parse_args()
+
+
+def main():
+    a = parse()
+    world = a.tp * a.dp
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={world}".strip()
+    if a.dtype == "f64":
+        os.environ["JAX_ENABLE_X64"] = "1"
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from safetensors.numpy import save_file
+
+    if a.ffn % a.tp or a.batch % a.dp:
+        sys.exit(f"error: ffn {a.ffn} must divide by tp {a.tp} and batch {a.batch} by dp {a.dp}")
+    devices = jax.devices()
+    if len(devices) < world:
+        sys.exit(f"error: {world} devices needed, {len(devices)} found")
+    mesh = Mesh(np.array(devices[:world]).reshape(a.dp, a.tp), ("dp", "tp"))
+    dt = np.float64 if a.dtype == "f64" else np.float32
+
+    rng = np.random.default_rng(a.seed)
+    init = {"embed": rng.normal(0, 1.0, (a.vocab, a.hidden))}
+    for l in range(a.layers):
+        init[f"layers.{l}.w1"] = rng.normal(0, a.hidden ** -0.5, (a.hidden, a.ffn))
+        init[f"layers.{l}.w2"] = rng.normal(0, a.ffn ** -0.5, (a.ffn, a.hidden))
+    init["head"] = rng.normal(0, a.hidden ** -0.5, (a.hidden, a.vocab))
+    init = {k: v.astype(dt) for k, v in init.items()}
+
+    def spec(name):
+        if name.endswith(".w1"):
+            return P(None, "tp")
+        if name.endswith(".w2"):
+            return P("tp", None)
+        return P()
+
+    specs = {k: spec(k) for k in init}
+    params = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in init.items()}
+    global_tokens = a.batch * a.seq
+    local_tokens = global_tokens // a.dp
+
+    def varying(v, axis):
+        if hasattr(jax.lax, "pcast"):
+            return jax.lax.pcast(v, axis, to="varying")
+        return jax.lax.pvary(v, axis)  # JAX before 0.8.2
+
+    def rank0(v, axis):
+        """What rank 0 of `axis` holds: how a buggy program's replicas that drifted apart look
+        in the files its rank 0 writes."""
+        return jax.lax.psum(jnp.where(jax.lax.axis_index(axis) == 0, v, 0), axis)
+
+    def local_step(p0, x, y):
+        # Data-parallel replicas, made explicit: each rank differentiates its own copy, so the
+        # gradient all-reduce below is ours to make (or to forget).
+        p = jax.tree_util.tree_map(lambda t: varying(t, "dp"), p0)
+
+        def loss_fn(p):
+            h = p["embed"][x]
+            for l in range(a.layers):
+                o = jax.nn.gelu(h @ p[f"layers.{l}.w1"]) @ p[f"layers.{l}.w2"]
+                if a.bug != "skip-tp-psum":
+                    o = jax.lax.psum(o, "tp")
+                h = h + o
+            logits = h @ p["head"]
+            nll = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(
+                logits, y[..., None], axis=-1)[..., 0]
+            count = local_tokens if a.bug == "local-loss-normalization" else global_tokens
+            return nll.sum() / count, logits
+
+        (loss, logits), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
+        if a.bug == "skip-dp-grad-psum":
+            g = jax.tree_util.tree_map(lambda t: rank0(t, "dp"), g)
+        else:
+            g = jax.tree_util.tree_map(lambda t: jax.lax.psum(t, "dp"), g)
+        loss = jax.lax.psum(loss, "dp")
+        if a.bug == "skip-tp-psum":
+            loss, logits = rank0(loss, "tp"), rank0(logits, "tp")
+            g = {k: rank0(t, "tp") if specs[k] == P() else t for k, t in g.items()}
+        new = jax.tree_util.tree_map(lambda w, d: w - a.lr * d, p0, g)
+        return new, loss, logits, g
+
+    step = jax.jit(jax.shard_map(
+        local_step, mesh=mesh,
+        in_specs=(specs, P("dp"), P("dp")),
+        out_specs=(specs, P(), P("dp"), specs),
+    ))
+
+    os.makedirs(a.out, exist_ok=True)
+    save_file(dict(init), os.path.join(a.out, "init.safetensors"))
+    with open(os.path.join(a.out, "metrics.jsonl"), "w") as metrics:
+        for k in range(a.steps):
+            data = np.random.default_rng([a.seed, k + 1])
+            tokens = data.integers(0, a.vocab, (a.batch, a.seq + 1))
+            x, y = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
+            params, loss, logits, grads = step(params, x, y)
+            metrics.write(json.dumps({"iteration": k + 1, "lm_loss": float(loss)}) + "\n")
+            if k == 0:
+                save_file({"logits": np.asarray(logits), "loss": np.asarray(loss).reshape(1)},
+                          os.path.join(a.out, "logits.safetensors"))
+                save_file({n: np.asarray(t) for n, t in grads.items()},
+                          os.path.join(a.out, "grads.safetensors"))
+            print(f"step {k + 1}/{a.steps} loss {float(loss):.6f}", flush=True)
+    save_file({n: np.asarray(t) for n, t in params.items()},
+              os.path.join(a.out, "final.safetensors"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+//! `[engines.NAME]`: a user's own training program as an engine. A model that says
+//! `engine = "NAME"` is trained by running that program (once at world size 1 for its
+//! reference, once per mesh), and judged from the files it writes, mapped to meshparity's
+//! artifact names by `[engines.NAME.artifacts]`.
+//!
+//! `program`, `args`, `env` and `cwd` are handlebars templates over the job's values (mesh
+//! degrees, seed, steps, dtype, out_dir, the model's keys...). Without `shell = true` the
+//! rendered words are an argv, never parsed by a shell, so no spec value can inject a command.
+
+use crate::decode::{kind_of, Ctx, Table};
+use crate::diagnostic::Diagnostic;
+use crate::mutation::Needs;
+use crate::source::{Loc, Located};
+
+pub const KEYS: &[&str] = &[
+    "kind",
+    "program",
+    "args",
+    "shell",
+    "env",
+    "cwd",
+    "artifacts",
+    "mutations",
+];
+pub const ARTIFACT_KEYS: &[&str] = &[
+    "curve",
+    "logits",
+    "grads",
+    "weights",
+    "checkpoint",
+    "step_key",
+    "loss_key",
+    "log",
+];
+pub const MUTATION_KEYS: &[&str] = &["args", "env", "needs"];
+
+/// Which file of the program's output directory holds each artifact.
+#[derive(Clone, Debug, Default)]
+pub struct ArtifactMap {
+    /// Per-step metrics, JSON Lines.
+    pub curve: Option<Located<String>>,
+    /// First-step logits (and loss), safetensors.
+    pub logits: Option<Located<String>>,
+    /// First-step gradients, safetensors.
+    pub grads: Option<Located<String>>,
+    /// Final weights, safetensors.
+    pub weights: Option<Located<String>>,
+    /// Initial weights, safetensors: with it the oracle level compares weight updates, without
+    /// it the weights themselves.
+    pub checkpoint: Option<Located<String>>,
+    /// Key of the step number in `curve` (default `step`).
+    pub step_key: String,
+    /// Key of the loss in `curve` (default `loss`).
+    pub loss_key: String,
+    /// Read the loss curve from the program's log instead: a preset (`megatron`, `torchtitan`,
+    /// `pithtrain`) or a regex with named groups `step` and `loss`.
+    pub log: Option<Located<String>>,
+}
+
+/// A bug the user's program can inject, and how to ask it to.
+#[derive(Clone, Debug)]
+pub struct EngineMutation {
+    pub name: Located<String>,
+    /// Extra arguments (templates) appended to the program's.
+    pub args: Vec<Located<String>>,
+    /// Extra environment (templates).
+    pub env: Vec<(String, Located<String>)>,
+    /// What a mesh needs for the bug to exist (default: more than one rank).
+    pub needs: Vec<Needs>,
+}
+
+impl EngineMutation {
+    pub fn applies_to(&self, mesh: &crate::MeshConfig) -> bool {
+        self.needs.iter().all(|n| n.holds(mesh))
+    }
+}
+
+/// A command engine as written.
+#[derive(Clone, Debug)]
+pub struct EngineDef {
+    pub name: Located<String>,
+    pub program: Located<String>,
+    pub args: Vec<Located<String>>,
+    /// Run `program` (and the args) through `sh -c`, values shell-quoted.
+    pub shell: bool,
+    pub env: Vec<(String, Located<String>)>,
+    /// Working directory (template), relative to the file that defines the engine.
+    pub cwd: Option<Located<String>>,
+    pub artifacts: ArtifactMap,
+    pub mutations: Vec<EngineMutation>,
+    pub loc: Loc,
+}
+
+impl EngineDef {
+    /// The directory of the file that defines this engine: relative paths start there.
+    pub fn base_dir(&self) -> std::path::PathBuf {
+        self.loc
+            .path()
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default()
+    }
+
+    pub fn mutation(&self, name: &str) -> Option<&EngineMutation> {
+        self.mutations.iter().find(|m| m.name.value == name)
+    }
+
+    pub fn decode(
+        cx: &mut Ctx<'_>,
+        name: Located<String>,
+        mut t: Table<'_, '_>,
+    ) -> Option<EngineDef> {
+        let kind = t.string(cx, "kind");
+        match &kind {
+            Some(k) if k.value == "command" => {}
+            Some(k) => cx.error(
+                Diagnostic::error(&k.loc, format!("unknown engine kind `{}`", k.value))
+                    .help("the only kind is \"command\" (the built-in burn engine needs no table)"),
+            ),
+            None => cx.error(
+                Diagnostic::error(&t.loc, format!("engine `{}` has no `kind`", name.value))
+                    .help("add kind = \"command\""),
+            ),
+        }
+        let program = t.string(cx, "program");
+        if program.is_none() {
+            cx.error(
+                Diagnostic::error(&t.loc, format!("engine `{}` has no `program`", name.value))
+                    .help("name the executable, e.g. program = \"python3\""),
+            );
+        }
+        let args = t.strings(cx, "args").map(|a| a.value).unwrap_or_default();
+        let shell = t.bool(cx, "shell").is_some_and(|b| b.value);
+        let env = string_table(cx, &mut t, "env");
+        let cwd = t.string(cx, "cwd");
+        let artifacts = t
+            .get("artifacts")
+            .and_then(|v| Table::from_value(cx, v, format!("engines.{}.artifacts", name.value)))
+            .map(|a| artifact_map(cx, a))
+            .unwrap_or_else(|| ArtifactMap {
+                step_key: "step".into(),
+                loss_key: "loss".into(),
+                ..ArtifactMap::default()
+            });
+        let mutations = mutations(cx, &mut t, &name.value);
+        let loc = t.loc.clone();
+        t.finish(cx);
+        Some(EngineDef {
+            name,
+            program: program?,
+            args,
+            shell,
+            env,
+            cwd,
+            artifacts,
+            mutations,
+            loc,
+        })
+    }
+}
+
+fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
+    let map = ArtifactMap {
+        curve: t.string(cx, "curve"),
+        logits: t.string(cx, "logits"),
+        grads: t.string(cx, "grads"),
+        weights: t.string(cx, "weights"),
+        checkpoint: t.string(cx, "checkpoint"),
+        step_key: t.string(cx, "step_key").map_or("step".into(), |s| s.value),
+        loss_key: t.string(cx, "loss_key").map_or("loss".into(), |s| s.value),
+        log: t.string(cx, "log"),
+    };
+    t.finish(cx);
+    map
+}
+
+/// A table of string values (`env`).
+fn string_table(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'_, '_>,
+    key: &'static str,
+) -> Vec<(String, Located<String>)> {
+    let path = format!("{}.{key}", t.path);
+    let Some(v) = t.get(key) else {
+        return Vec::new();
+    };
+    let Some(mut table) = Table::from_value(cx, v, path.clone()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in table.entries() {
+        match v.get_ref().as_str() {
+            Some(s) => out.push((
+                k.get_ref().to_string(),
+                Located::new(s.to_owned(), cx.loc(v)),
+            )),
+            None => cx.error(Diagnostic::error(
+                &cx.loc(v),
+                format!(
+                    "`{path}.{}` must be a string, found {}",
+                    k.get_ref(),
+                    kind_of(v.get_ref())
+                ),
+            )),
+        }
+    }
+    out
+}
+
+/// `[engines.NAME.mutations]`: `bug = ["--bug", "x"]` or `bug = { args, env, needs }`.
+fn mutations(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, engine: &str) -> Vec<EngineMutation> {
+    let path = format!("engines.{engine}.mutations");
+    let Some(v) = t.get("mutations") else {
+        return Vec::new();
+    };
+    let Some(mut table) = Table::from_value(cx, v, path.clone()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in table.entries() {
+        let name = Located::new(k.get_ref().to_string(), cx.loc(k));
+        let here = format!("{path}.{}", name.value);
+        let mut m = EngineMutation {
+            name,
+            args: Vec::new(),
+            env: Vec::new(),
+            needs: vec![Needs::MultiRank],
+        };
+        if v.get_ref().as_array().is_some() {
+            m.args = words(cx, v, &here);
+        } else if let Some(mut mt) = Table::from_value(cx, v, here.clone()) {
+            if let Some(a) = mt.get("args") {
+                m.args = words(cx, a, &format!("{here}.args"));
+            }
+            m.env = string_table(cx, &mut mt, "env");
+            if let Some(needs) = mt.strings(cx, "needs") {
+                m.needs = needs
+                    .value
+                    .iter()
+                    .filter_map(|n| match Needs::parse(&n.value) {
+                        Some(x) => Some(x),
+                        None => {
+                            cx.error(
+                                Diagnostic::error(&n.loc, format!("unknown need `{}`", n.value))
+                                    .help(format!("one of: {}", Needs::NAMES.join(", "))),
+                            );
+                            None
+                        }
+                    })
+                    .collect();
+            }
+            mt.finish(cx);
+        }
+        out.push(m);
+    }
+    out
+}
+
+/// An array of strings as located words.
+fn words(
+    cx: &mut Ctx<'_>,
+    v: &toml::Spanned<toml::de::DeValue<'_>>,
+    path: &str,
+) -> Vec<Located<String>> {
+    let Some(items) = v.get_ref().as_array() else {
+        cx.error(Diagnostic::error(
+            &cx.loc(v),
+            format!(
+                "`{path}` must be an array of strings, found {}",
+                kind_of(v.get_ref())
+            ),
+        ));
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|it| match it.get_ref().as_str() {
+            Some(s) => Some(Located::new(s.to_owned(), cx.loc(it))),
+            None => {
+                cx.error(Diagnostic::error(
+                    &cx.loc(it),
+                    format!(
+                        "items of `{path}` must be strings, found {}",
+                        kind_of(it.get_ref())
+                    ),
+                ));
+                None
+            }
+        })
+        .collect()
+}
