@@ -59,7 +59,7 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
                 levels.insert(*level);
             }
             JobKind::Mutation { mutation, .. } => {
-                mutations.insert(*mutation);
+                mutations.insert(mutation.clone());
             }
             JobKind::Reference | JobKind::Train { .. } => {}
         }
