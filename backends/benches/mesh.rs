@@ -48,6 +48,8 @@ fn main() {
         seq_len: 16,
         experts: None,
         top_k: None,
+        engine: None,
+        params: Vec::new(),
     };
     let training = Training {
         seed: 1234,

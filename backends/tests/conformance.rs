@@ -89,7 +89,7 @@ impl Engine for IgnoresMutations {
         self.0.supports(model, mesh, dtype)
     }
     fn mutations(&self) -> Vec<String> {
-        vec!["dp-skip-grad-all-reduce"]
+        vec!["dp-skip-grad-all-reduce".to_owned()]
     }
     fn reference(
         &self,

@@ -18,6 +18,8 @@ fn tiny() -> ModelConfig {
         seq_len: 8,
         experts: None,
         top_k: None,
+        engine: None,
+        params: Vec::new(),
     }
 }
 

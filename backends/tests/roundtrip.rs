@@ -22,6 +22,8 @@ fn model() -> ModelConfig {
         seq_len: 16,
         experts: None,
         top_k: None,
+        engine: None,
+        params: Vec::new(),
     }
 }
 
