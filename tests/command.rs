@@ -1,0 +1,331 @@
+//! The command engine on the real binary: a user's JAX trainer checked at world size 1 against
+//! tp2, dp2 and tp2·dp2 with its own bugs caught (examples/command), and every way a command
+//! goes wrong — not found, non-zero exit, hang, missing or malformed artifact, a template naming
+//! an unknown value — a clear job (or spec) error with the rendered command and its output,
+//! while no spec value can reach a shell.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn meshparity() -> Command {
+    let mut c = Command::cargo_bin("meshparity").unwrap();
+    c.env("NO_COLOR", "1");
+    c
+}
+
+/// A spec with one command engine (`engine` is its table body) and one model on dp2.
+fn spec(engine: &str, model_keys: &str, levels: &str) -> String {
+    format!(
+        r#"
+[run]
+name = "cmd"
+seed = 3
+steps = 2
+batch = 2
+
+[engines.prog]
+kind = "command"
+{engine}
+
+[models.m]
+engine = "prog"
+{model_keys}
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = {levels}
+"#
+    )
+}
+
+struct Run {
+    dir: tempfile::TempDir,
+    code: Option<i32>,
+    stderr: String,
+}
+
+impl Run {
+    fn new(spec: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+        let out = meshparity()
+            .current_dir(dir.path())
+            .args(["run", "spec.toml", "--run-dir", "run", "--no-progress", "--retries", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        Self {
+            dir,
+            code: out.status.code(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn results(&self) -> Value {
+        let path = self.dir.path().join("run/results.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\nstderr:\n{}", path.display(), self.stderr));
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Status and summary (with the last attempt's log tail) of the job named `name`.
+    fn job(&self, name: &str) -> (String, String) {
+        let r = self.results();
+        let job = r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"] == name)
+            .unwrap_or_else(|| panic!("no job `{name}` in {r:#}"))
+            .clone();
+        let tail = job["attempts"]
+            .as_array()
+            .and_then(|a| a.last())
+            .map(|a| a["log_tail"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_default();
+        (
+            job["status"].as_str().unwrap().to_owned(),
+            format!("{}\n{tail}", job["summary"].as_str().unwrap()),
+        )
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+#[test]
+fn a_program_that_cannot_start_is_a_job_error_naming_it() {
+    let r = Run::new(
+        &spec(
+            r#"program = "no-such-trainer-xyz"
+args = ["--tp", "{{tp}}"]"#,
+            "",
+            r#"["curve"]"#,
+        ),
+        &[],
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    let (status, why) = r.job("m@f32/reference");
+    assert_eq!(status, "error");
+    assert!(why.contains("cannot start `no-such-trainer-xyz --tp 1`"), "{why}");
+}
+
+#[test]
+fn a_non_zero_exit_is_a_job_error_with_the_command_and_its_output() {
+    let r = Run::new(
+        &spec(
+            r#"program = "sh"
+args = ["-c", "echo out of memory on rank 0 >&2; exit 3"]"#,
+            "",
+            r#"["curve"]"#,
+        ),
+        &[],
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    let (status, why) = r.job("m@f32/reference");
+    assert_eq!(status, "error");
+    assert!(why.contains("exited with 3"), "{why}");
+    assert!(why.contains("out of memory on rank 0"), "{why}");
+    assert!(why.contains("`sh -c 'echo out of memory"), "{why}");
+}
+
+#[test]
+fn a_hanging_program_times_out_with_its_command_in_the_log() {
+    let r = Run::new(
+        &spec(r#"program = "sleep"
+args = ["600"]"#, "", r#"["curve"]"#),
+        &["--timeout", "2", "--grace", "1"],
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    let (status, why) = r.job("m@f32/reference");
+    assert_eq!(status, "timeout", "{why}");
+    assert!(why.contains("meshparity: running sleep 600"), "{why}");
+}
+
+#[test]
+fn missing_and_malformed_artifacts_are_errors_naming_the_file() {
+    let missing = Run::new(
+        &spec(
+            r#"program = "true"
+artifacts = { curve = "metrics.jsonl" }"#,
+            "",
+            r#"["curve"]"#,
+        ),
+        &[],
+    );
+    let (status, why) = missing.job("m@f32/reference");
+    assert_eq!(status, "error");
+    assert!(why.contains("wrote no `metrics.jsonl` (artifacts.curve)"), "{why}");
+    assert!(why.contains("command: true"), "{why}");
+
+    let malformed = Run::new(
+        &spec(
+            r#"program = "sh"
+args = ["-c", "printf garbage > \"$1\"/logits.safetensors; echo '{\"step\": 1, \"loss\": 2}' > \"$1\"/m.jsonl", "sh", "{{out_dir}}"]
+artifacts = { logits = "logits.safetensors", curve = "m.jsonl" }"#,
+            "",
+            r#"["forward"]"#,
+        ),
+        &[],
+    );
+    let (status, why) = malformed.job("m@f32/reference");
+    assert_eq!(status, "error");
+    assert!(why.contains("logits.safetensors` (artifacts.logits) is malformed"), "{why}");
+
+    // A level whose artifact the engine does not map: an error, never a pass.
+    let unmapped = Run::new(
+        &spec(
+            r#"program = "sh"
+args = ["-c", "echo '{\"step\": 1, \"loss\": 2}' > \"$1\"/m.jsonl", "sh", "{{out_dir}}"]
+artifacts = { curve = "m.jsonl" }"#,
+            "",
+            r#"["curve", "oracle"]"#,
+        ),
+        &[],
+    );
+    assert_eq!(unmapped.job("m@f32/dp2/curve").0, "passed");
+    let (status, why) = unmapped.job("m@f32/dp2/oracle");
+    assert_eq!(status, "error", "{why}");
+    assert!(why.contains("grads.safetensors"), "{why}");
+}
+
+#[test]
+fn a_template_naming_an_unknown_value_is_a_spec_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("spec.toml"),
+        spec(r#"program = "echo"
+args = ["--tp", "{{tensor_parallel}}"]"#, "", r#"["curve"]"#),
+    )
+    .unwrap();
+    let out = meshparity()
+        .current_dir(dir.path())
+        .args(["validate", "spec.toml"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("spec.toml:14:10"), "points at the model's engine: {err}");
+    assert!(err.contains("unknown value `tensor_parallel`"), "{err}");
+    assert!(err.contains("(known: batch, cp, dp,"), "lists what exists: {err}");
+}
+
+/// Hostile values in model keys reach the program as one literal argument each, with and
+/// without `shell = true`; nothing they spell is ever executed.
+#[test]
+fn spec_values_never_reach_a_shell() {
+    let hostile = [
+        ("dollar", "$(touch pwned-dollar)"),
+        ("semi", "x; touch pwned-semi"),
+        ("tick", "`touch pwned-tick`"),
+        ("quote", "it's'; touch pwned-quote; '"),
+    ];
+    let keys: String = hostile
+        .iter()
+        .map(|(k, v)| format!("{k} = {v:?}\n"))
+        .collect();
+    // The program writes its arguments, one per line, and a curve.
+    let writer = r#"for a in "$@"; do printf '%s\n' "$a"; done > args.txt; echo '{"step": 1, "loss": 1}' > m.jsonl"#;
+    for shell in [false, true] {
+        // TOML multi-line literal strings: the shell text goes in as written.
+        let engine = if shell {
+            format!(
+                r#"program = '''sh -c '{}' sh'''
+args = ["{{{{dollar}}}}", "{{{{semi}}}}", "{{{{tick}}}}", "{{{{quote}}}}"]
+shell = true
+cwd = "{{{{out_dir}}}}"
+artifacts = {{ curve = "m.jsonl" }}"#,
+                writer.replace('\'', r"'\''")
+            )
+        } else {
+            format!(
+                r#"program = "sh"
+args = ["-c", '''{writer}''', "sh", "{{{{dollar}}}}", "{{{{semi}}}}", "{{{{tick}}}}", "{{{{quote}}}}"]
+cwd = "{{{{out_dir}}}}"
+artifacts = {{ curve = "m.jsonl" }}"#
+            )
+        };
+        let r = Run::new(&spec(&engine, &keys, r#"["curve"]"#), &[]);
+        assert_eq!(r.code, Some(0), "shell={shell}: {}", r.stderr);
+        let args = find(r.path(), "args.txt");
+        assert!(!args.is_empty(), "the program ran");
+        for a in &args {
+            let got = std::fs::read_to_string(a).unwrap();
+            let want: String = hostile.iter().map(|(_, v)| format!("{v}\n")).collect();
+            assert_eq!(got, want, "shell={shell}");
+        }
+        let pwned = find(r.path(), "pwned");
+        assert!(pwned.is_empty(), "shell={shell}: {pwned:?}");
+    }
+}
+
+/// Files under `dir` whose name contains `needle`.
+fn find(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().unwrap().to_string_lossy().contains(needle) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn jax() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import jax, safetensors, numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the JAX example: `pip install jax safetensors numpy` (see .ci/run)"
+        );
+        eprintln!("skipped: JAX is not installed (pip install jax safetensors numpy)");
+    }
+    ok
+}
+
+/// The README's command-engine example: every level passes on the correct meshes and every
+/// bug the program declares is caught where it applies.
+#[test]
+fn the_jax_example_passes_and_catches_its_bugs() {
+    if !jax() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = out.path().join("run");
+    let status = meshparity()
+        .current_dir(root)
+        .args(["run", "examples/command/jax-tp-dp.toml", "--no-progress", "--run-dir"])
+        .arg(&run)
+        .output()
+        .unwrap()
+        .status;
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    let jobs = results["jobs"].as_array().unwrap();
+    assert_eq!(status.code(), Some(0), "{results:#}");
+    assert_eq!(jobs.len(), 19);
+    let mutations: Vec<&Value> = jobs.iter().filter(|j| j["kind"] == "mutation").collect();
+    assert_eq!(mutations.len(), 6, "3 bugs on tp2·dp2, 2 on dp2, 1 on tp2");
+    for j in jobs {
+        assert_eq!(j["status"], "passed", "{j:#}");
+    }
+    for m in mutations {
+        assert!(m["summary"].as_str().unwrap().starts_with("caught by"), "{m:#}");
+    }
+    assert_eq!(results["meta"]["backend"], "command:jax");
+}
