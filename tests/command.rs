@@ -55,7 +55,15 @@ impl Run {
         std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
         let out = meshparity()
             .current_dir(dir.path())
-            .args(["run", "spec.toml", "--run-dir", "run", "--no-progress", "--retries", "0"])
+            .args([
+                "run",
+                "spec.toml",
+                "--run-dir",
+                "run",
+                "--no-progress",
+                "--retries",
+                "0",
+            ])
             .args(extra)
             .output()
             .unwrap();
@@ -113,7 +121,10 @@ args = ["--tp", "{{tp}}"]"#,
     assert_eq!(r.code, Some(3), "{}", r.stderr);
     let (status, why) = r.job("m@f32/reference");
     assert_eq!(status, "error");
-    assert!(why.contains("cannot start `no-such-trainer-xyz --tp 1`"), "{why}");
+    assert!(
+        why.contains("cannot start `no-such-trainer-xyz --tp 1`"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -138,8 +149,12 @@ args = ["-c", "echo out of memory on rank 0 >&2; exit 3"]"#,
 #[test]
 fn a_hanging_program_times_out_with_its_command_in_the_log() {
     let r = Run::new(
-        &spec(r#"program = "sleep"
-args = ["600"]"#, "", r#"["curve"]"#),
+        &spec(
+            r#"program = "sleep"
+args = ["600"]"#,
+            "",
+            r#"["curve"]"#,
+        ),
         &["--timeout", "2", "--grace", "1"],
     );
     assert_eq!(r.code, Some(3), "{}", r.stderr);
@@ -161,7 +176,10 @@ artifacts = { curve = "metrics.jsonl" }"#,
     );
     let (status, why) = missing.job("m@f32/reference");
     assert_eq!(status, "error");
-    assert!(why.contains("wrote no `metrics.jsonl` (artifacts.curve)"), "{why}");
+    assert!(
+        why.contains("wrote no `metrics.jsonl` (artifacts.curve)"),
+        "{why}"
+    );
     assert!(why.contains("command: true"), "{why}");
 
     let malformed = Run::new(
@@ -176,7 +194,10 @@ artifacts = { logits = "logits.safetensors", curve = "m.jsonl" }"#,
     );
     let (status, why) = malformed.job("m@f32/reference");
     assert_eq!(status, "error");
-    assert!(why.contains("logits.safetensors` (artifacts.logits) is malformed"), "{why}");
+    assert!(
+        why.contains("logits.safetensors` (artifacts.logits) is malformed"),
+        "{why}"
+    );
 
     // A level whose artifact the engine does not map: an error, never a pass.
     let unmapped = Run::new(
@@ -200,8 +221,12 @@ fn a_template_naming_an_unknown_value_is_a_spec_error() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("spec.toml"),
-        spec(r#"program = "echo"
-args = ["--tp", "{{tensor_parallel}}"]"#, "", r#"["curve"]"#),
+        spec(
+            r#"program = "echo"
+args = ["--tp", "{{tensor_parallel}}"]"#,
+            "",
+            r#"["curve"]"#,
+        ),
     )
     .unwrap();
     let out = meshparity()
@@ -211,9 +236,15 @@ args = ["--tp", "{{tensor_parallel}}"]"#, "", r#"["curve"]"#),
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("spec.toml:14:10"), "points at the model's engine: {err}");
+    assert!(
+        err.contains("spec.toml:14:10"),
+        "points at the model's engine: {err}"
+    );
     assert!(err.contains("unknown value `tensor_parallel`"), "{err}");
-    assert!(err.contains("(known: batch, cp, dp,"), "lists what exists: {err}");
+    assert!(
+        err.contains("(known: batch, cp, dp,"),
+        "lists what exists: {err}"
+    );
 }
 
 /// Hostile values in model keys reach the program as one literal argument each, with and
@@ -309,7 +340,12 @@ fn the_jax_example_passes_and_catches_its_bugs() {
     let run = out.path().join("run");
     let status = meshparity()
         .current_dir(root)
-        .args(["run", "examples/command/jax-tp-dp.toml", "--no-progress", "--run-dir"])
+        .args([
+            "run",
+            "examples/command/jax-tp-dp.toml",
+            "--no-progress",
+            "--run-dir",
+        ])
         .arg(&run)
         .output()
         .unwrap()
@@ -325,7 +361,10 @@ fn the_jax_example_passes_and_catches_its_bugs() {
         assert_eq!(j["status"], "passed", "{j:#}");
     }
     for m in mutations {
-        assert!(m["summary"].as_str().unwrap().starts_with("caught by"), "{m:#}");
+        assert!(
+            m["summary"].as_str().unwrap().starts_with("caught by"),
+            "{m:#}"
+        );
     }
     assert_eq!(results["meta"]["backend"], "command:jax");
 }

@@ -28,6 +28,8 @@ struct SpecFile {
     models: Option<IndexMap<String, Model>>,
     /// Parallel layouts by name.
     meshes: Option<IndexMap<String, Mesh>>,
+    /// Your own training programs as engines, by name; models name one with `engine`.
+    engines: Option<IndexMap<String, Engine>>,
     /// Tolerance tables by name; `builtin` always exists.
     tolerances: Option<IndexMap<String, Tolerances>>,
     /// Which models × meshes × levels × dtypes to check; absent: everything.
@@ -64,9 +66,21 @@ struct Run {
     device: Option<Device>,
 }
 
+/// A model. With `engine`, any other key (string, number, boolean) is passed to the engine's
+/// templates, so unknown keys are allowed here; meshparity itself still refuses them on models
+/// of the built-in engine.
 #[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(extend(
+    "additionalProperties" = {"type": ["string", "number", "boolean"]},
+    "if" = {"not": {"required": ["engine"]}},
+    "then" = {"propertyNames": {"enum": [
+        "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
+        "top_k", "dtype", "device", "engine"
+    ]}}
+))]
 struct Model {
+    /// The `[engines.NAME]` that trains this model (default: the built-in burn engine).
+    engine: Option<String>,
     /// Built-in family (default llama).
     family: Option<Family>,
     #[schemars(range(min = 1))]
@@ -95,6 +109,76 @@ struct Model {
     dtype: Option<DType>,
     /// Device (default: [run] device).
     device: Option<Device>,
+}
+
+/// A command engine: your program, its arguments as handlebars templates over the job's values
+/// (dp tp pp cp ep etp sp microbatches schedule world_size seed steps oracle_steps batch lr
+/// optimizer dtype out_dir spec_dir mutation, the model's sizes and its own keys).
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Engine {
+    /// The only kind: "command".
+    kind: EngineKind,
+    /// The executable (a template), found on PATH or relative to `cwd`.
+    program: String,
+    /// Arguments (templates), passed as an argv: no shell unless `shell = true`.
+    args: Option<Vec<String>>,
+    /// Run `program` and `args` as one `sh -c` line, every value shell-quoted.
+    shell: Option<bool>,
+    /// Extra environment (templates).
+    env: Option<IndexMap<String, String>>,
+    /// Working directory (a template), relative to this file (default: this file's directory).
+    cwd: Option<String>,
+    /// Where the program writes each artifact, relative to `{{out_dir}}`.
+    artifacts: Option<EngineArtifacts>,
+    /// Bugs the program can inject: extra args, or a table with args, env and needs.
+    mutations: Option<IndexMap<String, EngineMutation>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+enum EngineKind {
+    Command,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct EngineArtifacts {
+    /// Per-step metrics, JSON Lines.
+    curve: Option<String>,
+    /// First-step logits (and loss), safetensors.
+    logits: Option<String>,
+    /// First-step gradients, safetensors.
+    grads: Option<String>,
+    /// Final weights, safetensors.
+    weights: Option<String>,
+    /// Initial weights, safetensors (the oracle level then compares weight updates).
+    checkpoint: Option<String>,
+    /// Key of the step number in `curve` (default step).
+    step_key: Option<String>,
+    /// Key of the loss in `curve` (default loss).
+    loss_key: Option<String>,
+    /// Loss curve from the program's output: megatron, torchtitan, pithtrain, or a regex with
+    /// named groups step and loss.
+    log: Option<String>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+enum EngineMutation {
+    Args(Vec<String>),
+    Table(EngineMutationTable),
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct EngineMutationTable {
+    /// Extra arguments (templates).
+    args: Option<Vec<String>>,
+    /// Extra environment (templates).
+    env: Option<IndexMap<String, String>>,
+    /// What a mesh needs for the bug to exist: dp, tp, sp, pp, microbatches, multi-rank, ep.
+    needs: Option<Vec<String>>,
 }
 
 #[derive(JsonSchema)]
@@ -325,7 +409,23 @@ mod tests {
         assert_eq!(keys(&v, ""), sorted(crate::document::KEYS));
         assert_eq!(keys(&v, "Run"), sorted(crate::run::KEYS));
         assert_eq!(keys(&v, "Model"), sorted(crate::model::KEYS));
+        let closed: Vec<&str> = v["definitions"]["Model"]["then"]["propertyNames"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert_eq!(sorted(&closed), sorted(crate::model::KEYS));
         assert_eq!(keys(&v, "Mesh"), sorted(crate::mesh::KEYS));
+        assert_eq!(keys(&v, "Engine"), sorted(crate::engine::KEYS));
+        assert_eq!(
+            keys(&v, "EngineArtifacts"),
+            sorted(crate::engine::ARTIFACT_KEYS)
+        );
+        assert_eq!(
+            keys(&v, "EngineMutationTable"),
+            sorted(crate::engine::MUTATION_KEYS)
+        );
         assert_eq!(keys(&v, "MatrixEntry"), sorted(crate::matrix::KEYS));
         assert_eq!(keys(&v, "Exclude"), sorted(crate::matrix::EXCLUDE_KEYS));
         assert_eq!(keys(&v, "Mutations"), sorted(crate::mutation::KEYS));
