@@ -368,3 +368,39 @@ fn the_jax_example_passes_and_catches_its_bugs() {
     }
     assert_eq!(results["meta"]["backend"], "command:jax");
 }
+
+/// A program that writes its artifacts with the repository's Python helper
+/// (`python/meshparity_hooks`), checked with default keys: dp2 passes, its bug is caught.
+#[test]
+fn a_program_using_the_python_hooks_is_checked() {
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !numpy {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs numpy and safetensors"
+        );
+        eprintln!("skipped: pip install numpy safetensors");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let engine = format!(
+        r#"program = "python3"
+args = ["{trainer}", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
+env = {{ PYTHONPATH = "{python}" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+mutations = {{ local-norm = ["--bug", "local-norm"] }}"#,
+        trainer = root.join("tests/consumers/hooks_trainer.py").display(),
+        python = root.join("python").display(),
+    );
+    let r = Run::new(&spec(&engine, "", r#"["forward", "curve", "oracle"]"#), &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    for level in ["forward", "curve", "oracle"] {
+        assert_eq!(r.job(&format!("m@f32/dp2/{level}")).0, "passed");
+    }
+    let (status, why) = r.job("m@f32/dp2/mutation[local-norm]");
+    assert_eq!(status, "passed", "{why}");
+    assert!(why.starts_with("caught by"), "{why}");
+}

@@ -1,0 +1,90 @@
+"""Write meshparity's artifacts from any training loop in a few lines.
+
+    from meshparity_hooks import Recorder
+    rec = Recorder(args.out)                 # the directory `{{out_dir}}` renders to
+    rec.tensors("init.safetensors", model_state)          # before the first step
+    for step in range(1, steps + 1):
+        loss, logits, grads = train_step(...)
+        rec.metric(step, loss=loss)                       # metrics.jsonl
+        if step == 1:
+            rec.tensors("logits.safetensors", {"logits": logits, "loss": loss})
+            rec.tensors("grads.safetensors", grads)
+    rec.tensors("final.safetensors", model_state)
+
+Tensors may be numpy arrays, JAX arrays or torch tensors (bf16/f16 are written as f32, the
+way meshparity compares them anyway). They must be *full* (world-size-1) tensors under their
+world-size-1 names: gather your shards first (torch: `DTensor.full_tensor()`, FSDP's
+`get_model_state_dict(..., full_state_dict=True)`; JAX: `np.asarray` of a sharded array).
+
+Only one process writes: rank 0 by default (`RANK` from torchrun, else JAX's process index,
+else 0); pass `rank=` to override.
+"""
+
+import json
+import math
+import os
+
+__all__ = ["Recorder", "to_numpy"]
+
+
+def _rank():
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    try:
+        import jax  # noqa: F401
+
+        return jax.process_index()
+    except Exception:
+        return 0
+
+
+def to_numpy(x):
+    """A numpy array of `x` (numpy, JAX, torch, or a Python number)."""
+    import numpy as np
+
+    if hasattr(x, "detach"):  # torch
+        x = x.detach().cpu()
+        if str(x.dtype) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()
+        return x.numpy()
+    a = np.asarray(x)
+    if a.dtype.name in ("bfloat16", "float16"):
+        a = a.astype(np.float32)
+    return a
+
+
+class Recorder:
+    """Artifacts of one run, written into `out`."""
+
+    def __init__(self, out, metrics="metrics.jsonl", rank=None):
+        self.out = out
+        self.writer = (_rank() if rank is None else rank) == 0
+        self.metrics_path = os.path.join(out, metrics)
+        if self.writer:
+            os.makedirs(out, exist_ok=True)
+            open(self.metrics_path, "w").close()
+
+    def metric(self, step, **values):
+        """One line of metrics.jsonl: {"step": step, name: value, ...}."""
+        if not self.writer:
+            return
+        row = {"step": int(step)}
+        for k, v in values.items():
+            v = float(to_numpy(v))
+            row[k] = v if math.isfinite(v) else str(v)
+        line = json.dumps(row).replace('"nan"', "NaN").replace('"inf"', "Infinity")
+        line = line.replace('"-inf"', "-Infinity")
+        with open(self.metrics_path, "a") as f:
+            f.write(line + "\n")
+
+    def tensors(self, name, tensors):
+        """A safetensors file of `tensors` ({name: tensor}); scalars become shape [1]."""
+        if not self.writer:
+            return
+        from safetensors.numpy import save_file
+
+        arrays = {}
+        for k, v in tensors.items():
+            a = to_numpy(v)
+            arrays[k] = a.reshape(1) if a.ndim == 0 else a
+        save_file(arrays, os.path.join(self.out, name))
