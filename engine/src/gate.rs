@@ -16,13 +16,16 @@ pub struct Gate {
     /// What was measured: a tensor name, `layer N` (a layer average) or a curve metric.
     pub subject: String,
     pub metric: String,
+    #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub value: f64,
+    #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub limit: f64,
     /// `max` (value must be ≤ limit) or `min` (value must be ≥ limit).
     pub bound: String,
     /// The value in units of the limit, so that above 1 fails: `value / limit` for a maximum,
     /// `(1 − value) / (1 − limit)` for a minimum (cosine, agreement). 0 is a perfect match;
     /// infinite where a limit of 0 (or a minimum of 1) is missed at all.
+    #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub ratio: f64,
 }
 

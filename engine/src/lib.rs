@@ -8,6 +8,7 @@
 //! - [`judge`] — every level judged from a reference and a mesh run's artifact directories;
 //! - [`gate`], [`outcome`], [`mutation`] — what a level found, with the evidence, and a
 //!   mutation's expected failure;
+//! - [`finding`] — a job's findings, typed, as results files store them;
 //! - [`update`] — weight updates, what the oracle level compares;
 //! - [`conformance`] — the suite every engine must pass.
 
@@ -16,6 +17,7 @@ pub mod check;
 pub mod checkpoint;
 pub mod conformance;
 pub mod engine;
+pub mod finding;
 pub mod gate;
 pub mod judge;
 pub mod mutation;
@@ -26,6 +28,7 @@ pub mod update;
 pub use artifact::{files, ArtifactError, Manifest};
 pub use check::{check, CheckError, Checked};
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};
+pub use finding::Finding;
 pub use gate::Gate;
 pub use judge::{Judge, JudgeError};
 pub use mutation::MutationOutcome;

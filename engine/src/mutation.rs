@@ -2,12 +2,12 @@
 //! The job passes only if some level fails; the outcome says which did.
 
 use meshparity_specs::Level;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::artifact::Manifest;
 use crate::outcome::Outcome;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MutationOutcome {
     pub mutation: String,
     /// Whether some level failed, as it must.

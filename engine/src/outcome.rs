@@ -3,12 +3,12 @@
 use meshparity_compare::render::sci;
 use meshparity_compare::report::{CurveReport, TensorReport, Verdict};
 use meshparity_specs::Level;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::gate::{self, Gate};
 
 /// One comparison's verdict and what it compared.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Comparison {
     /// `logits+loss`, `losses`, `gradients`, `weights`, `checkpoint`.
     pub what: String,
@@ -18,15 +18,16 @@ pub struct Comparison {
     /// Tensors or curve points compared.
     pub compared: u64,
     /// The first thing over its limit, in words.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
     /// Every limit in force with the value held against it; none means nothing was gated,
     /// which a level treats as an error rather than a pass.
     pub gates: Vec<Gate>,
     /// The `meshparity compare` command that re-derives this verdict from the two files.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reproduce: String,
     /// The comparison engine's full report.
+    #[serde(default)]
     pub report: serde_json::Value,
 }
 
@@ -136,7 +137,7 @@ fn scoped(what: &str, mut gates: Vec<Gate>) -> Vec<Gate> {
 }
 
 /// What a level found.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outcome {
     pub level: Level,
     pub passed: bool,
@@ -148,15 +149,17 @@ pub struct Outcome {
     /// Receives with no matching send and the like.
     pub anomalies: Vec<String>,
     /// Per-step losses of both runs (curve level), for plots.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub losses: Option<Losses>,
     pub seconds: f64,
 }
 
 /// The two loss curves a curve level compared.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Losses {
+    #[serde(deserialize_with = "crate::finding::numbers_or_nan")]
     pub reference: Vec<f64>,
+    #[serde(deserialize_with = "crate::finding::numbers_or_nan")]
     pub candidate: Vec<f64>,
 }
 

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use indexmap::IndexMap;
+use meshparity_engine::Finding;
 use quick_junit::{
     NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
 };
@@ -91,16 +92,12 @@ fn status(job: &JobRecord) -> TestCaseStatus {
 /// Every failed comparison of a job, one line each.
 pub fn failure_details(job: &JobRecord) -> String {
     let mut out = Vec::new();
-    let comparisons = job.detail["comparisons"].as_array().into_iter().flatten();
-    let levels = job.detail["levels"].as_array().into_iter().flatten();
-    for c in
-        comparisons.chain(levels.flat_map(|l| l["comparisons"].as_array().into_iter().flatten()))
-    {
-        if c["passed"] == false {
+    for c in job.detail.iter().flat_map(|d| d.comparisons()) {
+        if !c.passed {
             out.push(format!(
                 "{}: {}",
-                c["what"].as_str().unwrap_or("?"),
-                c["failure"].as_str().unwrap_or("mismatch")
+                c.what,
+                c.failure.as_deref().unwrap_or("mismatch")
             ));
         }
     }
@@ -153,7 +150,7 @@ pub fn junit(results: &RunResults) -> String {
             if let Some(n) = compared(job) {
                 case.add_property(Property::new("compared", n.to_string()));
             }
-            if let Some(n) = job.detail["collectives"].as_u64() {
+            if let Some(n) = job.detail.as_ref().and_then(|d| d.collectives()) {
                 case.add_property(Property::new("collectives", n.to_string()));
             }
             if !job.reproduce.is_empty() {
@@ -173,11 +170,8 @@ pub fn junit(results: &RunResults) -> String {
 
 /// Tensors or points a job's comparisons covered.
 pub fn compared(job: &JobRecord) -> Option<u64> {
-    let comparisons = job.detail["comparisons"].as_array()?;
-    Some(
-        comparisons
-            .iter()
-            .filter_map(|c| c["compared"].as_u64())
-            .sum(),
-    )
+    match job.detail.as_ref()? {
+        Finding::Level(o) => Some(o.comparisons.iter().map(|c| c.compared).sum()),
+        _ => None,
+    }
 }

@@ -1,5 +1,6 @@
 //! The result model: one `RunResults` per run, one `JobRecord` per planned job.
 
+use meshparity_engine::Finding;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on incompatible changes of `results.json`.
@@ -111,9 +112,13 @@ pub struct JobRecord {
     /// Command that re-runs this job alone.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reproduce: String,
-    /// The backend's findings: comparisons with their metrics and limits, collectives, faults.
-    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    pub detail: serde_json::Value,
+    /// The engine's findings: comparisons with their metrics and limits, collectives, faults.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "Finding::lenient"
+    )]
+    pub detail: Option<Finding>,
 }
 
 /// What the run was.

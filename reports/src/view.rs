@@ -2,9 +2,11 @@
 //! lays out and handlebars escapes every string from a job.
 
 use indexmap::IndexMap;
+use meshparity_engine::{Comparison, Losses};
 use serde::Serialize;
 
 use crate::junit::compared;
+
 use crate::model::{JobRecord, RunMeta, RunResults, Status};
 
 #[derive(Serialize)]
@@ -152,8 +154,8 @@ pub fn anchor(job: &JobRecord) -> String {
     format!("job-{}", job.id)
 }
 
-fn comparison(c: &serde_json::Value) -> ComparisonView {
-    let mut worst: Vec<&serde_json::Value> = c["report"]["tensors"]
+fn comparison(c: &Comparison) -> ComparisonView {
+    let mut worst: Vec<&serde_json::Value> = c.report["tensors"]
         .as_array()
         .map(|t| t.iter().collect())
         .unwrap_or_default();
@@ -164,12 +166,12 @@ fn comparison(c: &serde_json::Value) -> ComparisonView {
             .then(key(b).total_cmp(&key(a)))
     });
     ComparisonView {
-        what: clean(c["what"].as_str().unwrap_or("")),
-        passed: c["passed"] == true,
-        failure: clean(c["failure"].as_str().unwrap_or("")),
-        compared: c["compared"].as_u64().unwrap_or(0),
-        reference: clean(c["reference"].as_str().unwrap_or("")),
-        candidate: clean(c["candidate"].as_str().unwrap_or("")),
+        what: clean(&c.what),
+        passed: c.passed,
+        failure: clean(c.failure.as_deref().unwrap_or("")),
+        compared: c.compared,
+        reference: clean(&c.reference),
+        candidate: clean(&c.candidate),
         worst: worst
             .into_iter()
             .take(WORST)
@@ -196,14 +198,8 @@ fn comparison(c: &serde_json::Value) -> ComparisonView {
     }
 }
 
-fn plot(losses: &serde_json::Value) -> Option<Plot> {
-    let series = |k: &str| -> Vec<f64> {
-        losses[k]
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
-            .unwrap_or_default()
-    };
-    let (r, c) = (series("reference"), series("candidate"));
+fn plot(losses: &Losses) -> Option<Plot> {
+    let (r, c) = (losses.reference.clone(), losses.candidate.clone());
     if r.is_empty() {
         return None;
     }
@@ -238,32 +234,16 @@ fn plot(losses: &serde_json::Value) -> Option<Plot> {
 }
 
 fn job_view(job: &JobRecord) -> JobView {
-    let d = &job.detail;
-    let mut comparisons: Vec<ComparisonView> = d["comparisons"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(comparison)
-        .collect();
-    let mut curve = plot(&d["losses"]);
-    for level in d["levels"].as_array().into_iter().flatten() {
-        comparisons.extend(
-            level["comparisons"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(comparison),
-        );
-        curve = curve.or_else(|| plot(&level["losses"]));
-    }
-    let strings = |v: &serde_json::Value| -> Vec<String> {
-        v.as_array()
+    let d = job.detail.as_ref();
+    let comparisons: Vec<ComparisonView> = d
+        .map(|d| d.comparisons().into_iter().map(comparison).collect())
+        .unwrap_or_default();
+    let curve = d.and_then(|d| {
+        d.outcomes()
             .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str())
-            .map(clean)
-            .collect()
-    };
+            .find_map(|o| o.losses.as_ref().and_then(plot))
+    });
+    let mutation = d.and_then(|d| d.mutation());
     JobView {
         anchor: anchor(job),
         name: clean(&job.name),
@@ -277,11 +257,15 @@ fn job_view(job: &JobRecord) -> JobView {
             &job.adapter
         }),
         compared: compared(job),
-        collectives: d["collectives"].as_u64(),
+        collectives: d.and_then(|d| d.collectives()).map(|n| n as u64),
         comparisons,
         curve,
-        caught_by: strings(&d["caught_by"]),
-        altered: strings(&d["altered"]),
+        caught_by: mutation
+            .map(|m| m.caught_by.iter().map(|l| l.as_str().to_owned()).collect())
+            .unwrap_or_default(),
+        altered: mutation
+            .map(|m| m.altered.iter().map(|a| clean(a)).collect())
+            .unwrap_or_default(),
         log_tail: job
             .attempts
             .last()

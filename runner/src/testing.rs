@@ -52,7 +52,7 @@ pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
                     summary: "no-op (test fault)".into(),
                     seconds: 0.0,
                     cached: false,
-                    detail: serde_json::Value::Null,
+                    detail: None,
                     adapter: String::new(),
                 };
                 let _ = std::fs::create_dir_all(&args.out);

@@ -7,7 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use meshparity_engine::{CheckError, Engine, EngineError, Judge, JudgeError, RunRequest};
+use meshparity_engine::finding::Artifacts;
+use meshparity_engine::{CheckError, Engine, EngineError, Finding, Judge, JudgeError, RunRequest};
 use meshparity_reports::Status;
 use meshparity_specs::{Device, Level, Limits};
 use petgraph::graph::NodeIndex;
@@ -42,16 +43,16 @@ pub struct WorkerResult {
     pub seconds: f64,
     #[serde(default)]
     pub cached: bool,
-    #[serde(default)]
-    pub detail: serde_json::Value,
+    #[serde(default, deserialize_with = "Finding::lenient")]
+    pub detail: Option<Finding>,
     /// The device the job computed on, as its engine describes it.
     #[serde(default)]
     pub adapter: String,
 }
 
 impl WorkerResult {
-    /// A check's (or mutation's) verdict with the backend's findings as detail.
-    fn verdict(passed: bool, summary: String, seconds: f64, detail: &impl Serialize) -> Self {
+    /// A check's (or mutation's) verdict with the engine's findings as detail.
+    fn verdict(passed: bool, summary: String, seconds: f64, detail: Finding) -> Self {
         Self {
             status: if passed {
                 Status::Passed
@@ -61,7 +62,7 @@ impl WorkerResult {
             summary,
             seconds,
             cached: false,
-            detail: serde_json::to_value(detail).unwrap_or_default(),
+            detail: Some(detail),
             adapter: String::new(),
         }
     }
@@ -208,7 +209,10 @@ impl Context<'_> {
                 summary: format!("reused cached artifacts in {}", dir.display()),
                 seconds: 0.0,
                 cached: true,
-                detail: serde_json::json!({ "artifacts": dir.display().to_string() }),
+                detail: Some(Finding::Artifacts(Artifacts {
+                    artifacts: dir.display().to_string(),
+                    collectives: 0,
+                })),
                 adapter: self.adapter.to_owned(),
             });
         }
@@ -240,10 +244,10 @@ impl Context<'_> {
             ),
             seconds: manifest.seconds,
             cached: false,
-            detail: serde_json::json!({
-                "artifacts": dir.display().to_string(),
-                "collectives": manifest.collectives,
-            }),
+            detail: Some(Finding::Artifacts(Artifacts {
+                artifacts: dir.display().to_string(),
+                collectives: manifest.collectives,
+            })),
             adapter: self.adapter.to_owned(),
         };
         let marker = tmp.join(RESULT_FILE);
@@ -270,7 +274,12 @@ impl Context<'_> {
             out: &self.args.out,
         };
         let o = judge.level(level, &limits)?;
-        Ok(WorkerResult::verdict(o.passed, o.summary(), o.seconds, &o))
+        Ok(WorkerResult::verdict(
+            o.passed,
+            o.summary(),
+            o.seconds,
+            Finding::Level(o),
+        ))
     }
 
     /// Train the mesh with the bug injected and judge it at every level of its cell.
@@ -287,7 +296,12 @@ impl Context<'_> {
         let checked =
             meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
         let o = checked.mutation(mutation);
-        Ok(WorkerResult::verdict(o.caught, o.summary(), o.seconds, &o))
+        Ok(WorkerResult::verdict(
+            o.caught,
+            o.summary(),
+            o.seconds,
+            Finding::Mutation(o),
+        ))
     }
 
     fn reference_dir(&self) -> Result<PathBuf, WorkerError> {

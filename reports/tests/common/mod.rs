@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use meshparity_engine::Finding;
 use meshparity_reports::{Attempt, JobRecord, RunMeta, RunResults, Status, FORMAT_VERSION};
 use serde_json::json;
 
@@ -73,8 +74,32 @@ fn job(name: &str, status: Status, summary: &str) -> JobRecord {
         needs: Vec::new(),
         cached: false,
         reproduce: format!("meshparity run spec.toml --filter 'name={name}'"),
-        detail: serde_json::Value::Null,
+        detail: None,
     }
+}
+
+/// A level job's findings from the fields a test cares about; the rest as a passing run has
+/// them (no gates where none are given, no faults).
+fn level(level: &str, mut v: serde_json::Value) -> Option<Finding> {
+    let passed = v["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["passed"] == true);
+    for c in v["comparisons"].as_array_mut().unwrap() {
+        c["gates"] = json!([]);
+    }
+    v["level"] = json!(level);
+    v["passed"] = json!(passed);
+    v["altered"] = json!([]);
+    v["anomalies"] = json!([]);
+    v["seconds"] = json!(0.25);
+    finding(v)
+}
+
+fn finding(v: serde_json::Value) -> Option<Finding> {
+    let f: Finding = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+    Some(f)
 }
 
 fn tensor(name: &str, relative_l2: f64, passed: bool) -> serde_json::Value {
@@ -106,22 +131,31 @@ pub fn results(hostile: bool) -> RunResults {
         Status::Passed,
         "checkpoint match (21 compared)",
     );
-    rt.detail = json!({ "comparisons": [{ "what": "checkpoint", "passed": true, "compared": 21, "reference": "seed.safetensors", "candidate": "merged.safetensors", "report": { "tensors": [tensor("embed.weight", 0.0, true)] } }], "collectives": 0 });
+    rt.detail = level(
+        "roundtrip",
+        json!({ "comparisons": [{ "what": "checkpoint", "passed": true, "compared": 21, "reference": "seed.safetensors", "candidate": "merged.safetensors", "report": { "tensors": [tensor("embed.weight", 0.0, true)] } }], "collectives": 0 }),
+    );
     jobs.push(rt);
     let mut curve = job(
         "tiny@f32/tp2/curve",
         Status::Passed,
         "losses match (4 compared)",
     );
-    curve.detail = json!({ "comparisons": [{ "what": "losses", "passed": true, "compared": 4, "reference": "a", "candidate": "b", "report": {} }],
-                           "losses": { "reference": [4.9, 4.7, 4.4, 4.2], "candidate": [4.9, 4.7, 4.4, 4.2] }, "collectives": 120 });
+    curve.detail = level(
+        "curve",
+        json!({ "comparisons": [{ "what": "losses", "passed": true, "compared": 4, "reference": "a", "candidate": "b", "report": {} }],
+                           "losses": { "reference": [4.9, 4.7, 4.4, 4.2], "candidate": [4.9, 4.7, 4.4, 4.2] }, "collectives": 120 }),
+    );
     jobs.push(curve);
     let mut oracle = job("tiny@f32/tp2/oracle", Status::Failed, &format!("gradients differ: `layers.0.mlp.down.weight`: 17 of 4096 element(s) outside allclose{evil}"));
-    oracle.detail = json!({ "comparisons": [
+    oracle.detail = level(
+        "oracle",
+        json!({ "comparisons": [
         { "what": "gradients", "passed": false, "compared": 21, "reference": "grads.safetensors", "candidate": "grads.safetensors",
           "failure": format!("`layers.0.mlp.down.weight`: 17 of 4096 element(s) outside allclose{evil}"),
           "report": { "tensors": [tensor("layers.0.mlp.down.weight", 3e-3, false), tensor(&format!("layers.1.attn.q.weight{evil}"), 1e-7, true)] } },
-        { "what": "weights", "passed": true, "compared": 21, "reference": "w", "candidate": "w", "report": { "tensors": [] } } ], "collectives": 240 });
+        { "what": "weights", "passed": true, "compared": 21, "reference": "w", "candidate": "w", "report": { "tensors": [] } } ], "collectives": 240 }),
+    );
     jobs.push(oracle);
     let mut crash = job(
         "tiny@f32/dp2/forward",
@@ -180,8 +214,10 @@ pub fn results(hostile: bool) -> RunResults {
         Status::Passed,
         "caught by forward, curve, oracle: logits and loss differ",
     );
-    caught.detail = json!({ "mutation": "tp-skip-forward-all-reduce", "caught": true, "caught_by": ["forward", "curve", "oracle"],
-                            "altered": ["layers.0.mlp.down.fwd.all_reduce: skipped"], "levels": [] });
+    caught.detail = finding(
+        json!({ "mutation": "tp-skip-forward-all-reduce", "caught": true, "caught_by": ["forward", "curve", "oracle"],
+                            "altered": ["layers.0.mlp.down.fwd.all_reduce: skipped"], "levels": [], "seconds": 0.5 }),
+    );
     jobs.push(caught);
     jobs.push(job(
         "tiny@f32/tp2/mutation[scale-one-rank-grad]",

@@ -361,7 +361,7 @@ impl Run<'_> {
                     .unwrap_or_default(),
                 job.name
             ),
-            detail: serde_json::Value::Null,
+            detail: None,
         }
     }
 

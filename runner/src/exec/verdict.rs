@@ -12,7 +12,7 @@ use crate::worker::{WorkerResult, RESULT_FILE};
 pub struct Verdict {
     pub status: Status,
     pub summary: String,
-    pub detail: serde_json::Value,
+    pub detail: Option<meshparity_engine::Finding>,
     pub cached: bool,
     /// The adapter the worker computed on.
     pub adapter: String,
@@ -23,7 +23,7 @@ impl Verdict {
         Self {
             status,
             summary,
-            detail: serde_json::Value::Null,
+            detail: None,
             cached: false,
             adapter: String::new(),
         }
