@@ -50,8 +50,12 @@ impl Slots {
             .or_insert(Pool { capacity, used: 0 })
     }
 
-    /// Slots `job` takes in its device's pool: ceil(world/4), at most the pool.
+    /// Slots `job` takes in its device's pool: ceil(world/4), at most the pool; a level's
+    /// judge job reads files and computes no mesh, so it takes one.
     pub fn weight(&self, job: &Job) -> usize {
+        if matches!(job.kind, crate::plan::JobKind::Check { .. }) {
+            return 1;
+        }
         (job.world_size as usize)
             .div_ceil(4)
             .clamp(1, self.capacity(job.device))
