@@ -5,36 +5,44 @@
 use std::path::Path;
 
 use meshparity_backends::{device, Backend};
-use meshparity_command::CommandEngine;
+use meshparity_command::{checkout, CommandEngine};
 use meshparity_engine::{Description, Engine, RunRequest};
-use meshparity_runner::{Engines, Plan, Selection};
-use meshparity_specs::{Cell, Device, Loaded, ModelConfig, Spec, SpecError};
+use meshparity_runner::{Engines, Plan, Selection, Target};
+use meshparity_specs::{Cell, Loaded, ModelConfig, Spec, SpecError};
 
 pub struct Builtin;
 
 impl Engines for Builtin {
-    fn open(
-        &self,
-        spec: &Spec,
-        model: &ModelConfig,
-        device: Device,
-    ) -> Result<Box<dyn Engine>, String> {
-        if let Some(def) = engine_def(spec, model)? {
-            return Ok(Box::new(CommandEngine::new(def.clone(), device)));
+    fn open(&self, t: &Target<'_>) -> Result<Box<dyn Engine>, String> {
+        if let Some(def) = engine_def(t.spec, t.model)? {
+            let engine = CommandEngine::new(def.clone(), t.device);
+            let Some(name) = t.variant else {
+                return Ok(Box::new(engine));
+            };
+            let variant = t
+                .spec
+                .variants
+                .get(name)
+                .ok_or_else(|| format!("the spec defines no variant `{name}`"))?;
+            let checkout = match &variant.git {
+                Some(rev) => Some(
+                    checkout::checkout(name, &def.base_dir(), &rev.value, t.cache)
+                        .map_err(|e| e.to_string())?,
+                ),
+                None => None,
+            };
+            return Ok(Box::new(engine.variant(name, checkout)));
         }
-        Ok(Box::new(Backend::open(device).map_err(|e| e.to_string())?))
+        Ok(Box::new(
+            Backend::open(t.device).map_err(|e| e.to_string())?,
+        ))
     }
 
-    fn describe(
-        &self,
-        spec: &Spec,
-        model: &ModelConfig,
-        device: Device,
-    ) -> Result<Description, String> {
-        if let Some(def) = engine_def(spec, model)? {
-            return Ok(CommandEngine::new(def.clone(), device).describe());
+    fn describe(&self, t: &Target<'_>) -> Result<Description, String> {
+        if let Some(def) = engine_def(t.spec, t.model)? {
+            return Ok(CommandEngine::new(def.clone(), t.device).describe());
         }
-        let adapter = device::find(device).map_err(|e| e.to_string())?;
+        let adapter = device::find(t.device).map_err(|e| e.to_string())?;
         let (engine, device) = meshparity_backends::backend::describe(&adapter);
         Ok(Description {
             engine: engine.to_owned(),

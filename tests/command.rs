@@ -367,6 +367,25 @@ fn the_jax_example_passes_and_catches_its_bugs() {
         );
     }
     assert_eq!(results["meta"]["backend"], "command:jax");
+
+    // The same program as committed (a snapshot of HEAD) against the working tree.
+    let run = out.path().join("variants");
+    let status = meshparity()
+        .current_dir(root)
+        .args([
+            "run",
+            "examples/command/variants.toml",
+            "--no-progress",
+            "--run-dir",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap()
+        .status;
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(status.code(), Some(0), "{results:#}");
+    assert_eq!(results["jobs"].as_array().unwrap().len(), 16);
 }
 
 /// A program that writes its artifacts with the repository's Python helper
@@ -403,4 +422,143 @@ mutations = {{ local-norm = ["--bug", "local-norm"] }}"#,
     let (status, why) = r.job("m@f32/dp2/mutation[local-norm]");
     assert_eq!(status, "passed", "{why}");
     assert!(why.starts_with("caught by"), "{why}");
+}
+
+/// `[variants]`: a program committed in a git repository (base, a snapshot of HEAD) against its
+/// working tree (feature), on the same mesh. Unchanged, every level passes (the base ran twice
+/// and its zero envelope is handled); a change to the training step is caught.
+#[test]
+fn variants_judge_the_working_tree_against_a_commit() {
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !numpy {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs numpy and safetensors"
+        );
+        eprintln!("skipped: pip install numpy safetensors");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = tempfile::tempdir().unwrap();
+    let r = repo.path();
+    std::fs::copy(
+        root.join("tests/consumers/hooks_trainer.py"),
+        r.join("train.py"),
+    )
+    .unwrap();
+    let spec = format!(
+        r#"[run]
+name = "variants"
+seed = 3
+steps = 3
+batch = 2
+output = "out"
+
+[engines.prog]
+kind = "command"
+program = "python3"
+args = ["train.py", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
+env = {{ PYTHONPATH = "{python}" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[variants.base]
+git = "HEAD"
+repeats = 2
+
+[variants.feature]
+
+[[matrix]]
+models = ["m"]
+levels = ["forward", "curve", "oracle"]
+"#,
+        python = root.join("python").display()
+    );
+    std::fs::write(r.join("spec.toml"), spec).unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .current_dir(r)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "base"]);
+    let run = |dir: &str| -> (Option<i32>, Value) {
+        let out = meshparity()
+            .current_dir(r)
+            .args(["run", "spec.toml", "--no-progress", "--run-dir", dir])
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(r.join(dir).join("results.json")).unwrap();
+        (out.status.code(), serde_json::from_str(&text).unwrap())
+    };
+    let (code, same) = run("same");
+    assert_eq!(code, Some(0), "{same:#}");
+    let jobs = same["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 6, "base ×2, feature, three levels: {same:#}");
+    let curve = jobs
+        .iter()
+        .find(|j| j["name"] == "m@f32/dp2/feature/curve")
+        .unwrap();
+    let comparison = &curve["detail"]["comparisons"][0];
+    assert!(
+        comparison["report"]["notes"]
+            .to_string()
+            .contains("bit-identical"),
+        "a deterministic base: zero envelope, judged per step: {curve:#}"
+    );
+    assert!(
+        comparison["reproduce"]
+            .as_str()
+            .unwrap()
+            .contains("--mode noise-floor --baseline2"),
+        "{curve:#}"
+    );
+    // The feature branch changes the step size: caught, while the base is still HEAD's.
+    let text = std::fs::read_to_string(r.join("train.py")).unwrap();
+    std::fs::write(
+        r.join("train.py"),
+        text.replace("0.05 * grad", "0.06 * grad"),
+    )
+    .unwrap();
+    let (code, changed) = run("changed");
+    assert_eq!(code, Some(1), "{changed:#}");
+    let status = |name: &str| {
+        changed["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"] == name)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(
+        status("m@f32/dp2/feature/forward"),
+        "passed",
+        "the first step is the same"
+    );
+    assert_eq!(status("m@f32/dp2/feature/curve"), "failed");
 }

@@ -29,6 +29,8 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
         "examples/shared/meshes.toml",
         "examples/shared/tolerances.toml",
         "examples/command/jax-tp-dp.toml",
+        "examples/command/jax.toml",
+        "examples/command/variants.toml",
         "specs/tests/broken/unknown-key.toml",
         "specs/tests/broken/wrong-type.toml",
     ];
@@ -46,13 +48,13 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), specs.len(), "{stdout}");
-    for line in &lines[..5] {
+    for line in &lines[..7] {
         assert!(line.ends_with(" ok"), "{line}");
     }
     assert!(
-        lines[5].contains("'hiden' is not one of") || lines[5].contains("'kv_head' is not one of"),
+        lines[7].contains("'hiden' is not one of") || lines[7].contains("'kv_head' is not one of"),
         "{}",
-        lines[5]
+        lines[7]
     );
-    assert!(lines[6].contains("invalid"), "{}", lines[6]);
+    assert!(lines[8].contains("invalid"), "{}", lines[8]);
 }

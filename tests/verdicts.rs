@@ -11,19 +11,21 @@ use meshparity_backends::Backend;
 use meshparity_engine::{Description, Engine};
 use meshparity_reports::calibration::{self, Calibration};
 use meshparity_runner::calibrate::{self, Config, Options};
-use meshparity_runner::{Engines, Filter, Plan};
-use meshparity_specs::{DType, Device, ModelConfig, Optimizer, Spec};
+use meshparity_runner::{Engines, Filter, Plan, Target};
+use meshparity_specs::{DType, Optimizer};
 
 /// The built-in engine, as the binary hands it to the runner.
 struct Builtin;
 
 impl Engines for Builtin {
-    fn open(&self, _: &Spec, _: &ModelConfig, device: Device) -> Result<Box<dyn Engine>, String> {
-        Ok(Box::new(Backend::open(device).map_err(|e| e.to_string())?))
+    fn open(&self, t: &Target<'_>) -> Result<Box<dyn Engine>, String> {
+        Ok(Box::new(
+            Backend::open(t.device).map_err(|e| e.to_string())?,
+        ))
     }
 
-    fn describe(&self, s: &Spec, m: &ModelConfig, d: Device) -> Result<Description, String> {
-        Ok(self.open(s, m, d)?.describe())
+    fn describe(&self, t: &Target<'_>) -> Result<Description, String> {
+        Ok(self.open(t)?.describe())
     }
 }
 

@@ -5,9 +5,11 @@
 //!
 //! - `template.rs` — the values templates see, strict rendering, shell quoting;
 //! - `process.rs` — running the program, its output teed to the log;
+//! - `checkout.rs` — a variant's snapshot of one commit;
 //! - `collect.rs` — the program's files → contract artifacts;
 //! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
 
+pub mod checkout;
 pub mod collect;
 pub mod log;
 pub mod process;
@@ -26,6 +28,8 @@ use template::{Renderer, TemplateError};
 pub struct CommandEngine {
     def: EngineDef,
     device: String,
+    /// The variant this engine runs, and its checkout (`None`: the working tree).
+    variant: Option<(String, Option<checkout::Checkout>)>,
 }
 
 impl CommandEngine {
@@ -33,10 +37,20 @@ impl CommandEngine {
         Self {
             def,
             device: device.to_string(),
+            variant: None,
         }
     }
 
+    /// The same engine running variant `name`, from `checkout` (`None`: the working tree).
+    pub fn variant(mut self, name: &str, checkout: Option<checkout::Checkout>) -> Self {
+        self.variant = Some((name.to_owned(), checkout));
+        self
+    }
+
     fn base(&self) -> PathBuf {
+        if let Some((_, Some(c))) = &self.variant {
+            return c.base.clone();
+        }
         let base = self.def.base_dir();
         if base.as_os_str().is_empty() {
             PathBuf::from(".")
@@ -48,7 +62,12 @@ impl CommandEngine {
     /// The program, its arguments, environment and directory for `req`, writing into `out`.
     pub fn invocation(&self, req: &RunRequest<'_>, out: &Path) -> Result<Invocation, EngineError> {
         let base = std::path::absolute(self.base()).unwrap_or_else(|_| self.base());
-        let values = template::values(req, out, &base);
+        let mut values = template::values(req, out, &base);
+        if let Some((name, checkout)) = &self.variant {
+            values.insert("variant".into(), name.clone());
+            let root = checkout.as_ref().map_or(base.clone(), |c| c.root.clone());
+            values.insert("variant_dir".into(), root.display().to_string());
+        }
         let r = Renderer::new(values, self.def.shell);
         let name = &self.def.name.value;
         let t = |e: TemplateError| EngineError::Run(format!("engine `{name}`: {e}"));

@@ -61,6 +61,9 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("out_dir", out.display().to_string());
     put("spec_dir", base.display().to_string());
     put("mutation", req.mutation.unwrap_or("none").to_owned());
+    // Outside `[variants]`: no variant, and the program's own directory.
+    put("variant", "none".to_owned());
+    put("variant_dir", base.display().to_string());
     let model = req.model;
     for (k, x) in [
         ("layers", model.layers),

@@ -57,6 +57,7 @@ pub fn check(
             reference,
             run: req.out,
             out: &out,
+            baseline2: None,
         };
         outcomes.push(judge.level(*level, limits)?);
     }

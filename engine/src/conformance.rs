@@ -170,6 +170,7 @@ fn missing_artifact(setup: &Setup<'_>, reference: &Path, run: &Path, dir: &Path)
         reference,
         run: &copy,
         out: &copy.join("judged"),
+        baseline2: None,
     };
     match judge.level(*level, limits) {
         Err(JudgeError::Artifact(e)) if e.to_string().contains(files::FORWARD) => Vec::new(),

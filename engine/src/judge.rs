@@ -44,6 +44,9 @@ pub struct Judge<'a> {
     pub run: &'a Path,
     /// Where the judge writes what it derives (weight updates); created if missing.
     pub out: &'a Path,
+    /// A second run of the reference (a baseline variant's repeat): curves are then judged
+    /// against the run-to-run envelope (noise-floor mode) instead of a fixed relative limit.
+    pub baseline2: Option<&'a Path>,
 }
 
 impl Judge<'_> {
@@ -170,14 +173,27 @@ impl Sides<'_> {
 
     fn curve(&self) -> Result<(Comparison, Losses), JudgeError> {
         let (a, b) = self.paths(files::CURVE, files::CURVE)?;
+        let baseline2 = self.judge.baseline2.map(|d| d.join(files::CURVE));
+        let mode = match &baseline2 {
+            Some(_) if !self.limits.exact => Some(meshparity_specs::CurveMode::NoiseFloor),
+            _ => self.limits.mode,
+        };
         let opts = CurveOptions {
             step_key: "step".into(),
-            limits: tolerance::curve_limits(&self.tolerance(), self.limits.mode)?,
-            baseline2: None,
+            limits: tolerance::curve_limits(&self.tolerance(), mode)?,
+            baseline2,
             gate_performance: false,
         };
+        let mut reproduce = compare_command(&a, &b, self.limits, true);
+        if let (Some(b2), Some(meshparity_specs::CurveMode::NoiseFloor)) = (&opts.baseline2, mode) {
+            reproduce = reproduce.replacen(" --mode rel", "", 1);
+            reproduce.push_str(&format!(
+                " --mode noise-floor --baseline2 {}",
+                quote(&b2.display().to_string())
+            ));
+        }
         let comparison = Comparison {
-            reproduce: compare_command(&a, &b, self.limits, true),
+            reproduce,
             ..Comparison::curve(&compare_curves(&a, &b, &opts)?)
         };
         let losses = |p: &Path| -> Result<Vec<f64>, InputError> {

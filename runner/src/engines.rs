@@ -2,25 +2,28 @@
 //! which opens the engine a job computes on. The runner, the planner and the reports never see
 //! a numeric backend; only the binary (and the engine's own crate) does.
 
+use std::path::Path;
+
 use meshparity_engine::{Description, Engine};
 use meshparity_specs::{Device, ModelConfig, Spec};
 
+/// What an engine is opened for.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub spec: &'a Spec,
+    pub model: &'a ModelConfig,
+    pub device: Device,
+    /// The `[variants.NAME]` to run (its checkout), if any.
+    pub variant: Option<&'a str>,
+    /// Where engines may keep what they prepare (a variant's checkout).
+    pub cache: &'a Path,
+}
+
 /// The engines this binary offers.
 pub trait Engines: Sync {
-    /// The engine that trains `model` (of `spec`) on `device`, or why this binary or machine
-    /// cannot offer it.
-    fn open(
-        &self,
-        spec: &Spec,
-        model: &ModelConfig,
-        device: Device,
-    ) -> Result<Box<dyn Engine>, String>;
+    /// The engine for `target`, or why this binary or machine cannot offer it.
+    fn open(&self, target: &Target<'_>) -> Result<Box<dyn Engine>, String>;
 
     /// Engine name and device label (run metadata), without running anything.
-    fn describe(
-        &self,
-        spec: &Spec,
-        model: &ModelConfig,
-        device: Device,
-    ) -> Result<Description, String>;
+    fn describe(&self, target: &Target<'_>) -> Result<Description, String>;
 }

@@ -16,5 +16,5 @@ pub mod plan;
 pub mod testing;
 pub mod worker;
 
-pub use engines::Engines;
+pub use engines::{Engines, Target};
 pub use plan::{Filter, Job, JobId, JobKind, Partition, Plan, Role, Selection};

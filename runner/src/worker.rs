@@ -14,7 +14,7 @@ use meshparity_specs::{Device, Level, Limits};
 use petgraph::graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 
-use crate::engines::Engines;
+use crate::engines::{Engines, Target};
 use crate::plan::{Job, JobId, JobKind, Plan};
 
 /// The result file a worker leaves in its output directory.
@@ -146,9 +146,14 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         .ok_or(WorkerError::UnknownJob(args.job))?;
     let job = &plan.graph[node];
     std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
-    let engine = engines
-        .open(&loaded.spec, &job.model_config, job.device)
-        .map_err(WorkerError::Engine)?;
+    let target = Target {
+        spec: &loaded.spec,
+        model: &job.model_config,
+        device: job.device,
+        variant: job.variant.as_deref(),
+        cache: &args.cache,
+    };
+    let engine = engines.open(&target).map_err(WorkerError::Engine)?;
     let adapter = engine.describe().device;
     let ctx = Context {
         plan: &plan,
@@ -157,6 +162,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         args,
         engine: engine.as_ref(),
         adapter: &adapter,
+        baseline: loaded.spec.baseline().map(|v| v.name.value.clone()),
     };
     let mut result = match &job.kind {
         JobKind::Reference | JobKind::Train { .. } => ctx.artifacts()?,
@@ -178,6 +184,8 @@ struct Context<'a> {
     args: &'a WorkerArgs,
     engine: &'a dyn Engine,
     adapter: &'a str,
+    /// The spec's baseline variant, if it has variants.
+    baseline: Option<String>,
 }
 
 impl Context<'_> {
@@ -220,6 +228,10 @@ impl Context<'_> {
         let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let manifest = match &self.job.kind {
+            // A variant's run has no world-size-1 reference: it is one.
+            JobKind::Train { levels } if self.job.variant.is_some() => {
+                self.engine.run(&self.request(levels, &tmp))?
+            }
             JobKind::Train { levels } => {
                 let reference = self.reference_dir()?;
                 let req = RunRequest {
@@ -266,12 +278,14 @@ impl Context<'_> {
         let reference = self.reference_dir()?;
         let train = self.train_dir()?;
         let limits = self.job.limits.clone().unwrap_or_default();
+        let baseline2 = self.baseline_run(2)?;
         let judge = Judge {
             dtype: self.job.dtype,
             training: &self.job.training,
             reference: &reference,
             run: &train,
             out: &self.args.out,
+            baseline2: baseline2.as_deref(),
         };
         let o = judge.level(level, &limits)?;
         Ok(WorkerResult::verdict(
@@ -304,15 +318,44 @@ impl Context<'_> {
         ))
     }
 
+    /// What this job is judged against: the world-size-1 reference, or with variants the
+    /// baseline's (first) run on the same mesh.
     fn reference_dir(&self) -> Result<PathBuf, WorkerError> {
-        let job = dependency(self.plan, self.node, |k| *k == JobKind::Reference)
+        if self.job.variant.is_some() {
+            let run = self.baseline_run(1)?;
+            return Ok(run.expect("every variant job depends on the baseline's run"));
+        }
+        let job = dependency(self.plan, self.node, |j| j.kind == JobKind::Reference)
             .expect("every job after the reference depends on it");
         self.dir_of(job)
     }
 
+    /// The baseline variant's `repeat`th run on this mesh, if this job depends on one.
+    fn baseline_run(&self, repeat: u32) -> Result<Option<PathBuf>, WorkerError> {
+        let Some(baseline) = self.args_baseline() else {
+            return Ok(None);
+        };
+        let found = dependency(self.plan, self.node, |j| {
+            matches!(j.kind, JobKind::Train { .. })
+                && j.variant.as_deref() == Some(baseline)
+                && j.repeat == repeat
+        });
+        found.map(|j| self.dir_of(j)).transpose()
+    }
+
+    fn args_baseline(&self) -> Option<&str> {
+        self.job.variant.as_ref()?;
+        self.baseline.as_deref()
+    }
+
     fn train_dir(&self) -> Result<PathBuf, WorkerError> {
-        let job = dependency(self.plan, self.node, |k| matches!(k, JobKind::Train { .. }))
-            .expect("every check depends on its mesh's training");
+        let variant = self.job.variant.as_deref();
+        let job = dependency(self.plan, self.node, |j| {
+            matches!(j.kind, JobKind::Train { .. })
+                && j.variant.as_deref() == variant
+                && j.repeat == 1
+        })
+        .expect("every check depends on its mesh's training");
         self.dir_of(job)
     }
 
@@ -337,12 +380,12 @@ impl Context<'_> {
     }
 }
 
-/// The nearest job of a kind `node` depends on (walking up its chain of levels).
-fn dependency(plan: &Plan, node: NodeIndex, kind: impl Fn(&JobKind) -> bool) -> Option<&Job> {
+/// The nearest job `node` depends on that `want` picks (walking up its chain of levels).
+fn dependency(plan: &Plan, node: NodeIndex, want: impl Fn(&Job) -> bool) -> Option<&Job> {
     let mut stack = vec![node];
     while let Some(n) = stack.pop() {
         for d in plan.dependencies(n) {
-            if kind(&plan.graph[d].kind) {
+            if want(&plan.graph[d]) {
                 return Some(&plan.graph[d]);
             }
             stack.push(d);

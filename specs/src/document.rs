@@ -14,6 +14,7 @@ use crate::mutation::MutationSelection;
 use crate::run::RunSettings;
 use crate::source::{Loc, Located, SourceFile};
 use crate::tolerance::{ToleranceTable, BUILTIN, BUILTIN_GPU};
+use crate::variant::Variant;
 
 pub const KEYS: &[&str] = &[
     "include",
@@ -21,6 +22,7 @@ pub const KEYS: &[&str] = &[
     "models",
     "meshes",
     "engines",
+    "variants",
     "tolerances",
     "matrix",
     "mutations",
@@ -34,6 +36,7 @@ pub struct Document {
     pub models: Vec<Model>,
     pub meshes: Vec<Mesh>,
     pub engines: Vec<EngineDef>,
+    pub variants: Vec<Variant>,
     pub tolerances: Vec<ToleranceTable>,
     pub matrix: Vec<MatrixEntry>,
     pub mutations: Option<MutationSelection>,
@@ -73,6 +76,7 @@ impl Document {
             models: Vec::new(),
             meshes: Vec::new(),
             engines: Vec::new(),
+            variants: Vec::new(),
             tolerances: Vec::new(),
             matrix: Vec::new(),
             mutations: None,
@@ -100,6 +104,11 @@ impl Document {
         named_tables(cx, &mut t, "engines", "engine", |cx, name, table| {
             if let Some(e) = EngineDef::decode(cx, name, table) {
                 doc.engines.push(e);
+            }
+        });
+        named_tables(cx, &mut t, "variants", "variant", |cx, name, table| {
+            if let Some(v) = Variant::decode(cx, name, table) {
+                doc.variants.push(v);
             }
         });
         named_tables(

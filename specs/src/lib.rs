@@ -33,6 +33,7 @@ pub mod suggest;
 pub mod support;
 pub mod tolerance;
 pub mod validate;
+pub mod variant;
 
 pub use decode::Keyword;
 pub use device::Device;
@@ -51,3 +52,4 @@ pub use source::{Loc, Located, SourceFile};
 pub use spec::Spec;
 pub use support::{Field, Unsupported};
 pub use tolerance::{CurveMode, Limits};
+pub use variant::Variant;

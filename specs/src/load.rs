@@ -243,6 +243,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
     let mut models = IndexMap::new();
     let mut meshes = IndexMap::new();
     let mut engines = IndexMap::new();
+    let mut variants = IndexMap::new();
     let mut tolerances = IndexMap::new();
     tolerances.insert(BUILTIN.to_owned(), ToleranceTable::builtin(top.clone()));
     tolerances.insert(
@@ -274,6 +275,11 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
                 &e.name.loc
             });
         }
+        for v in doc.variants {
+            insert_unique(&mut variants, v.name.clone(), v, "variant", diags, |v| {
+                &v.name.loc
+            });
+        }
         for t in doc.tolerances {
             insert_unique(
                 &mut tolerances,
@@ -295,6 +301,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
         models,
         meshes,
         engines,
+        variants,
         tolerances,
         matrix,
         mutations: mutations.unwrap_or_else(MutationSelection::default),

@@ -30,6 +30,9 @@ struct SpecFile {
     meshes: Option<IndexMap<String, Mesh>>,
     /// Your own training programs as engines, by name; models name one with `engine`.
     engines: Option<IndexMap<String, Engine>>,
+    /// Versions of your program judged against each other on every mesh; the first is the
+    /// baseline.
+    variants: Option<IndexMap<String, Variant>>,
     /// Tolerance tables by name; `builtin` always exists.
     tolerances: Option<IndexMap<String, Tolerances>>,
     /// Which models × meshes × levels × dtypes to check; absent: everything.
@@ -133,6 +136,16 @@ struct Engine {
     artifacts: Option<EngineArtifacts>,
     /// Bugs the program can inject: extra args, or a table with args, env and needs.
     mutations: Option<IndexMap<String, EngineMutation>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Variant {
+    /// A branch, tag or commit of the repository holding the spec (default: the working tree).
+    git: Option<String>,
+    /// Runs: 2 on the baseline gives the run-to-run envelope curves are judged against.
+    #[schemars(range(min = 1, max = 2))]
+    repeats: Option<u32>,
 }
 
 #[derive(JsonSchema)]
@@ -418,6 +431,7 @@ mod tests {
         assert_eq!(sorted(&closed), sorted(crate::model::KEYS));
         assert_eq!(keys(&v, "Mesh"), sorted(crate::mesh::KEYS));
         assert_eq!(keys(&v, "Engine"), sorted(crate::engine::KEYS));
+        assert_eq!(keys(&v, "Variant"), sorted(crate::variant::KEYS));
         assert_eq!(
             keys(&v, "EngineArtifacts"),
             sorted(crate::engine::ARTIFACT_KEYS)

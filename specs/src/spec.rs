@@ -28,6 +28,8 @@ pub struct Spec {
     pub meshes: IndexMap<String, Mesh>,
     /// User programs as engines (`[engines.NAME]`); models without `engine` use the built-in one.
     pub engines: IndexMap<String, EngineDef>,
+    /// Versions of the programs judged against each other; the first is the baseline.
+    pub variants: IndexMap<String, crate::variant::Variant>,
     /// Includes the built-in tables under [`BUILTIN`] and [`BUILTIN_GPU`].
     pub tolerances: IndexMap<String, ToleranceTable>,
     /// As written; a spec without `[[matrix]]` gets [`MatrixEntry::everything`].
@@ -44,6 +46,11 @@ impl Spec {
                 .file_stem()
                 .map_or_else(|| "spec".to_owned(), |s| s.to_string_lossy().into_owned())
         })
+    }
+
+    /// The baseline variant (the first declared), if the spec has variants.
+    pub fn baseline(&self) -> Option<&crate::variant::Variant> {
+        self.variants.values().next()
     }
 
     /// The command engine `model` runs on, if it names one.

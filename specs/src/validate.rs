@@ -97,8 +97,19 @@ fn check_meshes(spec: &Spec, diags: &mut Diagnostics) {
     }
 }
 
-/// A model's `engine` must name an `[engines.NAME]` table.
+/// A model's `engine` must name an `[engines.NAME]` table; variants apply to such models only.
 fn check_engines(spec: &Spec, diags: &mut Diagnostics) {
+    if let Some(v) = spec.variants.values().next() {
+        if spec.models.values().all(|m| m.engine.is_none()) {
+            diags.push(
+                Diagnostic::warning(
+                    &v.name.loc,
+                    "[variants] apply to models of a command engine, and this spec has none",
+                )
+                .help("the built-in engine's models are checked against world size 1 as usual"),
+            );
+        }
+    }
     let names: Vec<&str> = spec.engines.keys().map(String::as_str).collect();
     for model in spec.models.values() {
         let Some(engine) = &model.engine else {

@@ -128,7 +128,14 @@ fn run_unit(
             })
             .collect()
     };
-    let engine = match engines.open(spec, &unit.model_config, unit.device) {
+    let target = crate::engines::Target {
+        spec,
+        model: &unit.model_config,
+        device: unit.device,
+        variant: None,
+        cache: dir,
+    };
+    let engine = match engines.open(&target) {
         Ok(e) => e,
         Err(e) => return every(e),
     };

@@ -18,7 +18,14 @@ pub fn engines<'a>(
 ) -> Result<Vec<Description>, String> {
     let mut seen: Vec<Description> = Vec::new();
     for (model, device) in jobs {
-        let d = engines.describe(spec, model, device)?;
+        let target = crate::engines::Target {
+            spec,
+            model,
+            device,
+            variant: None,
+            cache: Path::new(""),
+        };
+        let d = engines.describe(&target)?;
         if !seen.contains(&d) {
             seen.push(d);
         }

@@ -21,7 +21,7 @@ pub struct Plan {
 /// that differ only in name share it.
 #[derive(Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-enum Identity<'a> {
+pub(super) enum Identity<'a> {
     Reference {
         model: &'a ModelConfig,
         dtype: DType,
@@ -77,13 +77,17 @@ impl Plan {
         let mut references: HashMap<JobId, NodeIndex> = HashMap::new();
         for cell in &cells {
             let model_config = cell.model.config();
+            if spec.baseline().is_some() && spec.engine_of(&model_config).is_some() {
+                plan.variant_cell(cell, &model_config, training, spec);
+                continue;
+            }
             let reference = plan.reference(&mut references, cell, &model_config, training);
             plan.cell(cell, reference, &model_config, training, spec);
         }
         plan
     }
 
-    fn add(&mut self, job: Job, deps: &[NodeIndex]) -> NodeIndex {
+    pub(super) fn add(&mut self, job: Job, deps: &[NodeIndex]) -> NodeIndex {
         let id = job.id;
         let node = self.graph.add_node(job);
         for (i, &d) in deps.iter().enumerate() {
@@ -131,6 +135,8 @@ impl Plan {
             limits: None,
             training: training.clone(),
             device: cell.device,
+            variant: None,
+            repeat: 1,
         };
         let node = self.add(job, &[]);
         references.insert(id, node);
@@ -165,6 +171,8 @@ impl Plan {
             limits: None,
             training: training.clone(),
             device: cell.device,
+            variant: None,
+            repeat: 1,
         };
         let levels: Vec<Level> = cell.levels.iter().map(|l| l.level).collect();
         let id = JobId::of(&Identity::Train {

@@ -98,6 +98,16 @@ pub struct Job {
     pub training: Training,
     /// Where it computes; its reference computes on the same device.
     pub device: Device,
+    /// The `[variants.NAME]` this job runs (or, for a level, judges against the baseline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Which run of its variant (2: the baseline's second run, the noise envelope).
+    #[serde(skip_serializing_if = "is_one")]
+    pub repeat: u32,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Job {

@@ -20,6 +20,7 @@ mod job;
 mod partition;
 pub mod render;
 mod select;
+mod variants;
 
 pub use build::Plan;
 pub use filter::{Filter, FilterError};

@@ -1,0 +1,98 @@
+//! A variant's source: a snapshot of one commit of the repository that holds the spec, taken
+//! with `git archive` into the cache under the commit's hash. A commit never changes, so a
+//! snapshot is made once and shared by every job (and run) that needs it; it is built beside its
+//! final place and renamed in, so a half-written one is never used.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    #[error("variant `{variant}`: {message}")]
+    Git { variant: String, message: String },
+}
+
+/// Where a variant's program lives.
+#[derive(Clone, Debug)]
+pub struct Checkout {
+    /// The snapshot's root (the repository's top level at that commit).
+    pub root: PathBuf,
+    /// The engine's directory inside it (where the spec's engine directory is in the repo).
+    pub base: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`git {}` in {}: {}",
+            args.join(" "),
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The snapshot of `rev` for an engine defined in `engine_dir`, made under `cache` if missing.
+pub fn checkout(
+    variant: &str,
+    engine_dir: &Path,
+    rev: &str,
+    cache: &Path,
+) -> Result<Checkout, CheckoutError> {
+    let fail = |message: String| CheckoutError::Git {
+        variant: variant.to_owned(),
+        message,
+    };
+    let engine_dir = std::fs::canonicalize(engine_dir)
+        .map_err(|e| fail(format!("{}: {e}", engine_dir.display())))?;
+    let top = PathBuf::from(git(&engine_dir, &["rev-parse", "--show-toplevel"]).map_err(fail)?);
+    let top = std::fs::canonicalize(&top).unwrap_or(top);
+    let spec = format!("{rev}^{{commit}}");
+    let sha = git(&top, &["rev-parse", "--verify", "--end-of-options", &spec]).map_err(fail)?;
+    let rel = engine_dir
+        .strip_prefix(&top)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let root =
+        std::path::absolute(cache.join("checkouts").join(&sha)).map_err(|e| fail(e.to_string()))?;
+    if !root.is_dir() {
+        let tmp = root.with_extension(format!("partial-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
+        let mut archive = Command::new("git")
+            .arg("-C")
+            .arg(&top)
+            .args(["archive", "--format=tar", &sha])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| fail(format!("cannot run git archive: {e}")))?;
+        let stdout = archive.stdout.take().expect("piped");
+        let tar = Command::new("tar")
+            .arg("-x")
+            .arg("-C")
+            .arg(&tmp)
+            .stdin(stdout)
+            .status()
+            .map_err(|e| fail(format!("cannot run tar: {e}")))?;
+        let archived = archive.wait().map_err(|e| fail(e.to_string()))?;
+        if !(tar.success() && archived.success()) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(fail(format!("`git archive {sha}` | tar -x failed")));
+        }
+        if std::fs::rename(&tmp, &root).is_err() {
+            // Another job made it meanwhile: theirs is as good.
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+    }
+    Ok(Checkout {
+        base: root.join(rel),
+        root,
+    })
+}
