@@ -1,0 +1,188 @@
+//! Worker mode: run one job of a spec in this process and write its result file.
+//!
+//! This is the unit the runner launches as a child process (and a cluster executor will launch
+//! on a node later): everything it needs is on its command line — spec path, job id, output
+//! directory, cache directory — and everything it found is in `result.json` in the output
+//! directory. Exit status: 0 passed, 1 failed, 2 could not run the job.
+//!
+//! - `context.rs` — the job's work on its engine (engine runs, judging, mutations).
+
+mod context;
+
+use std::path::{Path, PathBuf};
+
+use meshparity_engine::{CheckError, EngineError, Finding, JudgeError};
+use meshparity_reports::Status;
+use meshparity_specs::Device;
+use serde::{Deserialize, Serialize};
+
+use context::Context;
+
+use crate::engines::{Engines, Target};
+use crate::plan::{Job, JobId, JobKind, Plan};
+
+/// The result file a worker leaves in its output directory.
+pub const RESULT_FILE: &str = "result.json";
+
+/// What a worker is asked to do.
+#[derive(Clone, Debug)]
+pub struct WorkerArgs {
+    pub spec: PathBuf,
+    pub job: JobId,
+    pub out: PathBuf,
+    /// Reference artifacts live here, one directory per content key.
+    pub cache: PathBuf,
+    pub no_cache: bool,
+    /// 1 for the first try; retries count up.
+    pub attempt: u32,
+    /// `--device`, as the runner was given it: the plan is rebuilt the same way.
+    pub device: Option<Device>,
+}
+
+/// What a worker found.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub status: Status,
+    pub summary: String,
+    pub seconds: f64,
+    #[serde(default)]
+    pub cached: bool,
+    #[serde(default, deserialize_with = "Finding::lenient")]
+    pub detail: Option<Finding>,
+    /// The device the job computed on, as its engine describes it.
+    #[serde(default)]
+    pub adapter: String,
+}
+
+impl WorkerResult {
+    /// A check's (or mutation's) verdict with the engine's findings as detail.
+    fn verdict(passed: bool, summary: String, seconds: f64, detail: Finding) -> Self {
+        Self {
+            status: if passed {
+                Status::Passed
+            } else {
+                Status::Failed
+            },
+            summary,
+            seconds,
+            cached: false,
+            detail: Some(detail),
+            adapter: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("the spec does not load: {0}")]
+    Spec(String),
+    #[error("job {0} is not in this spec's plan (was the spec edited since the run started?)")]
+    UnknownJob(JobId),
+    #[error("artifacts of `{job}` are missing at {dir}: run that job first")]
+    MissingReference { job: String, dir: String },
+    #[error("{0}")]
+    Engine(String),
+    #[error(transparent)]
+    Run(#[from] EngineError),
+    #[error(transparent)]
+    Judge(#[from] JudgeError),
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error(
+        "the reference artifacts in {dir} were computed on `{found}`, this job runs on `{here}`; \
+         a comparison needs both on the same device (run with --no-cache to recompute them)"
+    )]
+    DeviceMismatch {
+        dir: String,
+        found: String,
+        here: String,
+    },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WorkerError + 'a {
+    move |source| WorkerError::Io {
+        what,
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Where the artifacts of an engine-run job (reference or training) live: keyed by the job's
+/// identity (model configuration, mesh, dtype, training settings, device), by the adapter that
+/// computes them and by this binary, since another GPU or another build may give other bits.
+pub fn artifact_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
+    let mut h = blake3::Hasher::new();
+    h.update(job.id.to_string().as_bytes());
+    h.update(adapter.as_bytes());
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    if let Ok(exe) = std::env::current_exe().and_then(std::fs::metadata) {
+        h.update(&exe.len().to_le_bytes());
+        if let Ok(t) = exe.modified() {
+            h.update(format!("{t:?}").as_bytes());
+        }
+    }
+    let kind = match job.kind {
+        JobKind::Reference => "reference",
+        _ => "run",
+    };
+    cache.join(format!("{kind}-{}", &h.finalize().to_hex()[..16]))
+}
+
+/// Run the job on the engine `engines` opens for it and write `result.json`.
+pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, WorkerError> {
+    crate::testing::inject(args)?;
+    let mut loaded =
+        meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
+    if let Some(device) = args.device {
+        loaded = loaded
+            .with_device(device)
+            .map_err(|e| WorkerError::Spec(e.to_string()))?;
+    }
+    let plan = Plan::build(&loaded.spec);
+    let node = plan
+        .node(args.job)
+        .ok_or(WorkerError::UnknownJob(args.job))?;
+    let job = &plan.graph[node];
+    std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
+    let target = Target {
+        spec: &loaded.spec,
+        model: &job.model_config,
+        device: job.device,
+        variant: job.variant.as_deref(),
+        cache: &args.cache,
+    };
+    let engine = engines.open(&target).map_err(WorkerError::Engine)?;
+    let adapter = engine.describe().device;
+    let ctx = Context {
+        plan: &plan,
+        node,
+        job,
+        args,
+        engine: engine.as_ref(),
+        adapter: &adapter,
+        baseline: loaded.spec.baseline().map(|v| v.name.value.clone()),
+    };
+    let mut result = match &job.kind {
+        JobKind::Reference | JobKind::Train { .. } => ctx.artifacts()?,
+        JobKind::Check { level } => ctx.check(*level)?,
+        JobKind::Mutation { mutation, .. } => ctx.mutation(mutation)?,
+    };
+    result.adapter = adapter;
+    let path = args.out.join(RESULT_FILE);
+    let bytes = serde_json::to_vec_pretty(&result).expect("results serialize");
+    meshparity_reports::write::atomic(&path, &bytes).map_err(io("writing", &path))?;
+    Ok(result)
+}
+
+/// The adapter a reference was computed on, from its marker file.
+fn recorded_adapter(dir: &Path) -> Option<String> {
+    let bytes = std::fs::read(dir.join(RESULT_FILE)).ok()?;
+    let r: WorkerResult = serde_json::from_slice(&bytes).ok()?;
+    Some(r.adapter)
+}
