@@ -1,10 +1,11 @@
 //! Sharding plans: how every parameter of a full checkpoint maps to the ranks of a mesh, and
 //! back.
 //!
-//! Ranks are ordered Megatron-style, tensor-parallel fastest: rank = tp + TP·(cp + CP·(dp +
-//! DP·pp)). Data- and context-parallel ranks hold replicas; tensor-parallel ranks hold the
-//! column (dim 1) or row (dim 0) block of split weights; a pipeline stage holds its layers (the
-//! embedding on the first stage, the final norm and output on the last).
+//! Ranks are ordered by [`meshparity_specs::MeshConfig::rank`], the project's one map
+//! (Megatron-style, tensor-parallel fastest: rank = tp + TP·(cp + CP·(dp + DP·pp))). Data- and
+//! context-parallel ranks hold replicas; tensor-parallel ranks hold the column (dim 1) or row
+//! (dim 0) block of split weights; a pipeline stage holds its layers (the embedding on the first
+//! stage, the final norm and output on the last).
 //!
 //! Merging takes each parameter from its owners and checks that every replica is bit-identical:
 //! a saver that drops or duplicates shards is caught here, not silently averaged.
@@ -33,14 +34,7 @@ pub struct Rule {
     pub stage: usize,
 }
 
-/// A rank's coordinates in the mesh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Coord {
-    pub tp: usize,
-    pub cp: usize,
-    pub dp: usize,
-    pub pp: usize,
-}
+pub use meshparity_specs::Coord;
 
 #[derive(Clone, Debug)]
 pub struct ShardingPlan {
@@ -114,14 +108,7 @@ impl ShardingPlan {
     }
 
     pub fn coord(&self, rank: usize) -> Coord {
-        let m = &self.mesh;
-        let (tp, cp, dp) = (m.tp as usize, m.cp as usize, m.dp as usize);
-        Coord {
-            tp: rank % tp,
-            cp: rank / tp % cp,
-            dp: rank / (tp * cp) % dp,
-            pp: rank / (tp * cp * dp),
-        }
+        self.mesh.coord(rank)
     }
 
     /// The shape a rank holds of a parameter.

@@ -44,7 +44,7 @@ pub use expand::{Cell, CellLevel};
 pub use family::Family;
 pub use level::Level;
 pub use load::{load, load_text, load_with, Disk, Files, Loaded, SpecError};
-pub use mesh::{MeshConfig, Schedule};
+pub use mesh::{Coord, MeshConfig, Schedule};
 pub use model::ModelConfig;
 pub use mutation::{Mutation, CATALOG};
 pub use run::{Optimizer, Training};

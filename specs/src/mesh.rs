@@ -52,7 +52,34 @@ pub struct MeshConfig {
     pub schedule: Schedule,
 }
 
+/// A rank's coordinates in a mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Coord {
+    pub tp: usize,
+    pub cp: usize,
+    pub dp: usize,
+    pub pp: usize,
+}
+
 impl MeshConfig {
+    /// The one rank ↔ coordinate map, Megatron's order with tensor parallel fastest:
+    /// rank = tp + TP·(cp + CP·(dp + DP·pp)). Expert groups (ep, etp) are carved out of dp·tp.
+    pub fn rank(&self, c: Coord) -> usize {
+        let (tp, cp, dp) = (self.tp as usize, self.cp as usize, self.dp as usize);
+        c.tp + tp * (c.cp + cp * (c.dp + dp * c.pp))
+    }
+
+    /// Inverse of [`MeshConfig::rank`].
+    pub fn coord(&self, rank: usize) -> Coord {
+        let (tp, cp, dp) = (self.tp as usize, self.cp as usize, self.dp as usize);
+        Coord {
+            tp: rank % tp,
+            cp: rank / tp % cp,
+            dp: rank / (tp * cp) % dp,
+            pp: rank / (tp * cp * dp),
+        }
+    }
+
     /// Ranks the mesh occupies: dp·tp·pp·cp (expert groups are carved out of dp·tp).
     pub fn world_size(&self) -> u64 {
         u64::from(self.dp) * u64::from(self.tp) * u64::from(self.pp) * u64::from(self.cp)
@@ -181,5 +208,33 @@ impl Mesh {
 
     pub fn world_size(&self) -> u64 {
         self.config().world_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_and_coord_are_inverse_and_tp_is_fastest() {
+        let m = MeshConfig {
+            dp: 2,
+            tp: 2,
+            pp: 2,
+            ep: 1,
+            etp: 1,
+            cp: 2,
+            sp: false,
+            microbatches: 1,
+            schedule: Schedule::OneFOneB,
+        };
+        for rank in 0..m.world_size() as usize {
+            assert_eq!(m.rank(m.coord(rank)), rank);
+        }
+        let c = |tp, cp, dp, pp| Coord { tp, cp, dp, pp };
+        assert_eq!(m.rank(c(1, 0, 0, 0)), 1);
+        assert_eq!(m.rank(c(0, 1, 0, 0)), 2);
+        assert_eq!(m.rank(c(0, 0, 1, 0)), 4);
+        assert_eq!(m.rank(c(0, 0, 0, 1)), 8);
     }
 }

@@ -35,9 +35,11 @@ pub struct MeshExec<'a> {
 }
 
 impl MeshExec<'_> {
+    /// The global rank of (tp, dp, pp), by the project's one rank map (context parallelism is
+    /// not simulated here: cp = 0, and the burn engine refuses cp > 1 up front).
     pub(super) fn rank(&self, tp: usize, dp: usize, pp: usize) -> usize {
-        let (t, d) = (self.mesh.tp as usize, self.mesh.dp as usize);
-        tp + t * (dp + d * pp)
+        self.mesh
+            .rank(meshparity_specs::Coord { tp, cp: 0, dp, pp })
     }
 
     pub(super) fn tp_group(&self, dp: usize, pp: usize) -> Vec<usize> {
