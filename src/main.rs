@@ -3,7 +3,9 @@
 mod cli;
 mod engines;
 mod exit;
+mod output;
 
 fn main() -> std::process::ExitCode {
+    output::guard();
     cli::main()
 }

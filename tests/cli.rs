@@ -463,3 +463,65 @@ fn calibrate_refuses_seed_counts_it_cannot_hold() {
         );
     }
 }
+
+/// Output that goes away and absurd durations end with a message and an exit code, never a
+/// panic (exit 101).
+#[test]
+fn closed_pipes_full_disks_and_huge_durations_do_not_panic() {
+    use std::io::Read;
+    use std::process::{Command as Std, Stdio};
+    let exe = assert_cmd::cargo::cargo_bin("meshparity");
+    // A reader that leaves after 10 bytes: quiet success, as `| head` expects.
+    let mut child = Std::new(&exe)
+        .args([
+            "plan",
+            "examples/full-sweep.toml",
+            "-f",
+            "model=dense",
+            "-f",
+            "mesh!=*cp2*",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if std::path::Path::new("/dev/full").exists() {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Std::new(&exe)
+            .args(["plan", "examples/quickstart.toml"])
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the output"));
+    }
+    for args in [
+        ["--timeout", "1e30"],
+        ["--timeout", "reference=1e300"],
+        ["--grace", "1e20"],
+    ] {
+        meshparity()
+            .args(["run", "examples/quickstart.toml"])
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("30 days"));
+    }
+}

@@ -44,7 +44,7 @@ fn rerun(a: &Attempt) -> TestRerun {
             .map(|e| format!(" (exit {e})"))
             .unwrap_or_default()
     ));
-    r.set_time(Duration::from_secs_f64(a.seconds.max(0.0)));
+    r.set_time(seconds(a.seconds));
     if !a.log_tail.is_empty() {
         r.set_system_out(a.log_tail.as_str());
     }
@@ -110,7 +110,7 @@ pub fn failure_details(job: &JobRecord) -> String {
 pub fn junit(results: &RunResults) -> String {
     let meta = &results.meta;
     let mut report = Report::new(meta.spec_name.as_str());
-    report.set_time(Duration::from_secs_f64(meta.seconds.max(0.0)));
+    report.set_time(seconds(meta.seconds));
     let mut suites: IndexMap<&str, Vec<&JobRecord>> = IndexMap::new();
     for job in &results.jobs {
         suites.entry(job.model.as_str()).or_default().push(job);
@@ -140,7 +140,7 @@ pub fn junit(results: &RunResults) -> String {
             let (class, name) = case_names(&meta.spec_name, job);
             let mut case = TestCase::new(name, status(job));
             case.set_classname(class);
-            case.set_time(Duration::from_secs_f64(job.seconds.max(0.0)));
+            case.set_time(seconds(job.seconds));
             case.add_property(Property::new("job_id", job.id.as_str()));
             case.add_property(Property::new("world_size", job.world_size.to_string()));
             case.add_property(Property::new("device", job.device.as_str()));
@@ -174,4 +174,10 @@ pub fn compared(job: &JobRecord) -> Option<u64> {
         Finding::Level(o) => Some(o.comparisons.iter().map(|c| c.compared).sum()),
         _ => None,
     }
+}
+
+/// A results file's seconds as a duration: negative or NaN as zero, too large as the largest
+/// (a hand-edited `1e308` must not abort the report).
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }

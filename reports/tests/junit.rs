@@ -115,3 +115,15 @@ fn junitparser_reads_the_same_totals() {
         );
     }
 }
+
+/// A hand-edited results file with absurd seconds still renders (no Duration panic).
+#[test]
+fn absurd_seconds_do_not_abort_the_report() {
+    let mut r = common::results(false);
+    r.meta.seconds = 1e308;
+    r.jobs[0].seconds = f64::NAN;
+    r.jobs[1].seconds = -5.0;
+    r.jobs[2].attempts[0].seconds = f64::INFINITY;
+    let xml = meshparity_reports::junit::junit(&r);
+    assert!(xml.contains("<testsuites"), "{xml}");
+}

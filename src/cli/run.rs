@@ -68,8 +68,11 @@ pub fn run(args: &Args) -> u8 {
             return exit::SPEC_ERROR;
         }
     };
-    if !(args.grace >= 0.0 && args.grace.is_finite()) {
-        eprintln!("error: --grace must be a number of seconds ≥ 0");
+    if !(args.grace >= 0.0 && args.grace <= exec::options::MAX_SECONDS) {
+        eprintln!(
+            "error: --grace must be a number of seconds between 0 and {} (30 days)",
+            exec::options::MAX_SECONDS
+        );
         return exit::SPEC_ERROR;
     }
     let Some(loaded) = super::load_spec(&args.spec, args.select.device) else {

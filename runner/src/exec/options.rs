@@ -38,6 +38,10 @@ pub struct Timeouts {
 }
 
 /// Defaults by job kind: generous for the tiny built-in models on a slow CPU.
+/// The longest time limit a run accepts: 30 days. Anything longer is a typo (or `1e30`), and
+/// would not fit the clock arithmetic anyway.
+pub const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
 pub fn default_timeout(kind: &str) -> Duration {
     Duration::from_secs(match kind {
         "roundtrip" => 120,
@@ -59,9 +63,12 @@ impl Timeouts {
             let secs: f64 = secs
                 .parse()
                 .ok()
-                .filter(|s: &f64| *s > 0.0 && s.is_finite())
+                .filter(|s: &f64| *s > 0.0 && *s <= MAX_SECONDS)
                 .ok_or_else(|| {
-                    format!("--timeout `{item}`: expected SECONDS or KEY=SECONDS with SECONDS > 0")
+                    format!(
+                        "--timeout `{item}`: expected SECONDS or KEY=SECONDS with 0 < SECONDS ≤ \
+                         {MAX_SECONDS} (30 days)"
+                    )
                 })?;
             let d = Duration::from_secs_f64(secs);
             match key {
