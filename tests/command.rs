@@ -562,3 +562,84 @@ levels = ["forward", "curve", "oracle"]
     );
     assert_eq!(status("m@f32/dp2/feature/curve"), "failed");
 }
+
+/// `reference = "NAME"`: the world-size-1 oracle is another command (a single-device script)
+/// than the distributed trainer it judges.
+#[test]
+fn the_reference_can_run_on_another_engine() {
+    let numpy = std::process::Command::new("python3")
+        .args(["-c", "import numpy, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !numpy {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs numpy and safetensors"
+        );
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let trainer = root.join("tests/consumers/hooks_trainer.py");
+    let python = root.join("python");
+    let engine = |dp: &str| {
+        format!(
+            r#"kind = "command"
+program = "python3"
+args = ["{trainer}", "--dp", "{dp}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
+env = {{ PYTHONPATH = "{python}" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors" }}"#,
+            trainer = trainer.display(),
+            python = python.display(),
+        )
+    };
+    let spec = format!(
+        r#"[run]
+seed = 3
+steps = 2
+batch = 2
+
+[engines.dist]
+{dist}
+
+[engines.single]
+{single}
+
+[models.m]
+engine = "dist"
+reference = "single"
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = ["forward", "curve", "oracle"]
+"#,
+        dist = engine("{{dp}}"),
+        single = engine("1"),
+    );
+    let r = Run::new(&spec, &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let results = r.results();
+    let reference = results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "reference")
+        .unwrap()
+        .clone();
+    let dir = reference["detail"]["artifacts"].as_str().unwrap();
+    let manifest = std::fs::read_to_string(Path::new(dir).join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"command:single\""), "{manifest}");
+    let dir = results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "train")
+        .unwrap()["detail"]["artifacts"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let manifest = std::fs::read_to_string(Path::new(&dir).join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"command:dist\""), "{manifest}");
+}

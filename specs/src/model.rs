@@ -11,8 +11,20 @@ use crate::source::{Loc, Located};
 
 /// Keys a `[models.NAME]` table accepts (also checked against the JSON Schema in tests).
 pub const KEYS: &[&str] = &[
-    "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
-    "top_k", "dtype", "device", "engine",
+    "family",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "seq_len",
+    "experts",
+    "top_k",
+    "dtype",
+    "device",
+    "engine",
+    "reference",
 ];
 
 /// The numbers that define a model, without its name: two models with equal configs share one
@@ -60,6 +72,9 @@ pub struct Model {
     /// `None`: the run's device.
     pub device: Option<Located<Device>>,
     pub engine: Option<Located<String>>,
+    /// The engine of the world-size-1 reference run, when it is not `engine` itself (e.g. a
+    /// single-device script as the oracle of a distributed trainer).
+    pub reference: Option<Located<String>>,
     pub params: Vec<(String, Located<String>)>,
     /// The whole table, for messages about the model as a whole.
     pub loc: Loc,
@@ -94,6 +109,7 @@ impl Model {
         let dtype = t.keyword::<DType>(cx, "dtype");
         let device = t.device(cx, "device");
         let engine = t.string(cx, "engine");
+        let reference = t.string(cx, "reference");
         // A user's program takes whatever keys it likes; the built-in engine takes only its own.
         let params = if engine.is_some() {
             t.rest(cx)
@@ -146,6 +162,7 @@ impl Model {
             dtype,
             device,
             engine,
+            reference,
             params,
             loc,
         };
@@ -230,6 +247,15 @@ impl Model {
                 );
             }
         }
+    }
+
+    /// The configuration the world-size-1 reference runs: on `reference`'s engine if given.
+    pub fn reference_config(&self) -> ModelConfig {
+        let mut config = self.config();
+        if let Some(r) = &self.reference {
+            config.engine = Some(r.value.clone());
+        }
+        config
     }
 
     pub fn config(&self) -> ModelConfig {

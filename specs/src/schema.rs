@@ -78,12 +78,14 @@ struct Run {
     "if" = {"not": {"required": ["engine"]}},
     "then" = {"propertyNames": {"enum": [
         "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
-        "top_k", "dtype", "device", "engine"
+        "top_k", "dtype", "device", "engine", "reference"
     ]}}
 ))]
 struct Model {
     /// The `[engines.NAME]` that trains this model (default: the built-in burn engine).
     engine: Option<String>,
+    /// The `[engines.NAME]` of its world-size-1 reference run (default: `engine` itself).
+    reference: Option<String>,
     /// Built-in family (default llama).
     family: Option<Family>,
     #[schemars(range(min = 1))]

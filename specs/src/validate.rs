@@ -112,10 +112,22 @@ fn check_engines(spec: &Spec, diags: &mut Diagnostics) {
     }
     let names: Vec<&str> = spec.engines.keys().map(String::as_str).collect();
     for model in spec.models.values() {
-        let Some(engine) = &model.engine else {
-            continue;
-        };
-        if !spec.engines.contains_key(&engine.value) {
+        if let (Some(r), None) = (&model.reference, &model.engine) {
+            diags.push(
+                Diagnostic::error(
+                    &r.loc,
+                    format!(
+                        "model `{}`: `reference` needs an `engine`",
+                        model.name.value
+                    ),
+                )
+                .help("the built-in engine is its own reference; remove `reference`"),
+            );
+        }
+        for engine in [&model.engine, &model.reference].into_iter().flatten() {
+            if spec.engines.contains_key(&engine.value) {
+                continue;
+            }
             diags.push(
                 Diagnostic::error(
                     &engine.loc,

@@ -139,9 +139,25 @@ fn run_unit(
         Ok(e) => e,
         Err(e) => return every(e),
     };
+    // The model's reference may run on another engine (`reference = "NAME"`).
+    let reference_config = spec
+        .models
+        .get(&unit.model)
+        .map_or_else(|| unit.model_config.clone(), |m| m.reference_config());
+    let oracle = if reference_config.engine == unit.model_config.engine {
+        None
+    } else {
+        match engines.open(&crate::engines::Target {
+            model: &reference_config,
+            ..target
+        }) {
+            Ok(e) => Some(e),
+            Err(e) => return every(e),
+        }
+    };
     let reference = dir.join("reference");
     let req = RunRequest {
-        model: &unit.model_config,
+        model: &reference_config,
         training: &training,
         dtype: unit.dtype,
         mesh: None,
@@ -150,7 +166,7 @@ fn run_unit(
         reference: None,
         out: &reference,
     };
-    if let Err(e) = engine.reference(&req) {
+    if let Err(e) = oracle.as_deref().unwrap_or(engine.as_ref()).reference(&req) {
         return every(format!("reference: {e}"));
     }
     let mut out = Vec::new();
@@ -162,6 +178,7 @@ fn run_unit(
             let here = dir.join(&mesh.name).join(name);
             let run = here.join("run");
             let req = RunRequest {
+                model: &unit.model_config,
                 mesh: Some(&mesh.config),
                 levels: &levels,
                 mutation,

@@ -81,7 +81,8 @@ impl Plan {
                 plan.variant_cell(cell, &model_config, training, spec);
                 continue;
             }
-            let reference = plan.reference(&mut references, cell, &model_config, training);
+            let reference_config = cell.model.reference_config();
+            let reference = plan.reference(&mut references, cell, &reference_config, training);
             plan.cell(cell, reference, &model_config, training, spec);
         }
         plan
