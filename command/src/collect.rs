@@ -41,16 +41,26 @@ pub enum CollectError {
 }
 
 /// Collect the program's files in `out` into contract artifacts; returns the names written.
-pub fn collect(map: &ArtifactMap, out: &Path, argv: &str) -> Result<Vec<String>, CollectError> {
+pub fn collect(
+    map: &ArtifactMap,
+    out: &Path,
+    argv: &str,
+    reference: bool,
+) -> Result<Vec<String>, CollectError> {
     let mut written = Vec::new();
     let tensors = [
         ("logits", &map.logits, files::FORWARD),
         ("grads", &map.grads, files::GRADS),
         ("weights", &map.weights, files::WEIGHTS),
         ("checkpoint", &map.checkpoint, files::SEED),
+        ("roundtrip", &map.roundtrip, files::CHECKPOINT),
     ];
     for (key, file, contract) in tensors {
         let Some(file) = file else { continue };
+        // The reference converts no checkpoint: it has none to start from.
+        if key == "roundtrip" && reference {
+            continue;
+        }
         let src = found(out, &file.value, key, argv)?;
         checkpoint::load(&src).map_err(|e| CollectError::Malformed {
             path: src.display().to_string(),

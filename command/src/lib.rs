@@ -152,7 +152,7 @@ impl Engine for CommandEngine {
         let inv = self.invocation(req, &out)?;
         process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
         let argv = inv.display();
-        let artifacts = collect::collect(&self.def.artifacts, &out, &argv)
+        let artifacts = collect::collect(&self.def.artifacts, &out, &argv, req.mesh.is_none())
             .map_err(|e| EngineError::Run(e.to_string()))?;
         let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
             .map_or(req.training.steps as usize, |c| c.lines().count());

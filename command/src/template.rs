@@ -61,6 +61,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("out_dir", out.display().to_string());
     put("spec_dir", base.display().to_string());
     put("mutation", req.mutation.unwrap_or("none").to_owned());
+    // The checkpoint a mesh run converts for the roundtrip level; empty for the reference.
+    put(
+        "seed_checkpoint",
+        req.reference
+            .map(|r| r.join(meshparity_engine::files::SEED).display().to_string())
+            .unwrap_or_default(),
+    );
     // Outside `[variants]`: no variant, and the program's own directory.
     put("variant", "none".to_owned());
     put("variant_dir", base.display().to_string());

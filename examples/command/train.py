@@ -9,6 +9,8 @@ model for a few SGD steps on synthetic tokens and writes its own files:
     grads.safetensors   first-step gradients, full (unsharded) shapes
     init.safetensors    the initial weights
     final.safetensors   the weights after the last step
+    roundtrip.safetensors  with --roundtrip-from CKPT: that checkpoint sharded onto this mesh
+                        (each rank's shards saved to its own file), loaded back and gathered
 
 Parallelism is explicit, inside `shard_map` over a ("dp", "tp") mesh:
 - each layer is column-parallel `w1` [H, F/tp] then row-parallel `w2` [F/tp, H], whose partial
@@ -21,6 +23,7 @@ Bug switches (`--bug NAME`), the ways such code goes wrong:
     skip-tp-psum            the row-parallel output is never all-reduced
     skip-dp-grad-psum       gradients are not all-reduced across data-parallel ranks
     local-loss-normalization  each rank divides by its own token count
+    drop-tp-shard           the sharded saver keeps only tensor-parallel rank 0's shards
 """
 
 import argparse
@@ -36,6 +39,8 @@ def parse():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--out", required=True)
+    p.add_argument("--roundtrip-from", default="",
+                   help="a checkpoint to save sharded for this mesh and load back (empty: none)")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--ffn", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -45,7 +50,8 @@ def parse():
     p.add_argument("--lr", type=float, default=0.5)
     p.add_argument("--dtype", default="f32", choices=["f32", "f64"])
     p.add_argument("--bug", default="none",
-                   choices=["none", "skip-tp-psum", "skip-dp-grad-psum", "local-loss-normalization"])
+                   choices=["none", "skip-tp-psum", "skip-dp-grad-psum", "local-loss-normalization",
+                            "drop-tp-shard"])
     return p.parse_args()
 
 
@@ -139,6 +145,8 @@ def main():
 
     os.makedirs(a.out, exist_ok=True)
     save_file(dict(init), os.path.join(a.out, "init.safetensors"))
+    if a.roundtrip_from:
+        roundtrip(a, mesh, specs, os.path.join(a.out, "roundtrip.safetensors"))
     with open(os.path.join(a.out, "metrics.jsonl"), "w") as metrics:
         for k in range(a.steps):
             data = np.random.default_rng([a.seed, k + 1])
@@ -154,6 +162,35 @@ def main():
             print(f"step {k + 1}/{a.steps} loss {float(loss):.6f}", flush=True)
     save_file({n: np.asarray(t) for n, t in params.items()},
               os.path.join(a.out, "final.safetensors"))
+
+
+def roundtrip(a, mesh, specs, path):
+    """The checkpoint sharded as training holds it, each device's shard saved to its own file,
+    read back into sharded arrays and gathered: what a distributed save/load does."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from safetensors.numpy import load_file, save_file
+
+    full = load_file(a.roundtrip_from)
+    shard_dir = os.path.join(a.out, "shards")
+    os.makedirs(shard_dir, exist_ok=True)
+    back = {}
+    for name, value in full.items():
+        sharding = NamedSharding(mesh, specs[name])
+        arr = jax.device_put(value, sharding)
+        pieces = []
+        for i, shard in enumerate(arr.addressable_shards):
+            data = np.asarray(shard.data)
+            tp_rank = mesh.devices.flatten().tolist().index(shard.device) % a.tp
+            if a.bug == "drop-tp-shard" and tp_rank != 0:
+                data = np.zeros_like(data)
+            file = os.path.join(shard_dir, f"{name}.{i}.safetensors")
+            save_file({"x": data}, file)
+            pieces.append(jax.device_put(load_file(file)["x"], shard.device))
+        loaded = jax.make_array_from_single_device_arrays(value.shape, sharding, pieces)
+        back[name] = np.asarray(loaded)
+    save_file(back, path)
 
 
 if __name__ == "__main__":

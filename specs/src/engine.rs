@@ -28,6 +28,7 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "grads",
     "weights",
     "checkpoint",
+    "roundtrip",
     "step_key",
     "loss_key",
     "log",
@@ -48,6 +49,9 @@ pub struct ArtifactMap {
     /// Initial weights, safetensors: with it the oracle level compares weight updates, without
     /// it the weights themselves.
     pub checkpoint: Option<Located<String>>,
+    /// The reference's seed checkpoint (`{{seed_checkpoint}}`) saved by the program's sharded
+    /// saver for this mesh and loaded back, safetensors: the roundtrip level.
+    pub roundtrip: Option<Located<String>>,
     /// Key of the step number in `curve` (default `step`).
     pub step_key: String,
     /// Key of the loss in `curve` (default `loss`).
@@ -166,6 +170,7 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
         grads: t.string(cx, "grads"),
         weights: t.string(cx, "weights"),
         checkpoint: t.string(cx, "checkpoint"),
+        roundtrip: t.string(cx, "roundtrip"),
         step_key: t.string(cx, "step_key").map_or("step".into(), |s| s.value),
         loss_key: t.string(cx, "loss_key").map_or("loss".into(), |s| s.value),
         log: t.string(cx, "log"),

@@ -169,6 +169,8 @@ struct EngineArtifacts {
     weights: Option<String>,
     /// Initial weights, safetensors (the oracle level then compares weight updates).
     checkpoint: Option<String>,
+    /// `{{seed_checkpoint}}` saved sharded for the mesh and loaded back (the roundtrip level).
+    roundtrip: Option<String>,
     /// Key of the step number in `curve` (default step).
     step_key: Option<String>,
     /// Key of the loss in `curve` (default loss).
