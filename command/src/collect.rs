@@ -41,11 +41,12 @@ pub enum CollectError {
 }
 
 /// Collect the program's files in `out` into contract artifacts; returns the names written.
+/// `converts`: this run was handed `{{seed_checkpoint}}` (the roundtrip's file is expected).
 pub fn collect(
     map: &ArtifactMap,
     out: &Path,
     argv: &str,
-    reference: bool,
+    converts: bool,
 ) -> Result<Vec<String>, CollectError> {
     let mut written = Vec::new();
     let tensors = [
@@ -57,8 +58,8 @@ pub fn collect(
     ];
     for (key, file, contract) in tensors {
         let Some(file) = file else { continue };
-        // The reference converts no checkpoint: it has none to start from.
-        if key == "roundtrip" && reference {
+        // Only a mesh run judged at the roundtrip level converts a checkpoint.
+        if key == "roundtrip" && !converts {
             continue;
         }
         let src = found(out, &file.value, key, argv)?;

@@ -152,7 +152,7 @@ impl Engine for CommandEngine {
         let inv = self.invocation(req, &out)?;
         process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
         let argv = inv.display();
-        let artifacts = collect::collect(&self.def.artifacts, &out, &argv, req.mesh.is_none())
+        let artifacts = collect::collect(&self.def.artifacts, &out, &argv, converts(req))
             .map_err(|e| EngineError::Run(e.to_string()))?;
         let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
             .map_or(req.training.steps as usize, |c| c.lines().count());
@@ -173,6 +173,13 @@ impl Engine for CommandEngine {
         manifest.write(&out)?;
         Ok(manifest)
     }
+}
+
+/// Whether this run converts the reference's seed checkpoint (the roundtrip level of a mesh).
+fn converts(req: &RunRequest<'_>) -> bool {
+    req.mesh.is_some()
+        && req.reference.is_some()
+        && req.levels.contains(&meshparity_specs::Level::Roundtrip)
 }
 
 /// Render every template of `engine` for one cell, so that a template naming an unknown value

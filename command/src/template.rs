@@ -61,10 +61,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("out_dir", out.display().to_string());
     put("spec_dir", base.display().to_string());
     put("mutation", req.mutation.unwrap_or("none").to_owned());
-    // The checkpoint a mesh run converts for the roundtrip level; empty for the reference.
+    // The checkpoint a mesh run converts for the roundtrip level; empty when it converts none
+    // (the reference, a variant's run, a cell without the roundtrip level).
+    let converts = req.mesh.is_some() && req.levels.contains(&meshparity_specs::Level::Roundtrip);
     put(
         "seed_checkpoint",
         req.reference
+            .filter(|_| converts)
             .map(|r| r.join(meshparity_engine::files::SEED).display().to_string())
             .unwrap_or_default(),
     );
