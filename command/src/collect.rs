@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use meshparity_compare::curve::is_performance;
 use meshparity_engine::{checkpoint, files};
 use meshparity_specs::ArtifactMap;
 
@@ -83,7 +84,14 @@ pub fn collect(
         )?),
         (None, Some(pattern)) => {
             let text = std::fs::read_to_string(out.join(LOG)).unwrap_or_default();
-            let points = log::curve(&text, &log::pattern(&pattern.value)?);
+            let points: Vec<Point> = log::curve(&text, &log::pattern(&pattern.value)?)
+                .into_iter()
+                .map(|(step, loss)| Point {
+                    step,
+                    loss,
+                    performance: Vec::new(),
+                })
+                .collect();
             if points.is_empty() {
                 return Err(CollectError::Malformed {
                     path: out.join(LOG).display().to_string(),
@@ -98,10 +106,7 @@ pub fn collect(
     };
     if let Some(steps) = steps {
         let path = out.join(files::CURVE);
-        let lines: String = steps
-            .iter()
-            .map(|(s, l)| format!("{{\"step\": {s}, \"loss\": {}}}\n", json_f64(*l)))
-            .collect();
+        let lines: String = steps.iter().map(line).collect();
         std::fs::write(&path, lines).map_err(io(&path))?;
         written.push(files::CURVE.to_owned());
     }
@@ -128,8 +133,16 @@ fn found(
     })
 }
 
-/// `(step, loss)` from a JSON Lines metrics file keyed as the spec says.
-fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<(u64, f64)>, CollectError> {
+/// A curve step: its number, loss, and the performance figures the program reported with it
+/// (step time, tokens/s, memory: compared side by side, never gated).
+pub struct Point {
+    pub step: u64,
+    pub loss: f64,
+    pub performance: Vec<(String, f64)>,
+}
+
+/// The steps of a JSON Lines metrics file keyed as the spec says.
+fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<Point>, CollectError> {
     let malformed = |message: String| CollectError::Malformed {
         path: path.display().to_string(),
         key: "curve",
@@ -145,7 +158,15 @@ fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<(u64, f6
         .steps
         .iter()
         .map(|(step, metrics)| match metrics.get(&map.loss_key) {
-            Some(loss) => Ok((*step, *loss)),
+            Some(loss) => Ok(Point {
+                step: *step,
+                loss: *loss,
+                performance: metrics
+                    .iter()
+                    .filter(|(k, _)| *k != &map.loss_key && is_performance(k))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+            }),
             None => Err(malformed(format!(
                 "step {step} (line {}) has no `{}`; it has: {}",
                 curve.lines.get(step).copied().unwrap_or(0),
@@ -154,6 +175,19 @@ fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<(u64, f6
             ))),
         })
         .collect()
+}
+
+/// One line of the contract's curve: step, loss, then the performance figures.
+fn line(p: &Point) -> String {
+    let mut fields = vec![
+        format!("\"step\": {}", p.step),
+        format!("\"loss\": {}", json_f64(p.loss)),
+    ];
+    for (k, v) in &p.performance {
+        let key = serde_json::to_string(k).expect("strings serialize");
+        fields.push(format!("{key}: {}", json_f64(*v)));
+    }
+    format!("{{{}}}\n", fields.join(", "))
 }
 
 fn json_f64(x: f64) -> String {

@@ -4,7 +4,7 @@
 It knows nothing of meshparity: it takes its layout as flags, trains a residual MLP language
 model for a few SGD steps on synthetic tokens and writes its own files:
 
-    metrics.jsonl       {"iteration": k, "lm_loss": x} per step
+    metrics.jsonl       {"iteration": k, "lm_loss": x, "step_time_s": t} per step
     logits.safetensors  first-step logits [batch, seq, vocab] and loss
     grads.safetensors   first-step gradients, full (unsharded) shapes
     init.safetensors    the initial weights
@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 
 def parse():
@@ -152,14 +153,18 @@ def main():
             data = np.random.default_rng([a.seed, k + 1])
             tokens = data.integers(0, a.vocab, (a.batch, a.seq + 1))
             x, y = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
-            params, loss, logits, grads = step(params, x, y)
-            metrics.write(json.dumps({"iteration": k + 1, "lm_loss": float(loss)}) + "\n")
+            start = time.perf_counter()
+            params, loss_array, logits, grads = step(params, x, y)
+            loss = float(loss_array)
+            seconds = time.perf_counter() - start
+            metrics.write(json.dumps(
+                {"iteration": k + 1, "lm_loss": loss, "step_time_s": seconds}) + "\n")
             if k == 0:
-                save_file({"logits": np.asarray(logits), "loss": np.asarray(loss).reshape(1)},
+                save_file({"logits": np.asarray(logits), "loss": np.asarray(loss_array).reshape(1)},
                           os.path.join(a.out, "logits.safetensors"))
                 save_file({n: np.asarray(t) for n, t in grads.items()},
                           os.path.join(a.out, "grads.safetensors"))
-            print(f"step {k + 1}/{a.steps} loss {float(loss):.6f}", flush=True)
+            print(f"step {k + 1}/{a.steps} loss {loss:.6f}", flush=True)
     save_file({n: np.asarray(t) for n, t in params.items()},
               os.path.join(a.out, "final.safetensors"))
 
