@@ -525,3 +525,49 @@ fn closed_pipes_full_disks_and_huge_durations_do_not_panic() {
             .stderr(predicates::str::contains("30 days"));
     }
 }
+
+/// A run name is a name, not a path (`../x` used to write a run directory outside the output
+/// folder), names are bounded, and two names that sanitize alike (`m+1`, `m_1`) keep separate
+/// job directories.
+#[test]
+fn names_cannot_escape_or_collide() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, why) in [
+        ("../x", "invalid run name `../x`"),
+        ("/tmp/x", "invalid run name `/tmp/x`"),
+        (&"n".repeat(300), "run name is 300 bytes long"),
+    ] {
+        let spec = dir.path().join("spec.toml");
+        std::fs::write(
+            &spec,
+            format!("[run]\nname = {name:?}\n[models.m]\n[meshes.dp2]\ndp = 2\n"),
+        )
+        .unwrap();
+        meshparity()
+            .arg("validate")
+            .arg(&spec)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(why));
+    }
+    let spec = dir.path().join("twins.toml");
+    std::fs::write(
+        &spec,
+        "[run]\nname = \"twins\"\nsteps = 1\nbatch = 2\noutput = \"out\"\n\
+         [models.\"m+1\"]\nlayers = 1\nhidden = 16\nheads = 2\nffn = 16\nvocab = 16\nseq_len = 4\n\
+         [models.m_1]\nlayers = 1\nhidden = 16\nheads = 2\nffn = 16\nvocab = 16\nseq_len = 4\n\
+         [meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"forward\"]\n",
+    )
+    .unwrap();
+    meshparity()
+        .current_dir(dir.path())
+        .args(["run", "twins.toml", "--no-progress", "--run-dir", "run"])
+        .assert()
+        .code(0);
+    let jobs: Vec<String> = std::fs::read_dir(dir.path().join("run/jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let forward = jobs.iter().filter(|j| j.contains("dp2_forward")).count();
+    assert_eq!(forward, 2, "{jobs:?}");
+}

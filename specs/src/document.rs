@@ -45,7 +45,25 @@ pub struct Document {
 }
 
 /// Names become parts of job names (`model@dtype/mesh/level`) and report anchors.
-fn check_name(cx: &mut Ctx<'_>, kind: &str, name: &Located<String>) -> bool {
+/// Longest name: names become file and directory names (with a suffix), which most file systems
+/// cap at 255 bytes.
+pub const MAX_NAME: usize = 100;
+
+/// Names become job names, directory names and report anchors: a letter or digit first, then
+/// letters, digits, `_-.+`, at most [`MAX_NAME`] bytes — no path separators, no `..` escape.
+pub(crate) fn check_name(cx: &mut Ctx<'_>, kind: &str, name: &Located<String>) -> bool {
+    if name.value.len() > MAX_NAME {
+        cx.error(
+            Diagnostic::error(
+                &name.loc,
+                format!("{kind} name is {} bytes long", name.value.len()),
+            )
+            .help(format!(
+                "names are at most {MAX_NAME} bytes (they become directory names)"
+            )),
+        );
+        return false;
+    }
     let ok = name
         .value
         .chars()

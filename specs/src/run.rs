@@ -92,7 +92,10 @@ impl RunSettings {
 
     pub fn decode(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> Self {
         let mut run = Self::defaults(t.loc.clone());
-        run.name = t.string(cx, "name").map(|n| n.value);
+        run.name = t
+            .string(cx, "name")
+            .filter(|n| crate::document::check_name(cx, "run", n))
+            .map(|n| n.value);
         if let Some(s) = t.u64(cx, "seed") {
             run.training.seed = s.value;
         }

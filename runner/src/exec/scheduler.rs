@@ -180,10 +180,12 @@ impl Run<'_> {
                 }
             })
             .collect();
+        // The id keeps apart names that sanitize alike (`m+1` and `m_1`).
+        let id = self.job(i).id.to_string();
         self.opts
             .run_dir
             .join("jobs")
-            .join(name)
+            .join(format!("{name}-{}", &id[..8]))
             .join(format!("attempt-{attempt}"))
     }
 
