@@ -447,3 +447,39 @@ fn a_job_that_ignores_sigterm_is_killed_after_the_grace_period_or_a_second_inter
     );
     assert_eq!(fx.results()["meta"]["interrupted"], true);
 }
+
+/// The stored reproduce command quotes the spec path: pasted into a shell, a spec named
+/// `$(touch pwned).toml` is a file name, not a command.
+#[test]
+fn reproduce_commands_quote_the_spec_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "$(touch pwned).toml";
+    std::fs::write(
+        dir.path().join(name),
+        "[run]\nname = \"q\"\nsteps = 1\nbatch = 2\n[models.m]\nlayers = 1\nhidden = 16\n\
+         heads = 2\nffn = 16\nvocab = 16\nseq_len = 4\n[meshes.dp2]\ndp = 2\n\
+         [[matrix]]\nlevels = [\"forward\"]\n",
+    )
+    .unwrap();
+    Command::cargo_bin("meshparity")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["run", name, "--no-progress", "--run-dir", "run"])
+        .assert()
+        .code(0);
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/results.json")).unwrap(),
+    )
+    .unwrap();
+    let reproduce = r["jobs"][0]["reproduce"].as_str().unwrap().to_owned();
+    assert!(reproduce.contains("'"), "{reproduce}");
+    let out = StdCommand::new("sh")
+        .arg("-c")
+        .arg(format!("printf '%s\\n' {}", reproduce.trim_start_matches("meshparity run ")))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let words = String::from_utf8_lossy(&out.stdout);
+    assert!(words.lines().any(|w| w.ends_with("$(touch pwned).toml")), "{words}");
+    assert!(!dir.path().join("pwned").exists(), "the shell ran the file name: {reproduce}");
+}

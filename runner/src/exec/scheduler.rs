@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use meshparity_engine::judge::quote;
 use meshparity_reports::{Attempt, JobRecord, Status};
 use petgraph::graph::NodeIndex;
 use tokio::sync::watch;
@@ -22,6 +23,7 @@ use super::progress::Progress;
 use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
+
 use crate::plan::{Job, Plan, Selection};
 
 /// Lines of log kept in a record for errors.
@@ -354,14 +356,15 @@ impl Run<'_> {
                 .map(|d| self.plan.graph[*d].id.to_string())
                 .collect(),
             cached: false,
+            // Quoted: a spec path like `$(touch x).toml` must stay a path when pasted.
             reproduce: format!(
-                "meshparity run {}{} --filter 'name={}'",
-                self.opts.spec.display(),
+                "meshparity run {}{} --filter {}",
+                quote(&self.opts.spec.display().to_string()),
                 self.opts
                     .device
                     .map(|d| format!(" --device {d}"))
                     .unwrap_or_default(),
-                job.name
+                quote(&format!("name={}", job.name))
             ),
             detail: None,
         }
