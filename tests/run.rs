@@ -475,11 +475,20 @@ fn reproduce_commands_quote_the_spec_path() {
     assert!(reproduce.contains("'"), "{reproduce}");
     let out = StdCommand::new("sh")
         .arg("-c")
-        .arg(format!("printf '%s\\n' {}", reproduce.trim_start_matches("meshparity run ")))
+        .arg(format!(
+            "printf '%s\\n' {}",
+            reproduce.trim_start_matches("meshparity run ")
+        ))
         .current_dir(dir.path())
         .output()
         .unwrap();
     let words = String::from_utf8_lossy(&out.stdout);
-    assert!(words.lines().any(|w| w.ends_with("$(touch pwned).toml")), "{words}");
-    assert!(!dir.path().join("pwned").exists(), "the shell ran the file name: {reproduce}");
+    assert!(
+        words.lines().any(|w| w.ends_with("$(touch pwned).toml")),
+        "{words}"
+    );
+    assert!(
+        !dir.path().join("pwned").exists(),
+        "the shell ran the file name: {reproduce}"
+    );
 }
