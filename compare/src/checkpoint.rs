@@ -86,7 +86,8 @@ impl Checkpoint {
             path: index.to_owned(),
             reason,
         };
-        let text = std::fs::read_to_string(index).map_err(|e| InputError::io(index, e))?;
+        let text = meshparity_files::read_to_string(index, meshparity_files::Limit::JSON)
+            .map_err(|e| InputError::io(index, e))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
         let map = v

@@ -57,7 +57,8 @@ pub fn read_curve(path: &Path) -> Result<Curve, InputError> {
 
 /// Read a curve whose steps are numbered by `step_key`.
 pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, e))?;
+    let text = meshparity_files::read_to_string(path, meshparity_files::Limit::CURVE)
+        .map_err(|e| InputError::io(path, e))?;
     let mut curve = Curve {
         path: path.to_owned(),
         steps: BTreeMap::new(),
@@ -97,6 +98,24 @@ pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError
                 serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
                     s.parse().ok()
                 }
+                // A number written as a string, or no value at all, is a metric the writer
+                // got wrong; skipping it like a label would leave that step unchecked.
+                serde_json::Value::String(s) if s.trim().parse::<f64>().is_ok() => {
+                    curve.problems.push(not_numeric(
+                        path,
+                        k,
+                        step,
+                        lineno,
+                        &format!("the string {v}"),
+                    ));
+                    None
+                }
+                serde_json::Value::Null => {
+                    curve
+                        .problems
+                        .push(not_numeric(path, k, step, lineno, "null"));
+                    None
+                }
                 _ => None, // labels such as "phase": "train" are not metrics
             };
             if let Some(x) = x {
@@ -128,6 +147,17 @@ pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError
         curve.steps.insert(step, values);
     }
     Ok(curve)
+}
+
+fn not_numeric(path: &Path, key: &str, step: u64, line: usize, what: &str) -> Problem {
+    Problem {
+        kind: ProblemKind::NotNumeric,
+        name: Some(key.to_owned()),
+        message: format!(
+            "{}: `{key}` is {what} at step {step} (line {line}); metrics must be JSON numbers",
+            path.display()
+        ),
+    }
 }
 
 pub struct CurveOptions {
@@ -272,6 +302,23 @@ pub fn compare_curves(
                 ),
             });
             continue;
+        }
+        // The other way round: a step the reference logged without this metric would
+        // otherwise simply not be compared.
+        let unreferenced: Vec<u64> = common
+            .iter()
+            .filter(|s| !a.steps[*s].contains_key(name) && b.steps[*s].contains_key(name))
+            .copied()
+            .collect();
+        if !unreferenced.is_empty() {
+            problems.push(Problem {
+                kind: ProblemKind::MissingMetric,
+                name: Some(name.clone()),
+                message: format!(
+                    "the reference has no `{name}` at step(s) {}, which the candidate logs",
+                    step_list(&unreferenced)
+                ),
+            });
         }
         if steps.is_empty() {
             continue;

@@ -39,6 +39,7 @@ pub enum ProblemKind {
     ExtraSteps,
     DuplicateStep,
     MissingMetric,
+    NotNumeric,
 }
 
 /// A limit a value broke.

@@ -217,3 +217,45 @@ fn malformed_lines_and_empty_comparisons_are_errors() {
     let err = compare_curves(&a, &disjoint, &opts(limits(CurveMode::Rel, &[]))).unwrap_err();
     assert!(matches!(err, InputError::NothingCompared(_)), "{err}");
 }
+
+/// A reference whose loss is a string, null or missing at a step never matches: that step
+/// would otherwise go unchecked.
+#[test]
+fn a_reference_loss_that_is_not_a_number_is_a_problem_not_a_skipped_step() {
+    let d = tempfile::tempdir().unwrap();
+    let good = curve(d.path(), "good.jsonl", &losses(&BASE));
+    for (case, bad_line) in [
+        ("string", r#"{"step": 2, "loss": "4.7", "phase": "train"}"#),
+        ("null", r#"{"step": 2, "loss": null, "phase": "train"}"#),
+        (
+            "missing",
+            r#"{"step": 2, "step_time_s": 0.2, "phase": "train"}"#,
+        ),
+    ] {
+        let mut lines = losses(&BASE);
+        lines[1] = bad_line.into();
+        let reference = curve(d.path(), &format!("{case}.jsonl"), &lines);
+        let r = compare_curves(
+            &reference,
+            &good,
+            &opts(limits(CurveMode::Rel, &[("rel", 1e-6)])),
+        )
+        .unwrap();
+        assert_eq!(r.verdict, Verdict::Mismatch, "{case}");
+        let messages: Vec<&str> = r.problems.iter().map(|p| p.message.as_str()).collect();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("`loss`") && m.contains('2')),
+            "{case}: {messages:?}"
+        );
+    }
+    // Labels stay labels.
+    let r = compare_curves(
+        &good,
+        &good,
+        &opts(limits(CurveMode::Rel, &[("rel", 1e-6)])),
+    )
+    .unwrap();
+    assert_eq!(r.verdict, Verdict::Match);
+}

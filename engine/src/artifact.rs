@@ -63,6 +63,10 @@ pub struct Manifest {
     #[serde(default)]
     pub unmerged: IndexMap<String, String>,
     pub seconds: f64,
+    /// BLAKE3 of every file in the directory, by relative path: written by [`crate::seal`]
+    /// once the run is complete, checked before the directory is reused or judged.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub blake3: IndexMap<String, String>,
 }
 
 /// Why an artifact directory cannot be read.
@@ -97,10 +101,13 @@ impl Manifest {
 
     pub fn read(dir: &Path) -> Result<Self, ArtifactError> {
         let path = dir.join(files::MANIFEST);
-        let bytes = std::fs::read(&path).map_err(|source| ArtifactError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let bytes =
+            meshparity_files::read(&path, meshparity_files::Limit::JSON).map_err(|source| {
+                ArtifactError::Io {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?;
         serde_json::from_slice(&bytes).map_err(|source| ArtifactError::Manifest {
             path: path.display().to_string(),
             source,

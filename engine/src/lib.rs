@@ -3,6 +3,7 @@
 //! - [`engine`] — the [`Engine`] trait an engine implements (describe, supports, reference,
 //!   run) and the [`RunRequest`] it is handed;
 //! - [`artifact`] — the on-disk contract: artifact file names and the run [`Manifest`];
+//! - [`seal`] — content hashes of a finished run directory, verified before reuse or judging;
 //! - [`tensor`], [`checkpoint`] — host tensors as bytes and safetensors files of them;
 //! - [`check`] — one mesh run judged at all its levels;
 //! - [`judge`] — every level judged from a reference and a mesh run's artifact directories;
@@ -22,6 +23,7 @@ pub mod gate;
 pub mod judge;
 pub mod mutation;
 pub mod outcome;
+pub mod seal;
 pub mod tensor;
 pub mod update;
 
@@ -33,4 +35,5 @@ pub use gate::Gate;
 pub use judge::{Judge, JudgeError};
 pub use mutation::MutationOutcome;
 pub use outcome::{Comparison, Losses, Outcome};
+pub use seal::{seal, verify, SealError};
 pub use tensor::{HostTensor, Shards};

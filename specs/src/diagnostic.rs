@@ -88,9 +88,10 @@ impl Diagnostic {
             Severity::Warning => "warning",
         };
         let mut out = format!("{kind}: {}: {}\n", self.loc.position(), self.message);
+        let mut block = String::new();
         if handler
             .render_report(
-                &mut out,
+                &mut block,
                 &Report {
                     diag: self,
                     source: named_source(&self.loc),
@@ -100,6 +101,7 @@ impl Diagnostic {
         {
             out.push_str("  (could not render the source excerpt)\n");
         }
+        out.push_str(without_header(&block));
         out
     }
 }
@@ -107,6 +109,15 @@ impl Diagnostic {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.loc.position(), self.message)
+    }
+}
+
+/// The excerpt without miette's header (`× message`, possibly wrapped over several lines):
+/// the line above already says it with its position, and saying it twice reads as two errors.
+fn without_header(block: &str) -> &str {
+    match block.find("╭─[") {
+        Some(at) => &block[block[..at].rfind('\n').map_or(0, |n| n + 1)..],
+        None => block,
     }
 }
 
@@ -261,7 +272,9 @@ impl Diagnostics {
                 .with_width(100)
                 .with_links(false);
                 out.push_str(&format!("note: {}: {text}\n", loc.position()));
-                let _ = handler.render_report(&mut out, &note);
+                let mut block = String::new();
+                let _ = handler.render_report(&mut block, &note);
+                out.push_str(without_header(&block));
             }
         }
         out

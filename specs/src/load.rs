@@ -70,7 +70,7 @@ pub struct Disk;
 
 impl Files for Disk {
     fn read(&self, path: &Path) -> std::io::Result<String> {
-        std::fs::read_to_string(path)
+        meshparity_files::read_to_string(path, meshparity_files::Limit::SPEC)
     }
 }
 
@@ -221,14 +221,19 @@ impl Loader<'_> {
             }
             match self.files.read(&path) {
                 Ok(text) => self.visit(SourceFile::new(path, text), Some(&inc.loc)),
-                Err(e) => self.diags.push(
-                    Diagnostic::error(
-                        &inc.loc,
-                        format!("cannot read included file `{}`: {e}", path.display()),
+                Err(e) => {
+                    // Like a syntax error: the spec without that file is not the spec, and
+                    // checking it would only add follow-on errors.
+                    self.syntax_errors = true;
+                    self.diags.push(
+                        Diagnostic::error(
+                            &inc.loc,
+                            format!("cannot read included file `{}`: {e}", path.display()),
+                        )
+                        .label("included here")
+                        .help("include paths are relative to the file that includes them"),
                     )
-                    .label("included here")
-                    .help("include paths are relative to the file that includes them"),
-                ),
+                }
             }
         }
         self.stack.pop();

@@ -11,13 +11,14 @@ use crate::exit;
 pub struct Args {
     /// A run's results.json.
     results: PathBuf,
-    /// JUnit XML output (default: junit.xml beside the results).
+    /// JUnit XML output. Naming any of --junit, --html, --markdown writes only those; naming
+    /// none writes all three beside the results (junit.xml, report.html, summary.md).
     #[arg(long)]
     junit: Option<PathBuf>,
-    /// HTML output (default: report.html beside the results).
+    /// HTML output.
     #[arg(long)]
     html: Option<PathBuf>,
-    /// Markdown summary output (default: summary.md beside the results).
+    /// Markdown summary output.
     #[arg(long)]
     markdown: Option<PathBuf>,
     /// Where the Markdown links to the HTML report (default: the HTML path as given).
@@ -26,16 +27,17 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> u8 {
-    let results: RunResults = match std::fs::read(&args.results)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {}: {e}", args.results.display());
-            return exit::SPEC_ERROR;
-        }
-    };
+    let results: RunResults =
+        match meshparity_files::read(&args.results, meshparity_files::Limit::JSON)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {}: {e}", args.results.display());
+                return exit::SPEC_ERROR;
+            }
+        };
     if results.format_version != FORMAT_VERSION {
         eprintln!(
             "error: {} has format version {}; this meshparity reads version {FORMAT_VERSION}",
@@ -61,11 +63,23 @@ pub fn run(args: &Args) -> u8 {
             h.display().to_string()
         }
     });
-    for (path, text) in [
-        (&j, junit::junit(&results)),
-        (&h, html::html(&results)),
-        (&m, markdown::markdown(&results, &link)),
-    ] {
+    // Asked for one report elsewhere: leave the run's own reports alone.
+    let all = args.junit.is_none() && args.html.is_none() && args.markdown.is_none();
+    let wanted = [
+        (all || args.junit.is_some(), &j),
+        (all || args.html.is_some(), &h),
+        (all || args.markdown.is_some(), &m),
+    ];
+    let render: [&dyn Fn() -> String; 3] = [
+        &|| junit::junit(&results),
+        &|| html::html(&results),
+        &|| markdown::markdown(&results, &link),
+    ];
+    for ((want, path), render) in wanted.into_iter().zip(render) {
+        if !want {
+            continue;
+        }
+        let text = render();
         if let Err(e) = write::atomic(path, text.as_bytes()) {
             eprintln!("error: writing {}: {e}", path.display());
             return exit::INFRA_ERROR;

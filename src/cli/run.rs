@@ -1,10 +1,12 @@
 //! `meshparity run SPEC`: plan, execute every selected job in its own worker process, write
 //! the results.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use meshparity_reports::{RunResults, Status, FORMAT_VERSION};
+use meshparity_reports::{JobRecord, RunResults, Status, FORMAT_VERSION};
+use meshparity_runner::exec::run_dir::RunDir;
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
 use meshparity_runner::Plan;
 
@@ -29,9 +31,9 @@ pub struct Args {
     /// Stop starting jobs after the first failure.
     #[arg(long)]
     fail_fast: bool,
-    /// Stop starting jobs after N failures.
-    #[arg(long, value_name = "N")]
-    max_fail: Option<usize>,
+    /// Stop starting jobs after N failures (N ≥ 1; 1 is --fail-fast).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_fail: Option<u64>,
     /// Time limit: SECONDS for every job, or KEY=SECONDS for a level (reference, roundtrip,
     /// forward, curve, oracle, mutation) or a job-name glob. Repeatable; later wins.
     #[arg(long, value_name = "[KEY=]SECONDS")]
@@ -45,6 +47,9 @@ pub struct Args {
     /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
     resume: Option<PathBuf>,
+    /// With --resume: keep the directory's results even though its spec files changed.
+    #[arg(long, requires = "resume")]
+    resume_force: bool,
     /// Run directory (default: OUTPUT/SPEC-NAME-TIMESTAMP, OUTPUT from `[run] output`).
     #[arg(long)]
     run_dir: Option<PathBuf>,
@@ -101,24 +106,9 @@ pub fn run(args: &Args) -> u8 {
         }
     };
     let output = PathBuf::from(&spec.run.output);
-    let (run_dir, previous) = match &args.resume {
-        Some(dir) => match store::load(dir) {
-            Ok(p) => (dir.clone(), p),
-            Err(e) => {
-                eprintln!(
-                    "error: cannot resume {}: {e} (is it a run directory?)",
-                    dir.display()
-                );
-                return exit::SPEC_ERROR;
-            }
-        },
-        None => (
-            args.run_dir.clone().unwrap_or_else(|| {
-                let stamp = chrono_stamp();
-                output.join(format!("{}-{stamp}", spec.name()))
-            }),
-            Default::default(),
-        ),
+    let (run_dir, previous) = match claim(args, spec, &output) {
+        Ok(claimed) => claimed,
+        Err(code) => return code,
     };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
@@ -130,7 +120,7 @@ pub fn run(args: &Args) -> u8 {
     let opts = RunOptions {
         exe,
         spec: absolute(&args.spec),
-        run_dir: absolute(&run_dir),
+        run_dir: absolute(&run_dir.path),
         cache_dir: absolute(&output.join("cache")),
         slots: args
             .jobs
@@ -142,7 +132,7 @@ pub fn run(args: &Args) -> u8 {
         max_fail: if args.fail_fast {
             Some(1)
         } else {
-            args.max_fail
+            args.max_fail.map(|n| n as usize)
         },
         timeouts,
         grace: Duration::from_secs_f64(args.grace),
@@ -188,6 +178,47 @@ pub fn run(args: &Args) -> u8 {
         opts.run_dir.display()
     );
     code(&results)
+}
+
+/// The run directory this run writes, held for its whole duration, with the results of the
+/// run it resumes.
+fn claim(
+    args: &Args,
+    spec: &meshparity_specs::Spec,
+    output: &Path,
+) -> Result<(RunDir, HashMap<String, JobRecord>), u8> {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("error: {e}");
+        exit::SPEC_ERROR
+    };
+    let Some(dir) = &args.resume else {
+        let run_dir = match &args.run_dir {
+            Some(dir) => RunDir::open(dir),
+            None => RunDir::create_unique(output, &spec.name(), &chrono_stamp()),
+        }
+        .map_err(|e| fail(&e))?;
+        run_dir.record_spec(spec).map_err(|e| fail(&e))?;
+        return Ok((run_dir, HashMap::new()));
+    };
+    if !dir.join(store::RESULTS_LOG).is_file() {
+        return Err(fail(&format!(
+            "cannot resume {}: it has no {} (is it a run directory?)",
+            dir.display(),
+            store::RESULTS_LOG
+        )));
+    }
+    let run_dir = RunDir::open(dir).map_err(|e| fail(&e))?;
+    if !args.resume_force {
+        run_dir.check_spec(spec).map_err(|e| fail(&e))?;
+    }
+    let previous = store::load(dir).map_err(|e| {
+        fail(&format!(
+            "cannot resume {}: {e} (is it a run directory?)",
+            dir.display()
+        ))
+    })?;
+    run_dir.record_spec(spec).map_err(|e| fail(&e))?;
+    Ok((run_dir, previous))
 }
 
 fn code(r: &RunResults) -> u8 {

@@ -21,6 +21,10 @@ pub struct Args {
     /// Cache of reference artifacts.
     #[arg(long)]
     cache: PathBuf,
+    /// Where the artifacts of engines whose runs are never reused live (the run directory's
+    /// `artifacts/`): a command engine's outputs stay with the run that made them.
+    #[arg(long)]
+    scratch: Option<PathBuf>,
     #[arg(long)]
     no_cache: bool,
     #[arg(long, default_value_t = 1)]
@@ -55,6 +59,7 @@ pub fn run(args: &Args) -> u8 {
         spec: args.spec.clone(),
         job,
         out: args.out.clone(),
+        scratch: args.scratch.clone().unwrap_or_else(|| args.cache.clone()),
         cache: args.cache.clone(),
         no_cache: args.no_cache,
         attempt: args.attempt,

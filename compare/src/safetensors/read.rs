@@ -1,6 +1,5 @@
 //! Reading and validating a safetensors file.
 
-use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -50,7 +49,7 @@ impl TensorView<'_> {
 
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self, InputError> {
-        let file = File::open(path).map_err(|e| InputError::io(path, e))?;
+        let file = meshparity_files::open(path).map_err(|e| InputError::io(path, e))?;
         // SAFETY: the map is read-only; a file truncated by another process while mapped would
         // fault, which is the same contract every mmap-based checkpoint reader has.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| InputError::io(path, e))?;

@@ -6,6 +6,7 @@
 //! - `slots.rs` — how many jobs run at once on the CPU and on each GPU;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
+//! - `run_dir.rs` — run directories: unique, locked, tied to their spec;
 //! - `progress.rs` — live bar or plain lines;
 //! - `meta.rs` — what the run was (spec hash, host, commit, backend).
 
@@ -13,6 +14,7 @@ pub mod child;
 pub mod meta;
 pub mod options;
 pub mod progress;
+pub mod run_dir;
 pub mod scheduler;
 pub mod slots;
 pub mod store;

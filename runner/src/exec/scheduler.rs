@@ -251,6 +251,8 @@ impl Run<'_> {
             dir.display().to_string(),
             "--cache".into(),
             self.opts.cache_dir.display().to_string(),
+            "--scratch".into(),
+            self.opts.run_dir.join("artifacts").display().to_string(),
             "--attempt".into(),
             attempt.to_string(),
         ];

@@ -20,7 +20,12 @@ impl Store {
     pub fn open(run_dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(run_dir)?;
         let path = run_dir.join(RESULTS_LOG);
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)?;
+        drop_torn_line(&file)?;
         Ok(Self { path, file })
     }
 
@@ -36,10 +41,32 @@ impl Store {
     }
 }
 
+/// A runner killed mid-write leaves a last line without its newline; appending after it would
+/// glue the next record onto it and lose both. Cut the file back to its last complete line.
+fn drop_torn_line(file: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut at = len;
+    let mut byte = [0u8; 1];
+    while at > 0 {
+        file.read_exact_at(&mut byte, at - 1)?;
+        if byte[0] == b'\n' {
+            break;
+        }
+        at -= 1;
+    }
+    if at < len {
+        file.set_len(at)?;
+    }
+    Ok(())
+}
+
 /// The last record of every job in a run directory's log. A torn last line (the runner was
 /// killed mid-write) is ignored.
 pub fn load(run_dir: &Path) -> std::io::Result<HashMap<String, JobRecord>> {
-    let text = std::fs::read_to_string(run_dir.join(RESULTS_LOG))?;
+    let bytes = meshparity_files::read(&run_dir.join(RESULTS_LOG), meshparity_files::Limit::JSON)?;
+    // Lossy: a torn line may end inside a character; it is dropped below either way.
+    let text = String::from_utf8_lossy(&bytes);
     Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str::<JobRecord>(l).ok())

@@ -44,24 +44,15 @@ impl Context<'_> {
     /// An engine run whose artifacts later jobs judge (the reference, or a mesh's training):
     /// written into the cache, reused while the engine, device and binary are the same.
     pub fn artifacts(&self) -> Result<WorkerResult, WorkerError> {
-        let dir = artifact_dir(&self.args.cache, self.job, self.adapter);
-        let done = dir.join(RESULT_FILE);
-        if !self.args.no_cache
-            && self.engine.cacheable()
-            && done.exists()
-            && recorded_adapter(&dir).as_deref() == Some(self.adapter)
-        {
-            return Ok(WorkerResult {
-                status: Status::Passed,
-                summary: format!("reused cached artifacts in {}", dir.display()),
-                seconds: 0.0,
-                cached: true,
-                detail: Some(Finding::Artifacts(Artifacts {
-                    artifacts: dir.display().to_string(),
-                    collectives: 0,
-                })),
-                adapter: self.adapter.to_owned(),
-            });
+        let dir = self.artifact_dir(self.job);
+        let reusable = !self.args.no_cache && self.engine.cacheable();
+        // Why a cache entry that exists is not reused, said in the job's summary.
+        let mut damaged = None;
+        if reusable && dir.join(RESULT_FILE).exists() {
+            match self.reusable(&dir) {
+                Ok(()) => return Ok(self.reused(&dir)),
+                Err(why) => damaged = why,
+            }
         }
         // Build beside the final place and rename, so a half-written run is never reused.
         let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
@@ -86,10 +77,14 @@ impl Context<'_> {
         } else {
             "mesh artifacts"
         };
+        meshparity_engine::seal(&tmp)?;
+        let recomputed = damaged
+            .map(|why| format!("; the cache entry was damaged and is recomputed: {why}"))
+            .unwrap_or_default();
         let result = WorkerResult {
             status: Status::Passed,
             summary: format!(
-                "{what} written ({} steps, {} artifacts)",
+                "{what} written ({} steps, {} artifacts){recomputed}",
                 manifest.steps,
                 manifest.artifacts.len()
             ),
@@ -107,9 +102,48 @@ impl Context<'_> {
             serde_json::to_vec_pretty(&result).expect("results serialize"),
         )
         .map_err(io("writing", &marker))?;
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::rename(&tmp, &dir).map_err(io("renaming into", &dir))?;
+        if !publish(&tmp, &dir, reusable && damaged_free(&dir, self.adapter))? {
+            // Another run published the same entry first, intact: judge that one, so every
+            // job of both runs reads one set of files.
+            return Ok(self.reused(&dir));
+        }
         Ok(result)
+    }
+
+    /// Where `job`'s engine run keeps its artifacts: the shared cache when runs are reused,
+    /// otherwise this run's own scratch directory.
+    fn artifact_dir(&self, job: &Job) -> PathBuf {
+        let root = if self.engine.cacheable() {
+            &self.args.cache
+        } else {
+            &self.args.scratch
+        };
+        artifact_dir(root, job, self.adapter)
+    }
+
+    /// `Ok` when the entry in `dir` is complete, intact and from this device; otherwise why
+    /// not (`None`: nothing worth saying, e.g. computed on another device).
+    fn reusable(&self, dir: &Path) -> Result<(), Option<String>> {
+        if recorded_adapter(dir).as_deref() != Some(self.adapter) {
+            return Err(None);
+        }
+        meshparity_engine::verify(dir)
+            .map(|_| ())
+            .map_err(|e| Some(e.to_string()))
+    }
+
+    fn reused(&self, dir: &Path) -> WorkerResult {
+        WorkerResult {
+            status: Status::Passed,
+            summary: format!("reused cached artifacts in {}", dir.display()),
+            seconds: 0.0,
+            cached: true,
+            detail: Some(Finding::Artifacts(Artifacts {
+                artifacts: dir.display().to_string(),
+                collectives: 0,
+            })),
+            adapter: self.adapter.to_owned(),
+        }
     }
 
     /// Judge one level from the reference's and the mesh run's artifacts.
@@ -201,7 +235,7 @@ impl Context<'_> {
     /// The artifacts of `job`, which must come from the adapter this job runs on: a GPU mesh
     /// judged against a CPU oracle would measure the kernels, not the mesh.
     fn dir_of(&self, job: &Job) -> Result<PathBuf, WorkerError> {
-        let dir = artifact_dir(&self.args.cache, job, self.adapter);
+        let dir = self.artifact_dir(job);
         let Some(found) = recorded_adapter(&dir) else {
             return Err(WorkerError::MissingReference {
                 job: job.name.clone(),
@@ -215,8 +249,36 @@ impl Context<'_> {
                 here: self.adapter.to_owned(),
             });
         }
+        meshparity_engine::verify(&dir).map_err(|e| WorkerError::Damaged {
+            job: job.name.clone(),
+            why: e.to_string(),
+        })?;
         Ok(dir)
     }
+}
+
+/// Whether `dir` holds an intact entry from `adapter` (which a concurrent run may have just
+/// published).
+fn damaged_free(dir: &Path, adapter: &str) -> bool {
+    recorded_adapter(dir).as_deref() == Some(adapter) && meshparity_engine::verify(dir).is_ok()
+}
+
+/// Move the finished `tmp` to `dir`. Where `dir` exists, `keep_existing` keeps it (returns
+/// `false`, `tmp` is dropped); otherwise the old entry is renamed aside first and removed only
+/// after the new one is in place, so `dir` is never missing while another run reads it.
+fn publish(tmp: &Path, dir: &Path, keep_existing: bool) -> Result<bool, WorkerError> {
+    if keep_existing {
+        let _ = std::fs::remove_dir_all(tmp);
+        return Ok(false);
+    }
+    if std::fs::rename(tmp, dir).is_ok() {
+        return Ok(true);
+    }
+    let stale = meshparity_files::temp_sibling(dir);
+    std::fs::rename(dir, &stale).map_err(io("moving aside", dir))?;
+    std::fs::rename(tmp, dir).map_err(io("renaming into", dir))?;
+    let _ = std::fs::remove_dir_all(&stale);
+    Ok(true)
 }
 
 /// The nearest job `node` depends on that `want` picks (walking up its chain of levels).

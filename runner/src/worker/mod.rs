@@ -32,6 +32,11 @@ pub struct WorkerArgs {
     pub out: PathBuf,
     /// Reference artifacts live here, one directory per content key.
     pub cache: PathBuf,
+    /// Artifacts of engines that are not [`Engine::cacheable`] live here instead, so a run
+    /// never judges (or replaces) another run's outputs.
+    ///
+    /// [`Engine::cacheable`]: meshparity_engine::Engine::cacheable
+    pub scratch: PathBuf,
     pub no_cache: bool,
     /// 1 for the first try; retries count up.
     pub attempt: u32,
@@ -97,6 +102,10 @@ pub enum WorkerError {
         found: String,
         here: String,
     },
+    #[error("the artifacts of `{job}` cannot be trusted: {why} (run again: the job that writes them recomputes a damaged entry)")]
+    Damaged { job: String, why: String },
+    #[error(transparent)]
+    Artifact(#[from] meshparity_engine::ArtifactError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,

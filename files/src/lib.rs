@@ -1,0 +1,15 @@
+//! How meshparity touches files it did not write itself, and files other processes share.
+//!
+//! Every input (a spec, an include, a results file, a checkpoint, a curve) is user-named, so
+//! it can be a FIFO, a device or a huge file. Reading one must never block forever or pull
+//! gigabytes: [`read`] opens without blocking, refuses anything that is not a regular file and
+//! caps the size. Files other runs may read at the same time are replaced atomically
+//! ([`write_atomic`]), and a run directory is held by one process at a time ([`Lock`]).
+
+mod atomic;
+mod lock;
+mod regular;
+
+pub use atomic::{temp_sibling, write_atomic};
+pub use lock::{Lock, LockError};
+pub use regular::{open, read, read_to_string, Limit};
