@@ -13,7 +13,7 @@ pub const NOTHING_SELECTED: u8 = 4;
 /// The run was interrupted (SIGINT/SIGTERM); results so far are written.
 pub const INTERRUPTED: u8 = 130;
 
-/// Text for `--help`.
+/// Text for `meshparity --help` (every command's codes) and `run --help`.
 pub const HELP: &str = "\
 Exit codes:
   0  success: every spec valid / every selected job passed
@@ -22,3 +22,25 @@ Exit codes:
   3  infrastructure errors only
   4  nothing selected by --filter / --partition
   130 interrupted";
+
+/// `validate --help`: it runs nothing, so only these two.
+pub const HELP_VALIDATE: &str = "\
+Exit codes:
+  0  every spec valid
+  2  usage or spec error";
+
+/// `plan --help`.
+pub const HELP_PLAN: &str = "\
+Exit codes:
+  0  the plan was printed
+  2  usage or spec error
+  4  nothing selected by --filter / --partition";
+
+/// `calibrate --help`.
+pub const HELP_CALIBRATE: &str = "\
+Exit codes:
+  0  no false positive and every mutation caught
+  1  a false positive or a missed mutation
+  2  usage or spec error
+  3  infrastructure errors (a job could not run)
+  4  nothing selected by --filter / --partition";

@@ -18,6 +18,8 @@ pub fn html(results: &RunResults) -> String {
         .expect("the page template parses");
     hb.register_partial("job", JOB)
         .expect("the job template parses");
-    hb.render("page", &page(results))
-        .expect("the view model renders")
+    crate::chars::xml_safe(
+        hb.render("page", &page(results))
+            .expect("the view model renders"),
+    )
 }

@@ -163,9 +163,11 @@ pub fn junit(results: &RunResults) -> String {
         }
         report.add_test_suite(suite);
     }
-    report
-        .to_string()
-        .expect("a JUnit report serializes to a string")
+    crate::chars::xml_safe(
+        report
+            .to_string()
+            .expect("a JUnit report serializes to a string"),
+    )
 }
 
 /// Tensors or points a job's comparisons covered.

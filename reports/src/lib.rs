@@ -6,12 +6,14 @@
 //! - `view.rs`, `html.rs`, `templates/` — the self-contained HTML report;
 //! - `calibration/` — what a calibration sweep measured, as text, HTML and JSON;
 //! - `markdown.rs` — a summary for CI step summaries and PR comments;
-//! - `write.rs` — atomic writes, so a reader never sees half a report.
+//! - `write.rs` — atomic writes, so a reader never sees half a report;
+//! - `chars.rs` — characters XML and HTML cannot carry, replaced.
 //!
 //! The runner builds a [`RunResults`]; every report format is a pure function of it, so
 //! `meshparity report results.json` can re-render any of them later.
 
 pub mod calibration;
+mod chars;
 pub mod html;
 pub mod junit;
 pub mod markdown;

@@ -34,18 +34,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Check spec files and report every problem with file:line:column.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::HELP_VALIDATE)]
     Validate(validate::Args),
     /// Show the job DAG a spec expands into.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::HELP_PLAN)]
     Plan(plan::Args),
     /// Run every selected job (each in its own process) and write the results.
     #[command(after_help = exit::HELP)]
     Run(run::Args),
     /// Measure the gates: run the matrix and every mutation over many seeds (and dtypes,
     /// optimizers, learning rates) and report headroom, margin and limits to consider.
-    /// Exit 0: no false positive and every mutation caught; 1: otherwise.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = exit::HELP_CALIBRATE)]
     Calibrate(calibrate::Args),
     /// Render a run's reports (JUnit XML, HTML, Markdown) from its results.json.
     Report(report::Args),

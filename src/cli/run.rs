@@ -238,7 +238,12 @@ fn code(r: &RunResults) -> u8 {
 /// The final table: counts, then every job that did not pass.
 fn summary(r: &RunResults) -> String {
     let mut out = String::new();
-    let bad: Vec<_> = r.jobs.iter().filter(|j| !j.status.passed()).collect();
+    // Jobs that never ran are counted, not listed again: the progress lines named each.
+    let bad: Vec<_> = r
+        .jobs
+        .iter()
+        .filter(|j| !j.status.passed() && j.status != Status::NotRun)
+        .collect();
     if !bad.is_empty() {
         out.push_str("\nnot passed:\n");
         for j in &bad {
