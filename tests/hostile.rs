@@ -68,7 +68,7 @@ fn mkfifo(path: &Path) {
 /// A one-tensor safetensors file.
 fn safetensors(path: &Path) {
     let mut header = br#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#.to_vec();
-    while (8 + header.len()) % 8 != 0 {
+    while !(8 + header.len()).is_multiple_of(8) {
         header.push(b' ');
     }
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
