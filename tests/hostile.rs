@@ -436,3 +436,22 @@ fn smaller_cli_defects() {
         "{help}"
     );
 }
+
+#[test]
+fn a_model_too_large_for_this_machine_is_refused_with_its_estimate() {
+    let d = tempfile::tempdir().unwrap();
+    let big = SPEC
+        .replace("hidden = 32", "hidden = 8192")
+        .replace("vocab = 64", "vocab = 128000")
+        .replace("ffn = 48", "ffn = 24576");
+    std::fs::write(d.path().join("big.toml"), big).unwrap();
+    for cmd in ["validate", "run"] {
+        let err = stderr_of(meshparity(d.path()).args([cmd, "big.toml"]), 2);
+        assert!(
+            err.contains("big.toml:")
+                && err.contains("GiB of memory")
+                && err.contains("this machine has"),
+            "{cmd}: {err}"
+        );
+    }
+}

@@ -9,6 +9,7 @@
 //! - [`optim`], [`train`] — SGD/AdamW and training runs (oracle and mesh);
 //! - [`levels`] — the reference's and a mesh run's artifacts (the engine contract);
 //! - [`support`] — what this engine computes, asked before anything runs;
+//! - [`memory`] — how much memory a run needs, refused up front when the machine has less;
 //! - [`device`] — the CPU and the machine's GPU adapters, and which burn device each is.
 
 pub mod backend;
@@ -17,6 +18,7 @@ pub mod device;
 pub mod host;
 pub mod levels;
 pub mod llama;
+pub mod memory;
 pub mod optim;
 pub mod parallel;
 pub mod rng;

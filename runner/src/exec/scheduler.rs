@@ -175,14 +175,16 @@ impl Run<'_> {
             .name
             .chars()
             .map(|c| {
-                if c.is_ascii_alphanumeric() || "._@-".contains(c) {
+                // Every character a spec name may hold is kept, so two names never map to one
+                // directory; only the job name's `/` separators are replaced.
+                if c.is_ascii_alphanumeric() || "._@-+".contains(c) {
                     c
                 } else {
                     '_'
                 }
             })
             .collect();
-        // The id keeps apart names that sanitize alike (`m+1` and `m_1`).
+        // The id keeps apart whatever might still map alike (and names a job exactly).
         let id = self.job(i).id.to_string();
         self.opts
             .run_dir
