@@ -2,8 +2,10 @@
 //! exit with a code, so process isolation, timeouts and retries are tested on the real binary.
 //!
 //! `MESHPARITY_TEST_FAULT=GLOB=KIND[;GLOB=KIND...]`, GLOB over job names, KIND one of `panic`,
-//! `abort`, `hang`, `hang-ignore-term` (only SIGKILL ends it), `exit:N`, `crash-once` (abort on the first attempt only: a flaky job), `noop`
-//! (pass at once without computing: the scheduler-overhead bench).
+//! `abort`, `hang`, `hang-ignore-term` (only SIGKILL ends it), `exit:N`, `crash-once` (abort on
+//! the first attempt only: a flaky job), `sleep:SECS` (wait, then do the job: a job still
+//! running when its runner dies), `noop` (pass at once without computing: the
+//! scheduler-overhead bench).
 //! Unset in normal use; documented here only.
 
 use globset::Glob;
@@ -59,6 +61,11 @@ pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
                 let path = args.out.join(crate::worker::RESULT_FILE);
                 let _ = std::fs::write(path, serde_json::to_vec(&r).expect("results serialize"));
                 std::process::exit(0);
+            }
+            k if k.starts_with("sleep:") => {
+                let secs = k[6..].parse().unwrap_or(1.0f64).clamp(0.0, 3600.0);
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+                return Ok(());
             }
             k if k.starts_with("exit:") => {
                 eprintln!("injected exit in {name}");

@@ -37,6 +37,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         timeouts: Timeouts::default(),
         grace: Duration::from_secs(1),
         no_cache: false,
+        executor: Default::default(),
     }
 }
 
@@ -60,7 +61,7 @@ fn find<'a>(jobs: &'a [Job], model: &str, mesh: &str) -> &'a Job {
 #[test]
 fn a_gpu_runs_one_job_at_a_time_beside_the_cpu_jobs() {
     let jobs = jobs();
-    let mut slots = Slots::new(&options(2, 1));
+    let mut slots = Slots::new(&options(2, 1), []);
     let (gpu_a, gpu_b) = (find(&jobs, "on-gpu", "dp2"), find(&jobs, "on-gpu", "dp8"));
     let (cpu_a, cpu_b) = (find(&jobs, "on-cpu", "dp2"), find(&jobs, "on-cpu", "dp8"));
     assert!(slots.take(gpu_a));
@@ -82,7 +83,7 @@ fn a_gpu_runs_one_job_at_a_time_beside_the_cpu_jobs() {
 #[test]
 fn gpu_slots_let_small_jobs_share_a_gpu() {
     let jobs = jobs();
-    let mut slots = Slots::new(&options(1, 2));
+    let mut slots = Slots::new(&options(1, 2), []);
     let gpu_a = find(&jobs, "on-gpu", "dp2");
     assert_eq!(slots.weight(gpu_a), 1);
     assert!(slots.take(gpu_a));

@@ -26,6 +26,7 @@ pub const KEYS: &[&str] = &[
     "tolerances",
     "matrix",
     "mutations",
+    "executor",
 ];
 
 /// The elements of one file, in file order.
@@ -40,6 +41,7 @@ pub struct Document {
     pub tolerances: Vec<ToleranceTable>,
     pub matrix: Vec<MatrixEntry>,
     pub mutations: Option<MutationSelection>,
+    pub executor: Option<crate::executor::ExecutorDef>,
     /// Where `[run]`, `[[matrix]]`, `[mutations]` are written, to reject them in included files.
     pub top_level_only: Vec<(&'static str, Loc)>,
 }
@@ -98,6 +100,7 @@ impl Document {
             tolerances: Vec::new(),
             matrix: Vec::new(),
             mutations: None,
+            executor: None,
             top_level_only: Vec::new(),
         };
         if let Some(inc) = t.strings(cx, "include") {
@@ -165,6 +168,12 @@ impl Document {
                     Diagnostic::error(&cx.loc(v), "`matrix` must be an array of tables")
                         .help("write each entry as a `[[matrix]]` section"),
                 ),
+            }
+        }
+        if let Some(v) = t.get("executor") {
+            doc.top_level_only.push(("[executor]", cx.loc(v)));
+            if let Some(et) = Table::from_value(cx, v, "executor") {
+                doc.executor = Some(crate::executor::ExecutorDef::decode(cx, et));
             }
         }
         if let Some(v) = t.get("mutations") {

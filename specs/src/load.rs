@@ -257,6 +257,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
     );
     let mut matrix: Vec<MatrixEntry> = Vec::new();
     let mut mutations = None;
+    let mut executor = None;
     let mut files = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         files.push(Arc::clone(&doc.file));
@@ -264,6 +265,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
             run = doc.run;
             matrix = doc.matrix;
             mutations = doc.mutations;
+            executor = doc.executor;
         }
         for m in doc.models {
             insert_unique(&mut models, m.name.clone(), m, "model", diags, |m| {
@@ -310,6 +312,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
         tolerances,
         matrix,
         mutations: mutations.unwrap_or_else(MutationSelection::default),
+        executor: executor.unwrap_or_default(),
         loc: top,
     }
 }

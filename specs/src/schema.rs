@@ -39,6 +39,36 @@ struct SpecFile {
     matrix: Option<Vec<MatrixEntry>>,
     /// Injected bugs that the checks must catch.
     mutations: Option<Mutations>,
+    /// Where jobs run: this machine (default) or a Slurm cluster.
+    executor: Option<Executor>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Executor {
+    /// `local` (default): processes on this machine; `slurm`: one batch job per job.
+    kind: Option<ExecutorKind>,
+    /// Slurm partition (`sbatch --partition`).
+    partition: Option<String>,
+    /// Slurm account (`sbatch --account`).
+    account: Option<String>,
+    /// Slurm quality of service (`sbatch --qos`).
+    qos: Option<String>,
+    /// Further `sbatch` arguments, as written, after meshparity's own.
+    sbatch_args: Option<Vec<String>>,
+    /// Jobs submitted and not finished, at most (default 500).
+    #[schemars(range(min = 1))]
+    max_pending: Option<u32>,
+    /// Seconds between two polls of the cluster's job states (default: half a second).
+    #[schemars(range(min = 1))]
+    poll_seconds: Option<u32>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+enum ExecutorKind {
+    Local,
+    Slurm,
 }
 
 #[derive(JsonSchema)]
@@ -436,6 +466,7 @@ mod tests {
         assert_eq!(keys(&v, "Mesh"), sorted(crate::mesh::KEYS));
         assert_eq!(keys(&v, "Engine"), sorted(crate::engine::KEYS));
         assert_eq!(keys(&v, "Variant"), sorted(crate::variant::KEYS));
+        assert_eq!(keys(&v, "Executor"), sorted(crate::executor::KEYS));
         assert_eq!(
             keys(&v, "EngineArtifacts"),
             sorted(crate::engine::ARTIFACT_KEYS)

@@ -35,6 +35,8 @@ pub struct Spec {
     /// As written; a spec without `[[matrix]]` gets [`MatrixEntry::everything`].
     pub matrix: Vec<MatrixEntry>,
     pub mutations: MutationSelection,
+    /// `[executor]`; the default runs jobs on this machine.
+    pub executor: crate::executor::ExecutorDef,
     pub loc: Loc,
 }
 

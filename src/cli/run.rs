@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use meshparity_reports::{JobRecord, RunResults, Status, FORMAT_VERSION};
+use meshparity_runner::exec::executor::{slurm::SlurmConfig, ExecutorKind};
 use meshparity_runner::exec::run_dir::RunDir;
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
 use meshparity_runner::Plan;
@@ -56,6 +57,61 @@ pub struct Args {
     /// Plain lines instead of a live progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Where jobs run: `local` processes (default) or one `slurm` batch job each; overrides
+    /// `[executor] kind`.
+    #[arg(long, value_name = "KIND", value_parser = ["local", "slurm"])]
+    executor: Option<String>,
+    /// Slurm partition (overrides `[executor] partition`).
+    #[arg(long, value_name = "NAME")]
+    slurm_partition: Option<String>,
+    /// Slurm account (overrides `[executor] account`).
+    #[arg(long, value_name = "NAME")]
+    slurm_account: Option<String>,
+    /// Slurm QOS (overrides `[executor] qos`).
+    #[arg(long, value_name = "NAME")]
+    slurm_qos: Option<String>,
+    /// A further `sbatch` argument (repeatable; added to `[executor] sbatch_args`).
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    sbatch_arg: Vec<String>,
+}
+
+/// The executor the spec's `[executor]` and the command line ask for, or why it cannot be used.
+fn executor(args: &Args, spec: &meshparity_specs::Spec) -> Result<ExecutorKind, String> {
+    let def = &spec.executor;
+    let slurm = match args.executor.as_deref() {
+        Some(kind) => kind == "slurm",
+        None => def.kind == meshparity_specs::ExecutorKindName::Slurm,
+    };
+    if !slurm {
+        return Ok(ExecutorKind::Local);
+    }
+    let probe = std::process::Command::new("sbatch")
+        .arg("--version")
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        return Err(
+            "the slurm executor needs Slurm's client commands (sbatch, squeue, scancel) on this \
+             machine's PATH; none was found"
+                .into(),
+        );
+    }
+    let pick = |cli: &Option<String>, spec: &Option<String>| cli.clone().or_else(|| spec.clone());
+    let defaults = SlurmConfig::default();
+    Ok(ExecutorKind::Slurm(SlurmConfig {
+        partition: pick(&args.slurm_partition, &def.partition),
+        account: pick(&args.slurm_account, &def.account),
+        qos: pick(&args.slurm_qos, &def.qos),
+        sbatch_args: def
+            .sbatch_args
+            .iter()
+            .chain(&args.sbatch_arg)
+            .cloned()
+            .collect(),
+        max_pending: def.max_pending.map_or(defaults.max_pending, |n| n as usize),
+        poll: def
+            .poll_seconds
+            .map_or(defaults.poll, |s| Duration::from_secs(s.into())),
+    }))
 }
 
 pub fn run(args: &Args) -> u8 {
@@ -105,6 +161,13 @@ pub fn run(args: &Args) -> u8 {
             return exit::SPEC_ERROR;
         }
     };
+    let executor = match executor(args, spec) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SPEC_ERROR;
+        }
+    };
     let output = PathBuf::from(&spec.run.output);
     let (run_dir, previous) = match claim(args, spec, &output) {
         Ok(claimed) => claimed,
@@ -137,6 +200,7 @@ pub fn run(args: &Args) -> u8 {
         timeouts,
         grace: Duration::from_secs_f64(args.grace),
         no_cache: args.no_cache,
+        executor,
     };
     let mut meta = exec::meta::collect(
         &adapters,

@@ -20,6 +20,9 @@ pub enum Ending {
     TimedOut,
     Cancelled,
     SpawnFailed(String),
+    /// Ended by the infrastructure, not by itself: a cluster's node failure, preemption, out
+    /// of memory, lost job; with what happened.
+    Infra(String),
 }
 
 /// What ran and how it ended.

@@ -2,7 +2,9 @@
 //!
 //! - `options.rs` — concurrency, retries, failure limits, time limits;
 //! - `child.rs` — one worker process in its own process group, ended cleanly;
+//! - `executor/` — where attempts run: local processes or Slurm batch jobs;
 //! - `scheduler.rs` — the job state machines and the loop that drives them;
+//! - `ready.rs` — dependency counts: which jobs may start;
 //! - `slots.rs` — how many jobs run at once on the CPU and on each GPU;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
@@ -11,9 +13,11 @@
 //! - `meta.rs` — what the run was (spec hash, host, commit, backend).
 
 pub mod child;
+pub mod executor;
 pub mod meta;
 pub mod options;
 pub mod progress;
+pub mod ready;
 pub mod run_dir;
 pub mod scheduler;
 pub mod slots;

@@ -27,6 +27,8 @@ pub struct RunOptions {
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
     pub no_cache: bool,
+    /// Where attempts run.
+    pub executor: super::executor::ExecutorKind,
 }
 
 /// Time limits: per level by default, overridable per level or per job-name glob.

@@ -1,30 +1,33 @@
-//! The scheduler: walks the selected part of the DAG, starting a worker process for each job
-//! whose dependencies passed, as slots allow; records every result the moment it is known.
+//! The scheduler: walks the selected part of the DAG, handing each job whose dependencies
+//! passed to the executor as slots allow; records every result the moment it is known.
 //!
 //! Each job is a small state machine — `Waiting` → `Running(attempt)` → `Done` — driven by one
-//! loop on a current-thread tokio runtime: start what is ready, wait for a process to end or a
-//! signal, record, repeat. A dependency that did not pass skips its dependents with the reason;
-//! an infrastructure failure (crash, timeout, spawn failure) is retried up to `retries` times;
-//! a check failure never is. SIGINT/SIGTERM stop starting jobs and end running ones (a second
-//! one kills at once); what did not run is recorded as not run.
+//! loop on a current-thread tokio runtime: start what is ready, wait for an attempt to end or a
+//! signal, record, repeat. Readiness is kept by dependency counts ([`Ready`]), so an event
+//! costs the jobs it touches, not a scan of the run. A dependency that did not pass skips its
+//! dependents with the reason; an infrastructure failure (crash, timeout, spawn failure, a
+//! cluster's node failure) is retried up to `retries` times; a check failure never is.
+//! SIGINT/SIGTERM stop starting jobs and end running ones (a second one kills at once); what
+//! did not run is recorded as not run. Where attempts run is the [`Executor`]'s business.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use meshparity_engine::judge::quote;
 use meshparity_reports::{Attempt, JobRecord, Status};
 use petgraph::graph::NodeIndex;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, watch};
 
-use super::child::{self, Finished};
+use super::child::Finished;
+use super::executor::{self, Done, Executor, Launch};
 use super::options::RunOptions;
 use super::progress::Progress;
+use super::ready::Ready;
 use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
 
-use crate::plan::{Job, Plan, Selection};
+use crate::plan::{Job, JobKind, Plan, Selection};
 
 /// Lines of log kept in a record for errors.
 const TAIL_LINES: usize = 30;
@@ -45,9 +48,12 @@ struct Run<'a> {
     plan: &'a Plan,
     opts: &'a RunOptions,
     order: Vec<NodeIndex>,
-    index: HashMap<NodeIndex, usize>,
     states: Vec<State>,
     attempts: Vec<Vec<Attempt>>,
+    ready: Ready,
+    /// Jobs with an attempt in flight.
+    running: BTreeSet<usize>,
+    executor: Box<dyn Executor>,
     store: Store,
     progress: Progress,
     failures: usize,
@@ -64,17 +70,39 @@ pub async fn execute(
     live_progress: bool,
 ) -> std::io::Result<Execution> {
     let order: Vec<NodeIndex> = selection.jobs.iter().map(|(n, _)| *n).collect();
+    let index: HashMap<NodeIndex, usize> = order.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let deps: Vec<Vec<usize>> = order
+        .iter()
+        .map(|n| {
+            plan.dependencies(*n)
+                .iter()
+                .filter_map(|d| index.get(d).copied())
+                .collect()
+        })
+        .collect();
+    let (cancel_tx, cancel_rx) = watch::channel(0u8);
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let executor = executor::open(
+        &opts.executor,
+        opts.exe.clone(),
+        opts.grace,
+        cancel_rx.clone(),
+        done_tx,
+    );
+    let slots = Slots::new(opts, order.iter().map(|n| plan.graph[*n].device));
     let mut run = Run {
         plan,
         opts,
-        index: order.iter().enumerate().map(|(i, n)| (*n, i)).collect(),
         states: order.iter().map(|_| State::Waiting).collect(),
         attempts: order.iter().map(|_| Vec::new()).collect(),
+        ready: Ready::new(&deps),
+        running: BTreeSet::new(),
+        executor,
         store: Store::open(&opts.run_dir)?,
         progress: Progress::new(live_progress, order.len()),
         order,
         failures: 0,
-        slots: Slots::new(opts),
+        slots,
     };
     for i in 0..run.order.len() {
         let job = &plan.graph[run.order[i]];
@@ -84,28 +112,31 @@ pub async fn execute(
         {
             // Already in this run directory's log: carried over, not appended again.
             run.progress.finished(r);
+            run.ready.carried(i, true);
             run.states[i] = State::Done(Box::new(r.clone()));
         }
     }
 
-    let (cancel_tx, cancel_rx) = watch::channel(0u8);
     let signals = tokio::spawn(watch_signals(cancel_tx));
-    let mut running: JoinSet<(usize, u32, Finished)> = JoinSet::new();
+    let mut withdrawn = false;
     loop {
         let cancelled = *cancel_rx.borrow() > 0;
         if !cancelled && !run.stopped() {
-            run.start_ready(&mut running, &cancel_rx)?;
+            run.start_ready()?;
+        } else if run.stopped() && !withdrawn {
+            // A cluster's queue still holds what was submitted: take it back.
+            run.executor.withdraw_pending();
+            withdrawn = true;
         }
-        if running.is_empty() {
+        if run.running.is_empty() {
             break;
         }
         let mut rx = cancel_rx.clone();
         tokio::select! {
-            Some(done) = running.join_next() => {
-                let (i, attempt, finished) = done.expect("job tasks do not panic");
-                run.slots.release(&plan.graph[run.order[i]]);
+            Some(done) = done_rx.recv() => {
+                run.slots.release(&plan.graph[run.order[done.index]]);
                 let cancelled = *cancel_rx.borrow() > 0;
-                run.attempt_done(i, attempt, finished, cancelled, &mut running, &cancel_rx)?;
+                run.attempt_done(done.index, done.attempt, done.finished, cancelled)?;
             }
             _ = rx.changed() => {
                 run.progress.note("interrupted: ending running jobs (Ctrl-C again to kill them now)");
@@ -193,27 +224,18 @@ impl Run<'_> {
             .join(format!("attempt-{attempt}"))
     }
 
-    /// Start every waiting job whose dependencies are done, as slots allow; skip those whose
-    /// dependencies did not pass.
-    fn start_ready(
-        &mut self,
-        running: &mut JoinSet<(usize, u32, Finished)>,
-        cancel: &watch::Receiver<u8>,
-    ) -> std::io::Result<()> {
-        for i in 0..self.order.len() {
-            if !matches!(self.states[i], State::Waiting) {
-                continue;
+    /// Skip the jobs whose dependencies did not pass, then start ready jobs as slots allow.
+    fn start_ready(&mut self) -> std::io::Result<()> {
+        loop {
+            let blocked = self.ready.take_blocked();
+            if blocked.is_empty() {
+                break;
             }
-            let mut blocked = None;
-            let mut ready = true;
-            for d in self.plan.dependencies(self.order[i]) {
-                match self.index.get(&d).map(|&k| &self.states[k]) {
-                    Some(State::Done(r)) if r.status.passed() => {}
-                    Some(State::Done(r)) => blocked = blocked.or(Some(r.name.clone())),
-                    _ => ready = false,
+            for (i, dep) in blocked {
+                if !matches!(self.states[i], State::Waiting) {
+                    continue;
                 }
-            }
-            if let Some(dep) = blocked {
+                let dep = self.job(dep).name.clone();
                 let r = self.record(
                     i,
                     Status::Skipped,
@@ -221,26 +243,23 @@ impl Run<'_> {
                     0.0,
                 );
                 self.finish(i, r)?;
-                continue;
             }
-            if !ready {
-                continue;
-            }
+        }
+        let ready: Vec<usize> = self.ready.iter().collect();
+        for i in ready {
             if !self.slots.take(&self.plan.graph[self.order[i]]) {
+                if self.slots.full() {
+                    break;
+                }
                 continue;
             }
-            self.spawn(i, 1, running, cancel);
+            self.ready.started(i);
+            self.spawn(i, 1);
         }
         Ok(())
     }
 
-    fn spawn(
-        &mut self,
-        i: usize,
-        attempt: u32,
-        running: &mut JoinSet<(usize, u32, Finished)>,
-        cancel: &watch::Receiver<u8>,
-    ) {
+    fn spawn(&mut self, i: usize, attempt: u32) {
         let job = self.job(i);
         let dir = self.job_dir(i, attempt);
         let mut args = vec![
@@ -264,16 +283,25 @@ impl Run<'_> {
         if let Some(device) = self.opts.device {
             args.extend(["--device".into(), device.to_string()]);
         }
-        let timeout = self.opts.timeouts.for_job(job);
-        let (exe, grace, cancel) = (self.opts.exe.clone(), self.opts.grace, cancel.clone());
+        let (cpus, gpus) = resources(job);
+        let launch = Launch {
+            index: i,
+            attempt,
+            name: job.name.clone(),
+            job_id: job.id.to_string(),
+            args,
+            dir,
+            timeout: self.opts.timeouts.for_job(job),
+            cpus,
+            gpus,
+        };
         self.states[i] = State::Running;
-        running.spawn(async move {
-            let f = child::run(&exe, &args, &dir, timeout, grace, cancel).await;
-            (i, attempt, f)
-        });
-        let names: Vec<String> = (0..self.order.len())
-            .filter(|&k| matches!(self.states[k], State::Running))
-            .map(|k| self.job(k).name.clone())
+        self.running.insert(i);
+        self.executor.launch(launch);
+        let names: Vec<String> = self
+            .running
+            .iter()
+            .map(|&k| self.job(k).name.clone())
             .collect();
         self.progress.running(&names);
     }
@@ -284,8 +312,6 @@ impl Run<'_> {
         attempt: u32,
         f: Finished,
         cancelled: bool,
-        running: &mut JoinSet<(usize, u32, Finished)>,
-        cancel: &watch::Receiver<u8>,
     ) -> std::io::Result<()> {
         let dir = self.job_dir(i, attempt);
         let timeout = self.opts.timeouts.for_job(self.job(i));
@@ -316,7 +342,7 @@ impl Run<'_> {
                 status.as_str()
             ));
             self.slots.retake(&self.plan.graph[self.order[i]]);
-            self.spawn(i, attempt + 1, running, cancel);
+            self.spawn(i, attempt + 1);
             return Ok(());
         }
         let status = if status == Status::Passed && attempt > 1 {
@@ -377,7 +403,25 @@ impl Run<'_> {
     fn finish(&mut self, i: usize, r: JobRecord) -> std::io::Result<()> {
         self.store.append(&r)?;
         self.progress.finished(&r);
+        self.running.remove(&i);
+        self.ready.done(i, r.status.passed());
         self.states[i] = State::Done(Box::new(r));
         Ok(())
+    }
+}
+
+/// CPUs and GPUs a cluster job asks for: the built-in engine simulates every rank in one
+/// process (threads share its CPUs, one per four ranks as locally); a user's program launches
+/// its own ranks, one device each.
+fn resources(job: &Job) -> (usize, usize) {
+    let ranks = job.world_size as usize;
+    if matches!(job.kind, JobKind::Check { .. }) {
+        return (1, 0);
+    }
+    match (job.model_config.engine.is_some(), job.device.is_cpu()) {
+        (true, true) => (ranks, 0),
+        (true, false) => (1, ranks),
+        (false, true) => (ranks.div_ceil(4).max(1), 0),
+        (false, false) => (1, 1),
     }
 }

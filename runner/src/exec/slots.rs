@@ -27,12 +27,22 @@ pub struct Slots {
 }
 
 impl Slots {
-    pub fn new(opts: &RunOptions) -> Self {
-        Self {
+    /// Pools for every device the run's jobs use.
+    pub fn new(opts: &RunOptions, devices: impl IntoIterator<Item = Device>) -> Self {
+        let mut slots = Self {
             cpu_capacity: opts.slots.max(1),
             gpu_capacity: opts.gpu_slots.max(1),
             pools: HashMap::new(),
+        };
+        for d in devices {
+            slots.pool(d);
         }
+        slots
+    }
+
+    /// Whether no pool has a free slot: nothing more can start until a job ends.
+    pub fn full(&self) -> bool {
+        self.pools.values().all(|p| p.used >= p.capacity)
     }
 
     fn capacity(&self, device: Device) -> usize {

@@ -1,0 +1,84 @@
+//! Where an attempt runs. The scheduler decides *what* runs and when; an [`Executor`] decides
+//! *where*, and reports each attempt's end on a channel. The unit both executors launch is the
+//! same worker command (`meshparity worker …`), so a job means the same thing everywhere.
+//!
+//! - `local.rs` — a child process group on this machine;
+//! - `slurm/` — a Slurm batch job: submitted with `sbatch`, watched with `squeue`/`sacct`,
+//!   cancelled with `scancel`.
+
+pub mod local;
+pub mod slurm;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::child::Finished;
+
+/// One attempt to start.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The job's index in the run, and which attempt this is (1-based).
+    pub index: usize,
+    pub attempt: u32,
+    /// The job's name and id, for the cluster's job name and messages.
+    pub name: String,
+    pub job_id: String,
+    /// The worker's arguments (after the executable).
+    pub args: Vec<String>,
+    /// The attempt's directory: logs, result, the executor's own records.
+    pub dir: PathBuf,
+    pub timeout: Duration,
+    /// CPUs and GPUs to ask a cluster for.
+    pub cpus: usize,
+    pub gpus: usize,
+}
+
+/// An attempt's end.
+#[derive(Debug)]
+pub struct Done {
+    pub index: usize,
+    pub attempt: u32,
+    pub finished: Finished,
+}
+
+/// Runs attempts somewhere and reports their ends on the channel it was made with.
+pub trait Executor {
+    /// Start `launch` (or queue it); its [`Done`] arrives later, exactly once.
+    fn launch(&mut self, launch: Launch);
+
+    /// Withdraw what was submitted but has not started (a cluster's queue), after a
+    /// `--fail-fast` stop; running attempts finish. Each withdrawn attempt ends cancelled.
+    fn withdraw_pending(&mut self) {}
+}
+
+/// Which executor a run uses.
+#[derive(Clone, Debug, Default)]
+pub enum ExecutorKind {
+    #[default]
+    Local,
+    Slurm(slurm::SlurmConfig),
+}
+
+/// The executor `kind` names, reporting on `done`, cancelled through `cancel` (1: end
+/// gracefully, 2: now).
+pub fn open(
+    kind: &ExecutorKind,
+    exe: PathBuf,
+    grace: Duration,
+    cancel: tokio::sync::watch::Receiver<u8>,
+    done: UnboundedSender<Done>,
+) -> Box<dyn Executor> {
+    match kind {
+        ExecutorKind::Local => Box::new(local::Local {
+            exe,
+            grace,
+            cancel,
+            done,
+        }),
+        ExecutorKind::Slurm(config) => {
+            Box::new(slurm::Slurm::start(config.clone(), exe, cancel, done))
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The Slurm executor: every attempt one batch job.
+//!
+//! One task owns the cluster side: it submits queued attempts with `sbatch --parsable` (at most
+//! `max_pending` not yet finished at once), polls every live job with one `squeue` call per
+//! `poll` interval (in chunks, never one call per job), and turns each end into a [`Done`]:
+//! the worker's own exit code (written by the batch script into the attempt directory),
+//! TIMEOUT, or an infrastructure end (NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, …) that the
+//! scheduler may retry. A cancelled run `scancel`s every job it submitted. An attempt
+//! directory that already names a Slurm job (a runner killed with -9, then `--resume`) adopts
+//! that job instead of submitting it again.
+//!
+//! - `sbatch.rs` — the batch script and the submission;
+//! - `state.rs` — job states from `squeue`/`sacct`, and what each means.
+
+mod sbatch;
+mod state;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+
+use super::{Done, Executor, Launch};
+use crate::exec::child::{Ending, Finished};
+use state::JobState;
+
+/// How jobs are submitted: `[executor]` in the spec, or `--executor slurm` and its flags.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlurmConfig {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    /// Passed to `sbatch` as they are, after meshparity's own arguments.
+    pub sbatch_args: Vec<String>,
+    /// Jobs submitted and not finished, at most.
+    pub max_pending: usize,
+    /// Between two `squeue` polls.
+    pub poll: Duration,
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        Self {
+            partition: None,
+            account: None,
+            qos: None,
+            sbatch_args: Vec::new(),
+            max_pending: 500,
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The handle the scheduler holds; the cluster work happens in the task it started.
+pub struct Slurm {
+    launches: UnboundedSender<Command>,
+}
+
+enum Command {
+    Launch(Launch),
+    WithdrawPending,
+}
+
+impl Slurm {
+    pub fn start(
+        config: SlurmConfig,
+        exe: PathBuf,
+        cancel: watch::Receiver<u8>,
+        done: UnboundedSender<Done>,
+    ) -> Slurm {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = Task {
+            config,
+            exe,
+            queue: VecDeque::new(),
+            live: HashMap::new(),
+            cancelled: false,
+            withdrawn: Default::default(),
+            done,
+        };
+        tokio::spawn(task.drive(rx, cancel));
+        Slurm { launches: tx }
+    }
+}
+
+impl Executor for Slurm {
+    fn launch(&mut self, launch: Launch) {
+        let _ = self.launches.send(Command::Launch(launch));
+    }
+
+    fn withdraw_pending(&mut self) {
+        let _ = self.launches.send(Command::WithdrawPending);
+    }
+}
+
+/// A submitted attempt.
+struct Live {
+    launch: Launch,
+    since: Instant,
+    state: JobState,
+}
+
+struct Task {
+    config: SlurmConfig,
+    exe: PathBuf,
+    /// Waiting for room under `max_pending`.
+    queue: VecDeque<Launch>,
+    /// By Slurm job id.
+    live: HashMap<String, Live>,
+    cancelled: bool,
+    /// Ids withdrawn from the queue after `--fail-fast`: their CANCELLED is ours.
+    withdrawn: std::collections::HashSet<String>,
+    done: UnboundedSender<Done>,
+}
+
+impl Task {
+    async fn drive(
+        mut self,
+        mut commands: UnboundedReceiver<Command>,
+        mut cancel: watch::Receiver<u8>,
+    ) {
+        let mut open = true;
+        loop {
+            tokio::select! {
+                c = commands.recv(), if open => match c {
+                    Some(Command::Launch(l)) => self.queue.push_back(l),
+                    Some(Command::WithdrawPending) => self.withdraw_pending().await,
+                    None => open = false,
+                },
+                changed = cancel.changed(), if !self.cancelled => {
+                    let level = *cancel.borrow();
+                    if changed.is_err() || level > 0 {
+                        self.cancel_all().await;
+                    }
+                }
+                _ = tokio::time::sleep(self.config.poll) => {}
+            }
+            while let Ok(c) = commands.try_recv() {
+                match c {
+                    Command::Launch(l) => self.queue.push_back(l),
+                    Command::WithdrawPending => self.withdraw_pending().await,
+                }
+            }
+            self.submit_queued().await;
+            self.poll().await;
+            if !open && self.queue.is_empty() && self.live.is_empty() {
+                return;
+            }
+        }
+    }
+
+    async fn submit_queued(&mut self) {
+        while self.live.len() < self.config.max_pending.max(1) {
+            let Some(l) = self.queue.pop_front() else {
+                return;
+            };
+            if self.cancelled {
+                self.finish(l, Instant::now(), Ending::Cancelled);
+                continue;
+            }
+            let since = Instant::now();
+            match sbatch::adopt_or_submit(&self.config, &self.exe, &l).await {
+                Ok(id) => {
+                    self.live.insert(
+                        id,
+                        Live {
+                            launch: l,
+                            since,
+                            state: JobState::Pending,
+                        },
+                    );
+                }
+                Err(e) => self.finish(l, since, Ending::SpawnFailed(e)),
+            }
+        }
+    }
+
+    /// One `squeue` for every live job; every job that ended becomes a [`Done`].
+    async fn poll(&mut self) {
+        if self.live.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = self.live.keys().cloned().collect();
+        let states = state::query(&ids).await;
+        for id in ids {
+            let Some(s) = states.get(&id) else { continue };
+            let live = self.live.get_mut(&id).expect("polled ids are live");
+            live.state = s.clone();
+            if !s.is_terminal() {
+                continue;
+            }
+            let live = self.live.remove(&id).expect("polled ids are live");
+            let ours = self.cancelled || self.withdrawn.contains(&id);
+            let ending = state::ending(&id, s, &live.launch.dir, ours);
+            self.finish(live.launch, live.since, ending);
+        }
+    }
+
+    async fn cancel_all(&mut self) {
+        self.cancelled = true;
+        for l in std::mem::take(&mut self.queue) {
+            self.finish(l, Instant::now(), Ending::Cancelled);
+        }
+        let ids: Vec<String> = self.live.keys().cloned().collect();
+        state::scancel(&ids).await;
+    }
+
+    async fn withdraw_pending(&mut self) {
+        for l in std::mem::take(&mut self.queue) {
+            self.finish(l, Instant::now(), Ending::Cancelled);
+        }
+        let pending: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.state == JobState::Pending)
+            .map(|(id, _)| id.clone())
+            .collect();
+        state::scancel(&pending).await;
+        self.withdrawn.extend(pending);
+    }
+
+    fn finish(&mut self, l: Launch, since: Instant, ending: Ending) {
+        let _ = self.done.send(Done {
+            index: l.index,
+            attempt: l.attempt,
+            finished: Finished {
+                ending,
+                seconds: since.elapsed().as_secs_f64(),
+                stdout: l.dir.join("stdout.log"),
+                stderr: l.dir.join("stderr.log"),
+            },
+        });
+    }
+}

@@ -1,0 +1,160 @@
+//! The batch script of one attempt and its submission.
+//!
+//! The script runs the worker and writes its exit code into the attempt directory (Slurm's own
+//! record of it is lost for cancelled and timed-out jobs, and ages out of `squeue`), then exits
+//! with it so Slurm's state agrees. The Slurm job id goes into the directory too, so a resumed
+//! run finds and adopts a job its killed predecessor submitted.
+
+use std::path::Path;
+
+use meshparity_engine::judge::quote;
+use tokio::process::Command;
+
+use super::{state, SlurmConfig};
+use crate::exec::executor::Launch;
+
+/// The attempt's Slurm job id, in its directory.
+pub const JOB_FILE: &str = "slurm-job";
+/// The worker's exit code, written by the batch script.
+pub const EXIT_FILE: &str = "exit-code";
+const SCRIPT: &str = "job.sh";
+
+/// The id of the job running `l`: one a previous runner submitted for this very attempt (still
+/// queued or running, or finished with the worker's exit code), or a new submission.
+pub async fn adopt_or_submit(
+    config: &SlurmConfig,
+    exe: &Path,
+    l: &Launch,
+) -> Result<String, String> {
+    std::fs::create_dir_all(&l.dir).map_err(|e| format!("creating {}: {e}", l.dir.display()))?;
+    if let Ok(id) = std::fs::read_to_string(l.dir.join(JOB_FILE)) {
+        let id = id.trim().to_owned();
+        // Still queued or running, or ended with the worker's own exit code: its outcome is
+        // this attempt's. Cancelled, timed out or lost: run it again.
+        let known = state::query(std::slice::from_ref(&id)).await;
+        let adopt = match known.get(&id) {
+            Some(state::JobState::Pending | state::JobState::Running) => true,
+            Some(state::JobState::Completed | state::JobState::Failed) => {
+                l.dir.join(EXIT_FILE).exists()
+            }
+            _ => false,
+        };
+        if !id.is_empty() && adopt {
+            return Ok(id);
+        }
+    }
+    let _ = std::fs::remove_file(l.dir.join(EXIT_FILE));
+    let script = l.dir.join(SCRIPT);
+    std::fs::write(&script, script_text(exe, l))
+        .map_err(|e| format!("writing {}: {e}", script.display()))?;
+    let args = sbatch_args(config, l, &script);
+    let out = Command::new("sbatch")
+        .args(&args)
+        .output()
+        .await
+        .map_err(|e| format!("running sbatch: {e} (is Slurm's client installed here?)"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sbatch {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    // `--parsable` prints `id` or `id;cluster`.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let id = text.trim().split(';').next().unwrap_or("").to_owned();
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
+        return Err(format!("sbatch printed no job id: `{}`", text.trim()));
+    }
+    meshparity_files::write_atomic(&l.dir.join(JOB_FILE), id.as_bytes())
+        .map_err(|e| format!("recording the job id in {}: {e}", l.dir.display()))?;
+    Ok(id)
+}
+
+fn script_text(exe: &Path, l: &Launch) -> String {
+    let argv: Vec<String> = std::iter::once(exe.display().to_string())
+        .chain(l.args.iter().cloned())
+        .map(|a| quote(&a))
+        .collect();
+    let exit = quote(&l.dir.join(EXIT_FILE).display().to_string());
+    let tmp = quote(&l.dir.join(".exit-code.tmp").display().to_string());
+    format!(
+        "#!/bin/sh\n\
+         # meshparity job {name} ({id}), attempt {attempt}\n\
+         {argv}\n\
+         code=$?\n\
+         printf '%s\\n' \"$code\" > {tmp} && mv {tmp} {exit}\n\
+         exit \"$code\"\n",
+        name = l.name.replace('\n', " "),
+        id = l.job_id,
+        attempt = l.attempt,
+        argv = argv.join(" "),
+    )
+}
+
+fn sbatch_args(config: &SlurmConfig, l: &Launch, script: &Path) -> Vec<String> {
+    let secs = l.timeout.as_secs().max(1);
+    let mut args = vec![
+        "--parsable".to_owned(),
+        format!("--job-name=meshparity-{}", l.job_id),
+        format!("--output={}", l.dir.join("stdout.log").display()),
+        format!("--error={}", l.dir.join("stderr.log").display()),
+        format!("--time={}:{:02}", secs / 60, secs % 60),
+        "--ntasks=1".into(),
+        format!("--cpus-per-task={}", l.cpus.max(1)),
+    ];
+    if l.gpus > 0 {
+        args.push(format!("--gpus={}", l.gpus));
+    }
+    for (flag, value) in [
+        ("partition", &config.partition),
+        ("account", &config.account),
+        ("qos", &config.qos),
+    ] {
+        if let Some(v) = value {
+            args.push(format!("--{flag}={v}"));
+        }
+    }
+    args.extend(config.sbatch_args.iter().cloned());
+    args.push(script.display().to_string());
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_script_quotes_every_argument_and_records_the_exit_code() {
+        let l = Launch {
+            index: 0,
+            attempt: 2,
+            name: "m@f32/dp2/forward".into(),
+            job_id: "0123456789abcdef".into(),
+            args: vec![
+                "worker".into(),
+                "--spec".into(),
+                "/x/$(touch y).toml".into(),
+            ],
+            dir: "/runs/r/jobs/j/attempt-2".into(),
+            timeout: Duration::from_secs(125),
+            cpus: 2,
+            gpus: 0,
+        };
+        let s = script_text(Path::new("/bin/meshparity"), &l);
+        assert!(s.starts_with("#!/bin/sh\n"), "{s}");
+        assert!(s.contains("'/x/$(touch y).toml'"), "{s}");
+        assert!(s.contains("exit \"$code\""), "{s}");
+        let config = SlurmConfig {
+            partition: Some("gpu".into()),
+            sbatch_args: vec!["--exclusive".into()],
+            ..SlurmConfig::default()
+        };
+        let a = sbatch_args(&config, &l, Path::new("/runs/job.sh"));
+        assert!(a.contains(&"--time=2:05".to_owned()), "{a:?}");
+        assert!(a.contains(&"--cpus-per-task=2".to_owned()), "{a:?}");
+        assert!(a.contains(&"--partition=gpu".to_owned()), "{a:?}");
+        assert_eq!(a[a.len() - 2..], ["--exclusive", "/runs/job.sh"]);
+    }
+}

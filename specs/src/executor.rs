@@ -1,0 +1,70 @@
+//! `[executor]`: where a run's jobs execute. `local` (the default) runs each as a process on
+//! this machine; `slurm` submits each as a batch job to the cluster this machine submits to.
+//! `meshparity run --executor …` and its flags override what the spec says.
+
+use crate::decode::{Ctx, Keyword, Table};
+use crate::source::{Loc, Located};
+
+pub const KEYS: &[&str] = &[
+    "kind",
+    "partition",
+    "account",
+    "qos",
+    "sbatch_args",
+    "max_pending",
+    "poll_seconds",
+];
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExecutorKindName {
+    #[default]
+    Local,
+    Slurm,
+}
+
+impl Keyword for ExecutorKindName {
+    const WHAT: &'static str = "executor kind";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("local", ExecutorKindName::Local),
+        ("slurm", ExecutorKindName::Slurm),
+    ];
+}
+
+/// `[executor]` as written.
+#[derive(Clone, Debug, Default)]
+pub struct ExecutorDef {
+    pub kind: ExecutorKindName,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub sbatch_args: Vec<String>,
+    /// Jobs submitted and not finished, at most (Slurm).
+    pub max_pending: Option<u32>,
+    /// Between two state polls (Slurm).
+    pub poll_seconds: Option<u32>,
+    pub loc: Option<Loc>,
+}
+
+impl ExecutorDef {
+    pub fn decode(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ExecutorDef {
+        let kind = t
+            .keyword::<ExecutorKindName>(cx, "kind")
+            .map_or(ExecutorKindName::Local, |k| k.value);
+        let text = |v: Option<Located<String>>| v.map(|v| v.value);
+        let def = ExecutorDef {
+            kind,
+            partition: text(t.string(cx, "partition")),
+            account: text(t.string(cx, "account")),
+            qos: text(t.string(cx, "qos")),
+            sbatch_args: t
+                .strings(cx, "sbatch_args")
+                .map(|v| v.value.into_iter().map(|s| s.value).collect())
+                .unwrap_or_default(),
+            max_pending: t.positive(cx, "max_pending").map(|v| v.value),
+            poll_seconds: t.positive(cx, "poll_seconds").map(|v| v.value),
+            loc: Some(t.loc.clone()),
+        };
+        t.finish(cx);
+        def
+    }
+}

@@ -1,0 +1,294 @@
+//! The Slurm executor on a real cluster (`.ci/slurm-up` starts a one-node one): the quickstart
+//! with the same verdicts as the local executor and every job a Slurm job, a failing check, a
+//! job over its time limit, a cancelled run, and a runner killed with -9 then resumed.
+//!
+//! Without Slurm's client on PATH these tests say so and pass, except under CI (`CI` set),
+//! where a missing cluster is a failure: `.ci/run` starts one.
+
+use std::path::Path;
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// The cluster is shared: one test at a time, so time limits are not eaten by queueing.
+static CLUSTER: Mutex<()> = Mutex::new(());
+
+const SPEC: &str = r#"
+[run]
+name = "slurm"
+seed = 11
+steps = 2
+batch = 4
+
+[models.tiny]
+family = "llama"
+layers = 2
+hidden = 32
+heads = 4
+kv_heads = 2
+ffn = 48
+vocab = 64
+seq_len = 8
+
+[meshes.dp2]
+dp = 2
+
+[meshes.tp2]
+tp = 2
+
+[[matrix]]
+models = ["tiny"]
+levels = ["forward"]
+
+[mutations]
+select = []
+"#;
+
+fn cluster() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let up = StdCommand::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !up {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no Slurm cluster here; .ci/run starts one with .ci/slurm-up"
+        );
+        eprintln!("skipped: no Slurm cluster (run .ci/slurm-up to start a one-node one)");
+        return None;
+    }
+    Some(CLUSTER.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn meshparity(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("meshparity").unwrap();
+    c.current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("MESHPARITY_TEST_FAULT")
+        .timeout(Duration::from_secs(300));
+    c
+}
+
+fn results(run_dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(run_dir.join("results.json")).unwrap()).unwrap()
+}
+
+fn verdicts(r: &Value) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["name"].as_str().unwrap().to_owned(),
+                j["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The Slurm job ids `r`'s attempts ran as (each attempt directory records its own).
+fn slurm_ids(r: &Value) -> Vec<String> {
+    r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j["attempts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a["dir"].as_str().map(str::to_owned))
+        .filter_map(|d| std::fs::read_to_string(Path::new(&d).join("slurm-job")).ok())
+        .map(|id| id.trim().to_owned())
+        .collect()
+}
+
+/// Slurm's completion log: (id, state) of each of `ids` it holds.
+fn sacct(ids: &[String]) -> Vec<(String, String)> {
+    let out = StdCommand::new("sacct")
+        .args(["-c", "-P", "-n", "-o", "JobID,State", "-j", &ids.join(",")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(id, _)| ids.iter().any(|i| i == id))
+        .map(|(n, s)| (n.to_owned(), s.to_owned()))
+        .collect()
+}
+
+fn squeue_mine(run_dir: &Path) -> usize {
+    let out = StdCommand::new("squeue")
+        .args(["-h", "-o", "%i %o"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&*run_dir.to_string_lossy()))
+        .count()
+}
+
+#[test]
+fn the_quickstart_on_slurm_gives_the_local_verdicts_and_every_job_is_a_slurm_job() {
+    let Some(_cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string("examples/quickstart.toml").unwrap();
+    std::fs::write(dir.path().join("quickstart.toml"), spec).unwrap();
+    let run = |executor: &str| {
+        meshparity(dir.path())
+            .args([
+                "run",
+                "quickstart.toml",
+                "--no-progress",
+                "--executor",
+                executor,
+            ])
+            .args(["--run-dir", executor])
+            .assert()
+            .code(0);
+        results(&dir.path().join(executor))
+    };
+    let local = run("local");
+    let slurm = run("slurm");
+    assert_eq!(verdicts(&local), verdicts(&slurm));
+    let jobs = slurm["jobs"].as_array().unwrap().len();
+    let ids = slurm_ids(&slurm);
+    assert_eq!(ids.len(), jobs, "one Slurm job per job: {ids:?}");
+    let seen = sacct(&ids);
+    assert_eq!(seen.len(), jobs, "{seen:?}");
+    assert!(seen.iter().all(|(_, s)| s == "COMPLETED"), "{seen:?}");
+}
+
+#[test]
+fn failures_and_time_limits_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // An impossible limit makes dp2's forward check fail for real; tp2's forward hangs past
+    // its time limit, which Slurm enforces (it checks about every 30 s).
+    let spec = format!(
+        "{SPEC}\n[tolerances.impossible]\nextends = \"builtin\"\n\
+         forward.f32 = {{ relative_l2 = 1e-30 }}\n"
+    )
+    .replace(
+        "levels = [\"forward\"]",
+        "levels = [\"forward\"]\ntolerance = \"impossible\"",
+    );
+    std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+    meshparity(dir.path())
+        .env("MESHPARITY_TEST_FAULT", "*/tp2/forward=hang")
+        .args(["run", "spec.toml", "--no-progress", "--executor", "slurm"])
+        .args(["--run-dir", "r", "--timeout", "forward=5"])
+        .assert()
+        .code(1);
+    let r = results(&dir.path().join("r"));
+    let v = verdicts(&r);
+    let status = |name: &str| v.iter().find(|(n, _)| n == name).unwrap().1.clone();
+    assert_eq!(status("tiny@f32/dp2/forward"), "failed", "{v:?}");
+    assert_eq!(status("tiny@f32/tp2/forward"), "timeout", "{v:?}");
+    assert_eq!(status("tiny@f32/reference"), "passed", "{v:?}");
+    let seen = sacct(&slurm_ids(&r));
+    assert!(seen.iter().any(|(_, s)| s == "TIMEOUT"), "{seen:?}");
+    assert!(seen.iter().any(|(_, s)| s == "FAILED"), "{seen:?}");
+}
+
+fn spawn_run(dir: &Path, fault: &str) -> Child {
+    StdCommand::new(assert_cmd::cargo::cargo_bin("meshparity"))
+        .current_dir(dir)
+        .env("MESHPARITY_TEST_FAULT", fault)
+        .args(["run", "spec.toml", "--no-progress", "--executor", "slurm"])
+        .args(["--run-dir", "r"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "waited too long for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_cancelled_run_cancels_every_job_and_resumes() {
+    let Some(_cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.toml"), SPEC).unwrap();
+    let run_dir = dir.path().join("r");
+    let mut runner = spawn_run(dir.path(), "*/train=hang");
+    wait_until("both trainings on the cluster", || {
+        squeue_mine(&run_dir) >= 2
+    });
+    unsafe { libc::kill(runner.id() as i32, libc::SIGINT) };
+    assert_eq!(runner.wait().unwrap().code(), Some(130));
+    assert_eq!(squeue_mine(&run_dir), 0, "jobs left on the cluster");
+    let r = results(&run_dir);
+    assert!(verdicts(&r).iter().any(|(_, s)| s == "not-run"), "{r:#}");
+    let cancelled = sacct(&slurm_ids(&r));
+    assert!(
+        cancelled.iter().any(|(_, s)| s.starts_with("CANCELLED")),
+        "{cancelled:?}"
+    );
+    meshparity(dir.path())
+        .args(["run", "spec.toml", "--no-progress", "--executor", "slurm"])
+        .args(["--resume", "r"])
+        .assert()
+        .code(0);
+    assert!(verdicts(&results(&run_dir))
+        .iter()
+        .all(|(_, s)| s == "passed"));
+}
+
+#[test]
+fn a_runner_killed_with_9_resumes_and_adopts_the_jobs_still_on_the_cluster() {
+    let Some(_cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.toml"), SPEC).unwrap();
+    let run_dir = dir.path().join("r");
+    // The trainings take a few seconds; the runner dies while they run.
+    let mut runner = spawn_run(dir.path(), "*/train=sleep:4");
+    wait_until("both trainings on the cluster", || {
+        squeue_mine(&run_dir) >= 2
+    });
+    unsafe { libc::kill(runner.id() as i32, libc::SIGKILL) };
+    runner.wait().unwrap();
+    assert!(
+        squeue_mine(&run_dir) >= 1,
+        "the cluster kept running the jobs"
+    );
+    let submitted: Vec<String> = glob_ids(&run_dir);
+    meshparity(dir.path())
+        .args(["run", "spec.toml", "--no-progress", "--executor", "slurm"])
+        .args(["--resume", "r"])
+        .assert()
+        .code(0);
+    let r = results(&run_dir);
+    assert!(verdicts(&r).iter().all(|(_, s)| s == "passed"), "{r:#}");
+    // Adopted, not submitted again: the trainings kept their Slurm jobs, one per job.
+    let ids = slurm_ids(&r);
+    for id in &submitted {
+        assert!(ids.contains(id), "job {id} was submitted again: {ids:?}");
+    }
+    assert_eq!(ids.len(), r["jobs"].as_array().unwrap().len(), "{ids:?}");
+    assert!(sacct(&ids).iter().all(|(_, s)| s == "COMPLETED"));
+}
+
+/// Every Slurm job id recorded under `run_dir` so far.
+fn glob_ids(run_dir: &Path) -> Vec<String> {
+    let mut ids = Vec::new();
+    for job in std::fs::read_dir(run_dir.join("jobs")).unwrap() {
+        for attempt in std::fs::read_dir(job.unwrap().path()).unwrap() {
+            if let Ok(id) = std::fs::read_to_string(attempt.unwrap().path().join("slurm-job")) {
+                ids.push(id.trim().to_owned());
+            }
+        }
+    }
+    ids
+}
