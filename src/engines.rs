@@ -21,6 +21,7 @@ impl Engines for Builtin {
             };
             let variant = t
                 .spec
+                .expect("a command engine's spec is loaded")
                 .variants
                 .get(name)
                 .ok_or_else(|| format!("the spec defines no variant `{name}`"))?;
@@ -52,17 +53,18 @@ impl Engines for Builtin {
 }
 
 fn engine_def<'s>(
-    spec: &'s Spec,
+    spec: Option<&'s Spec>,
     model: &ModelConfig,
 ) -> Result<Option<&'s meshparity_specs::EngineDef>, String> {
-    match &model.engine {
-        None => Ok(None),
-        Some(name) => spec
-            .engines
-            .get(name)
-            .map(Some)
-            .ok_or_else(|| format!("the spec defines no engine `{name}`")),
-    }
+    let Some(name) = &model.engine else {
+        return Ok(None);
+    };
+    let spec = spec
+        .ok_or_else(|| format!("engine `{name}` is defined in the spec, which was not loaded"))?;
+    spec.engines
+        .get(name)
+        .map(Some)
+        .ok_or_else(|| format!("the spec defines no engine `{name}`"))
 }
 
 /// The cells of `loaded` that `selection` has mesh jobs in (all of them without one), checked
@@ -73,15 +75,29 @@ pub fn check_support(
     loaded: &Loaded,
     selection: Option<(&Plan, &Selection)>,
 ) -> Result<(), SpecError> {
+    // The (dtype, model, mesh) cells the selection has jobs in, once: asking the selection
+    // per cell would cost cells × jobs (minutes at 100,000 jobs).
+    let selected: Option<std::collections::HashSet<(String, &str, &str)>> =
+        selection.map(|(plan, selection)| {
+            selection
+                .jobs
+                .iter()
+                .flat_map(|(n, _)| {
+                    let job = &plan.graph[*n];
+                    let mesh = job.mesh.as_deref();
+                    job.models.iter().filter_map(move |m| {
+                        mesh.map(|mesh| (job.dtype.to_string(), m.as_str(), mesh))
+                    })
+                })
+                .collect()
+        });
     let keep = |cell: &Cell<'_>| {
-        let Some((plan, selection)) = selection else {
-            return true;
-        };
-        selection.jobs.iter().any(|(n, _)| {
-            let job = &plan.graph[*n];
-            job.dtype == cell.dtype
-                && job.models.contains(&cell.model.name.value)
-                && job.mesh.as_ref() == Some(&cell.mesh.name.value)
+        selected.as_ref().is_none_or(|s| {
+            s.contains(&(
+                cell.dtype.to_string(),
+                cell.model.name.value.as_str(),
+                cell.mesh.name.value.as_str(),
+            ))
         })
     };
     let spec = &loaded.spec;

@@ -22,7 +22,16 @@ pub struct Page {
     pub failure_count: usize,
     pub jobs: Vec<JobView>,
     pub run_seconds: String,
+    /// What a large run's page leaves out, and where to find it.
+    pub condensed: Option<String>,
 }
+
+/// Past this many jobs the page condenses: matrix cells show counts per status instead of one
+/// link per job, and only jobs that did not pass are shown in detail (at most
+/// [`DETAILED_AT_MOST`]), so a 100,000-job sweep gives a page a browser opens at once instead
+/// of one of ~700 MB. Every job stays in results.json and junit.xml.
+pub const CONDENSE_OVER: usize = 2_000;
+pub const DETAILED_AT_MOST: usize = 200;
 
 #[derive(Serialize)]
 pub struct Count {
@@ -306,6 +315,7 @@ fn item(job: &JobRecord) -> Item {
 }
 
 pub fn page(results: &RunResults) -> Page {
+    let condense = results.jobs.len() > CONDENSE_OVER;
     let order = Status::ALL;
     let mut meshes: Vec<String> = Vec::new();
     let mut rows: IndexMap<String, IndexMap<String, Vec<Item>>> = IndexMap::new();
@@ -330,18 +340,54 @@ pub fn page(results: &RunResults) -> Page {
             label: clean(&label),
             cells: meshes
                 .iter()
-                .map(|m| Cell {
-                    mesh: clean(m),
-                    items: cells.swap_remove(m).unwrap_or_default(),
+                .map(|m| {
+                    let items = cells.swap_remove(m).unwrap_or_default();
+                    Cell {
+                        mesh: clean(m),
+                        items: if condense { counted(items) } else { items },
+                    }
                 })
                 .collect(),
         })
         .collect();
-    let jobs: Vec<JobView> = results.jobs.iter().map(job_view).collect();
+    let references = if condense {
+        counted(references)
+    } else {
+        references
+    };
+    // Condensed, the failures have their own section: the list below holds the other jobs that
+    // did not pass (skipped, not run), not the failures again.
+    let shown = |j: &&JobRecord| !condense || !(j.status.passed() || failed(j));
+    let detailed = if condense {
+        DETAILED_AT_MOST
+    } else {
+        usize::MAX
+    };
+    let jobs: Vec<JobView> = results
+        .jobs
+        .iter()
+        .filter(shown)
+        .take(detailed)
+        .map(job_view)
+        .collect();
+    let others = results.jobs.iter().filter(shown).count();
+    let failure_count = results.jobs.iter().filter(|j| failed(j)).count();
+    let condensed = condense.then(|| {
+        format!(
+            "{} jobs: matrix cells count jobs by status; failures are above (the first {} of \
+             {failure_count} in detail) and the other jobs that did not pass below ({} of \
+             {others}). Every job, with its evidence, is in results.json and junit.xml beside \
+             this page.",
+            results.jobs.len(),
+            failure_count.min(detailed),
+            jobs.len()
+        )
+    });
     let failures: Vec<JobView> = results
         .jobs
         .iter()
-        .filter(|j| matches!(j.status, Status::Failed | Status::Error | Status::Timeout))
+        .filter(|j| failed(j))
+        .take(detailed)
         .map(job_view)
         .map(|mut v| {
             v.anchor = format!("failure-{}", v.anchor);
@@ -363,9 +409,31 @@ pub fn page(results: &RunResults) -> Page {
         meshes: meshes.iter().map(|m| clean(m)).collect(),
         grid,
         references,
-        failure_count: failures.len(),
+        failure_count,
         failures,
         jobs,
         run_seconds: format!("{:.1}", results.meta.seconds),
+        condensed,
     }
+}
+
+fn failed(j: &JobRecord) -> bool {
+    matches!(j.status, Status::Failed | Status::Error | Status::Timeout)
+}
+
+/// A cell's jobs as one link per status with its count (a condensed page).
+fn counted(items: Vec<Item>) -> Vec<Item> {
+    let mut by_status: IndexMap<&'static str, usize> = IndexMap::new();
+    for i in &items {
+        *by_status.entry(i.status).or_default() += 1;
+    }
+    by_status
+        .into_iter()
+        .map(|(status, n)| Item {
+            label: format!("{n} {status}"),
+            status,
+            anchor: String::new(),
+            title: format!("{n} job(s) {status}"),
+        })
+        .collect()
 }

@@ -141,3 +141,42 @@ fn hostile_job_text_never_becomes_markup() {
     );
     assert!(dom.contains("]]&gt;"));
 }
+
+/// A 10,000-job sweep: the page condenses (counts per matrix cell, only jobs that did not pass
+/// in detail), stays small, and opens in headless Chromium in seconds.
+#[test]
+fn a_ten_thousand_job_report_stays_small_and_opens_in_chromium_quickly() {
+    let mut results = common::results(false);
+    let template = results.jobs.clone();
+    results.jobs.clear();
+    for i in 0..10_000 {
+        let mut j = template[i % template.len()].clone();
+        j.id = format!("{i:016x}");
+        j.name = format!("{}#{i}", j.name);
+        j.model = format!("m{}", i % 200);
+        results.jobs.push(j);
+    }
+    let page = html(&results);
+    assert!(page.len() < 4 << 20, "{} bytes", page.len());
+    // Chromium's own start, to tell it from the page's cost.
+    let start = std::time::Instant::now();
+    if dump_dom("<!doctype html><title>empty</title><script></script>", true).is_none() {
+        return;
+    }
+    let empty = start.elapsed().as_secs_f64();
+    let start = std::time::Instant::now();
+    let dom = dump_dom(&page, true).expect("chromium ran a moment ago");
+    let seconds = start.elapsed().as_secs_f64();
+    assert!(
+        seconds < 5.0,
+        "Chromium took {seconds:.1} s (an empty page {empty:.1} s)"
+    );
+    assert!(dom.contains("id=\"condensed\""), "no condensed note");
+    assert!(dom.contains("10000 jobs"), "no job count");
+    let not_passed = results.jobs.iter().filter(|j| !j.status.passed()).count();
+    assert!(not_passed > 0);
+    eprintln!(
+        "10,000 jobs: {} KB of HTML, opened in {seconds:.2} s (an empty page: {empty:.2} s)",
+        page.len() / 1024
+    );
+}

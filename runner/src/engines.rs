@@ -10,7 +10,9 @@ use meshparity_specs::{Device, ModelConfig, Spec};
 /// What an engine is opened for.
 #[derive(Clone, Copy)]
 pub struct Target<'a> {
-    pub spec: &'a Spec,
+    /// The spec, where the caller has it loaded: a worker started from a job file loads it
+    /// only for models that name an `[engines.NAME]` (or run a variant), which need it.
+    pub spec: Option<&'a Spec>,
     pub model: &'a ModelConfig,
     pub device: Device,
     /// The `[variants.NAME]` to run (its checkout), if any.

@@ -14,14 +14,8 @@ use crate::worker::{WorkerArgs, WorkerError};
 
 pub const ENV: &str = "MESHPARITY_TEST_FAULT";
 
-pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
+pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
     let Ok(spec) = std::env::var(ENV) else {
-        return Ok(());
-    };
-    let loaded =
-        meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
-    let plan = crate::plan::Plan::build(&loaded.spec);
-    let Some(name) = plan.node(args.job).map(|n| plan.graph[n].name.clone()) else {
         return Ok(());
     };
     for rule in spec.split(';') {
@@ -29,7 +23,7 @@ pub(crate) fn inject(args: &WorkerArgs) -> Result<(), WorkerError> {
             continue;
         };
         let Ok(g) = Glob::new(glob) else { continue };
-        if !g.compile_matcher().is_match(&name) {
+        if !g.compile_matcher().is_match(name) {
             continue;
         }
         match kind {

@@ -39,7 +39,7 @@ impl Keyword for Schedule {
 }
 
 /// The degrees of a mesh, without its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct MeshConfig {
     pub dp: u32,
     pub tp: u32,

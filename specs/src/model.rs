@@ -29,7 +29,7 @@ pub const KEYS: &[&str] = &[
 
 /// The numbers that define a model, without its name: two models with equal configs share one
 /// reference job.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct ModelConfig {
     pub family: Family,
     pub layers: u32,

@@ -36,7 +36,7 @@ impl Keyword for Optimizer {
 }
 
 /// The parts of `[run]` that change what a job computes (and so its identity).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Training {
     pub seed: u64,
     /// Training steps for the `curve` level.

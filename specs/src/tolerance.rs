@@ -104,6 +104,41 @@ pub struct Limits {
     pub layer_average: Option<bool>,
 }
 
+/// Limits read back from a job file: metric names are interned against the known keys, so a
+/// name no level knows is an error, not a silently ignored limit.
+impl<'de> serde::Deserialize<'de> for Limits {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            exact: bool,
+            #[serde(default)]
+            metrics: IndexMap<String, f64>,
+            mode: Option<CurveMode>,
+            layer_average: Option<bool>,
+        }
+        let raw = Raw::deserialize(d)?;
+        let known = || {
+            Level::ALL
+                .iter()
+                .flat_map(|(_, l)| limit_keys(*l).iter().copied())
+        };
+        let mut metrics = IndexMap::new();
+        for (k, v) in raw.metrics {
+            let key = known()
+                .find(|known| *known == k)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown limit `{k}`")))?;
+            metrics.insert(key, v);
+        }
+        Ok(Limits {
+            exact: raw.exact,
+            metrics,
+            mode: raw.mode,
+            layer_average: raw.layer_average,
+        })
+    }
+}
+
 impl Limits {
     pub fn exact() -> Self {
         Self {

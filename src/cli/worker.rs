@@ -15,6 +15,9 @@ pub struct Args {
     /// Job id (16 hex digits, as `meshparity plan --format json` lists).
     #[arg(long)]
     job: String,
+    /// The job as the runner planned it (`job.json`): the worker then skips planning the spec.
+    #[arg(long)]
+    job_file: Option<PathBuf>,
     /// Directory for the job's artifacts and `result.json`.
     #[arg(long)]
     out: PathBuf,
@@ -58,6 +61,7 @@ pub fn run(args: &Args) -> u8 {
     let wa = WorkerArgs {
         spec: args.spec.clone(),
         job,
+        job_file: args.job_file.clone(),
         out: args.out.clone(),
         scratch: args.scratch.clone().unwrap_or_else(|| args.cache.clone()),
         cache: args.cache.clone(),

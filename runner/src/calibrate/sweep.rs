@@ -129,7 +129,7 @@ fn run_unit(
             .collect()
     };
     let target = crate::engines::Target {
-        spec,
+        spec: Some(spec),
         model: &unit.model_config,
         device: unit.device,
         variant: None,

@@ -19,7 +19,7 @@ pub fn engines<'a>(
     let mut seen: Vec<Description> = Vec::new();
     for (model, device) in jobs {
         let target = crate::engines::Target {
-            spec,
+            spec: Some(spec),
             model,
             device,
             variant: None,

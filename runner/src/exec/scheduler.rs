@@ -27,6 +27,7 @@ use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
 
+use crate::plan::job_file::{JobFile, JOB_FILE};
 use crate::plan::{Job, JobKind, Plan, Selection};
 
 /// Lines of log kept in a record for errors.
@@ -262,6 +263,11 @@ impl Run<'_> {
     fn spawn(&mut self, i: usize, attempt: u32) {
         let job = self.job(i);
         let dir = self.job_dir(i, attempt);
+        // The worker starts from the job as planned here, not from re-planning the spec; a job
+        // file that cannot be written leaves it to plan for itself.
+        let job_file = dir.join(JOB_FILE);
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|_| JobFile::of(self.plan, self.order[i], &self.opts.spec).write(&job_file));
         let mut args = vec![
             "worker".to_owned(),
             "--spec".into(),
@@ -277,6 +283,9 @@ impl Run<'_> {
             "--attempt".into(),
             attempt.to_string(),
         ];
+        if written.is_ok() {
+            args.extend(["--job-file".into(), job_file.display().to_string()]);
+        }
         if self.opts.no_cache {
             args.push("--no-cache".into());
         }

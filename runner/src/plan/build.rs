@@ -65,13 +65,18 @@ pub(super) enum Identity<'a> {
 }
 
 impl Plan {
-    /// Expand a valid spec into its job DAG.
-    pub fn build(spec: &Spec) -> Plan {
-        let mut plan = Plan {
-            spec_name: spec.name(),
+    /// A plan with no jobs yet.
+    pub(super) fn empty(spec_name: String) -> Plan {
+        Plan {
+            spec_name,
             graph: DiGraph::new(),
             by_id: HashMap::new(),
-        };
+        }
+    }
+
+    /// Expand a valid spec into its job DAG.
+    pub fn build(spec: &Spec) -> Plan {
+        let mut plan = Plan::empty(spec.name());
         let training = &spec.run.training;
         let cells = spec.cells();
         let mut references: HashMap<JobId, NodeIndex> = HashMap::new();

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use meshparity_specs::{DType, Device, Level, Limits, MeshConfig, ModelConfig, Training};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Stable id of a job: the first 64 bits of a BLAKE3 hash of the job's identity (what it
 /// computes, not where in the file it was written), as 16 hex digits. Reordering a spec keeps
@@ -39,7 +39,16 @@ impl Serialize for JobId {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+impl<'de> Deserialize<'de> for JobId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        JobId::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("`{s}` is not a job id (16 hex digits)"))
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum JobKind {
     /// World-size-1 run producing the oracle artifacts of one model configuration and dtype.
@@ -68,8 +77,8 @@ impl JobKind {
     }
 }
 
-/// A job as the runner and reports see it.
-#[derive(Clone, Debug, Serialize)]
+/// A job as the runner and reports see it (and as a worker reads it from its job file).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
     /// `model@dtype/reference`, `model@dtype/mesh/train`, `model@dtype/mesh/level`,
@@ -102,12 +111,16 @@ pub struct Job {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
     /// Which run of its variant (2: the baseline's second run, the noise envelope).
-    #[serde(skip_serializing_if = "is_one")]
+    #[serde(skip_serializing_if = "is_one", default = "one")]
     pub repeat: u32,
 }
 
 fn is_one(n: &u32) -> bool {
     *n == 1
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Job {

@@ -2,6 +2,7 @@
 //!
 //! Files:
 //! - `job.rs` — what one job is, and its stable id (a content hash of its identity);
+//! - `job_file.rs` — one job and its dependencies as a file, what a worker starts from;
 //! - `build.rs` — matrix cells → reference, level and mutation jobs, and their edges;
 //! - `filter.rs`, `partition.rs` — `--filter` and `--partition`;
 //! - `select.rs` — filter, then partition, then the dependencies of what remains;
@@ -17,6 +18,7 @@
 mod build;
 mod filter;
 mod job;
+pub mod job_file;
 mod partition;
 pub mod render;
 mod select;

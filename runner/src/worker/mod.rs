@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use context::Context;
 
 use crate::engines::{Engines, Target};
+use crate::plan::job_file::JobFile;
 use crate::plan::{Job, JobId, JobKind, Plan};
 
 /// The result file a worker leaves in its output directory.
@@ -29,6 +30,9 @@ pub const RESULT_FILE: &str = "result.json";
 pub struct WorkerArgs {
     pub spec: PathBuf,
     pub job: JobId,
+    /// The job and its dependencies as the runner planned them (`job.json`); without it the
+    /// worker plans the spec itself to find `job`.
+    pub job_file: Option<PathBuf>,
     pub out: PathBuf,
     /// Reference artifacts live here, one directory per content key.
     pub cache: PathBuf,
@@ -145,22 +149,34 @@ pub fn artifact_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
 
 /// Run the job on the engine `engines` opens for it and write `result.json`.
 pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, WorkerError> {
-    crate::testing::inject(args)?;
-    let mut loaded =
-        meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
-    if let Some(device) = args.device {
-        loaded = loaded
-            .with_device(device)
-            .map_err(|e| WorkerError::Spec(e.to_string()))?;
-    }
-    let plan = Plan::build(&loaded.spec);
-    let node = plan
-        .node(args.job)
-        .ok_or(WorkerError::UnknownJob(args.job))?;
+    let (plan, node, mut loaded) = match &args.job_file {
+        // What the runner planned, without re-planning the spec.
+        Some(path) => {
+            let (plan, node) = JobFile::read(path).map_err(WorkerError::Spec)?.plan();
+            (plan, node, None)
+        }
+        None => {
+            let loaded = load(args)?;
+            let plan = Plan::build(&loaded.spec);
+            let node = plan
+                .node(args.job)
+                .ok_or(WorkerError::UnknownJob(args.job))?;
+            (plan, node, Some(loaded))
+        }
+    };
     let job = &plan.graph[node];
+    if job.id != args.job {
+        return Err(WorkerError::UnknownJob(args.job));
+    }
+    crate::testing::inject(args, &job.name)?;
+    // A user's program (its `[engines]`, its `[variants]`) is described by the spec itself.
+    if loaded.is_none() && (job.model_config.engine.is_some() || job.variant.is_some()) {
+        loaded = Some(load(args)?);
+    }
     std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
+    let spec = loaded.as_ref().map(|l| &l.spec);
     let target = Target {
-        spec: &loaded.spec,
+        spec,
         model: &job.model_config,
         device: job.device,
         variant: job.variant.as_deref(),
@@ -175,7 +191,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         args,
         engine: engine.as_ref(),
         adapter: &adapter,
-        baseline: loaded.spec.baseline().map(|v| v.name.value.clone()),
+        baseline: spec
+            .and_then(|s| s.baseline())
+            .map(|v| v.name.value.clone()),
     };
     let mut result = match &job.kind {
         JobKind::Reference | JobKind::Train { .. } => ctx.artifacts()?,
@@ -187,6 +205,17 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
     let bytes = serde_json::to_vec_pretty(&result).expect("results serialize");
     meshparity_reports::write::atomic(&path, &bytes).map_err(io("writing", &path))?;
     Ok(result)
+}
+
+fn load(args: &WorkerArgs) -> Result<meshparity_specs::Loaded, WorkerError> {
+    let mut loaded =
+        meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
+    if let Some(device) = args.device {
+        loaded = loaded
+            .with_device(device)
+            .map_err(|e| WorkerError::Spec(e.to_string()))?;
+    }
+    Ok(loaded)
 }
 
 /// The adapter a reference was computed on, from its marker file.
