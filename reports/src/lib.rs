@@ -6,6 +6,7 @@
 //! - `view.rs`, `html.rs`, `templates/` — the self-contained HTML report;
 //! - `calibration/` — what a calibration sweep measured, as text, HTML and JSON;
 //! - `markdown.rs` — a summary for CI step summaries and PR comments;
+//! - `merge.rs` — shards' results merged into one run;
 //! - `write.rs` — atomic writes, so a reader never sees half a report;
 //! - `chars.rs` — characters XML and HTML cannot carry, replaced.
 //!
@@ -17,6 +18,7 @@ mod chars;
 pub mod html;
 pub mod junit;
 pub mod markdown;
+pub mod merge;
 pub mod model;
 pub mod view;
 pub mod write;

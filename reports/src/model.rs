@@ -109,6 +109,11 @@ pub struct JobRecord {
     /// Whether a reference's artifacts came from the cache.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cached: bool,
+    /// Ran only because a selected job needs it (`--filter`, `--partition`): the shard or
+    /// filter that selects it reports it; JUnit leaves it out here, so merged shards count
+    /// every job once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dependency: bool,
     /// Command that re-runs this job alone.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reproduce: String,

@@ -1,5 +1,6 @@
 //! `meshparity report RESULTS.json`: render the reports of a finished (or interrupted) run
-//! again, or into other places.
+//! again, or into other places; `--merge` combines the results of `--partition` shards into
+//! one run first.
 
 use std::path::{Path, PathBuf};
 
@@ -9,8 +10,16 @@ use crate::exit;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A run's results.json.
-    results: PathBuf,
+    /// A run's results.json (with --merge: every shard's).
+    #[arg(required = true)]
+    results: Vec<PathBuf>,
+    /// Merge the shards' results into one run (each job once, from the shard that selected
+    /// it) and write results.json and every report into --out.
+    #[arg(long, requires = "out")]
+    merge: bool,
+    /// Where --merge writes (created if need be).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
     /// JUnit XML output. Naming any of --junit, --html, --markdown writes only those; naming
     /// none writes all three beside the results (junit.xml, report.html, summary.md).
     #[arg(long)]
@@ -26,27 +35,59 @@ pub struct Args {
     html_link: Option<String>,
 }
 
+fn read(path: &Path) -> Result<RunResults, String> {
+    let results: RunResults = meshparity_files::read(path, meshparity_files::Limit::JSON)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if results.format_version != FORMAT_VERSION {
+        return Err(format!(
+            "{} has format version {}; this meshparity reads version {FORMAT_VERSION}",
+            path.display(),
+            results.format_version
+        ));
+    }
+    Ok(results)
+}
+
 pub fn run(args: &Args) -> u8 {
-    let results: RunResults =
-        match meshparity_files::read(&args.results, meshparity_files::Limit::JSON)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        {
-            Ok(r) => r,
+    if args.results.len() > 1 && !args.merge {
+        eprintln!("error: several results files need --merge (and --out DIR)");
+        return exit::SPEC_ERROR;
+    }
+    let shards: Result<Vec<RunResults>, String> = args.results.iter().map(|p| read(p)).collect();
+    let mut shards = match shards {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SPEC_ERROR;
+        }
+    };
+    let (results, dir) = if args.merge {
+        let out = args.out.clone().expect("clap requires --out with --merge");
+        let merged = match meshparity_reports::merge::merge(shards) {
+            Ok(m) => m,
             Err(e) => {
-                eprintln!("error: {}: {e}", args.results.display());
+                eprintln!("error: {e}");
                 return exit::SPEC_ERROR;
             }
         };
-    if results.format_version != FORMAT_VERSION {
-        eprintln!(
-            "error: {} has format version {}; this meshparity reads version {FORMAT_VERSION}",
-            args.results.display(),
-            results.format_version
-        );
-        return exit::SPEC_ERROR;
-    }
-    let dir = args.results.parent().unwrap_or(Path::new("."));
+        let json = serde_json::to_vec_pretty(&merged).expect("results serialize");
+        let path = out.join(files::RESULTS);
+        if let Err(e) = write::atomic(&path, &json) {
+            eprintln!("error: writing {}: {e}", path.display());
+            return exit::INFRA_ERROR;
+        }
+        println!("{}", path.display());
+        (merged, out)
+    } else {
+        let dir = args.results[0]
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_owned();
+        (shards.remove(0), dir)
+    };
+    let dir = dir.as_path();
     let pick = |p: &Option<PathBuf>, name: &str| p.clone().unwrap_or_else(|| dir.join(name));
     let (j, h, m) = (
         pick(&args.junit, files::JUNIT),

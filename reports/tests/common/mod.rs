@@ -73,6 +73,7 @@ fn job(name: &str, status: Status, summary: &str) -> JobRecord {
         }],
         needs: Vec::new(),
         cached: false,
+        dependency: false,
         reproduce: format!("meshparity run spec.toml --filter 'name={name}'"),
         detail: None,
     }

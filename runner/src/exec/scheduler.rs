@@ -28,7 +28,7 @@ use super::store::Store;
 use super::verdict::{verdict, Verdict};
 
 use crate::plan::job_file::{JobFile, JOB_FILE};
-use crate::plan::{Job, JobKind, Plan, Selection};
+use crate::plan::{Job, JobKind, Plan, Role, Selection};
 
 /// Lines of log kept in a record for errors.
 const TAIL_LINES: usize = 30;
@@ -49,6 +49,7 @@ struct Run<'a> {
     plan: &'a Plan,
     opts: &'a RunOptions,
     order: Vec<NodeIndex>,
+    roles: Vec<Role>,
     states: Vec<State>,
     attempts: Vec<Vec<Attempt>>,
     ready: Ready,
@@ -94,6 +95,7 @@ pub async fn execute(
     let mut run = Run {
         plan,
         opts,
+        roles: selection.jobs.iter().map(|(_, r)| *r).collect(),
         states: order.iter().map(|_| State::Waiting).collect(),
         attempts: order.iter().map(|_| Vec::new()).collect(),
         ready: Ready::new(&deps),
@@ -395,6 +397,7 @@ impl Run<'_> {
                 .map(|d| self.plan.graph[*d].id.to_string())
                 .collect(),
             cached: false,
+            dependency: self.roles[i] == Role::Dependency,
             // Quoted: a spec path like `$(touch x).toml` must stay a path when pasted.
             reproduce: format!(
                 "meshparity run {}{} --filter {}",
