@@ -31,6 +31,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
+/// [`write_atomic`] without the flush to disk: readers still never see a torn file, but a
+/// machine that crashes right after may lose it. For files that are recomputed when missing
+/// (a job file, a worker's result the runner reads a moment later); one `fsync` per job is a
+/// real share of a 3 ms job start.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temp_sibling(path);
+    let written = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,6 @@ mod atomic;
 mod lock;
 mod regular;
 
-pub use atomic::{temp_sibling, write_atomic};
+pub use atomic::{temp_sibling, write_atomic, write_replace};
 pub use lock::{Lock, LockError};
 pub use regular::{open, read, read_to_string, Limit};

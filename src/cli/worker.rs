@@ -38,6 +38,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> u8 {
+    worker::die_with_parent();
     // After the default report (and any backtrace), one line the runner can quote.
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -59,6 +59,11 @@ impl Ready {
         self.ready.iter().copied()
     }
 
+    /// The first ready job at or after `i`.
+    pub fn first_from(&self, i: usize) -> Option<usize> {
+        self.ready.range(i..).next().copied()
+    }
+
     pub fn started(&mut self, i: usize) {
         self.ready.remove(&i);
     }

@@ -248,8 +248,11 @@ impl Run<'_> {
                 self.finish(i, r)?;
             }
         }
-        let ready: Vec<usize> = self.ready.iter().collect();
-        for i in ready {
+        // Walk the ready set from a cursor (not a copy of it: tens of thousands of jobs can be
+        // ready at once) and stop as soon as no slot is free.
+        let mut cursor = 0;
+        while let Some(i) = self.ready.first_from(cursor) {
+            cursor = i + 1;
             if !self.slots.take(&self.plan.graph[self.order[i]]) {
                 if self.slots.full() {
                     break;

@@ -86,7 +86,7 @@ impl JobFile {
 
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(self).expect("job files serialize");
-        meshparity_files::write_atomic(path, &bytes)
+        meshparity_files::write_replace(path, &bytes)
     }
 }
 

@@ -22,6 +22,28 @@ use crate::engines::{Engines, Target};
 use crate::plan::job_file::JobFile;
 use crate::plan::{Job, JobId, JobKind, Plan};
 
+/// The runner's pid, given to each worker it starts (see [`die_with_parent`]).
+pub const PARENT_ENV: &str = "MESHPARITY_PARENT_PID";
+
+/// Ask the kernel to kill this worker when the runner that started it dies, and exit at once
+/// if it already has (it may die between the spawn and this call). Called first thing by the
+/// worker; a worker started by hand (no [`PARENT_ENV`]) is left alone.
+pub fn die_with_parent() {
+    let Some(parent) = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return;
+    };
+    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid touch no memory of ours.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != parent {
+            std::process::exit(3);
+        }
+    }
+}
+
 /// The result file a worker leaves in its output directory.
 pub const RESULT_FILE: &str = "result.json";
 
@@ -203,7 +225,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
     result.adapter = adapter;
     let path = args.out.join(RESULT_FILE);
     let bytes = serde_json::to_vec_pretty(&result).expect("results serialize");
-    meshparity_reports::write::atomic(&path, &bytes).map_err(io("writing", &path))?;
+    // Read by the runner a moment later; what must survive a crash is its record in
+    // results.jsonl (flushed there), and a cache entry is verified by its hashes anyway.
+    meshparity_files::write_replace(&path, &bytes).map_err(io("writing", &path))?;
     Ok(result)
 }
 
