@@ -180,7 +180,7 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
 }
 
 /// A table of string values (`env`).
-fn string_table(
+pub(crate) fn string_table(
     cx: &mut Ctx<'_>,
     t: &mut Table<'_, '_>,
     key: &'static str,

@@ -11,6 +11,7 @@ pub const KEYS: &[&str] = &[
     "account",
     "qos",
     "sbatch_args",
+    "env",
     "max_pending",
     "poll_seconds",
 ];
@@ -38,6 +39,8 @@ pub struct ExecutorDef {
     pub account: Option<String>,
     pub qos: Option<String>,
     pub sbatch_args: Vec<String>,
+    /// Variables set for every job, beside the submitting environment (`--export=ALL,K=V`).
+    pub env: Vec<(String, String)>,
     /// Jobs submitted and not finished, at most (Slurm).
     pub max_pending: Option<u32>,
     /// Between two state polls (Slurm).
@@ -60,6 +63,10 @@ impl ExecutorDef {
                 .strings(cx, "sbatch_args")
                 .map(|v| v.value.into_iter().map(|s| s.value).collect())
                 .unwrap_or_default(),
+            env: crate::engine::string_table(cx, &mut t, "env")
+                .into_iter()
+                .map(|(k, v)| (k, v.value))
+                .collect(),
             max_pending: t.positive(cx, "max_pending").map(|v| v.value),
             poll_seconds: t.positive(cx, "poll_seconds").map(|v| v.value),
             loc: Some(t.loc.clone()),

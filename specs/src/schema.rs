@@ -56,6 +56,8 @@ struct Executor {
     qos: Option<String>,
     /// Further `sbatch` arguments, as written, after meshparity's own.
     sbatch_args: Option<Vec<String>>,
+    /// Variables set for every job, beside the submitting environment.
+    env: Option<IndexMap<String, String>>,
     /// Jobs submitted and not finished, at most (default 500).
     #[schemars(range(min = 1))]
     max_pending: Option<u32>,

@@ -107,6 +107,7 @@ fn executor(args: &Args, spec: &meshparity_specs::Spec) -> Result<ExecutorKind, 
             .chain(&args.sbatch_arg)
             .cloned()
             .collect(),
+        env: def.env.clone(),
         max_pending: def.max_pending.map_or(defaults.max_pending, |n| n as usize),
         poll: def
             .poll_seconds
@@ -173,6 +174,11 @@ pub fn run(args: &Args) -> u8 {
         Ok(claimed) => claimed,
         Err(code) => return code,
     };
+    if let ExecutorKind::Slurm(_) = &executor {
+        if let Some(warning) = exec::executor::slurm::local_only(&run_dir.path) {
+            eprintln!("warning: {warning}");
+        }
+    }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {

@@ -34,6 +34,8 @@ pub struct SlurmConfig {
     pub qos: Option<String>,
     /// Passed to `sbatch` as they are, after meshparity's own arguments.
     pub sbatch_args: Vec<String>,
+    /// Variables set for every job, beside the environment `sbatch` exports by default.
+    pub env: Vec<(String, String)>,
     /// Jobs submitted and not finished, at most.
     pub max_pending: usize,
     /// Between two `squeue` polls.
@@ -47,10 +49,39 @@ impl Default for SlurmConfig {
             account: None,
             qos: None,
             sbatch_args: Vec::new(),
+            env: Vec::new(),
             max_pending: 500,
             poll: Duration::from_millis(500),
         }
     }
+}
+
+/// Why `dir` is probably not visible to compute nodes, if its file system says so: tmpfs, ramfs
+/// and overlay (a container's) live on this machine only. Any other file system may or may not
+/// be shared; a job whose exit code never appears there is reported as such.
+pub fn local_only(dir: &std::path::Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    const KINDS: &[(i64, &str)] = &[
+        (0x0102_1994, "tmpfs"),
+        (0x8584_58f6, "ramfs"),
+        (0x794c_7630, "overlayfs"),
+    ];
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs fills the struct it is given; the path is a valid C string.
+    let kind = unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        if libc::statfs(path.as_ptr(), &mut s) != 0 {
+            return None;
+        }
+        s.f_type as i64
+    };
+    let (_, name) = KINDS.iter().find(|(magic, _)| *magic == kind)?;
+    Some(format!(
+        "{} is on {name}, which only this machine sees: Slurm jobs on other nodes cannot \
+         write their results there (fine on a one-node cluster; otherwise use --run-dir on a \
+         shared file system)",
+        dir.display()
+    ))
 }
 
 /// The handle the scheduler holds; the cluster work happens in the task it started.

@@ -106,6 +106,10 @@ fn sbatch_args(config: &SlurmConfig, l: &Launch, script: &Path) -> Vec<String> {
     if l.gpus > 0 {
         args.push(format!("--gpus={}", l.gpus));
     }
+    if !config.env.is_empty() {
+        let vars: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        args.push(format!("--export=ALL,{}", vars.join(",")));
+    }
     for (flag, value) in [
         ("partition", &config.partition),
         ("account", &config.account),
@@ -149,12 +153,14 @@ mod tests {
         let config = SlurmConfig {
             partition: Some("gpu".into()),
             sbatch_args: vec!["--exclusive".into()],
+            env: vec![("NCCL_DEBUG".into(), "WARN".into())],
             ..SlurmConfig::default()
         };
         let a = sbatch_args(&config, &l, Path::new("/runs/job.sh"));
         assert!(a.contains(&"--time=2:05".to_owned()), "{a:?}");
         assert!(a.contains(&"--cpus-per-task=2".to_owned()), "{a:?}");
         assert!(a.contains(&"--partition=gpu".to_owned()), "{a:?}");
+        assert!(a.contains(&"--export=ALL,NCCL_DEBUG=WARN".to_owned()), "{a:?}");
         assert_eq!(a[a.len() - 2..], ["--exclusive", "/runs/job.sh"]);
     }
 }
