@@ -11,6 +11,7 @@
 //! `report.rs` (data), `render.rs` (text).
 
 pub mod agreement;
+pub mod align;
 pub mod checkpoint;
 pub mod curve;
 pub mod dtype;
@@ -23,6 +24,7 @@ pub mod scan;
 pub mod tensors;
 pub mod tolerance;
 
+pub use align::Rename;
 pub use checkpoint::Checkpoint;
 pub use curve::{compare_curves, read_curve, CurveOptions};
 pub use dtype::TensorDtype;

@@ -8,7 +8,9 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 
 use crate::agreement;
+use crate::align::{self, Rename};
 use crate::checkpoint::Checkpoint;
+use crate::dtype::TensorDtype;
 use crate::error::InputError;
 use crate::metrics::{unravel, TensorMetrics};
 use crate::report::{
@@ -29,6 +31,10 @@ pub struct TensorOptions {
     pub logits: GlobSet,
     /// Integer tensors compared as MoE top-k routing (expert-set overlap per token).
     pub routing: GlobSet,
+    /// Candidate names renamed by prefix before matching (`--rename`).
+    pub rename: Vec<Rename>,
+    /// Tensors whose float dtypes differ are compared in this dtype (`--cast`).
+    pub cast: Option<TensorDtype>,
 }
 
 impl Default for TensorOptions {
@@ -37,6 +43,8 @@ impl Default for TensorOptions {
             tolerance: Tolerance::default(),
             logits: globs(&["*logits*"]),
             routing: globs(&["*routing*", "*expert_ids*", "*topk_ids*"]),
+            rename: Vec::new(),
+            cast: None,
         }
     }
 }
@@ -83,10 +91,32 @@ pub fn compare(
     opts: &TensorOptions,
 ) -> Result<TensorReport, InputError> {
     let mut problems = Vec::new();
+    let mut notes = Vec::new();
     let mut pairs = Vec::new();
-    for name in a.names() {
+    // The candidate's names as the reference's would be (`--rename`), to its own names.
+    let candidate: std::collections::HashMap<String, &str> = b
+        .names()
+        .map(|n| {
+            (
+                Rename::apply(&opts.rename, n).unwrap_or_else(|| n.to_owned()),
+                n,
+            )
+        })
+        .collect();
+    let renamed = b
+        .names()
+        .filter(|n| Rename::apply(&opts.rename, n).is_some())
+        .count();
+    if renamed > 0 {
+        notes.push(format!(
+            "{renamed} candidate tensor name(s) renamed by --rename before matching"
+        ));
+    }
+    // Tensors compared in the `--cast` dtype: their converted bytes, kept here for the views.
+    let mut casts: Vec<(usize, &str, Vec<usize>, TensorDtype, Vec<u8>, Vec<u8>)> = Vec::new();
+    for (index, name) in a.names().enumerate() {
         let va = a.view(name).expect("listed names have views");
-        let Some(vb) = b.view(name) else {
+        let Some(vb) = candidate.get(name).and_then(|n| b.view(n)) else {
             problems.push(problem(
                 ProblemKind::Missing,
                 name,
@@ -94,6 +124,19 @@ pub fn compare(
             ));
             continue;
         };
+        let cast = opts
+            .cast
+            .filter(|_| va.dtype != vb.dtype && va.shape == vb.shape);
+        if let Some(to) = cast {
+            if let (Some(x), Some(y)) = (
+                align::cast(va.bytes, va.dtype, to),
+                align::cast(vb.bytes, vb.dtype, to),
+            ) {
+                let limits_dtype = align::coarser(va.dtype, vb.dtype);
+                casts.push((index, name, va.shape.to_vec(), limits_dtype, x, y));
+                continue;
+            }
+        }
         if va.dtype != vb.dtype {
             problems.push(problem(
                 ProblemKind::DtypeMismatch,
@@ -114,15 +157,53 @@ pub fn compare(
             ));
         } else {
             let limits = opts.tolerance.for_tensor(name, va.dtype);
-            pairs.push(Pair {
-                name,
-                a: va,
-                b: vb,
-                limits,
-            });
+            pairs.push((
+                index,
+                Pair {
+                    name,
+                    a: va,
+                    b: vb,
+                    limits,
+                },
+            ));
         }
     }
-    for name in b.names().filter(|n| !a.contains(n)) {
+    if let Some(to) = opts.cast.filter(|_| !casts.is_empty()) {
+        notes.push(format!(
+            "{} tensor(s) with different dtypes compared as {to} (--cast), with the limits of \
+             the coarser dtype",
+            casts.len()
+        ));
+    }
+    for (index, name, shape, limits_dtype, x, y) in &casts {
+        let to = opts.cast.expect("casts only with --cast");
+        pairs.push((
+            *index,
+            Pair {
+                name,
+                a: TensorView {
+                    dtype: to,
+                    shape: shape.as_slice(),
+                    bytes: x,
+                },
+                b: TensorView {
+                    dtype: to,
+                    shape: shape.as_slice(),
+                    bytes: y,
+                },
+                limits: opts.tolerance.for_tensor(name, *limits_dtype),
+            },
+        ));
+    }
+    pairs.sort_by_key(|(i, _)| *i);
+    let pairs: Vec<Pair<'_>> = pairs.into_iter().map(|(_, p)| p).collect();
+    let mut extra: Vec<&str> = candidate
+        .iter()
+        .filter(|(mapped, _)| !a.contains(mapped))
+        .map(|(_, original)| *original)
+        .collect();
+    extra.sort();
+    for name in extra {
         problems.push(problem(
             ProblemKind::Extra,
             name,
@@ -166,7 +247,6 @@ pub fn compare(
     for (r, s) in results.iter().zip(&stats) {
         structural_from_scan(r, s, &mut problems);
     }
-    let mut notes = Vec::new();
     let layers = gate(&mut results, &mut notes);
     let fed = |r: &TensorResult| {
         r.limits.exact

@@ -51,6 +51,14 @@ pub struct Args {
     /// Curves: the key that numbers steps (Megatron-style logs say `iteration`).
     #[arg(long, value_name = "KEY", default_value = "step")]
     step_key: String,
+    /// Checkpoints: candidate names starting with FROM are matched as TO + the rest
+    /// (`--rename model.=` drops a wrapper's prefix). Repeatable; the first that applies wins.
+    #[arg(long, value_name = "FROM=TO")]
+    rename: Vec<String>,
+    /// Checkpoints: compare tensors whose float dtypes differ in this dtype (f64, f32, f16,
+    /// bf16), with the limits of the coarser of the two.
+    #[arg(long, value_name = "DTYPE")]
+    cast: Option<String>,
     /// Rows in the table of worst tensors.
     #[arg(long, default_value_t = 10)]
     worst: usize,
@@ -116,9 +124,15 @@ fn refuse_inapplicable(args: &Args, tol: &Tolerance, curve: bool) -> Result<(), 
             )));
         }
     }
-    if curve && (!args.overrides.is_empty() || args.layer_average.is_some()) {
+    if curve
+        && (!args.overrides.is_empty()
+            || args.layer_average.is_some()
+            || !args.rename.is_empty()
+            || args.cast.is_some())
+    {
         return Err(InputError::Usage(
-            "--override and --layer-average apply to checkpoints only; curves take -t rel=..."
+            "--override, --layer-average, --rename and --cast apply to checkpoints only; curves \
+             take -t rel=..."
                 .into(),
         ));
     }
@@ -159,10 +173,24 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
         };
         return Ok((text, report.verdict));
     }
+    let rename = args
+        .rename
+        .iter()
+        .map(|r| meshparity_compare::Rename::parse(r))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(InputError::Usage)?;
+    let cast = args
+        .cast
+        .as_deref()
+        .map(meshparity_compare::align::parse_cast)
+        .transpose()
+        .map_err(InputError::Usage)?;
     let opts = TensorOptions {
         tolerance: tol,
         logits: tensors::globs(&args.logits),
         routing: tensors::globs(&args.routing),
+        rename,
+        cast,
     };
     let report = meshparity_compare::compare_checkpoints(&args.reference, &args.candidate, &opts)?;
     let text = if args.json {

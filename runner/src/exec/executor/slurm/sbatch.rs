@@ -160,7 +160,10 @@ mod tests {
         assert!(a.contains(&"--time=2:05".to_owned()), "{a:?}");
         assert!(a.contains(&"--cpus-per-task=2".to_owned()), "{a:?}");
         assert!(a.contains(&"--partition=gpu".to_owned()), "{a:?}");
-        assert!(a.contains(&"--export=ALL,NCCL_DEBUG=WARN".to_owned()), "{a:?}");
+        assert!(
+            a.contains(&"--export=ALL,NCCL_DEBUG=WARN".to_owned()),
+            "{a:?}"
+        );
         assert_eq!(a[a.len() - 2..], ["--exclusive", "/runs/job.sh"]);
     }
 }
