@@ -78,6 +78,18 @@ pub fn compare_checkpoints(
     compare(&a, &b, opts)
 }
 
+/// A tensor pair converted to the `--cast` dtype: the bytes the pair's views borrow.
+struct Cast<'a> {
+    /// Position among the reference's tensors, to keep the report in checkpoint order.
+    index: usize,
+    name: &'a str,
+    shape: Vec<usize>,
+    /// The coarser of the two original dtypes, whose limits apply.
+    limits_dtype: TensorDtype,
+    reference: Vec<u8>,
+    candidate: Vec<u8>,
+}
+
 struct Pair<'a> {
     name: &'a str,
     a: TensorView<'a>,
@@ -113,7 +125,7 @@ pub fn compare(
         ));
     }
     // Tensors compared in the `--cast` dtype: their converted bytes, kept here for the views.
-    let mut casts: Vec<(usize, &str, Vec<usize>, TensorDtype, Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut casts: Vec<Cast<'_>> = Vec::new();
     for (index, name) in a.names().enumerate() {
         let va = a.view(name).expect("listed names have views");
         let Some(vb) = candidate.get(name).and_then(|n| b.view(n)) else {
@@ -132,8 +144,14 @@ pub fn compare(
                 align::cast(va.bytes, va.dtype, to),
                 align::cast(vb.bytes, vb.dtype, to),
             ) {
-                let limits_dtype = align::coarser(va.dtype, vb.dtype);
-                casts.push((index, name, va.shape.to_vec(), limits_dtype, x, y));
+                casts.push(Cast {
+                    index,
+                    name,
+                    shape: va.shape.to_vec(),
+                    limits_dtype: align::coarser(va.dtype, vb.dtype),
+                    reference: x,
+                    candidate: y,
+                });
                 continue;
             }
         }
@@ -175,23 +193,20 @@ pub fn compare(
             casts.len()
         ));
     }
-    for (index, name, shape, limits_dtype, x, y) in &casts {
+    for c in &casts {
         let to = opts.cast.expect("casts only with --cast");
+        let view = |bytes| TensorView {
+            dtype: to,
+            shape: c.shape.as_slice(),
+            bytes,
+        };
         pairs.push((
-            *index,
+            c.index,
             Pair {
-                name,
-                a: TensorView {
-                    dtype: to,
-                    shape: shape.as_slice(),
-                    bytes: x,
-                },
-                b: TensorView {
-                    dtype: to,
-                    shape: shape.as_slice(),
-                    bytes: y,
-                },
-                limits: opts.tolerance.for_tensor(name, *limits_dtype),
+                name: c.name,
+                a: view(&c.reference),
+                b: view(&c.candidate),
+                limits: opts.tolerance.for_tensor(c.name, c.limits_dtype),
             },
         ));
     }
