@@ -4,8 +4,14 @@
 //! bf16 against an f32 reference). Without these, every such tensor is a structural problem —
 //! correctly, since nothing says the two are meant to match — and the report lists each.
 
+use std::collections::HashMap;
+
 use crate::agreement::decode;
+use crate::checkpoint::Checkpoint;
 use crate::dtype::TensorDtype;
+use crate::report::{Problem, ProblemKind};
+use crate::safetensors::TensorView;
+use crate::tensors::{problem, Pair, TensorOptions};
 
 /// `FROM=TO`: candidate names starting with FROM are compared as TO followed by the rest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +87,168 @@ pub fn cast(bytes: &[u8], from: TensorDtype, to: TensorDtype) -> Option<Vec<u8>>
         }
     }
     Some(out)
+}
+
+/// A tensor pair converted to the `--cast` dtype: the bytes the pair's views borrow.
+pub(crate) struct Cast<'a> {
+    /// Position among the reference's tensors, to keep the report in checkpoint order.
+    index: usize,
+    name: &'a str,
+    shape: Vec<usize>,
+    /// The coarser of the two original dtypes, whose limits apply.
+    limits_dtype: TensorDtype,
+    reference: Vec<u8>,
+    candidate: Vec<u8>,
+}
+
+/// What lining the two checkpoints up found: pairs to compare (by reference position), pairs
+/// converted by `--cast` (whose bytes the caller keeps), structural problems and notes.
+pub(crate) struct Lined<'a> {
+    pub pairs: Vec<(usize, Pair<'a>)>,
+    pub casts: Vec<Cast<'a>>,
+    pub problems: Vec<Problem>,
+    pub notes: Vec<String>,
+}
+
+/// Match the reference's tensors to the candidate's by name (after `--rename`), checking dtype
+/// and shape (converting with `--cast` where asked); every mismatch is a structural problem.
+pub(crate) fn line_up<'a>(a: &'a Checkpoint, b: &'a Checkpoint, opts: &TensorOptions) -> Lined<'a> {
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    let mut pairs = Vec::new();
+    // The candidate's names as the reference's would be (`--rename`), to its own names.
+    let candidate: HashMap<String, &str> = b
+        .names()
+        .map(|n| {
+            (
+                Rename::apply(&opts.rename, n).unwrap_or_else(|| n.to_owned()),
+                n,
+            )
+        })
+        .collect();
+    let renamed = b
+        .names()
+        .filter(|n| Rename::apply(&opts.rename, n).is_some())
+        .count();
+    if renamed > 0 {
+        notes.push(format!(
+            "{renamed} candidate tensor name(s) renamed by --rename before matching"
+        ));
+    }
+    // Tensors compared in the `--cast` dtype: their converted bytes, kept here for the views.
+    let mut casts: Vec<Cast<'_>> = Vec::new();
+    for (index, name) in a.names().enumerate() {
+        let va = a.view(name).expect("listed names have views");
+        let Some(vb) = candidate.get(name).and_then(|n| b.view(n)) else {
+            problems.push(problem(
+                ProblemKind::Missing,
+                name,
+                format!("`{name}` is missing from the candidate"),
+            ));
+            continue;
+        };
+        let cast_to = opts
+            .cast
+            .filter(|_| va.dtype != vb.dtype && va.shape == vb.shape);
+        if let Some(to) = cast_to {
+            if let (Some(x), Some(y)) = (cast(va.bytes, va.dtype, to), cast(vb.bytes, vb.dtype, to))
+            {
+                casts.push(Cast {
+                    index,
+                    name,
+                    shape: va.shape.to_vec(),
+                    limits_dtype: coarser(va.dtype, vb.dtype),
+                    reference: x,
+                    candidate: y,
+                });
+                continue;
+            }
+        }
+        if va.dtype != vb.dtype {
+            problems.push(problem(
+                ProblemKind::DtypeMismatch,
+                name,
+                format!(
+                    "`{name}`: dtype {} in the reference, {} in the candidate",
+                    va.dtype, vb.dtype
+                ),
+            ));
+        } else if va.shape != vb.shape {
+            problems.push(problem(
+                ProblemKind::ShapeMismatch,
+                name,
+                format!(
+                    "`{name}`: shape {:?} in the reference, {:?} in the candidate",
+                    va.shape, vb.shape
+                ),
+            ));
+        } else {
+            let limits = opts.tolerance.for_tensor(name, va.dtype);
+            pairs.push((
+                index,
+                Pair {
+                    name,
+                    a: va,
+                    b: vb,
+                    limits,
+                },
+            ));
+        }
+    }
+    let mut extra: Vec<&str> = candidate
+        .iter()
+        .filter(|(mapped, _)| !a.contains(mapped))
+        .map(|(_, original)| *original)
+        .collect();
+    extra.sort();
+    for name in extra {
+        problems.push(problem(
+            ProblemKind::Extra,
+            name,
+            format!("`{name}` is in the candidate but not in the reference"),
+        ));
+    }
+    Lined {
+        pairs,
+        casts,
+        problems,
+        notes,
+    }
+}
+
+/// The pairs to compare in reference order, the `--cast` ones viewing `casts`' bytes.
+pub(crate) fn with_casts<'a>(
+    mut pairs: Vec<(usize, Pair<'a>)>,
+    casts: &'a [Cast<'a>],
+    opts: &TensorOptions,
+    notes: &mut Vec<String>,
+) -> Vec<Pair<'a>> {
+    if let Some(to) = opts.cast.filter(|_| !casts.is_empty()) {
+        notes.push(format!(
+            "{} tensor(s) with different dtypes compared as {to} (--cast), with the limits of \
+             the coarser dtype",
+            casts.len()
+        ));
+    }
+    for c in casts {
+        let to = opts.cast.expect("casts only with --cast");
+        let view = |bytes| TensorView {
+            dtype: to,
+            shape: c.shape.as_slice(),
+            bytes,
+        };
+        pairs.push((
+            c.index,
+            Pair {
+                name: c.name,
+                a: view(&c.reference),
+                b: view(&c.candidate),
+                limits: opts.tolerance.for_tensor(c.name, c.limits_dtype),
+            },
+        ));
+    }
+    pairs.sort_by_key(|(i, _)| *i);
+    pairs.into_iter().map(|(_, p)| p).collect()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 
 use crate::agreement;
-use crate::align::{self, Rename};
+use crate::align::{line_up, with_casts, Lined, Rename};
 use crate::checkpoint::Checkpoint;
 use crate::dtype::TensorDtype;
 use crate::error::InputError;
@@ -78,23 +78,12 @@ pub fn compare_checkpoints(
     compare(&a, &b, opts)
 }
 
-/// A tensor pair converted to the `--cast` dtype: the bytes the pair's views borrow.
-struct Cast<'a> {
-    /// Position among the reference's tensors, to keep the report in checkpoint order.
-    index: usize,
-    name: &'a str,
-    shape: Vec<usize>,
-    /// The coarser of the two original dtypes, whose limits apply.
-    limits_dtype: TensorDtype,
-    reference: Vec<u8>,
-    candidate: Vec<u8>,
-}
-
-struct Pair<'a> {
-    name: &'a str,
-    a: TensorView<'a>,
-    b: TensorView<'a>,
-    limits: TensorLimits,
+/// One tensor of each side, to be compared under `limits`.
+pub(crate) struct Pair<'a> {
+    pub name: &'a str,
+    pub a: TensorView<'a>,
+    pub b: TensorView<'a>,
+    pub limits: TensorLimits,
 }
 
 pub fn compare(
@@ -102,129 +91,13 @@ pub fn compare(
     b: &Checkpoint,
     opts: &TensorOptions,
 ) -> Result<TensorReport, InputError> {
-    let mut problems = Vec::new();
-    let mut notes = Vec::new();
-    let mut pairs = Vec::new();
-    // The candidate's names as the reference's would be (`--rename`), to its own names.
-    let candidate: std::collections::HashMap<String, &str> = b
-        .names()
-        .map(|n| {
-            (
-                Rename::apply(&opts.rename, n).unwrap_or_else(|| n.to_owned()),
-                n,
-            )
-        })
-        .collect();
-    let renamed = b
-        .names()
-        .filter(|n| Rename::apply(&opts.rename, n).is_some())
-        .count();
-    if renamed > 0 {
-        notes.push(format!(
-            "{renamed} candidate tensor name(s) renamed by --rename before matching"
-        ));
-    }
-    // Tensors compared in the `--cast` dtype: their converted bytes, kept here for the views.
-    let mut casts: Vec<Cast<'_>> = Vec::new();
-    for (index, name) in a.names().enumerate() {
-        let va = a.view(name).expect("listed names have views");
-        let Some(vb) = candidate.get(name).and_then(|n| b.view(n)) else {
-            problems.push(problem(
-                ProblemKind::Missing,
-                name,
-                format!("`{name}` is missing from the candidate"),
-            ));
-            continue;
-        };
-        let cast = opts
-            .cast
-            .filter(|_| va.dtype != vb.dtype && va.shape == vb.shape);
-        if let Some(to) = cast {
-            if let (Some(x), Some(y)) = (
-                align::cast(va.bytes, va.dtype, to),
-                align::cast(vb.bytes, vb.dtype, to),
-            ) {
-                casts.push(Cast {
-                    index,
-                    name,
-                    shape: va.shape.to_vec(),
-                    limits_dtype: align::coarser(va.dtype, vb.dtype),
-                    reference: x,
-                    candidate: y,
-                });
-                continue;
-            }
-        }
-        if va.dtype != vb.dtype {
-            problems.push(problem(
-                ProblemKind::DtypeMismatch,
-                name,
-                format!(
-                    "`{name}`: dtype {} in the reference, {} in the candidate",
-                    va.dtype, vb.dtype
-                ),
-            ));
-        } else if va.shape != vb.shape {
-            problems.push(problem(
-                ProblemKind::ShapeMismatch,
-                name,
-                format!(
-                    "`{name}`: shape {:?} in the reference, {:?} in the candidate",
-                    va.shape, vb.shape
-                ),
-            ));
-        } else {
-            let limits = opts.tolerance.for_tensor(name, va.dtype);
-            pairs.push((
-                index,
-                Pair {
-                    name,
-                    a: va,
-                    b: vb,
-                    limits,
-                },
-            ));
-        }
-    }
-    if let Some(to) = opts.cast.filter(|_| !casts.is_empty()) {
-        notes.push(format!(
-            "{} tensor(s) with different dtypes compared as {to} (--cast), with the limits of \
-             the coarser dtype",
-            casts.len()
-        ));
-    }
-    for c in &casts {
-        let to = opts.cast.expect("casts only with --cast");
-        let view = |bytes| TensorView {
-            dtype: to,
-            shape: c.shape.as_slice(),
-            bytes,
-        };
-        pairs.push((
-            c.index,
-            Pair {
-                name: c.name,
-                a: view(&c.reference),
-                b: view(&c.candidate),
-                limits: opts.tolerance.for_tensor(c.name, c.limits_dtype),
-            },
-        ));
-    }
-    pairs.sort_by_key(|(i, _)| *i);
-    let pairs: Vec<Pair<'_>> = pairs.into_iter().map(|(_, p)| p).collect();
-    let mut extra: Vec<&str> = candidate
-        .iter()
-        .filter(|(mapped, _)| !a.contains(mapped))
-        .map(|(_, original)| *original)
-        .collect();
-    extra.sort();
-    for name in extra {
-        problems.push(problem(
-            ProblemKind::Extra,
-            name,
-            format!("`{name}` is in the candidate but not in the reference"),
-        ));
-    }
+    let Lined {
+        pairs,
+        casts,
+        mut problems,
+        mut notes,
+    } = line_up(a, b, opts);
+    let pairs = with_casts(pairs, &casts, opts, &mut notes);
     if pairs.is_empty() {
         return Err(InputError::NothingCompared(format!(
             "no tensor has the same name, dtype and shape in both checkpoints (reference {} tensors, candidate {}); {} structural problem(s):\n{}",
@@ -319,7 +192,7 @@ fn list_problems(problems: &[Problem]) -> String {
     lines.join("\n")
 }
 
-fn problem(kind: ProblemKind, name: &str, message: String) -> Problem {
+pub(crate) fn problem(kind: ProblemKind, name: &str, message: String) -> Problem {
     Problem {
         kind,
         name: Some(name.to_owned()),
