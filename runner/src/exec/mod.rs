@@ -5,6 +5,7 @@
 //! - `executor/` — where attempts run: local processes or Slurm batch jobs;
 //! - `scheduler.rs` — the job state machines and the loop that drives them;
 //! - `ready.rs` — dependency counts: which jobs may start;
+//! - `signals.rs` — SIGINT/SIGTERM as a cancellation level;
 //! - `slots.rs` — how many jobs run at once on the CPU and on each GPU;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
@@ -20,6 +21,7 @@ pub mod progress;
 pub mod ready;
 pub mod run_dir;
 pub mod scheduler;
+pub mod signals;
 pub mod slots;
 pub mod store;
 pub mod verdict;

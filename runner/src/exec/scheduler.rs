@@ -28,7 +28,7 @@ use super::store::Store;
 use super::verdict::{verdict, Verdict};
 
 use crate::plan::job_file::{JobFile, JOB_FILE};
-use crate::plan::{Job, JobKind, Plan, Role, Selection};
+use crate::plan::{Job, Plan, Role, Selection};
 
 /// Lines of log kept in a record for errors.
 const TAIL_LINES: usize = 30;
@@ -120,7 +120,7 @@ pub async fn execute(
         }
     }
 
-    let signals = tokio::spawn(watch_signals(cancel_tx));
+    let signals = tokio::spawn(super::signals::watch(cancel_tx));
     let mut withdrawn = false;
     loop {
         let cancelled = *cancel_rx.borrow() > 0;
@@ -175,23 +175,6 @@ pub async fn execute(
         records,
         interrupted,
     })
-}
-
-async fn watch_signals(cancel: watch::Sender<u8>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        cancel.send_modify(|c| *c = c.saturating_add(1));
-    }
 }
 
 impl Run<'_> {
@@ -297,7 +280,7 @@ impl Run<'_> {
         if let Some(device) = self.opts.device {
             args.extend(["--device".into(), device.to_string()]);
         }
-        let (cpus, gpus) = resources(job);
+        let (cpus, gpus) = executor::resources(job);
         let launch = Launch {
             index: i,
             attempt,
@@ -422,21 +405,5 @@ impl Run<'_> {
         self.ready.done(i, r.status.passed());
         self.states[i] = State::Done(Box::new(r));
         Ok(())
-    }
-}
-
-/// CPUs and GPUs a cluster job asks for: the built-in engine simulates every rank in one
-/// process (threads share its CPUs, one per four ranks as locally); a user's program launches
-/// its own ranks, one device each.
-fn resources(job: &Job) -> (usize, usize) {
-    let ranks = job.world_size as usize;
-    if matches!(job.kind, JobKind::Check { .. }) {
-        return (1, 0);
-    }
-    match (job.model_config.engine.is_some(), job.device.is_cpu()) {
-        (true, true) => (ranks, 0),
-        (true, false) => (1, ranks),
-        (false, true) => (ranks.div_ceil(4).max(1), 0),
-        (false, false) => (1, 1),
     }
 }

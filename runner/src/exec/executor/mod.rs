@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::child::Finished;
+use crate::plan::{Job, JobKind};
 
 /// One attempt to start.
 #[derive(Clone, Debug)]
@@ -80,5 +81,21 @@ pub fn open(
         ExecutorKind::Slurm(config) => {
             Box::new(slurm::Slurm::start(config.clone(), exe, cancel, done))
         }
+    }
+}
+
+/// CPUs and GPUs a cluster job asks for: the built-in engine simulates every rank in one
+/// process (threads share its CPUs, one per four ranks as locally); a user's program launches
+/// its own ranks, one device each.
+pub fn resources(job: &Job) -> (usize, usize) {
+    let ranks = job.world_size as usize;
+    if matches!(job.kind, JobKind::Check { .. }) {
+        return (1, 0);
+    }
+    match (job.model_config.engine.is_some(), job.device.is_cpu()) {
+        (true, true) => (ranks, 0),
+        (true, false) => (1, ranks),
+        (false, true) => (ranks.div_ceil(4).max(1), 0),
+        (false, false) => (1, 1),
     }
 }
