@@ -292,3 +292,178 @@ fn glob_ids(run_dir: &Path) -> Vec<String> {
     }
     ids
 }
+
+/// A node failure is the cluster's fault, not the job's: with `--retries` the job runs again
+/// and is reported flaky, with the NODE_FAIL in its first attempt.
+#[test]
+fn a_node_failure_is_retried_and_reported_flaky() {
+    let Some(_cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("spec.toml"),
+        SPEC.replace("[meshes.tp2]\ntp = 2\n", ""),
+    )
+    .unwrap();
+    let run_dir = dir.path().join("r");
+    let host = String::from_utf8(
+        StdCommand::new("hostname")
+            .arg("-s")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    let mut runner = StdCommand::new(assert_cmd::cargo::cargo_bin("meshparity"))
+        .current_dir(dir.path())
+        .env("MESHPARITY_TEST_FAULT", "*/train=sleep:8")
+        .args(["run", "spec.toml", "--no-progress", "--executor", "slurm"])
+        .args([
+            "--run-dir",
+            "r",
+            "--retries",
+            "1",
+            "--sbatch-arg=--no-requeue",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = || {
+        let out = StdCommand::new("squeue")
+            .args(["-h", "-t", "R", "-o", "%o"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("train")
+    };
+    wait_until("the training running", running);
+    let node = |state: &str| {
+        StdCommand::new("scontrol")
+            .args([
+                "update",
+                &format!("NodeName={host}"),
+                &format!("State={state}"),
+            ])
+            .args(["Reason=meshparity-test"])
+            .output()
+            .unwrap();
+    };
+    node("DOWN");
+    std::thread::sleep(Duration::from_secs(2));
+    node("RESUME");
+    wait_until("the node back", || {
+        let out = StdCommand::new("sinfo")
+            .args(["-h", "-o", "%T"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .starts_with("idle")
+            || String::from_utf8_lossy(&out.stdout).contains("mix")
+            || String::from_utf8_lossy(&out.stdout).contains("alloc")
+    });
+    assert_eq!(runner.wait().unwrap().code(), Some(0));
+    let r = results(&run_dir);
+    let train = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "train")
+        .unwrap();
+    assert_eq!(train["status"], "flaky", "{train:#}");
+    let first = &train["attempts"][0];
+    assert_eq!(first["status"], "error", "{train:#}");
+    let summary = train["summary"].as_str().unwrap();
+    assert!(!summary.is_empty());
+    let log: Vec<String> = sacct(&slurm_ids(&r)).into_iter().map(|(_, s)| s).collect();
+    assert!(log.iter().any(|s| s == "NODE_FAIL"), "{log:?}");
+}
+
+/// A user's program that runs its ranks with `srun` inside its job: `[executor] tasks =
+/// "per-rank"` gives the job one task per rank, so `srun -n WORLD` can start them; the program
+/// (the numpy trainer of tests/consumers) is then judged as on the local executor.
+#[test]
+fn a_program_launching_its_ranks_with_srun_gets_a_task_per_rank() {
+    let Some(_cluster) = cluster() else { return };
+    let numpy = StdCommand::new("python3")
+        .args(["-c", "import numpy, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !numpy {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs numpy and safetensors"
+        );
+        eprintln!("skipped: pip install numpy safetensors");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    // srun starts WORLD ranks (each proves it has a task: `true`), then the trainer runs.
+    let spec = format!(
+        r#"[run]
+name = "srun"
+seed = 3
+steps = 2
+batch = 2
+
+[executor]
+kind = "slurm"
+tasks = "per-rank"
+
+[engines.prog]
+kind = "command"
+program = "sh"
+args = ["-c", "echo $SLURM_NTASKS > {{{{out_dir}}}}/ntasks && srun -n {{{{world_size}}}} true && exec python3 {trainer} --dp {{{{dp}}}} --seed {{{{seed}}}} --steps {{{{steps}}}} --out {{{{out_dir}}}}"]
+env = {{ PYTHONPATH = "{python}" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = ["forward"]
+"#,
+        trainer = root.join("tests/consumers/hooks_trainer.py").display(),
+        python = root.join("python").display(),
+    );
+    std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+    meshparity(dir.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "r"])
+        .assert()
+        .code(0);
+    let r = results(&dir.path().join("r"));
+    assert!(verdicts(&r).iter().all(|(_, s)| s == "passed"), "{r:#}");
+    let ntasks: Vec<String> = walk_files(&dir.path().join("r"), "ntasks");
+    assert!(
+        ntasks.iter().any(|n| n == "2"),
+        "the mesh job had {ntasks:?} task(s)"
+    );
+}
+
+/// The trimmed contents of every file named `name` under `dir`.
+fn walk_files(dir: &Path, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|f| f == name) {
+                out.push(
+                    std::fs::read_to_string(&p)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned(),
+                );
+            }
+        }
+    }
+    out
+}

@@ -12,6 +12,7 @@ pub const KEYS: &[&str] = &[
     "qos",
     "sbatch_args",
     "env",
+    "tasks",
     "max_pending",
     "poll_seconds",
 ];
@@ -31,6 +32,22 @@ impl Keyword for ExecutorKindName {
     ];
 }
 
+/// How a program that launches its own ranks is given its resources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tasks {
+    /// One task holding every rank's CPUs or GPUs (the program runs `torchrun`, or JAX).
+    #[default]
+    One,
+    /// One task per rank, one CPU or GPU each (the program runs `srun`).
+    PerRank,
+}
+
+impl Keyword for Tasks {
+    const WHAT: &'static str = "task layout";
+    const ALL: &'static [(&'static str, Self)] =
+        &[("one", Tasks::One), ("per-rank", Tasks::PerRank)];
+}
+
 /// `[executor]` as written.
 #[derive(Clone, Debug, Default)]
 pub struct ExecutorDef {
@@ -41,6 +58,7 @@ pub struct ExecutorDef {
     pub sbatch_args: Vec<String>,
     /// Variables set for every job, beside the submitting environment (`--export=ALL,K=V`).
     pub env: Vec<(String, String)>,
+    pub tasks: Tasks,
     /// Jobs submitted and not finished, at most (Slurm).
     pub max_pending: Option<u32>,
     /// Between two state polls (Slurm).
@@ -67,6 +85,9 @@ impl ExecutorDef {
                 .into_iter()
                 .map(|(k, v)| (k, v.value))
                 .collect(),
+            tasks: t
+                .keyword::<Tasks>(cx, "tasks")
+                .map_or(Tasks::One, |k| k.value),
             max_pending: t.positive(cx, "max_pending").map(|v| v.value),
             poll_seconds: t.positive(cx, "poll_seconds").map(|v| v.value),
             loc: Some(t.loc.clone()),

@@ -58,12 +58,22 @@ struct Executor {
     sbatch_args: Option<Vec<String>>,
     /// Variables set for every job, beside the submitting environment.
     env: Option<IndexMap<String, String>>,
+    /// A program that launches its own ranks: `one` task holding all their CPUs/GPUs (for
+    /// torchrun; default) or one task `per-rank` (for srun inside the job).
+    tasks: Option<Tasks>,
     /// Jobs submitted and not finished, at most (default 500).
     #[schemars(range(min = 1))]
     max_pending: Option<u32>,
     /// Seconds between two polls of the cluster's job states (default: half a second).
     #[schemars(range(min = 1))]
     poll_seconds: Option<u32>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename_all = "kebab-case")]
+enum Tasks {
+    One,
+    PerRank,
 }
 
 #[derive(JsonSchema)]

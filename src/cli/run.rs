@@ -108,6 +108,7 @@ fn executor(args: &Args, spec: &meshparity_specs::Spec) -> Result<ExecutorKind, 
             .cloned()
             .collect(),
         env: def.env.clone(),
+        task_per_rank: def.tasks == meshparity_specs::executor::Tasks::PerRank,
         max_pending: def.max_pending.map_or(defaults.max_pending, |n| n as usize),
         poll: def
             .poll_seconds

@@ -280,7 +280,7 @@ impl Run<'_> {
         if let Some(device) = self.opts.device {
             args.extend(["--device".into(), device.to_string()]);
         }
-        let (cpus, gpus) = executor::resources(job);
+        let (cpus, gpus, own_ranks) = executor::resources(job);
         let launch = Launch {
             index: i,
             attempt,
@@ -291,6 +291,7 @@ impl Run<'_> {
             timeout: self.opts.timeouts.for_job(job),
             cpus,
             gpus,
+            own_ranks,
         };
         self.states[i] = State::Running;
         self.running.insert(i);

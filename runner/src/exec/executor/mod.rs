@@ -31,9 +31,12 @@ pub struct Launch {
     /// The attempt's directory: logs, result, the executor's own records.
     pub dir: PathBuf,
     pub timeout: Duration,
-    /// CPUs and GPUs to ask a cluster for.
+    /// CPUs and GPUs to ask a cluster for, as one task.
     pub cpus: usize,
     pub gpus: usize,
+    /// Ranks of a program that launches its own (a command engine's): a cluster may give it one
+    /// task per rank instead (`[executor] tasks = "per-rank"`, for `srun` inside the job).
+    pub own_ranks: Option<usize>,
 }
 
 /// An attempt's end.
@@ -87,15 +90,16 @@ pub fn open(
 /// CPUs and GPUs a cluster job asks for: the built-in engine simulates every rank in one
 /// process (threads share its CPUs, one per four ranks as locally); a user's program launches
 /// its own ranks, one device each.
-pub fn resources(job: &Job) -> (usize, usize) {
+pub fn resources(job: &Job) -> (usize, usize, Option<usize>) {
     let ranks = job.world_size as usize;
     if matches!(job.kind, JobKind::Check { .. }) {
-        return (1, 0);
+        return (1, 0, None);
     }
-    match (job.model_config.engine.is_some(), job.device.is_cpu()) {
-        (true, true) => (ranks, 0),
-        (true, false) => (1, ranks),
-        (false, true) => (ranks.div_ceil(4).max(1), 0),
-        (false, false) => (1, 1),
+    let own = job.model_config.engine.is_some().then_some(ranks);
+    match (own.is_some(), job.device.is_cpu()) {
+        (true, true) => (ranks, 0, own),
+        (true, false) => (1, ranks, own),
+        (false, true) => (ranks.div_ceil(4).max(1), 0, None),
+        (false, false) => (1, 1, None),
     }
 }

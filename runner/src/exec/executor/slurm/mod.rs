@@ -36,6 +36,9 @@ pub struct SlurmConfig {
     pub sbatch_args: Vec<String>,
     /// Variables set for every job, beside the environment `sbatch` exports by default.
     pub env: Vec<(String, String)>,
+    /// A program that launches its own ranks gets one task per rank (one CPU or GPU each),
+    /// for `srun` inside the job, instead of one task holding them all (for `torchrun`).
+    pub task_per_rank: bool,
     /// Jobs submitted and not finished, at most.
     pub max_pending: usize,
     /// Between two `squeue` polls.
@@ -50,6 +53,7 @@ impl Default for SlurmConfig {
             qos: None,
             sbatch_args: Vec::new(),
             env: Vec::new(),
+            task_per_rank: false,
             max_pending: 500,
             poll: Duration::from_millis(500),
         }

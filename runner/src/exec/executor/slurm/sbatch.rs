@@ -100,11 +100,22 @@ fn sbatch_args(config: &SlurmConfig, l: &Launch, script: &Path) -> Vec<String> {
         format!("--output={}", l.dir.join("stdout.log").display()),
         format!("--error={}", l.dir.join("stderr.log").display()),
         format!("--time={}:{:02}", secs / 60, secs % 60),
-        "--ntasks=1".into(),
-        format!("--cpus-per-task={}", l.cpus.max(1)),
     ];
-    if l.gpus > 0 {
-        args.push(format!("--gpus={}", l.gpus));
+    match l.own_ranks.filter(|_| config.task_per_rank) {
+        Some(ranks) => {
+            args.push(format!("--ntasks={ranks}"));
+            args.push("--cpus-per-task=1".into());
+            if l.gpus > 0 {
+                args.push("--gpus-per-task=1".into());
+            }
+        }
+        None => {
+            args.push("--ntasks=1".into());
+            args.push(format!("--cpus-per-task={}", l.cpus.max(1)));
+            if l.gpus > 0 {
+                args.push(format!("--gpus={}", l.gpus));
+            }
+        }
     }
     if !config.env.is_empty() {
         let vars: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -145,6 +156,7 @@ mod tests {
             timeout: Duration::from_secs(125),
             cpus: 2,
             gpus: 0,
+            own_ranks: None,
         };
         let s = script_text(Path::new("/bin/meshparity"), &l);
         assert!(s.starts_with("#!/bin/sh\n"), "{s}");
@@ -165,5 +177,22 @@ mod tests {
             "{a:?}"
         );
         assert_eq!(a[a.len() - 2..], ["--exclusive", "/runs/job.sh"]);
+        // A program on 4 GPUs that runs its ranks with srun: four tasks of one GPU each.
+        let program = Launch {
+            own_ranks: Some(4),
+            cpus: 1,
+            gpus: 4,
+            ..l
+        };
+        let per_rank = SlurmConfig {
+            task_per_rank: true,
+            ..SlurmConfig::default()
+        };
+        let a = sbatch_args(&per_rank, &program, Path::new("/runs/job.sh"));
+        for want in ["--ntasks=4", "--cpus-per-task=1", "--gpus-per-task=1"] {
+            assert!(a.contains(&want.to_owned()), "{a:?}");
+        }
+        let a = sbatch_args(&SlurmConfig::default(), &program, Path::new("/runs/job.sh"));
+        assert!(a.contains(&"--gpus=4".to_owned()) && a.contains(&"--ntasks=1".to_owned()));
     }
 }
