@@ -96,6 +96,14 @@ fn merged_shards_report_every_job_once() {
     }
     let whole = counts(&p.join("all/junit.xml"));
     assert_eq!(shard_cases, whole.0, "shards report dependencies again");
+    // A shard's dependencies are in its results and marked in its page, just not counted.
+    let marked = (1..=3).any(|k| {
+        let html = std::fs::read_to_string(p.join(format!("s{k}/report.html"))).unwrap();
+        let results = std::fs::read_to_string(p.join(format!("s{k}/results.json"))).unwrap();
+        results.contains("\"dependency\": true")
+            && html.contains("dependency: reported by the shard that selects it")
+    });
+    assert!(marked, "no shard marks its dependencies");
     meshparity(p)
         .args([
             "report",

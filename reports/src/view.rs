@@ -255,7 +255,14 @@ fn job_view(job: &JobRecord) -> JobView {
     let mutation = d.and_then(|d| d.mutation());
     JobView {
         anchor: anchor(job),
-        name: clean(&job.name),
+        name: clean(&if job.dependency {
+            format!(
+                "{} (dependency: reported by the shard that selects it)",
+                job.name
+            )
+        } else {
+            job.name.clone()
+        }),
         status: job.status.as_str(),
         summary: clean(&job.summary),
         seconds: format!("{:.2}", job.seconds),
@@ -300,6 +307,12 @@ fn item(job: &JobRecord) -> Item {
         (Some(m), _) => format!("m:{m}"),
         (None, Some(l)) => l.clone(),
         _ => job.kind.clone(),
+    };
+    // A shard's dependency is counted where it is selected; here it is marked, not hidden.
+    let label = if job.dependency {
+        format!("({label})")
+    } else {
+        label
     };
     Item {
         label: clean(&label),
