@@ -467,3 +467,33 @@ fn walk_files(dir: &Path, name: &str) -> Vec<String> {
     }
     out
 }
+
+/// `--fail-fast` on a cluster: the first failure cancels every other submitted job, running
+/// ones included, instead of leaving them to hold their allocations.
+#[test]
+fn fail_fast_cancels_the_jobs_still_on_the_cluster() {
+    let Some(_cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.toml"), SPEC).unwrap();
+    let run_dir = dir.path().join("r");
+    let start = Instant::now();
+    meshparity(dir.path())
+        .env(
+            "MESHPARITY_TEST_FAULT",
+            "*/dp2/train=sleep:2;*/dp2/forward=exit:1;*/tp2/train=hang",
+        )
+        .args(["run", "spec.toml", "--no-progress", "--executor", "slurm"])
+        .args(["--run-dir", "r", "--fail-fast"])
+        .assert()
+        .code(3);
+    assert!(
+        start.elapsed() < Duration::from_secs(90),
+        "the hanging job was waited for"
+    );
+    assert_eq!(squeue_mine(&run_dir), 0, "jobs left on the cluster");
+    let r = results(&run_dir);
+    let v = verdicts(&r);
+    let status = |name: &str| v.iter().find(|(n, _)| n == name).unwrap().1.clone();
+    assert_eq!(status("tiny@f32/dp2/forward"), "error", "{v:?}");
+    assert_eq!(status("tiny@f32/tp2/train"), "not-run", "{v:?}");
+}

@@ -271,6 +271,14 @@ fn claim(
         run_dir.record_spec(spec).map_err(|e| fail(&e))?;
         return Ok((run_dir, HashMap::new()));
     };
+    if !dir.is_dir() {
+        return Err(fail(&format!(
+            "cannot resume {}: no such directory",
+            dir.display()
+        )));
+    }
+    // The lock first: a runner that holds the directory may not have written its log yet.
+    let run_dir = RunDir::open(dir).map_err(|e| fail(&e))?;
     if !dir.join(store::RESULTS_LOG).is_file() {
         return Err(fail(&format!(
             "cannot resume {}: it has no {} (is it a run directory?)",
@@ -278,7 +286,6 @@ fn claim(
             store::RESULTS_LOG
         )));
     }
-    let run_dir = RunDir::open(dir).map_err(|e| fail(&e))?;
     if !args.resume_force {
         run_dir.check_spec(spec).map_err(|e| fail(&e))?;
     }

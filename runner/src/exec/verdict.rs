@@ -55,7 +55,8 @@ pub fn verdict(f: &Finished, dir: &Path, timeout: Duration) -> Verdict {
         (Ending::SpawnFailed(e) | Ending::Infra(e), _) => Verdict::infra(Status::Error, e.clone()),
         (Ending::Cancelled, _) => Verdict::infra(
             Status::NotRun,
-            "not run: interrupted while running (terminated)".into(),
+            "not run: cancelled while running (interrupted, or the run stopped after failures)"
+                .into(),
         ),
     }
 }

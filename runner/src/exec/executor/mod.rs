@@ -52,8 +52,9 @@ pub trait Executor {
     /// Start `launch` (or queue it); its [`Done`] arrives later, exactly once.
     fn launch(&mut self, launch: Launch);
 
-    /// Withdraw what was submitted but has not started (a cluster's queue), after a
-    /// `--fail-fast` stop; running attempts finish. Each withdrawn attempt ends cancelled.
+    /// The run stopped starting jobs (`--fail-fast`, `--max-fail`): a cluster executor cancels
+    /// everything it submitted, queued or running, since allocations cost; the local executor
+    /// lets running jobs finish. Each cancelled attempt ends cancelled (not run).
     fn withdraw_pending(&mut self) {}
 }
 

@@ -242,18 +242,15 @@ impl Task {
         state::scancel(&ids).await;
     }
 
+    /// `--fail-fast`/`--max-fail` stopped the run: nothing more is wanted from the cluster,
+    /// so every submitted job is cancelled, queued or running (allocations cost).
     async fn withdraw_pending(&mut self) {
         for l in std::mem::take(&mut self.queue) {
             self.finish(l, Instant::now(), Ending::Cancelled);
         }
-        let pending: Vec<String> = self
-            .live
-            .iter()
-            .filter(|(_, l)| l.state == JobState::Pending)
-            .map(|(id, _)| id.clone())
-            .collect();
-        state::scancel(&pending).await;
-        self.withdrawn.extend(pending);
+        let live: Vec<String> = self.live.keys().cloned().collect();
+        state::scancel(&live).await;
+        self.withdrawn.extend(live);
     }
 
     fn finish(&mut self, l: Launch, since: Instant, ending: Ending) {
