@@ -209,7 +209,7 @@ fn token_counts_are_gated_extra_metrics_said_overrides_refused_and_step_keys_nam
     let (code, _, err) = run(args![a, b, "--override", "loss:rel=1"]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("--override and --layer-average apply to checkpoints only"),
+        err.contains("--override, --layer-average, --rename and --cast apply to checkpoints only"),
         "{err}"
     );
     let it = |f: &str, loss: f64| {

@@ -288,6 +288,14 @@ fn a_run_directory_in_use_is_refused_with_its_holders_pid() {
             "{args:?}: {err}"
         );
     }
+    // Interrupt only once a job is running: the runner's signal handling is up by then.
+    let jobs = fx.path().join("held/jobs");
+    let t = std::time::Instant::now();
+    while std::fs::read_dir(&jobs).map_or(0, |d| d.count()) == 0 {
+        assert!(t.elapsed() < PATIENCE, "no job started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(holder.id() as i32, libc::SIGINT) };
     assert_eq!(holder.wait().unwrap().code(), Some(130));
     // Released when its holder ends, however it ends.
