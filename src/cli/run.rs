@@ -117,6 +117,8 @@ fn executor(args: &Args, spec: &meshparity_specs::Spec) -> Result<ExecutorKind, 
 }
 
 pub fn run(args: &Args) -> u8 {
+    // From here on an interrupt ends the run cleanly (reports written, exit 130), however early.
+    meshparity_runner::exec::signals::count_from_now();
     let filter = match args.select.filter() {
         Ok(f) => f,
         Err(e) => {

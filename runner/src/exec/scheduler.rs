@@ -82,7 +82,7 @@ pub async fn execute(
                 .collect()
         })
         .collect();
-    let (cancel_tx, cancel_rx) = watch::channel(0u8);
+    let (cancel_tx, cancel_rx) = watch::channel(super::signals::received());
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let executor = executor::open(
         &opts.executor,
