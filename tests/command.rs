@@ -4,6 +4,8 @@
 //! an unknown value — a clear job (or spec) error with the rendered command and its output,
 //! while no spec value can reach a shell.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -392,16 +394,7 @@ fn the_jax_example_passes_and_catches_its_bugs() {
 /// (`python/meshparity_hooks`), checked with default keys: dp2 passes, its bug is caught.
 #[test]
 fn a_program_using_the_python_hooks_is_checked() {
-    let numpy = std::process::Command::new("python3")
-        .args(["-c", "import numpy, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !numpy {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs numpy and safetensors"
-        );
-        eprintln!("skipped: pip install numpy safetensors");
+    if !common::numpy() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -429,16 +422,7 @@ mutations = {{ local-norm = ["--bug", "local-norm"] }}"#,
 /// and its zero envelope is handled); a change to the training step is caught.
 #[test]
 fn variants_judge_the_working_tree_against_a_commit() {
-    let numpy = std::process::Command::new("python3")
-        .args(["-c", "import numpy, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !numpy {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs numpy and safetensors"
-        );
-        eprintln!("skipped: pip install numpy safetensors");
+    if !common::numpy() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -567,15 +551,7 @@ levels = ["forward", "curve", "oracle"]
 /// than the distributed trainer it judges.
 #[test]
 fn the_reference_can_run_on_another_engine() {
-    let numpy = std::process::Command::new("python3")
-        .args(["-c", "import numpy, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !numpy {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs numpy and safetensors"
-        );
+    if !common::numpy() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

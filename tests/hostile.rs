@@ -3,6 +3,9 @@
 //! a damaged cache, a held or foreign run directory, a torn results log. Nothing may hang,
 //! panic, mix results or be judged from bad bytes.
 
+#[macro_use]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
 use std::time::Duration;
@@ -10,24 +13,17 @@ use std::time::Duration;
 use assert_cmd::Command;
 use serde_json::Value;
 
-const SPEC: &str = r#"
+const SPEC: &str = concat!(
+    r#"
 [run]
 name = "small"
 seed = 7
 steps = 2
 batch = 4
 output = "out"
-
-[models.tiny]
-family = "llama"
-layers = 2
-hidden = 32
-heads = 4
-kv_heads = 2
-ffn = 48
-vocab = 64
-seq_len = 8
-
+"#,
+    tiny_model!(),
+    r#"
 [meshes.dp2]
 dp = 2
 
@@ -40,7 +36,8 @@ levels = ["forward", "oracle"]
 
 [mutations]
 select = []
-"#;
+"#
+);
 
 /// Nothing here may take long; a hang fails the test instead of blocking CI.
 const PATIENCE: Duration = Duration::from_secs(120);

@@ -2,6 +2,9 @@
 //! recorded while the rest of the run completes, retries, interruption, resume, exit codes, and
 //! no job process outliving the runner.
 
+#[macro_use]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
@@ -9,23 +12,16 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use serde_json::Value;
 
-const SPEC: &str = r#"
+const SPEC: &str = concat!(
+    r#"
 [run]
 name = "small"
 seed = 7
 steps = 3
 batch = 4
-
-[models.tiny]
-family = "llama"
-layers = 2
-hidden = 32
-heads = 4
-kv_heads = 2
-ffn = 48
-vocab = 64
-seq_len = 8
-
+"#,
+    tiny_model!(),
+    r#"
 [meshes.dp2]
 dp = 2
 
@@ -43,7 +39,8 @@ sp = true
 [[matrix]]
 models = ["tiny"]
 levels = ["roundtrip", "forward", "curve"]
-"#;
+"#
+);
 
 struct Fixture {
     dir: tempfile::TempDir,

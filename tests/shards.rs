@@ -2,26 +2,22 @@
 //! jobs, but reports only the jobs it selected; `report --merge` gives exactly the unsharded
 //! run's JUnit counts.
 
+#[macro_use]
+mod common;
+
 use std::path::Path;
 
 use assert_cmd::Command;
 
-const SPEC: &str = r#"
+const SPEC: &str = concat!(
+    r#"
 [run]
 name = "shards"
 steps = 2
 batch = 4
-
-[models.tiny]
-family = "llama"
-layers = 2
-hidden = 32
-heads = 4
-kv_heads = 2
-ffn = 48
-vocab = 64
-seq_len = 8
-
+"#,
+    tiny_model!(),
+    r#"
 [meshes.dp2]
 dp = 2
 
@@ -34,7 +30,8 @@ microbatches = 2
 
 [mutations]
 select = ["all"]
-"#;
+"#
+);
 
 fn meshparity(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("meshparity").unwrap();

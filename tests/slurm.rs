@@ -5,6 +5,9 @@
 //! Without Slurm's client on PATH these tests say so and pass, except under CI (`CI` set),
 //! where a missing cluster is a failure: `.ci/run` starts one.
 
+#[macro_use]
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command as StdCommand, Stdio};
 use std::sync::Mutex;
@@ -16,23 +19,16 @@ use serde_json::Value;
 /// The cluster is shared: one test at a time, so time limits are not eaten by queueing.
 static CLUSTER: Mutex<()> = Mutex::new(());
 
-const SPEC: &str = r#"
+const SPEC: &str = concat!(
+    r#"
 [run]
 name = "slurm"
 seed = 11
 steps = 2
 batch = 4
-
-[models.tiny]
-family = "llama"
-layers = 2
-hidden = 32
-heads = 4
-kv_heads = 2
-ffn = 48
-vocab = 64
-seq_len = 8
-
+"#,
+    tiny_model!(),
+    r#"
 [meshes.dp2]
 dp = 2
 
@@ -45,7 +41,8 @@ levels = ["forward"]
 
 [mutations]
 select = []
-"#;
+"#
+);
 
 fn cluster() -> Option<std::sync::MutexGuard<'static, ()>> {
     let up = StdCommand::new("sinfo")
@@ -374,8 +371,6 @@ fn a_node_failure_is_retried_and_reported_flaky() {
     assert_eq!(train["status"], "flaky", "{train:#}");
     let first = &train["attempts"][0];
     assert_eq!(first["status"], "error", "{train:#}");
-    let summary = train["summary"].as_str().unwrap();
-    assert!(!summary.is_empty());
     let log: Vec<String> = sacct(&slurm_ids(&r)).into_iter().map(|(_, s)| s).collect();
     assert!(log.iter().any(|s| s == "NODE_FAIL"), "{log:?}");
 }
@@ -386,16 +381,7 @@ fn a_node_failure_is_retried_and_reported_flaky() {
 #[test]
 fn a_program_launching_its_ranks_with_srun_gets_a_task_per_rank() {
     let Some(_cluster) = cluster() else { return };
-    let numpy = StdCommand::new("python3")
-        .args(["-c", "import numpy, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !numpy {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs numpy and safetensors"
-        );
-        eprintln!("skipped: pip install numpy safetensors");
+    if !common::numpy() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -7,8 +7,8 @@
 //! per-tensor glob overrides, layer averaging). Comparing nothing is an error, never a match.
 //!
 //! Files: `safetensors/` (format), `checkpoint.rs` (single/sharded), `scan.rs` (the kernel),
-//! `metrics.rs`, `agreement.rs` (logits, routing), `tolerance.rs`, `tensors.rs`, `curve.rs`,
-//! `report.rs` (data), `render.rs` (text).
+//! `metrics.rs`, `agreement.rs` (logits, routing), `tolerance.rs`, `tensors.rs`, `align.rs`
+//! (`--rename`, `--cast`), `curve/` (reading, comparing), `report.rs` (data), `render.rs` (text).
 
 pub mod agreement;
 pub mod align;

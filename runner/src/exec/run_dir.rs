@@ -86,14 +86,21 @@ impl RunDir {
     }
 
     /// Whether `spec` is the one this directory ran (every file, includes too). A directory
-    /// without the record (older meshparity) passes: there is nothing to compare.
+    /// without the record (older meshparity) passes: there is nothing to compare. A record that
+    /// cannot be read is not a pass.
     pub fn check_spec(&self, spec: &Spec) -> Result<(), RunDirError> {
-        let Ok(bytes) = meshparity_files::read(&self.path.join(SPEC_FILES), Limit::JSON) else {
+        let path = self.path.join(SPEC_FILES);
+        if !path.exists() {
             return Ok(());
+        }
+        let changed = |why: String| RunDirError::SpecChanged {
+            dir: self.path.clone(),
+            changes: format!("its record `{SPEC_FILES}` {why}"),
         };
-        let Ok(before) = serde_json::from_slice::<Vec<SpecFile>>(&bytes) else {
-            return Ok(());
-        };
+        let bytes = meshparity_files::read(&path, Limit::JSON)
+            .map_err(|e| changed(format!("cannot be read ({e})")))?;
+        let before: Vec<SpecFile> =
+            serde_json::from_slice(&bytes).map_err(|e| changed(format!("is damaged ({e})")))?;
         let now = spec_files(spec);
         let mut changes = Vec::new();
         for f in &now {

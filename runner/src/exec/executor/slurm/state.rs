@@ -52,37 +52,37 @@ impl JobState {
     }
 }
 
-/// The state of each of `ids` Slurm knows: `squeue -t all` (recent jobs), then `sacct -c`
-/// (the completion log) for those that aged out of it. An id neither knows is
-/// [`JobState::Unknown`].
+/// The state of each of `ids` Slurm knows: `squeue -t all` (recent jobs), then `sacct` (the
+/// accounting database) and `sacct -c` (the completion log) for those that aged out of it.
+/// An id is [`JobState::Unknown`] only when squeue answered and said so ("Invalid job id");
+/// a controller that does not answer leaves the jobs as they were, to be asked again.
 pub async fn query(ids: &[String]) -> HashMap<String, JobState> {
     let mut out = HashMap::new();
-    let mut ok = true;
+    let mut answered = true;
     for chunk in ids.chunks(CHUNK) {
         let list = chunk.join(",");
         match run("squeue", &["-h", "-t", "all", "-j", &list, "-o", "%i|%T"]).await {
-            Some(text) => parse_lines(&text, &mut out),
-            // Every id of the chunk unknown makes squeue fail; sacct may still know them.
-            None => ok &= chunk.len() == 1,
+            Ok(text) => parse_lines(&text, &mut out),
+            // squeue fails when every id of the chunk is unknown to it.
+            Err(why) => answered &= why.contains("Invalid job id"),
         }
     }
-    let missing: Vec<String> = ids
-        .iter()
-        .filter(|i| !out.contains_key(*i))
-        .cloned()
-        .collect();
-    for chunk in missing.chunks(CHUNK) {
-        let list = chunk.join(",");
-        if let Some(text) = run(
-            "sacct",
-            &["-c", "-P", "-n", "-j", &list, "-o", "JobID,State"],
-        )
-        .await
-        {
-            parse_lines(&text, &mut out);
+    for accounting in [&["-P", "-n", "-X"][..], &["-c", "-P", "-n"][..]] {
+        let missing: Vec<String> = ids
+            .iter()
+            .filter(|i| !out.contains_key(*i))
+            .cloned()
+            .collect();
+        for chunk in missing.chunks(CHUNK) {
+            let list = chunk.join(",");
+            let mut args = accounting.to_vec();
+            args.extend(["-j", &list, "-o", "JobID,State"]);
+            if let Ok(text) = run("sacct", &args).await {
+                parse_lines(&text, &mut out);
+            }
         }
     }
-    if ok {
+    if answered {
         for id in ids {
             out.entry(id.clone()).or_insert(JobState::Unknown);
         }
@@ -153,11 +153,18 @@ fn status(code: i32) -> ExitStatus {
     }
 }
 
-async fn run(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).output().await.ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+/// stdout on success; stderr (or why it could not start) otherwise.
+async fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 #[cfg(test)]
