@@ -85,7 +85,16 @@ fn main() {
             train::oracle(&model, &training, len, &dev, DType::F32);
             o.push(s.elapsed().as_secs_f64() * 1e3);
             let s = Instant::now();
-            train::mesh(&model, m, &training, len, None, &dev, DType::F32).expect("mesh runs");
+            train::mesh(
+                &model,
+                m,
+                &training,
+                len,
+                Default::default(),
+                &dev,
+                DType::F32,
+            )
+            .expect("mesh runs");
             t.push(s.elapsed().as_secs_f64() * 1e3);
         }
         let (o, t) = (median(o), median(t));

@@ -9,6 +9,8 @@ use crate::device::{self, Adapter, DeviceError};
 use crate::levels::{self, Setup};
 use crate::parallel::Fault;
 use crate::support;
+use crate::train;
+use meshparity_engine::Length;
 
 /// A burn device and the jobs that run on it.
 pub struct Backend {
@@ -95,7 +97,7 @@ impl Engine for Backend {
     }
 
     fn mutations(&self) -> Vec<String> {
-        Fault::ALL.iter().map(|f| f.name().to_owned()).collect()
+        Fault::all().map(|f| f.name().to_owned()).collect()
     }
 
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
@@ -110,18 +112,7 @@ impl Engine for Backend {
         let Some(mesh) = req.mesh else {
             return self.reference(req);
         };
-        let fault = req
-            .mutation
-            .map(|m| {
-                Fault::from_name(m).ok_or_else(|| EngineError::Unsupported {
-                    engine: setup.describe.engine.clone(),
-                    unsupported: Unsupported::new(
-                        Field::Model,
-                        format!("mutation `{m}` is not in its catalog"),
-                    ),
-                })
-            })
-            .transpose()?;
+        let fault = fault(&setup, req)?;
         let roundtrip = req
             .levels
             .contains(&Level::Roundtrip)
@@ -131,6 +122,50 @@ impl Engine for Backend {
         self.on_device(|| levels::run(&setup, mesh, len, fault, roundtrip, req.out))
             .map_err(|e| EngineError::Run(e.to_string()))
     }
+
+    /// The first steps on the mesh (or on one rank for the reference), every site traced.
+    fn trace(&self, req: &RunRequest<'_>) -> Result<bool, EngineError> {
+        let setup = self.setup(req)?;
+        let fault = fault(&setup, req)?;
+        let single = train::single_rank();
+        let mesh = req.mesh.unwrap_or(&single);
+        let len = Length {
+            steps: req.length().steps.clamp(1, crate::parallel::trace::STEPS),
+            weights_after: 0,
+        };
+        let probe = train::Probe { fault, trace: true };
+        let rec = self
+            .on_device(|| {
+                train::mesh(
+                    setup.model,
+                    mesh,
+                    setup.training,
+                    len,
+                    probe,
+                    setup.device,
+                    setup.burn_dtype(),
+                )
+            })
+            .map_err(|e| EngineError::Run(e.to_string()))?;
+        levels::trace::write(req.out, mesh.microbatches as usize, rec.trace)
+            .map_err(|e| EngineError::Run(e.to_string()))?;
+        Ok(true)
+    }
+}
+
+/// The catalogued fault a request names.
+fn fault(setup: &levels::Setup<'_>, req: &RunRequest<'_>) -> Result<Option<Fault>, EngineError> {
+    req.mutation
+        .map(|m| {
+            Fault::from_name(m).ok_or_else(|| EngineError::Unsupported {
+                engine: setup.describe.engine.clone(),
+                unsupported: Unsupported::new(
+                    Field::Model,
+                    format!("mutation `{m}` is not in its catalog"),
+                ),
+            })
+        })
+        .transpose()
 }
 
 /// Backend name and device label of an adapter, without opening it (the runner's metadata).

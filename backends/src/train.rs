@@ -11,7 +11,7 @@ use crate::data::Batch;
 use crate::host::{HostTensor, Param};
 use crate::llama::{forward, specs, Params};
 use crate::optim::Optimizer;
-use crate::parallel::{step::scalar, Comm, Fault, MeshExec, StepOutput};
+use crate::parallel::{step::scalar, trace, Comm, Fault, MeshExec, StepOutput};
 use crate::sharding::{ShardingPlan, Shards};
 
 /// What a run records, as host tensors (per rank where ranks hold shards).
@@ -30,6 +30,8 @@ pub struct Record {
     pub collectives: usize,
     pub altered: Vec<String>,
     pub anomalies: Vec<String>,
+    /// Per-site traces of the first [`trace::STEPS`] steps, when asked for.
+    pub trace: Vec<trace::Entry>,
 }
 
 pub use meshparity_engine::Length;
@@ -111,6 +113,7 @@ pub fn oracle(
                 collectives: 0,
                 altered: Vec::new(),
                 anomalies: Vec::new(),
+                trace: Vec::new(),
             });
         }
         opt.step(&mut params, &grads);
@@ -124,16 +127,40 @@ pub fn oracle(
     rec
 }
 
+/// What a mesh run injects and records beyond its artifacts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Probe {
+    pub fault: Option<Fault>,
+    /// Record per-site traces ([`trace`]) of the first steps.
+    pub trace: bool,
+}
+
+/// The mesh a world-size-1 trace runs on: the same code as every mesh, one rank.
+pub fn single_rank() -> MeshConfig {
+    MeshConfig {
+        dp: 1,
+        tp: 1,
+        pp: 1,
+        ep: 1,
+        etp: 1,
+        cp: 1,
+        sp: false,
+        microbatches: 1,
+        schedule: meshparity_specs::Schedule::OneFOneB,
+    }
+}
+
 /// The same run on a mesh, with an optional fault injected.
 pub fn mesh(
     model: &ModelConfig,
     mesh: &MeshConfig,
     training: &Training,
     len: Length,
-    fault: Option<Fault>,
+    probe: Probe,
     device: &Device,
     dtype: DType,
 ) -> Result<Record, RunError> {
+    let fault = probe.fault;
     for (what, n) in [
         ("context parallelism (cp)", mesh.cp),
         ("expert parallelism (ep)", mesh.ep),
@@ -168,10 +195,12 @@ pub fn mesh(
         dtype,
     };
     let mut comm = Comm::new(fault);
+    let mut traced = Vec::new();
     let mut losses = Vec::with_capacity(len.steps);
     let mut first: Option<(HostTensor, Vec<Shards>)> = None;
     let mut weights = None;
     for step in 0..len.steps {
+        comm.set_tracing(probe.trace && step < trace::STEPS);
         let StepOutput {
             loss,
             logits,
@@ -179,6 +208,7 @@ pub fn mesh(
         } = exec
             .step(&mut comm, &params, &batch(model, training, step))
             .map_err(RunError::Engine)?;
+        traced.extend(trace::merge(step, comm.take_records()));
         losses.push(loss);
         if first.is_none() {
             first = Some((logits_host(logits), host_ranks(&params, &grads)));
@@ -207,6 +237,7 @@ pub fn mesh(
             .map(|c| format!("{}: {}", c.site, c.altered.unwrap_or("")))
             .collect(),
         anomalies: comm.anomalies.clone(),
+        trace: traced,
     })
 }
 

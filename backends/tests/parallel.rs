@@ -40,7 +40,7 @@ fn check(dtype: DType, opt: Optimizer, meshes: &[&str], limit: f64) {
     let oracle = train::oracle(&m, &t, LEN, &dev, dtype);
     for name in meshes {
         let mesh = mesh(name);
-        let run = train::mesh(&m, &mesh, &t, LEN, None, &dev, dtype).unwrap();
+        let run = train::mesh(&m, &mesh, &t, LEN, Default::default(), &dev, dtype).unwrap();
         let w = worst(&ShardingPlan::llama(&m, &mesh), &oracle, &run);
         eprintln!("{name} {dtype:?} {opt:?}: logits {:.2e} loss {:.2e} grads {:.2e} weights {:.2e} ({} calls)", w.0, w.1, w.2, w.3, run.collectives);
         assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);

@@ -33,6 +33,9 @@ pub mod files {
     pub const UPDATES: &str = "updates.safetensors";
     /// The reference's updates, beside the candidate's in a judge's directory.
     pub const REFERENCE_UPDATES: &str = "reference-updates.safetensors";
+    /// Per-site traces for localization ([`crate::locate`]), and their order.
+    pub const TRACE: &str = "trace.safetensors";
+    pub const TRACE_INDEX: &str = "trace.json";
     /// Per-rank shard files of the roundtrip level.
     pub const SHARDS: &str = "shards";
 }

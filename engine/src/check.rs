@@ -10,6 +10,7 @@ use meshparity_specs::{Level, Limits};
 use crate::artifact::Manifest;
 use crate::engine::{Engine, EngineError, RunRequest};
 use crate::judge::{Judge, JudgeError};
+use crate::locate::{locate, Localization, Site};
 use crate::mutation::MutationOutcome;
 use crate::outcome::Outcome;
 
@@ -65,5 +66,57 @@ pub fn check(
         manifest,
         outcomes,
         seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Where `req`'s run first leaves the reference: both traced by `engine` into `dir`
+/// (`reference/`, `run/`) and compared site by site. `None` when the engine cannot trace.
+pub fn localize(
+    engine: &dyn Engine,
+    req: &RunRequest<'_>,
+    dir: &Path,
+) -> Result<Option<Localization>, EngineError> {
+    let (reference_dir, run_dir) = (dir.join("reference"), dir.join("run"));
+    let reference = RunRequest {
+        mesh: None,
+        mutation: None,
+        reference: None,
+        out: &reference_dir,
+        ..*req
+    };
+    if !engine.trace(&reference)? {
+        return Ok(None);
+    }
+    engine.trace(&RunRequest {
+        out: &run_dir,
+        ..*req
+    })?;
+    locate(&reference_dir, &run_dir, req.dtype)
+        .map(Some)
+        .map_err(|e| EngineError::Run(format!("localizing: {e}")))
+}
+
+/// A roundtrip failure's localization: the checkpoint, at the first tensor that differs (the
+/// level's own comparison already names it; no training trace is involved).
+pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
+    let c = o.comparisons.iter().find(|c| !c.passed)?;
+    Some(Localization {
+        first: Some(Site {
+            step: 0,
+            replica: None,
+            microbatch: None,
+            phase: "checkpoint".to_owned(),
+            site: "checkpoint".to_owned(),
+            copy: None,
+            what: c
+                .failure
+                .clone()
+                .unwrap_or_else(|| "saved and loaded back".to_owned()),
+            metric: "roundtrip".to_owned(),
+            value: f64::INFINITY,
+            limit: 0.0,
+        }),
+        compared: c.compared as usize,
+        sites: Vec::new(),
     })
 }

@@ -125,4 +125,11 @@ pub trait Engine {
 
     /// `req.mesh` (with `req.mutation` injected, if any): the artifacts its levels need.
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError>;
+
+    /// Per-site traces of `req` (the world-size-1 reference when `req.mesh` is `None`) into
+    /// `req.out` ([`crate::locate`]), for localizing a failure. `false`: this engine cannot
+    /// trace.
+    fn trace(&self, _req: &RunRequest<'_>) -> Result<bool, EngineError> {
+        Ok(false)
+    }
 }

@@ -117,6 +117,7 @@ mod tests {
                 reference: vec![1.0, 2.0],
                 candidate: vec![1.0, f64::NAN],
             }),
+            localization: None,
             seconds: 0.5,
         };
         let json = serde_json::to_string(&Finding::Level(outcome)).unwrap();

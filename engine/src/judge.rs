@@ -114,6 +114,7 @@ impl Judge<'_> {
                 Vec::new()
             },
             losses,
+            localization: None,
             seconds: start.elapsed().as_secs_f64(),
         })
     }

@@ -5,6 +5,7 @@ use meshparity_specs::Level;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::Manifest;
+use crate::locate::Localization;
 use crate::outcome::Outcome;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -18,11 +19,34 @@ pub struct MutationOutcome {
     pub levels: Vec<Outcome>,
     /// Sites the fault altered (evidence that it was injected at all).
     pub altered: Vec<String>,
+    /// Where the mutated run first left the reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localization: Option<Localization>,
+    /// Whether that is where the catalog says the bug is injected (`None`: no catalog site, or
+    /// not localized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localized_as_injected: Option<bool>,
     pub seconds: f64,
 }
 
 impl MutationOutcome {
     pub fn summary(&self) -> String {
+        match &self.localization {
+            Some(l) => format!("{}; {}", self.verdict(), l.summary()),
+            None => self.verdict(),
+        }
+    }
+
+    /// Record where the run was localized, and whether that is the catalog's site.
+    pub fn localized(&mut self, l: Localization) {
+        let site = l.first.as_ref().map(|s| s.site.as_str());
+        self.localized_as_injected = meshparity_specs::catalog::find(&self.mutation)
+            .zip(site)
+            .map(|(m, s)| m.site_matches(s));
+        self.localization = Some(l);
+    }
+
+    fn verdict(&self) -> String {
         if self.altered.is_empty() {
             return format!(
                 "`{}` was never injected: no site of this mesh matched",
@@ -70,6 +94,8 @@ impl MutationOutcome {
             caught_by,
             levels,
             altered: run.altered.clone(),
+            localization: None,
+            localized_as_injected: None,
             seconds,
         }
     }

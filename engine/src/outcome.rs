@@ -151,6 +151,9 @@ pub struct Outcome {
     /// Per-step losses of both runs (curve level), for plots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub losses: Option<Losses>,
+    /// Where a failed check's run first left the reference ([`crate::locate`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localization: Option<crate::locate::Localization>,
     pub seconds: f64,
 }
 
@@ -173,8 +176,12 @@ impl Outcome {
                 } else {
                     format!(" (reproduce: {})", c.reproduce)
                 };
+                let at = match &self.localization {
+                    Some(l) => format!("; {}", l.summary()),
+                    None => String::new(),
+                };
                 format!(
-                    "{} differ: {}{again}",
+                    "{} differ: {}{again}{at}",
                     c.what,
                     c.failure.as_deref().unwrap_or("mismatch")
                 )

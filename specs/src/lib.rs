@@ -10,6 +10,7 @@
 //! ([`decode`], so one pass reports all unknown keys and type errors) → merge includes →
 //! [`validate`] (divisibility, level support, tolerances, names) via [`expand`].
 
+pub mod catalog;
 pub mod decode;
 pub mod device;
 pub mod diagnostic;

@@ -1,4 +1,5 @@
-//! The mutation catalog and `[mutations]`: known parallelization bugs a check must catch.
+//! `[mutations]`: which catalogued bugs ([`crate::catalog`]) a spec injects, and what a mesh
+//! needs for each to apply.
 //!
 //! A mutation job injects one bug into a correct mesh and passes only if some check fails. Each
 //! mutation names what a mesh needs for the bug to exist at all (no DP all-reduce to skip on a
@@ -21,6 +22,8 @@ pub enum Needs {
     Pp,
     Microbatches,
     MultiRank,
+    /// Three or more ranks: "several ranks but not all" needs them.
+    ThreeRanks,
     Ep,
 }
 
@@ -33,13 +36,22 @@ impl Needs {
             Needs::Pp => m.pp > 1,
             Needs::Microbatches => m.microbatches > 1,
             Needs::MultiRank => m.world_size() > 1,
+            Needs::ThreeRanks => m.world_size() > 2,
             Needs::Ep => m.ep > 1,
         }
     }
 
     /// Names a spec writes in an engine mutation's `needs`.
-    pub const NAMES: &'static [&'static str] =
-        &["dp", "tp", "sp", "pp", "microbatches", "multi-rank", "ep"];
+    pub const NAMES: &'static [&'static str] = &[
+        "dp",
+        "tp",
+        "sp",
+        "pp",
+        "microbatches",
+        "multi-rank",
+        "three-ranks",
+        "ep",
+    ];
 
     pub fn parse(name: &str) -> Option<Needs> {
         Some(match name {
@@ -49,6 +61,7 @@ impl Needs {
             "pp" => Needs::Pp,
             "microbatches" => Needs::Microbatches,
             "multi-rank" => Needs::MultiRank,
+            "three-ranks" => Needs::ThreeRanks,
             "ep" => Needs::Ep,
             _ => return None,
         })
@@ -62,77 +75,13 @@ impl Needs {
             Needs::Pp => "pp > 1",
             Needs::Microbatches => "microbatches > 1",
             Needs::MultiRank => "more than one rank",
+            Needs::ThreeRanks => "three or more ranks",
             Needs::Ep => "ep > 1",
         }
     }
 }
 
-/// One catalogued bug.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mutation {
-    pub name: &'static str,
-    /// What goes wrong, in the words of a bug report.
-    pub description: &'static str,
-    pub needs: &'static [Needs],
-}
-
-impl Mutation {
-    pub fn applies_to(&self, mesh: &MeshConfig) -> bool {
-        self.needs.iter().all(|n| n.holds(mesh))
-    }
-}
-
-/// Every mutation meshparity knows how to inject.
-pub const CATALOG: &[Mutation] = &[
-    Mutation {
-        name: "tp-skip-forward-all-reduce",
-        description: "a row-parallel layer skips the TP all-reduce of its partial outputs in the forward pass",
-        needs: &[Needs::Tp],
-    },
-    Mutation {
-        name: "tp-average-instead-of-sum",
-        description: "a TP reduction averages partial results instead of summing them",
-        needs: &[Needs::Tp],
-    },
-    Mutation {
-        name: "dp-skip-grad-all-reduce",
-        description: "gradients are not all-reduced across the data-parallel group",
-        needs: &[Needs::Dp],
-    },
-    Mutation {
-        name: "dp-local-loss-normalization",
-        description: "each DP rank normalizes the loss by its local token count instead of the global one",
-        needs: &[Needs::Dp],
-    },
-    Mutation {
-        name: "sp-skip-norm-grad-all-reduce",
-        description: "norm-weight gradients of sequence-parallel regions are not all-reduced across TP",
-        needs: &[Needs::Sp],
-    },
-    Mutation {
-        name: "grad-reduce-before-last-microbatch",
-        description: "gradients are reduced/finalized before the last microbatch has accumulated",
-        needs: &[Needs::Microbatches],
-    },
-    Mutation {
-        name: "pp-wrong-send-peer",
-        description: "a pipeline stage sends its activation to the wrong stage",
-        needs: &[Needs::Pp],
-    },
-    Mutation {
-        name: "scale-one-rank-grad",
-        description: "one rank's gradient is scaled by a wrong factor",
-        needs: &[Needs::MultiRank],
-    },
-];
-
-pub fn find(name: &str) -> Option<&'static Mutation> {
-    CATALOG.iter().find(|m| m.name == name)
-}
-
-pub fn names() -> Vec<&'static str> {
-    CATALOG.iter().map(|m| m.name).collect()
-}
+pub use crate::catalog::{find, names, Mutation, CATALOG};
 
 /// `[mutations]` as written: which catalogued bugs to inject.
 #[derive(Clone, Debug, Default)]

@@ -236,7 +236,8 @@ struct EngineMutationTable {
     args: Option<Vec<String>>,
     /// Extra environment (templates).
     env: Option<IndexMap<String, String>>,
-    /// What a mesh needs for the bug to exist: dp, tp, sp, pp, microbatches, multi-rank, ep.
+    /// What a mesh needs for the bug to exist.
+    #[schemars(schema_with = "needs_names")]
     needs: Option<Vec<String>>,
 }
 
@@ -378,10 +379,27 @@ struct Exclude {
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 struct Mutations {
-    /// Mutation names from the catalog, or "all".
+    /// Mutation names from the catalog (docs/mutations.md), or "all".
+    #[schemars(schema_with = "mutation_names")]
     select: Option<Vec<String>>,
     /// Mutation names to leave out.
+    #[schemars(schema_with = "mutation_names")]
     exclude: Option<Vec<String>>,
+}
+
+/// A list of names from a closed set, read from the registry that defines them.
+fn names_array(names: &[&str]) -> schemars::Schema {
+    schemars::json_schema!({ "type": "array", "items": { "enum": names } })
+}
+
+fn mutation_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut names = crate::catalog::names();
+    names.push("all");
+    names_array(&names)
+}
+
+fn needs_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    names_array(crate::mutation::Needs::NAMES)
 }
 
 /// The spec's JSON Schema (draft-07), pretty-printed.

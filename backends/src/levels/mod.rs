@@ -8,6 +8,7 @@
 
 pub mod reference;
 pub mod run;
+pub mod trace;
 
 use std::path::Path;
 

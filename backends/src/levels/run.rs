@@ -10,8 +10,9 @@ use meshparity_specs::MeshConfig;
 
 use super::reference::write_trained;
 use super::{io, save, LevelError, Setup};
+use crate::parallel::fault::SaveFault;
 use crate::parallel::Fault;
-use crate::sharding::{ShardingPlan, Shards};
+use crate::sharding::{Placement, ShardingPlan, Shards};
 use crate::train;
 
 /// Train `mesh` for `len` and write its artifacts; with `reference`, also convert the
@@ -34,17 +35,26 @@ pub fn run(
         ..Manifest::default()
     };
     let mut written = Vec::new();
+    let mut altered = Vec::new();
     if let Some(reference) = reference {
         let seed = checkpoint::load(&reference.join(files::SEED))?;
-        let back = roundtrip(&plan, &seed, out)?;
-        merged(
-            &plan,
-            &back,
-            out,
-            files::CHECKPOINT,
-            &mut written,
-            &mut manifest,
-        )?;
+        let save_fault = fault.and_then(Fault::save).filter(|_| mesh.tp > 1);
+        let back = roundtrip(&plan, &seed, out, save_fault)?;
+        if let Some(f) = save_fault {
+            altered.push(format!("checkpoint.save: {}", f.as_str()));
+        }
+        match plan.merge(&back) {
+            Ok(mut full) => {
+                if save_fault == Some(SaveFault::DuplicateReplicated) {
+                    duplicate_replicated(&plan, &back, &mut full);
+                }
+                save(out, files::CHECKPOINT, &full, &mut written)?;
+            }
+            Err(e) => {
+                let why = e.to_string();
+                manifest.unmerged.insert(files::CHECKPOINT.to_owned(), why);
+            }
+        }
     }
     if len.steps > 0 {
         let rec = train::mesh(
@@ -52,7 +62,10 @@ pub fn run(
             mesh,
             setup.training,
             len,
-            fault,
+            train::Probe {
+                fault,
+                trace: false,
+            },
             setup.device,
             setup.burn_dtype(),
         )?;
@@ -70,9 +83,10 @@ pub fn run(
         }
         manifest.steps = rec.losses.len();
         manifest.collectives = rec.collectives;
-        manifest.altered = rec.altered;
+        altered.extend(rec.altered);
         manifest.anomalies = rec.anomalies;
     }
+    manifest.altered = altered;
     manifest.artifacts = written;
     manifest.seconds = start.elapsed().as_secs_f64();
     manifest.write(out)?;
@@ -98,15 +112,56 @@ fn merged(
     }
 }
 
-/// The seed checkpoint → per-rank shard files → read back.
-fn roundtrip(plan: &ShardingPlan, seed: &Shards, out: &Path) -> Result<Vec<Shards>, LevelError> {
+/// The seed checkpoint → per-rank shard files → read back (with a save fault, saved wrongly).
+fn roundtrip(
+    plan: &ShardingPlan,
+    seed: &Shards,
+    out: &Path,
+    fault: Option<SaveFault>,
+) -> Result<Vec<Shards>, LevelError> {
     let dir = out.join(files::SHARDS);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let mut back = Vec::new();
-    for (rank, shards) in plan.shard(seed).iter().enumerate() {
+    for (rank, mut shards) in plan.shard(seed).into_iter().enumerate() {
+        if fault == Some(SaveFault::DropTpShards) && plan.coord(rank).tp > 0 {
+            shards.retain(|name, _| {
+                plan.rules
+                    .iter()
+                    .any(|r| r.name == *name && r.placement == Placement::Replicated)
+            });
+        }
+        let shards = &shards;
         let path = dir.join(format!("rank-{rank:05}.safetensors"));
         checkpoint::save(&path, shards).map_err(io(&path))?;
         back.push(checkpoint::load(&path)?);
     }
     Ok(back)
+}
+
+/// What loading a checkpoint whose replicated tensors were saved as TP shards yields: every TP
+/// rank's copy concatenated.
+fn duplicate_replicated(plan: &ShardingPlan, ranks: &[Shards], full: &mut Shards) {
+    let tp = plan.mesh.tp as usize;
+    for r in plan
+        .rules
+        .iter()
+        .filter(|r| r.placement == Placement::Replicated)
+    {
+        let copies: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .filter(|(rank, _)| {
+                let c = plan.coord(*rank);
+                c.pp == r.stage && c.dp == 0
+            })
+            .filter_map(|(_, s)| s.get(&r.name).cloned())
+            .take(tp)
+            .collect();
+        if copies.len() == tp {
+            full.insert(
+                r.name.clone(),
+                meshparity_engine::HostTensor::concat(&copies, 0),
+            );
+        }
+    }
 }

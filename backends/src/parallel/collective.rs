@@ -13,6 +13,7 @@ use burn::tensor::Tensor;
 use serde::Serialize;
 
 use super::fault::{Alteration, Fault};
+use super::trace::{canon, Canon, Record};
 
 /// One collective call, as recorded.
 #[derive(Clone, Debug, Serialize)]
@@ -35,6 +36,11 @@ pub struct Comm {
     mailbox: HashMap<Address, Tensor<3>>,
     /// Things that would deadlock or corrupt a real run (a receive with no matching send).
     pub anomalies: Vec<String>,
+    /// Whether sites record their canonical values ([`super::trace`]).
+    tracing: bool,
+    /// The row block the work on this communicator computes (replica × microbatches + mb).
+    block: Option<usize>,
+    records: Vec<Record>,
 }
 
 impl Comm {
@@ -44,7 +50,71 @@ impl Comm {
             calls: Vec::new(),
             mailbox: HashMap::new(),
             anomalies: Vec::new(),
+            tracing: false,
+            block: None,
+            records: Vec::new(),
         }
+    }
+
+    /// An empty communicator with this one's fault and tracing.
+    pub fn fresh(&self) -> Self {
+        Self {
+            tracing: self.tracing,
+            ..Self::new(self.fault)
+        }
+    }
+
+    pub fn set_tracing(&mut self, on: bool) {
+        self.tracing = on;
+    }
+
+    pub fn tracing(&self) -> bool {
+        self.tracing
+    }
+
+    pub fn set_block(&mut self, block: usize) {
+        self.block = Some(block);
+    }
+
+    /// Record `site`'s canonical value from a group's per-rank tensors (when tracing).
+    pub fn trace<const D: usize>(&mut self, site: &str, parts: &[Tensor<D>], how: Canon) {
+        self.trace_like(site, None, parts, how);
+    }
+
+    /// [`Comm::trace`] for a site compared with another reference site.
+    pub fn trace_like<const D: usize>(
+        &mut self,
+        site: &str,
+        like: Option<String>,
+        parts: &[Tensor<D>],
+        how: Canon,
+    ) {
+        if !self.tracing {
+            return;
+        }
+        self.records.push(Record {
+            site: site.to_owned(),
+            like,
+            block: self.block,
+            copies: canon(parts, how),
+        });
+    }
+
+    /// A step-wide record of already canonical values.
+    pub fn trace_values(&mut self, site: &str, copies: Vec<super::trace::Value>) {
+        if self.tracing {
+            self.records.push(Record {
+                site: site.to_owned(),
+                like: None,
+                block: None,
+                copies,
+            });
+        }
+    }
+
+    /// The records so far, in order.
+    pub fn take_records(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.records)
     }
 
     pub fn fault(&self) -> Option<Fault> {
@@ -88,6 +158,7 @@ impl Comm {
                 let n = parts.len();
                 vec![sum(parts) / n as f64; n]
             }
+            Some(Alteration::FirstBlock) => vec![parts[0].clone(); parts.len()],
             _ => {
                 let n = parts.len();
                 vec![sum(parts); n]
@@ -123,8 +194,10 @@ impl Comm {
         if parts.len() == 1 {
             return parts;
         }
-        self.record(site, "all_gather", ranks);
         let n = parts.len();
+        if self.record(site, "all_gather", ranks) == Some(Alteration::SumBlocks) {
+            return vec![Tensor::cat(vec![sum(parts); n], dim); n];
+        }
         vec![Tensor::cat(parts, dim); n]
     }
 
@@ -150,6 +223,7 @@ impl Comm {
                     .collect();
             }
             Some(Alteration::Average) => sum(parts) / n as f64,
+            Some(Alteration::FirstBlock) => parts[0].clone(),
             _ => sum(parts),
         };
         (0..n)
@@ -216,7 +290,7 @@ impl Comm {
             .filter(|(to, _)| ranks.contains(to))
             .cloned()
             .collect();
-        let mut sub = Comm::new(self.fault);
+        let mut sub = self.fresh();
         for key in mine {
             let t = self.mailbox.remove(&key).expect("listed keys are present");
             sub.mailbox.insert(key, t);
@@ -228,6 +302,7 @@ impl Comm {
     pub fn absorb(&mut self, sub: Comm) {
         self.calls.extend(sub.calls);
         self.anomalies.extend(sub.anomalies);
+        self.records.extend(sub.records);
         self.mailbox.extend(sub.mailbox);
     }
 

@@ -1,9 +1,13 @@
 //! Where each catalogued mutation is injected.
 //!
 //! A fault is a property of one run, consulted at the sites where the bug would live in a real
-//! training stack: collective calls (by site name), the gradient accumulator, and the gradient
-//! finalization. Keeping every injection point in this one file makes it easy to see that the
-//! correct path and the mutated path differ only where the catalog says.
+//! training stack: collective calls (by site name), the layer code of one rank or of every
+//! rank, the gradient accumulator and the gradient finalization, and checkpoint save. Keeping
+//! every injection point in this one file makes it easy to see that the correct path and the
+//! mutated path differ only where the catalog ([`meshparity_specs::catalog`]) says; names,
+//! descriptions and what a mesh needs live only there.
+
+use meshparity_specs::catalog::{self, Id};
 
 /// How a collective call is altered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +18,10 @@ pub enum Alteration {
     Average,
     /// A point-to-point send goes to another stage than the receiver expects.
     Misroute,
+    /// A reduction done as an all-gather whose first block is kept: rank 0's input everywhere.
+    FirstBlock,
+    /// An all-gather done as an all-reduce: every block position holds the sum of the blocks.
+    SumBlocks,
 }
 
 impl Alteration {
@@ -22,88 +30,107 @@ impl Alteration {
             Alteration::Skip => "skipped",
             Alteration::Average => "averaged",
             Alteration::Misroute => "sent to the wrong stage",
+            Alteration::FirstBlock => "all-gathered, first block kept",
+            Alteration::SumBlocks => "all-reduced instead of gathered",
         }
     }
 }
 
-/// One injected bug; names match `meshparity_specs::mutation::CATALOG`.
+/// How one rank's RMSNorm is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    SkipTpForwardAllReduce,
-    TpAverageInsteadOfSum,
-    SkipDpGradAllReduce,
-    LocalLossNormalization,
-    SkipSpNormGradAllReduce,
-    ReduceBeforeLastMicrobatch,
-    WrongSendPeer,
-    ScaleOneRankGrad,
+pub enum NormFault {
+    /// Epsilon [`WRONG_EPS`] instead of the model's.
+    Epsilon,
+    /// mean(|x|) instead of mean(x²).
+    Power,
 }
 
-/// The factor `scale-one-rank-grad` applies to the last rank's gradients: a missing `1/dp` on
-/// one rank of a dp2 group, the typical form of this bug.
+/// How checkpoint save is wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveFault {
+    /// TP-sharded tensors are written by TP rank 0 only.
+    DropTpShards,
+    /// Replicated tensors are saved as TP shards (concatenated on load).
+    DuplicateReplicated,
+}
+
+impl SaveFault {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaveFault::DropTpShards => "TP-sharded tensors of TP ranks > 0 not written",
+            SaveFault::DuplicateReplicated => "replicated tensors saved as TP shards",
+        }
+    }
+}
+
+/// One injected bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault(Id);
+
+/// The factor the gradient-scaling faults apply: a missing `1/dp` on one rank of a dp2 group,
+/// the typical form of this bug.
 pub const WRONG_SCALE: f64 = 2.0;
+/// The epsilon of `norm-epsilon-one-rank` (the model's is 1e-5).
+pub const WRONG_EPS: f64 = 1e-2;
+/// The residual-branch factor of `residual-scale-all-ranks`: the branch added twice. Measured on
+/// the quickstart model at init: 1.01 moves the logits by 6e-3 (f32 catches it, bf16 cannot:
+/// its gate is 7e-2), 1.1 by 1.2e-2 (bf16 still cannot), 2 by 0.40. See docs/mutations.md.
+pub const RESIDUAL_SCALE: f64 = 2.0;
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
-        Fault::SkipTpForwardAllReduce,
-        Fault::TpAverageInsteadOfSum,
-        Fault::SkipDpGradAllReduce,
-        Fault::LocalLossNormalization,
-        Fault::SkipSpNormGradAllReduce,
-        Fault::ReduceBeforeLastMicrobatch,
-        Fault::WrongSendPeer,
-        Fault::ScaleOneRankGrad,
-    ];
+    /// Every catalogued fault, in catalog order.
+    pub fn all() -> impl Iterator<Item = Fault> {
+        catalog::CATALOG.iter().map(|m| Fault(m.id))
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Fault::SkipTpForwardAllReduce => "tp-skip-forward-all-reduce",
-            Fault::TpAverageInsteadOfSum => "tp-average-instead-of-sum",
-            Fault::SkipDpGradAllReduce => "dp-skip-grad-all-reduce",
-            Fault::LocalLossNormalization => "dp-local-loss-normalization",
-            Fault::SkipSpNormGradAllReduce => "sp-skip-norm-grad-all-reduce",
-            Fault::ReduceBeforeLastMicrobatch => "grad-reduce-before-last-microbatch",
-            Fault::WrongSendPeer => "pp-wrong-send-peer",
-            Fault::ScaleOneRankGrad => "scale-one-rank-grad",
-        }
+        catalog::by_id(self.0).name
+    }
+
+    pub fn id(self) -> Id {
+        self.0
     }
 
     pub fn from_name(name: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.name() == name)
+        catalog::find(name).map(|m| Fault(m.id))
     }
 
     /// What happens to the collective at `site` (a full site name such as
     /// `layers.0.mlp.down.fwd.all_reduce`).
     pub fn alter(self, site: &str) -> Option<Alteration> {
         let hit = |prefix: &str| site.starts_with(prefix);
-        match self {
-            // One row-parallel layer (the first MLP) forgets its reduction: a bug in one layer,
-            // as such bugs usually are.
-            Fault::SkipTpForwardAllReduce if hit("layers.0.mlp.down.fwd.") => {
-                Some(Alteration::Skip)
+        let dp_reduce = site.ends_with(".dp.all_reduce");
+        match self.0 {
+            // One layer (the first) carries the bug, as such bugs usually sit in one module.
+            Id::SkipTpForwardAllReduce if hit("layers.0.mlp.down.fwd.") => Some(Alteration::Skip),
+            Id::TpAverageInsteadOfSum if hit("layers.0.attn.o.fwd.") => Some(Alteration::Average),
+            Id::SkipTpInputGradAllReduce if hit("layers.0.mlp.in.bwd.") => Some(Alteration::Skip),
+            Id::SkipQkvGradAllReduce if hit("layers.0.attn.in.bwd.") => Some(Alteration::Skip),
+            Id::TpAllReduceAsAllGather if hit("layers.0.attn.o.fwd.") => {
+                Some(Alteration::FirstBlock)
             }
-            Fault::TpAverageInsteadOfSum if hit("layers.0.attn.o.fwd.") => {
-                Some(Alteration::Average)
+            Id::SpAllGatherAsAllReduce if hit("layers.0.mlp.in.fwd.") => {
+                Some(Alteration::SumBlocks)
             }
-            Fault::SkipDpGradAllReduce if hit("grad.") && site.ends_with(".dp.all_reduce") => {
-                Some(Alteration::Skip)
-            }
-            // A per-rank mean loss: the global token count is never all-reduced, and gradients
-            // (and the logged loss) are averaged over DP as a per-rank mean would need.
-            Fault::LocalLossNormalization if hit("loss.tokens.dp.") => Some(Alteration::Skip),
-            Fault::LocalLossNormalization
-                if (hit("grad.") || hit("loss.report.")) && site.ends_with(".dp.all_reduce") =>
+            Id::SkipDpGradAllReduce if hit("grad.") && dp_reduce => Some(Alteration::Skip),
+            // A per-rank mean loss: the global token count is never all-reduced; the first form
+            // then averages gradients (and the logged loss) over DP, the second sums them.
+            Id::LocalLossNormalization | Id::LocalLossNormalizationSum
+                if hit("loss.tokens.dp.") =>
             {
+                Some(Alteration::Skip)
+            }
+            Id::LocalLossNormalization if (hit("grad.") || hit("loss.report.")) && dp_reduce => {
                 Some(Alteration::Average)
             }
-            Fault::SkipSpNormGradAllReduce
+            Id::SkipSpNormGradAllReduce
                 if hit("grad.")
                     && site.contains("norm.weight")
                     && site.ends_with(".tp.all_reduce") =>
             {
                 Some(Alteration::Skip)
             }
-            Fault::WrongSendPeer if hit("pp.stage0.fwd.send") => Some(Alteration::Misroute),
+            Id::WrongSendPeer if hit("pp.stage0.fwd.send") => Some(Alteration::Misroute),
             _ => None,
         }
     }
@@ -111,12 +138,55 @@ impl Fault {
     /// Whether the gradients of microbatch `mb` of `count` are lost because the gradients were
     /// finalized (reduced and handed to the optimizer) before it accumulated.
     pub fn drops_microbatch(self, mb: usize, count: usize) -> bool {
-        self == Fault::ReduceBeforeLastMicrobatch && count > 1 && mb + 1 == count
+        self.0 == Id::ReduceBeforeLastMicrobatch && count > 1 && mb + 1 == count
     }
 
     /// The wrong factor applied to a rank's gradients, if this fault scales that rank.
     pub fn grad_scale(self, rank: usize, world: usize) -> Option<f64> {
-        (self == Fault::ScaleOneRankGrad && rank + 1 == world).then_some(WRONG_SCALE)
+        match self.0 {
+            Id::ScaleOneRankGrad if rank + 1 == world => Some(WRONG_SCALE),
+            Id::ScaleSeveralRanksGrad if rank > 0 => Some(WRONG_SCALE),
+            _ => None,
+        }
+    }
+
+    /// The wrong factor on DP replica `d`'s accumulated gradients: the last replica counts one
+    /// microbatch too many.
+    pub fn replica_scale(self, d: usize, dp: usize, microbatches: usize) -> Option<f64> {
+        (self.0 == Id::WrongAccumulationCount && d + 1 == dp)
+            .then(|| microbatches as f64 / (microbatches + 1) as f64)
+    }
+
+    /// The wrong RMSNorm of the first layer's attention norm on the one faulty rank.
+    pub fn norm(self, layer: u32) -> Option<NormFault> {
+        match self.0 {
+            Id::NormEpsilonOneRank if layer == 0 => Some(NormFault::Epsilon),
+            Id::NormWrongPowerOneRank if layer == 0 => Some(NormFault::Power),
+            _ => None,
+        }
+    }
+
+    /// The wrong residual-branch factor of `layer`'s attention, on every rank.
+    pub fn residual_scale(self, layer: u32) -> Option<f64> {
+        (self.0 == Id::ResidualScaleAllRanks && layer == 0).then_some(RESIDUAL_SCALE)
+    }
+
+    /// Whether `layer`'s SwiGLU backward uses the wrong operand.
+    pub fn swiglu_wrong_operand(self, layer: u32) -> bool {
+        self.0 == Id::SwigluBackwardWrongOperand && layer == 0
+    }
+
+    /// Whether `layer`'s RoPE backward swaps its outputs.
+    pub fn rope_swapped(self, layer: u32) -> bool {
+        self.0 == Id::RopeBackwardSwapped && layer == 0
+    }
+
+    pub fn save(self) -> Option<SaveFault> {
+        match self.0 {
+            Id::SaveDropsTpShards => Some(SaveFault::DropTpShards),
+            Id::SaveDuplicatesReplicated => Some(SaveFault::DuplicateReplicated),
+            _ => None,
+        }
     }
 }
 
@@ -124,15 +194,32 @@ impl Fault {
 mod tests {
     use super::*;
 
+    /// Every catalog entry is injected somewhere: a site it alters or a hook that fires.
     #[test]
-    fn every_catalog_entry_has_a_fault() {
-        for m in meshparity_specs::mutation::CATALOG {
-            assert!(
-                Fault::from_name(m.name).is_some(),
-                "{} has no fault",
-                m.name
-            );
+    fn every_catalog_entry_does_something() {
+        let sites = [
+            "layers.0.mlp.down.fwd.all_reduce",
+            "layers.0.attn.o.fwd.all_reduce",
+            "layers.0.mlp.in.bwd.all_reduce",
+            "layers.0.attn.in.bwd.all_reduce",
+            "layers.0.mlp.in.fwd.all_gather",
+            "grad.embed.weight.dp.all_reduce",
+            "loss.tokens.dp.all_reduce",
+            "grad.layers.0.attn_norm.weight.tp.all_reduce",
+            "pp.stage0.fwd.send",
+        ];
+        for f in Fault::all() {
+            let acts = sites.iter().any(|s| f.alter(s).is_some())
+                || f.drops_microbatch(1, 2)
+                || (0..3).any(|r| f.grad_scale(r, 3).is_some())
+                || f.replica_scale(1, 2, 2).is_some()
+                || f.norm(0).is_some()
+                || f.residual_scale(0).is_some()
+                || f.swiglu_wrong_operand(0)
+                || f.rope_swapped(0)
+                || f.save().is_some();
+            assert!(acts, "{} is never injected", f.name());
+            assert_eq!(Fault::from_name(f.name()), Some(f));
         }
-        assert_eq!(Fault::ALL.len(), meshparity_specs::mutation::CATALOG.len());
     }
 }

@@ -11,11 +11,13 @@
 
 pub mod collective;
 pub mod fault;
+mod faulty;
 pub mod pipeline;
 pub mod schedule;
 pub mod stage;
 pub mod step;
 pub mod tape;
+pub mod trace;
 
 pub use collective::Comm;
 pub use fault::Fault;

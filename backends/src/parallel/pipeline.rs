@@ -12,6 +12,7 @@ use super::collective::Comm;
 use super::schedule::Action;
 use super::stage::{Leaves, StageCtx, StageOut};
 use super::step::{scalar, MeshExec};
+use super::trace::Canon;
 use crate::data::Batch;
 
 /// What one data-parallel replica produced.
@@ -82,7 +83,12 @@ impl MeshExec<'_> {
                         Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
                     ),
                 };
-                work.push((action, held, comm.split(&self.tp_group(d, stage))));
+                let mut sub = comm.split(&self.tp_group(d, stage));
+                let mb = match action {
+                    Action::Forward { mb, .. } | Action::Backward { mb, .. } => mb,
+                };
+                sub.set_block(d * mbs + mb);
+                work.push((action, held, sub));
             }
             let done: Vec<Result<(Done, Comm), String>> = work
                 .into_par_iter()
@@ -153,12 +159,22 @@ impl MeshExec<'_> {
         match action {
             Action::Forward { stage, mb } => {
                 let input = self.receive_activations(comm, stage, d, mb, &ctx.micro[mb]);
-                let out = self.ctx(stage, d, ctx.leaves).forward(
-                    comm,
-                    &ctx.micro[mb],
-                    input,
-                    ctx.normalizer,
-                );
+                if stage > 0 {
+                    let per = (self.model.layers / self.mesh.pp) as usize;
+                    let how = if self.mesh.sp && self.mesh.tp > 1 {
+                        Canon::Cat(1)
+                    } else {
+                        Canon::Copies
+                    };
+                    let like = format!("layers.{}.out", stage * per - 1);
+                    let site = format!("pp.stage{}.fwd.send", stage - 1);
+                    comm.trace_like(&site, Some(like), &input, how);
+                }
+                let stage_ctx = StageCtx {
+                    fault: comm.fault(),
+                    ..self.ctx(stage, d, ctx.leaves)
+                };
+                let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizer);
                 let mut loss = None;
                 if stage + 1 < pp {
                     for (t, &v) in out.outputs.iter().enumerate() {
@@ -252,6 +268,8 @@ impl MeshExec<'_> {
             ranks: self.tp_group(dp, stage),
             sp: self.mesh.sp && self.mesh.tp > 1,
             leaves,
+            fault: None,
+            odd_rank: self.rank(self.mesh.tp as usize - 1, self.mesh.dp as usize - 1, 0),
         }
     }
 

@@ -10,7 +10,10 @@ use indexmap::IndexMap;
 use meshparity_specs::ModelConfig;
 
 use super::collective::Comm;
+use super::fault::Fault;
+use super::faulty;
 use super::tape::{Conj, Tape, Val};
+use super::trace::Canon;
 use crate::data::{Batch, IGNORE};
 use crate::llama::layers::{attention, attention_mask, rms_norm, rope, swiglu};
 
@@ -29,6 +32,10 @@ pub struct StageCtx<'a> {
     pub sp: bool,
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
+    pub fault: Option<Fault>,
+    /// The global rank a single-rank computation fault hits (the last rank computing the first
+    /// layer).
+    pub odd_rank: usize,
 }
 
 /// What a stage produced for one microbatch.
@@ -40,6 +47,15 @@ pub struct StageOut {
     pub outputs: Vec<Val>,
     /// Vocab-parallel logits per TP rank (the last stage only).
     pub logits: Vec<Val>,
+}
+
+/// Which computation faults act in one layer.
+#[derive(Clone, Copy, Default)]
+struct LayerFaults {
+    norm: Option<super::fault::NormFault>,
+    residual: Option<f64>,
+    swiglu_wrong_operand: bool,
+    rope_swapped: bool,
 }
 
 impl StageCtx<'_> {
@@ -58,6 +74,23 @@ impl StageCtx<'_> {
 
     fn constant<const D: usize>(&self, v: Vec<f64>, shape: [usize; D]) -> Tensor<D> {
         Tensor::<D>::from_data(TensorData::new(v, shape), (self.device, self.dtype))
+    }
+
+    /// The canonical form of the residual stream (replicated, or sequence shards under SP).
+    fn stream(&self) -> Canon {
+        if self.sp {
+            Canon::Cat(1)
+        } else {
+            Canon::Copies
+        }
+    }
+
+    /// Trace the residual stream `x` at `site`.
+    pub fn trace_stream(&self, comm: &mut Comm, tape: &Tape, site: &str, x: &[Val]) {
+        if comm.tracing() {
+            let parts: Vec<Tensor<3>> = x.iter().map(|&v| tape.value(v)).collect();
+            comm.trace(site, &parts, self.stream());
+        }
     }
 
     /// Conjugate pair entering a TP region (`f` or SP all-gather) and leaving it (`g` or SP
@@ -146,10 +179,15 @@ impl StageCtx<'_> {
         let nq = self.model.heads as usize / self.tp();
         let nkv = self.model.kv_heads as usize / self.tp();
         let mask = attention_mask(&mb.lengths, s, self.device);
+        let f = self.faults(comm, l);
 
         // Attention block.
         let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
-            rms_norm(v[0].clone(), self.w(i, &name("attn_norm.weight")))
+            let w = self.w(i, &name("attn_norm.weight"));
+            match f.norm {
+                Some(nf) if self.ranks[i] == self.odd_rank => faulty::rms_norm(v[0].clone(), w, nf),
+                _ => rms_norm(v[0].clone(), w),
+            }
         });
         let hn = tape.collective(comm, self.enter(), &name("attn.in"), &self.ranks, &hn);
         let part = tape.per_rank(&self.ranks, &[&hn], |i, v| {
@@ -166,12 +204,22 @@ impl StageCtx<'_> {
                 nkv,
             );
             let v = heads(h.matmul(self.w(i, &name("attn.v.weight")).unsqueeze()), nkv);
-            let a = attention(rope(q, 0), rope(k, 0), v, mask.clone());
+            let rot = |t: Tensor<4>| {
+                if f.rope_swapped {
+                    faulty::rope_swapped_backward(t, 0)
+                } else {
+                    rope(t, 0)
+                }
+            };
+            let a = attention(rot(q), rot(k), v, mask.clone());
             let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
             a.matmul(self.w(i, &name("attn.o.weight")).unsqueeze())
         });
         let o = tape.collective(comm, self.leave(), &name("attn.o"), &self.ranks, &part);
-        let x = tape.per_rank(&self.ranks, &[&x, &o], |_, v| v[0].clone() + v[1].clone());
+        let x = tape.per_rank(&self.ranks, &[&x, &o], |_, v| match f.residual {
+            Some(scale) => v[0].clone() + v[1].clone() * scale,
+            None => v[0].clone() + v[1].clone(),
+        });
 
         // MLP block.
         let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
@@ -179,7 +227,12 @@ impl StageCtx<'_> {
         });
         let hn = tape.collective(comm, self.enter(), &name("mlp.in"), &self.ranks, &hn);
         let part = tape.per_rank(&self.ranks, &[&hn], |i, v| {
-            swiglu(
+            let mlp = if f.swiglu_wrong_operand {
+                faulty::swiglu_wrong_operand
+            } else {
+                swiglu
+            };
+            mlp(
                 v[0].clone(),
                 self.w(i, &name("mlp.gate.weight")),
                 self.w(i, &name("mlp.up.weight")),
@@ -187,7 +240,38 @@ impl StageCtx<'_> {
             )
         });
         let d = tape.collective(comm, self.leave(), &name("mlp.down"), &self.ranks, &part);
-        tape.per_rank(&self.ranks, &[&x, &d], |_, v| v[0].clone() + v[1].clone())
+        let out = tape.per_rank(&self.ranks, &[&x, &d], |_, v| v[0].clone() + v[1].clone());
+        self.trace_stream(comm, tape, &name("out"), &out);
+        out
+    }
+
+    /// The computation faults that hit layer `l` on this group, each on record as an event.
+    fn faults(&self, comm: &mut Comm, l: u32) -> LayerFaults {
+        let Some(fault) = self.fault else {
+            return LayerFaults::default();
+        };
+        let f = LayerFaults {
+            norm: fault
+                .norm(l)
+                .filter(|_| self.ranks.contains(&self.odd_rank)),
+            residual: fault.residual_scale(l),
+            swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
+            rope_swapped: fault.rope_swapped(l),
+        };
+        let site = |s: &str| format!("layers.{l}.{s}");
+        if f.norm.is_some() {
+            comm.event(&site("attn_norm"), "computed wrongly on one rank");
+        }
+        if f.residual.is_some() {
+            comm.event(&site("attn.residual"), "scaled on every rank");
+        }
+        if f.swiglu_wrong_operand {
+            comm.event(&site("mlp.swiglu.bwd"), "wrong operand");
+        }
+        if f.rope_swapped {
+            comm.event(&site("attn.rope.bwd"), "outputs swapped");
+        }
+        f
     }
 
     /// Final norm, vocab-parallel output projection and vocab-parallel cross-entropy (Megatron's:

@@ -14,7 +14,9 @@ use super::collective::Comm;
 use super::pipeline::Replica;
 use super::schedule::{simulate, stage_orders};
 use super::stage::Leaves;
+use super::trace::{canon, Canon, Value};
 use crate::data::Batch;
+use crate::sharding::{Placement, ShardingPlan};
 
 /// What one step of a mesh (or of the oracle) yields.
 pub struct StepOutput {
@@ -85,11 +87,17 @@ impl MeshExec<'_> {
             .into_iter()
             .map(scalar)
             .collect();
+        let counts = normalizers.iter().map(|&n| Value {
+            shape: vec![1],
+            data: vec![n],
+        });
+        comm.trace_values("loss.tokens.dp", counts.collect());
 
         // Replicas are independent until the gradient all-reduce: each runs on its own thread
         // with its own communicator (their logs are merged in replica order afterwards).
         // On the thread pool, like the ranks within a replica.
         let fault = comm.fault();
+        let tracing = comm.tracing();
         let replicas: Vec<Result<(Replica, Comm), String>> = {
             use rayon::prelude::*;
             normalizers
@@ -97,6 +105,7 @@ impl MeshExec<'_> {
                 .enumerate()
                 .map(|(d, &normalizer)| {
                     let mut sub = Comm::new(fault);
+                    sub.set_tracing(tracing);
                     self.replica(&mut sub, d, normalizer, batch, &leaves, &ticks)
                         .map(|r| (r, sub))
                 })
@@ -105,12 +114,22 @@ impl MeshExec<'_> {
         let mut acc: Vec<IndexMap<String, Tensor<2>>> = vec![IndexMap::new(); world];
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
-        for r in replicas {
+        for (d, r) in replicas.into_iter().enumerate() {
             let (r, sub) = r?;
             comm.absorb(sub);
             replica_losses.push(f64_tensor(r.loss, self.device));
             logits_rows.extend(r.logits);
-            for (rank, grads) in r.acc {
+            let wrong = fault.and_then(|f| f.replica_scale(d, dp, mbs));
+            if wrong.is_some() {
+                comm.event(
+                    &format!("grad.replica{d}.accumulate"),
+                    "counted one microbatch too many",
+                );
+            }
+            for (rank, mut grads) in r.acc {
+                if let Some(scale) = wrong {
+                    grads.values_mut().for_each(|g| *g = g.clone() * scale);
+                }
                 acc[rank] = grads;
             }
         }
@@ -149,15 +168,18 @@ impl MeshExec<'_> {
                     .collect()
             })
             .collect();
-        if let Some(scale) = comm.fault().and_then(|f| f.grad_scale(world - 1, world)) {
-            comm.event(
-                &format!("grad.rank{}.scale", world - 1),
-                "scaled by a wrong factor",
-            );
-            for g in grads[world - 1].values_mut() {
-                *g = g.clone() * scale;
+        for (rank, held) in grads.iter_mut().enumerate() {
+            if let Some(scale) = comm.fault().and_then(|f| f.grad_scale(rank, world)) {
+                comm.event(
+                    &format!("grad.rank{rank}.scale"),
+                    "scaled by a wrong factor",
+                );
+                for g in held.values_mut() {
+                    *g = g.clone() * scale;
+                }
             }
         }
+        self.trace_grads(comm, &grads, false);
         let m = self.mesh;
         let mut reduce = |comm: &mut Comm, ranks: Vec<usize>, names: Vec<String>, group: &str| {
             for name in names {
@@ -186,7 +208,40 @@ impl MeshExec<'_> {
                 reduce(comm, ranks, names, "dp");
             }
         }
+        self.trace_grads(comm, &grads, true);
         grads
+    }
+
+    /// Trace every parameter's gradient as accumulated (summed over DP, merged over TP: what
+    /// the whole batch's gradient is) or as finalized (each DP replica's copy, merged over TP).
+    fn trace_grads(&self, comm: &mut Comm, grads: &[IndexMap<String, Tensor<2>>], finalized: bool) {
+        if !comm.tracing() {
+            return;
+        }
+        let (tp, dp) = (self.mesh.tp as usize, self.mesh.dp as usize);
+        let sp = self.mesh.sp && tp > 1;
+        for rule in ShardingPlan::llama(self.model, self.mesh).rules {
+            let at = |t: usize, d: usize| grads[self.rank(t, d, rule.stage)][&rule.name].clone();
+            let over_tp = |per_t: Vec<Tensor<2>>| match rule.placement {
+                Placement::Split(dim) => canon(&per_t, Canon::Cat(dim)),
+                Placement::Replicated if sp && !finalized => canon(&per_t, Canon::Sum),
+                Placement::Replicated => canon(&per_t, Canon::Copies),
+            };
+            let copies: Vec<Value> = if finalized {
+                (0..dp)
+                    .flat_map(|d| over_tp((0..tp).map(|t| at(t, d)).collect()))
+                    .collect()
+            } else {
+                let summed = (0..tp).map(|t| {
+                    let mut it = (0..dp).map(|d| at(t, d));
+                    let first = it.next().expect("dp ≥ 1");
+                    it.fold(first, |a, b| a + b)
+                });
+                over_tp(summed.collect())
+            };
+            let what = if finalized { "dp" } else { "accumulated" };
+            comm.trace_values(&format!("grad.{}.{what}", rule.name), copies);
+        }
     }
 }
 

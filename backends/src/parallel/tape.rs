@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use burn::tensor::{Gradients, Tensor};
 
 use super::collective::Comm;
+use super::trace::Canon;
 
 /// A value on the tape: one tensor on one rank.
 pub type Val = usize;
@@ -141,6 +142,7 @@ impl Tape {
         inputs: &[Val],
     ) -> Vec<Val> {
         let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
+        comm.trace(&format!("{site}.fwd.in"), &parts, conj.canon_in());
         let outs = match conj {
             Conj::CopyToTp => parts,
             Conj::ReduceFromTp => {
@@ -153,6 +155,7 @@ impl Tape {
                 comm.reduce_scatter(&format!("{site}.fwd.reduce_scatter"), ranks, parts, d)
             }
         };
+        comm.trace(&format!("{site}.fwd.out"), &outs, conj.canon_out());
         let outputs: Vec<Val> = outs.into_iter().map(|t| self.input(t)).collect();
         self.nodes.push(Node::Collective {
             conj,
@@ -218,6 +221,11 @@ impl Tape {
                         .iter()
                         .map(|v| grads.remove(v).unwrap_or_else(|| values[*v].zeros_like()))
                         .collect();
+                    // Gradients of the outputs are shaped like the outputs, and of the inputs
+                    // like the inputs: the forward's canonical forms, with partial sums where
+                    // each rank's downstream use was partial.
+                    comm.trace(&format!("{site}.bwd.in"), &upstream, conj.canon_grad_out());
+
                     let down = match conj {
                         Conj::CopyToTp => {
                             comm.all_reduce_sum(&format!("{site}.bwd.all_reduce"), &ranks, upstream)
@@ -233,6 +241,7 @@ impl Tape {
                             comm.all_gather(&format!("{site}.bwd.all_gather"), &ranks, upstream, d)
                         }
                     };
+                    comm.trace(&format!("{site}.bwd.out"), &down, conj.canon_grad_in());
                     for (v, g) in inputs.into_iter().zip(down) {
                         accumulate(&mut grads, v, g);
                     }
@@ -240,6 +249,43 @@ impl Tape {
             }
         }
         grads
+    }
+}
+
+impl Conj {
+    /// Canonical form of the collective's inputs.
+    fn canon_in(self) -> Canon {
+        match self {
+            Conj::CopyToTp => Canon::Copies,
+            Conj::GatherFromSp(d) => Canon::Cat(d),
+            Conj::ReduceFromTp | Conj::ScatterToSp(_) => Canon::Sum,
+        }
+    }
+
+    /// Canonical form of its outputs.
+    fn canon_out(self) -> Canon {
+        match self {
+            Conj::ScatterToSp(d) => Canon::Cat(d),
+            _ => Canon::Copies,
+        }
+    }
+
+    /// Canonical form of the gradients of its outputs: partial where the outputs fed a
+    /// column-parallel computation (`f`, SP all-gather).
+    fn canon_grad_out(self) -> Canon {
+        match self {
+            Conj::CopyToTp | Conj::GatherFromSp(_) => Canon::Sum,
+            Conj::ReduceFromTp => Canon::Copies,
+            Conj::ScatterToSp(d) => Canon::Cat(d),
+        }
+    }
+
+    /// Canonical form of the gradients of its inputs (after the conjugate).
+    fn canon_grad_in(self) -> Canon {
+        match self {
+            Conj::GatherFromSp(d) => Canon::Cat(d),
+            _ => Canon::Copies,
+        }
     }
 }
 

@@ -160,7 +160,10 @@ impl Context<'_> {
             out: &self.args.out,
             baseline2: baseline2.as_deref(),
         };
-        let o = judge.level(level, &limits)?;
+        let mut o = judge.level(level, &limits)?;
+        if !o.passed && self.job.variant.is_none() {
+            o.localization = self.localize(level, &o)?;
+        }
         Ok(WorkerResult::verdict(
             o.passed,
             o.summary(),
@@ -182,13 +185,42 @@ impl Context<'_> {
         };
         let checked =
             meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
-        let o = checked.mutation(mutation);
+        let mut o = checked.mutation(mutation);
+        let checkpoint = meshparity_specs::catalog::find(mutation)
+            .is_some_and(|m| m.phase == meshparity_specs::catalog::Phase::Checkpoint);
+        let found = if checkpoint {
+            o.levels
+                .iter()
+                .find(|l| l.level == Level::Roundtrip)
+                .and_then(meshparity_engine::checkpoint_site)
+        } else {
+            meshparity_engine::localize(self.engine, &req, &self.args.out.join("trace"))?
+        };
+        if let Some(l) = found {
+            o.localized(l);
+        }
         Ok(WorkerResult::verdict(
             o.caught,
             o.summary(),
             o.seconds,
             Finding::Mutation(o),
         ))
+    }
+
+    /// Where a failed level's mesh run first leaves the reference: the roundtrip level's
+    /// checkpoint, or for training levels both runs traced again and compared site by site.
+    fn localize(
+        &self,
+        level: Level,
+        o: &meshparity_engine::Outcome,
+    ) -> Result<Option<meshparity_engine::Localization>, WorkerError> {
+        if level == Level::Roundtrip {
+            return Ok(meshparity_engine::checkpoint_site(o));
+        }
+        let levels = [level];
+        let dir = self.args.out.join("trace");
+        let req = self.request(&levels, &dir);
+        Ok(meshparity_engine::localize(self.engine, &req, &dir)?)
     }
 
     /// What this job is judged against: the world-size-1 reference, or with variants the

@@ -1,0 +1,48 @@
+//! The layer math of the computation faults: the same functions as `llama::layers` with one
+//! thing wrong, each built so that only what the catalog says differs (a backward fault leaves
+//! the forward value bit-identical).
+
+use burn::tensor::activation::silu;
+use burn::tensor::Tensor;
+
+use super::fault::{NormFault, WRONG_EPS};
+use crate::llama::layers::{rope, NORM_EPS};
+
+/// RMSNorm with the wrong epsilon or the wrong power.
+pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>, fault: NormFault) -> Tensor<3> {
+    let h = x.dims()[2];
+    let (ms, eps) = match fault {
+        NormFault::Epsilon => (x.clone().powi_scalar(2).mean_dim(2), WRONG_EPS),
+        NormFault::Power => (x.clone().abs().mean_dim(2), NORM_EPS),
+    };
+    x * (ms + eps).sqrt().recip() * weight.reshape([1, 1, h])
+}
+
+/// SwiGLU whose product's backward hands the gate branch grad·silu(gate) instead of grad·up:
+/// the forward is g·u exactly (`g·g̃ − (g·g)̃` is exactly zero), the backward of `g` sees `g`.
+pub fn swiglu_wrong_operand(
+    x: Tensor<3>,
+    gate: Tensor<2>,
+    up: Tensor<2>,
+    down: Tensor<2>,
+) -> Tensor<3> {
+    let g = silu(x.clone().matmul(gate.unsqueeze()));
+    let u = x.matmul(up.unsqueeze());
+    let wrong = g.clone() * g.clone().detach() - (g.clone() * g.clone()).detach();
+    (g.detach() * u + wrong).matmul(down.unsqueeze())
+}
+
+/// RoPE whose backward returns its two half-gradients swapped: the value of `rope(x)`, the
+/// vector-Jacobian product of `rope(swap(x))`, which is swap(ropeᵀ g).
+pub fn rope_swapped_backward(x: Tensor<4>, offset: usize) -> Tensor<4> {
+    let half = x.dims()[3] / 2;
+    let swapped = Tensor::cat(
+        vec![
+            x.clone().narrow(3, half, half),
+            x.clone().narrow(3, 0, half),
+        ],
+        3,
+    );
+    let through = rope(swapped, offset);
+    rope(x, offset).detach() + (through.clone() - through.detach())
+}

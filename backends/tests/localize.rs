@@ -1,0 +1,88 @@
+//! Localization: every catalogued mutation is found first where it was injected (the
+//! catalog's site), on every quickstart mesh it applies to, and a correct mesh's traces stay
+//! within the limit everywhere.
+
+mod common;
+
+use burn::tensor::{DType, Device};
+use common::{mesh, tiny, training};
+use meshparity_backends::levels;
+use meshparity_backends::parallel::Fault;
+use meshparity_backends::train::{self, Length, Probe};
+use meshparity_engine::locate::{limit, locate};
+use meshparity_specs::catalog::{Phase, CATALOG};
+use meshparity_specs::{DType as SpecDType, MeshConfig, Optimizer};
+
+const MESHES: &[&str] = &["dp2", "tp2", "tp2-sp", "pp2-mb4", "dp2-tp2-pp2-mb2"];
+const LEN: Length = Length {
+    steps: 2,
+    weights_after: 0,
+};
+
+fn traced(dir: &std::path::Path, m: &MeshConfig, fault: Option<Fault>, dtype: SpecDType) {
+    let (model, t) = (tiny(), training(7, Optimizer::Adamw));
+    let probe = Probe { fault, trace: true };
+    let burn_dtype = match dtype {
+        SpecDType::Bf16 => DType::BF16,
+        _ => DType::F32,
+    };
+    let rec = train::mesh(&model, m, &t, LEN, probe, &Device::default(), burn_dtype).unwrap();
+    levels::trace::write(dir, m.microbatches as usize, rec.trace).unwrap();
+}
+
+#[test]
+fn every_mutation_is_localized_where_it_was_injected_f32() {
+    localized(SpecDType::F32);
+}
+
+#[test]
+fn every_mutation_is_localized_where_it_was_injected_bf16() {
+    localized(SpecDType::Bf16);
+}
+
+fn localized(dtype: SpecDType) {
+    let root = tempfile::tempdir().unwrap();
+    let reference = root.path().join("reference");
+    traced(&reference, &train::single_rank(), None, dtype);
+    let mut checked = 0;
+    for name in MESHES {
+        let m = mesh(name);
+        let correct = root.path().join(format!("{name}-correct"));
+        traced(&correct, &m, None, dtype);
+        let l = locate(&reference, &correct, dtype).unwrap();
+        let worst = l.sites.iter().map(|s| s.relative_l2).fold(0.0, f64::max);
+        assert!(l.first.is_none(), "{name} correct: {}", l.summary());
+        assert!(
+            l.compared > 50,
+            "{name}: only {} values compared",
+            l.compared
+        );
+        eprintln!(
+            "{name}: correct, {} values, worst relative L2 {worst:.1e} (limit {:.0e})",
+            l.compared,
+            limit(dtype)
+        );
+        for mutation in CATALOG
+            .iter()
+            .filter(|x| x.applies_to(&m) && x.phase != Phase::Checkpoint)
+        {
+            let dir = root.path().join(format!("{name}-{}", mutation.name));
+            traced(&dir, &m, Fault::from_name(mutation.name), dtype);
+            let l = locate(&reference, &dir, dtype).unwrap();
+            let first = l
+                .first
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name} {}: {}", mutation.name, l.summary()));
+            eprintln!("{name} {}: {}", mutation.name, l.summary());
+            assert!(
+                mutation.site_matches(&first.site),
+                "{name} {}: localized to {}, injected at {}",
+                mutation.name,
+                l.summary(),
+                mutation.site
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} mutation × mesh pairs");
+}

@@ -1,0 +1,294 @@
+//! Failure localization: the first traced site where a run leaves the reference.
+//!
+//! An engine that can trace writes `trace.safetensors` (one tensor per site value, already
+//! canonicalized to world size 1) and `trace.json` (the values in the order the run computed
+//! them, and which reference value each is compared with). [`locate`] walks the run's values in
+//! that order and reports the first whose relative L2 to the reference exceeds the limit for
+//! the dtype, with the microbatch whose rows diverge first. Nothing here knows how the values
+//! were computed, so a command engine's per-module traces are localized the same way.
+
+use std::path::Path;
+
+use indexmap::IndexMap;
+use meshparity_compare::metrics::TensorMetrics;
+use meshparity_compare::scan::scan;
+use meshparity_specs::DType;
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::files;
+use crate::checkpoint;
+use crate::tensor::HostTensor;
+
+/// Why a trace could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a meshparity trace index: {source}")]
+    Index {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Input(#[from] meshparity_compare::InputError),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TraceError + '_ {
+    move |source| TraceError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// One traced value, in computation order.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TraceEntry {
+    /// `s{step}.{site}`, with `@{copy}` for each rank's copy of a replicated value.
+    pub key: String,
+    /// The reference value it is compared with.
+    pub like: String,
+    /// Row blocks (DP replica × microbatch, in order) stacked along the first dimension; 0 for
+    /// step-wide values.
+    #[serde(default)]
+    pub blocks: usize,
+}
+
+/// `trace.json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TraceIndex {
+    /// Microbatches per DP replica (to name a row block's replica and microbatch).
+    pub microbatches: usize,
+    pub entries: Vec<TraceEntry>,
+}
+
+/// Write a run's trace into `dir`.
+pub fn write_trace(
+    dir: &Path,
+    index: &TraceIndex,
+    tensors: &IndexMap<String, HostTensor>,
+) -> Result<(), TraceError> {
+    let path = dir.join(files::TRACE);
+    checkpoint::save(&path, tensors).map_err(io(&path))?;
+    let path = dir.join(files::TRACE_INDEX);
+    let json = serde_json::to_vec_pretty(index).expect("trace index serializes");
+    meshparity_files::write_replace(&path, &json).map_err(io(&path))?;
+    Ok(())
+}
+
+fn read_trace(dir: &Path) -> Result<(TraceIndex, IndexMap<String, HostTensor>), TraceError> {
+    let path = dir.join(files::TRACE_INDEX);
+    let text = meshparity_files::read_to_string(&path, meshparity_files::Limit::JSON)
+        .map_err(io(&path))?;
+    let index = serde_json::from_str(&text).map_err(|source| TraceError::Index {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let tensors = checkpoint::load(&dir.join(files::TRACE))?;
+    Ok((index, tensors))
+}
+
+/// The relative-L2 limit past which a traced value has left the reference: far above the
+/// round-off of re-associated sums in the dtype, below what a catalogued bug does at the site
+/// where it acts. Measured on the quickstart meshes (tests/localize.rs): correct runs reach
+/// 1.0e-6 in f32 and 3.8e-2 in bf16 (small gradients, where bf16 cancellation is large); the
+/// weakest catalogued bug gives 1.7e-3 in f32 at its site, ~0.1 in bf16 (at 0.15 it is found
+/// one site late). So f32 localizes with 100× to spare; bf16 with 1.6× on either side.
+pub fn limit(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-9,
+        DType::F32 => 1e-4,
+        DType::F16 => 2e-2,
+        DType::Bf16 => 6e-2,
+    }
+}
+
+/// Where a run first left the reference.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Site {
+    pub step: usize,
+    /// The row block that diverges first: DP replica and its microbatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microbatch: Option<usize>,
+    pub phase: String,
+    /// The site path, e.g. `layers.0.mlp.in.bwd.out`.
+    pub site: String,
+    /// Which rank's copy of a replicated value (TP rank, or DP replica for finalized grads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<usize>,
+    pub what: String,
+    pub metric: String,
+    #[serde(serialize_with = "meshparity_compare::metrics::num")]
+    #[serde(deserialize_with = "crate::finding::number_or_inf")]
+    pub value: f64,
+    pub limit: f64,
+}
+
+/// One compared value, for the full table.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SiteRow {
+    pub key: String,
+    #[serde(serialize_with = "meshparity_compare::metrics::num")]
+    #[serde(deserialize_with = "crate::finding::number_or_inf")]
+    pub relative_l2: f64,
+}
+
+/// The localization of one failed check or caught mutation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Localization {
+    /// The first diverging site; `None` when every traced value stayed within the limit.
+    pub first: Option<Site>,
+    /// Values compared (up to and including the first divergence).
+    pub compared: usize,
+    /// Every compared value, in order.
+    pub sites: Vec<SiteRow>,
+}
+
+impl Localization {
+    /// One line for reports.
+    pub fn summary(&self) -> String {
+        let Some(s) = &self.first else {
+            return format!(
+                "no traced site diverged ({} values compared): the difference arises outside the traced steps",
+                self.compared
+            );
+        };
+        let mut at = format!("step {}", s.step);
+        if let (Some(r), Some(m)) = (s.replica, s.microbatch) {
+            at += &format!(", microbatch {m} (replica {r})");
+        }
+        if s.phase == "checkpoint" {
+            return format!("first divergence: checkpoint save/load: {}", s.what);
+        }
+        let copy = s.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
+        format!(
+            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:.0e}",
+            s.phase,
+            s.site,
+            s.what,
+            s.metric.replace('_', " "),
+            s.value,
+            s.limit
+        )
+    }
+}
+
+/// Compare the run's trace in `run` with the reference's in `reference`.
+pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization, TraceError> {
+    let (_, want) = read_trace(reference)?;
+    let (index, got) = read_trace(run)?;
+    let limit = limit(dtype);
+    let mut sites = Vec::new();
+    for e in &index.entries {
+        let (Some(r), Some(c)) = (want.get(&e.like), got.get(&e.key)) else {
+            continue;
+        };
+        let value = relative_l2(r, c);
+        sites.push(SiteRow {
+            key: e.key.clone(),
+            relative_l2: value,
+        });
+        if value > limit || value.is_nan() {
+            let block = first_block(r, c, e.blocks, limit);
+            let first = site(e, index.microbatches, block, value, limit);
+            return Ok(Localization {
+                first: Some(first),
+                compared: sites.len(),
+                sites,
+            });
+        }
+    }
+    Ok(Localization {
+        first: None,
+        compared: sites.len(),
+        sites,
+    })
+}
+
+/// Relative L2 of `c` to `r`; infinite when they cannot be compared (shape, dtype) or the
+/// candidate has non-finite values the reference lacks.
+fn relative_l2(r: &HostTensor, c: &HostTensor) -> f64 {
+    if r.shape != c.shape || r.dtype != c.dtype || r.bytes.len() != c.bytes.len() {
+        return f64::INFINITY;
+    }
+    let s = scan(r.dtype, &r.bytes, &c.bytes, 0, 0.0, 0.0);
+    if s.nonfinite_cand > s.nonfinite_ref {
+        return f64::INFINITY;
+    }
+    TensorMetrics::from_stats(&s, &r.shape, 0.0, 0.0).relative_l2
+}
+
+/// The first row block of a stacked value that exceeds the limit.
+fn first_block(r: &HostTensor, c: &HostTensor, blocks: usize, limit: f64) -> Option<usize> {
+    if blocks < 2 || r.shape != c.shape || r.shape.first()? % blocks != 0 {
+        return None;
+    }
+    let parts = |t: &HostTensor| t.split(0, blocks);
+    let (rs, cs) = (parts(r), parts(c));
+    (0..blocks).find(|&b| relative_l2(&rs[b], &cs[b]) > limit)
+}
+
+fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, limit: f64) -> Site {
+    let (stepped, copy) = match e.key.rsplit_once('@') {
+        Some((k, n)) => (k, n.parse().ok()),
+        None => (e.key.as_str(), None),
+    };
+    let (step, path) = stepped
+        .strip_prefix('s')
+        .and_then(|s| s.split_once('.'))
+        .and_then(|(n, p)| Some((n.parse().ok()?, p)))
+        .unwrap_or((0, stepped));
+    let mbs = microbatches.max(1);
+    Site {
+        step,
+        replica: block.map(|b| b / mbs),
+        microbatch: block.map(|b| b % mbs),
+        phase: phase(path).to_owned(),
+        site: path.to_owned(),
+        copy,
+        what: what(path).to_owned(),
+        metric: "relative_l2".to_owned(),
+        value,
+        limit,
+    }
+}
+
+fn phase(path: &str) -> &'static str {
+    if path.contains(".bwd.") {
+        "backward"
+    } else if path.starts_with("grad.") {
+        "gradients"
+    } else {
+        "forward"
+    }
+}
+
+/// What a site's value is, in words.
+fn what(path: &str) -> &'static str {
+    let ends = |s: &str| path.ends_with(s);
+    if path.starts_with("pp.") {
+        "activation received from the previous stage"
+    } else if path.starts_with("loss.tokens") {
+        "loss normalizer: the global token count"
+    } else if path.starts_with("grad.") && ends(".accumulated") {
+        "gradient as accumulated, before its reductions"
+    } else if path.starts_with("grad.") {
+        "gradient as finalized, after its reductions"
+    } else if ends(".fwd.in") {
+        "input of the collective: what the computation before it produced"
+    } else if ends(".fwd.out") {
+        "output of the collective"
+    } else if ends(".bwd.in") {
+        "gradient arriving at the collective: what the backward before it produced"
+    } else if ends(".bwd.out") {
+        "gradient after the collective's backward"
+    } else if ends(".out") {
+        "layer output"
+    } else {
+        "traced value"
+    }
+}
