@@ -23,7 +23,7 @@ fn validate_accepts_the_examples() {
         .clone();
     let out = String::from_utf8(out).unwrap();
     assert!(
-        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 46 jobs)"),
+        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 92 jobs)"),
         "{out}"
     );
 }
@@ -112,18 +112,18 @@ fn validate_of_a_missing_file_is_a_spec_error() {
 fn plan_formats() {
     let text = stdout(meshparity().args(["plan", "examples/quickstart.toml"]));
     assert!(
-        text.starts_with("plan `quickstart` from examples/quickstart.toml: 46 of 46 jobs selected"),
+        text.starts_with("plan `quickstart` from examples/quickstart.toml: 92 of 92 jobs selected"),
         "{text}"
     );
     let json = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "json"]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["format_version"], 1);
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 46);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 92);
     let dot = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "dot"]));
     assert!(dot.starts_with("digraph \"quickstart\" {"));
     assert_eq!(
         dot.matches(" -> ").count(),
-        60,
+        106,
         "one edge into each training and mutation job, two into each level (its mesh's \
          training and the level before)"
     );
@@ -140,7 +140,7 @@ fn plan_filters_and_partitions() {
         "level=oracle",
     ]));
     assert!(
-        out.contains("1 of 46 jobs selected, 5 more as dependencies"),
+        out.contains("1 of 92 jobs selected, 5 more as dependencies"),
         "{out}"
     );
     let mut total = 0;
@@ -156,7 +156,7 @@ fn plan_filters_and_partitions() {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         total += v["selected"].as_u64().unwrap();
     }
-    assert_eq!(total, 46);
+    assert_eq!(total, 92);
 }
 
 #[test]
@@ -407,7 +407,7 @@ fn plan_on_a_gpu_uses_the_gpu_tolerance_table() {
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 46);
+    assert_eq!(jobs.len(), 92);
     for j in jobs {
         assert_eq!(j["device"], "gpu", "{j}");
         if let Some(t) = j.get("tolerance") {
@@ -570,4 +570,21 @@ fn names_cannot_escape_or_collide() {
         .collect();
     let forward = jobs.iter().filter(|j| j.contains("dp2_forward")).count();
     assert_eq!(forward, 2, "{jobs:?}");
+}
+
+/// docs/mutations.md holds the registry's table, as `list mutations --markdown` prints it.
+#[test]
+fn the_mutation_docs_table_is_the_registry() {
+    let table = stdout(meshparity().args(["list", "mutations", "--markdown"]));
+    let doc = std::fs::read_to_string("docs/mutations.md").unwrap();
+    let start = doc.find("<!-- catalog:start -->\n").unwrap() + "<!-- catalog:start -->\n".len();
+    let end = doc.find("<!-- catalog:end -->").unwrap();
+    assert_eq!(
+        &doc[start..end],
+        table,
+        "run `cargo run -- list mutations --markdown` and paste it into docs/mutations.md"
+    );
+    for m in meshparity_specs::catalog::CATALOG {
+        assert!(table.contains(&format!("`{}`", m.name)), "{}", m.name);
+    }
 }

@@ -66,7 +66,7 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         r["meta"]
     );
     let jobs = r["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 46);
+    assert_eq!(jobs.len(), 92);
     let mut mutations = 0;
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j}");
@@ -79,9 +79,10 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
                 !j["detail"]["caught_by"].as_array().unwrap().is_empty(),
                 "{j}"
             );
+            assert_eq!(j["detail"]["localized_as_injected"], true, "{j}");
         }
     }
-    assert_eq!(mutations, 20);
+    assert_eq!(mutations, 66);
     // The JUnit and HTML reports name the adapter too.
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="device" value="gpu""#));

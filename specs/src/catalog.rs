@@ -253,7 +253,7 @@ pub fn names() -> Vec<&'static str> {
     CATALOG.iter().map(|m| m.name).collect()
 }
 
-/// The catalog as a Markdown table (docs/mutations.md holds it; `meshparity mutations
+/// The catalog as a Markdown table (docs/mutations.md holds it; `meshparity list mutations
 /// --markdown` prints it).
 pub fn markdown() -> String {
     let mut s = String::from(

@@ -35,6 +35,9 @@ pub struct Args {
     lr: Vec<f64>,
     #[command(flatten)]
     select: SelectArgs,
+    /// Inject the mutations on the first N seeds only (default: every seed).
+    #[arg(long)]
+    mutation_seeds: Option<u64>,
     /// Where calibration.json and calibration.html go.
     #[arg(long, default_value = "meshparity-calibration")]
     out: PathBuf,
@@ -112,6 +115,8 @@ pub fn run(args: &Args) -> u8 {
         first_seed,
         configs: configs.clone(),
         scratch: args.out.join("scratch"),
+        mutation_seeds: args.mutation_seeds,
+        localize: true,
     };
     let start = Instant::now();
     let quiet = args.json || !super::color();

@@ -1,4 +1,5 @@
 //! `meshparity list devices`: what this machine and this build can compute on.
+//! `meshparity list mutations`: the catalog of bugs meshparity injects.
 
 use meshparity_backends::device::{self, Adapter};
 
@@ -18,12 +19,39 @@ enum What {
         #[arg(long)]
         json: bool,
     },
+    /// Every catalogued mutation: what a mesh needs, where it is injected, what it reproduces.
+    Mutations {
+        /// Print the Markdown table docs/mutations.md holds.
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 pub fn run(args: &Args) -> u8 {
     match &args.what {
         What::Devices { json } => devices(*json),
+        What::Mutations { markdown } => mutations(*markdown),
     }
+}
+
+fn mutations(markdown: bool) -> u8 {
+    use meshparity_specs::catalog::CATALOG;
+    if markdown {
+        print!("{}", meshparity_specs::catalog::markdown());
+        return exit::OK;
+    }
+    let width = CATALOG.iter().map(|m| m.name.len()).max().unwrap_or(0);
+    for m in CATALOG {
+        let needs: Vec<&str> = m.needs.iter().map(|n| n.describe()).collect();
+        println!(
+            "{:width$}  {:9}  {:28}  needs {}",
+            m.name,
+            m.phase.as_str(),
+            m.site,
+            needs.join(", ")
+        );
+    }
+    exit::OK
 }
 
 fn devices(json: bool) -> u8 {

@@ -68,13 +68,15 @@ pub fn html(c: &Calibration) -> String {
         title: format!("meshparity calibration: {}", c.spec),
         summary: format!(
             "seeds {}..={last}, configurations: {}; {} correct run(s), {} false positive(s); \
-             {} mutation run(s), {} missed; {} error(s); {:.1} s",
+             {} mutation run(s), {} missed, {} localized elsewhere than injected; {} error(s); \
+             {:.1} s",
             c.first_seed,
             c.configs.join(", "),
             c.correct_runs,
             c.false_positives(),
             c.mutation_runs,
             c.missed(),
+            c.mislocalized(),
             c.errors.len(),
             c.seconds
         ),
@@ -111,6 +113,8 @@ pub fn html(c: &Calibration) -> String {
                     cell(m.first_level.clone().unwrap_or_else(|| "-".into())),
                     reading(m.weakest.as_ref()),
                     graded(m.margin, m.thin),
+                    cell(super::text::localized(m)),
+                    cell(m.classes.join("; ")),
                 ]
             })
             .collect(),

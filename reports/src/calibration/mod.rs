@@ -48,9 +48,18 @@ impl Calibration {
         self.margins.iter().map(|m| m.missed_seeds.len()).sum()
     }
 
-    /// Whether every correct run passed, every mutation was caught and nothing errored.
+    /// Mutation runs localized to another site than the catalog's.
+    pub fn mislocalized(&self) -> u64 {
+        self.margins.iter().map(|m| m.mislocalized).sum()
+    }
+
+    /// Whether every correct run passed, every mutation was caught where it was injected and
+    /// nothing errored.
     pub fn clean(&self) -> bool {
-        self.false_positives() == 0 && self.missed() == 0 && self.errors.is_empty()
+        self.false_positives() == 0
+            && self.missed() == 0
+            && self.mislocalized() == 0
+            && self.errors.is_empty()
     }
 }
 
@@ -113,6 +122,14 @@ pub struct Margin {
     pub margin: f64,
     /// Margin under [`THIN`].
     pub thin: bool,
+    /// Where the runs were localized first (distinct sites, in the order first seen).
+    pub sites: Vec<String>,
+    /// Runs localized where the catalog says the bug is injected, and elsewhere (a
+    /// localization that points elsewhere is a failure of the tool, like a missed bug).
+    pub as_injected: u64,
+    pub mislocalized: u64,
+    /// The VERDICT / ART classes this mutation reproduces.
+    pub classes: Vec<String>,
 }
 
 /// A limit to consider for one (configuration, level, metric).

@@ -58,6 +58,7 @@ pub fn text(c: &Calibration) -> String {
             "first level",
             "weakest signal",
             "margin",
+            "localized",
         ])];
         for m in &c.margins {
             rows.push(vec![
@@ -69,6 +70,7 @@ pub fn text(c: &Calibration) -> String {
                 m.first_level.clone().unwrap_or_else(|| "-".into()),
                 reading(m.weakest.as_ref()),
                 flag(m.margin, m.thin),
+                localized(m),
             ]);
         }
         table(&mut out, &rows);
@@ -112,12 +114,14 @@ pub fn text(c: &Calibration) -> String {
     let thin_m = c.margins.iter().filter(|m| m.thin).count();
     let _ = writeln!(
         out,
-        "\n{} correct run(s), {} false positive(s); {} mutation run(s), {} missed; {} errors; \
-         {thin_h} thin headroom row(s), {thin_m} thin margin row(s)",
+        "\n{} correct run(s), {} false positive(s); {} mutation run(s), {} missed, {} localized \
+         elsewhere than injected; {} errors; {thin_h} thin headroom row(s), {thin_m} thin margin \
+         row(s)",
         c.correct_runs,
         c.false_positives(),
         c.mutation_runs,
         c.missed(),
+        c.mislocalized(),
         c.errors.len()
     );
     out
@@ -158,4 +162,17 @@ fn table(out: &mut String, rows: &[Vec<String>]) {
             .collect();
         let _ = writeln!(out, "  {}", line.join("  ").trim_end());
     }
+}
+
+/// The first diverging site(s) and how many runs were localized where the bug was injected.
+pub(crate) fn localized(m: &super::Margin) -> String {
+    if m.sites.is_empty() {
+        return "-".to_owned();
+    }
+    format!(
+        "{} ({}/{} as injected)",
+        m.sites.join(", "),
+        m.as_injected,
+        m.runs
+    )
 }

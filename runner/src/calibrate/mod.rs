@@ -12,7 +12,7 @@
 //! - `summary.rs` — samples → headroom, margin and suggested limits.
 
 mod summary;
-mod sweep;
+pub(crate) mod sweep;
 mod units;
 
 use std::path::PathBuf;
@@ -90,4 +90,9 @@ pub struct Options {
     pub configs: Vec<Config>,
     /// Scratch space for artifacts; each unit's directory is removed when it is judged.
     pub scratch: PathBuf,
+    /// Run the mutations on the first N seeds only (`None`: on every seed). The false-positive
+    /// claim needs many seeds; a bug that is caught by a wide margin needs fewer.
+    pub mutation_seeds: Option<u64>,
+    /// Localize every mutation run (the detection table's site column).
+    pub localize: bool,
 }

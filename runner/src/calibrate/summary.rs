@@ -177,10 +177,23 @@ impl Rows {
                 weakest: None,
                 margin: f64::INFINITY,
                 thin: false,
+                sites: Vec::new(),
+                as_injected: 0,
+                mislocalized: 0,
+                classes: meshparity_specs::catalog::find(m)
+                    .map(|c| c.classes.iter().map(|x| (*x).to_owned()).collect())
+                    .unwrap_or_default(),
             };
             (row, Vec::new())
         });
         row.runs += 1;
+        if let Some(site) = &s.site {
+            if !row.sites.contains(site) {
+                row.sites.push(site.clone());
+            }
+        }
+        row.as_injected += u64::from(s.as_injected == Some(true));
+        row.mislocalized += u64::from(s.as_injected == Some(false));
         match (s.levels.iter().find(|l| !l.passed), s.injected) {
             (Some(l), true) => {
                 row.caught += 1;

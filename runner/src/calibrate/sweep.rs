@@ -28,6 +28,9 @@ pub struct Sample {
     pub injected: bool,
     /// The run could not be judged (unsupported mesh, I/O): never counted as a pass.
     pub error: Option<String>,
+    /// For a mutation: the first diverging site, and whether it is the catalog's.
+    pub site: Option<String>,
+    pub as_injected: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -84,7 +87,13 @@ pub fn sweep(
         .par_iter()
         .flat_map_iter(|&(c, u, unit, seed)| {
             let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
-            let out = run_unit(spec, engines, c, unit, seed, &dir);
+            let what = Runs {
+                mutations: opts
+                    .mutation_seeds
+                    .is_none_or(|n| seed - opts.first_seed < n),
+                localize: opts.localize,
+            };
+            let out = run_unit(spec, engines, (c, what), unit, seed, &dir);
             let _ = std::fs::remove_dir_all(&dir);
             progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
             out
@@ -93,10 +102,17 @@ pub fn sweep(
     Ok(samples)
 }
 
+/// What one unit's seed runs besides the correct meshes.
+#[derive(Clone, Copy)]
+struct Runs {
+    mutations: bool,
+    localize: bool,
+}
+
 fn run_unit(
     spec: &Spec,
     engines: &dyn Engines,
-    config: usize,
+    (config, what): (usize, Runs),
     unit: &Unit,
     seed: u64,
     dir: &Path,
@@ -113,13 +129,14 @@ fn run_unit(
         levels: Vec::new(),
         injected: false,
         error: None,
+        site: None,
+        as_injected: None,
     };
     let every = |error: String| -> Vec<Sample> {
         unit.meshes
             .iter()
             .flat_map(|m| {
-                let runs =
-                    std::iter::once(None).chain(m.mutations.iter().map(|x| Some(x.as_str())));
+                let runs = std::iter::once(None).chain(mutations_of(m, what).map(Some));
                 runs.map(|mutation| Sample {
                     error: Some(error.clone()),
                     ..sample(m, mutation)
@@ -171,7 +188,7 @@ fn run_unit(
     }
     let mut out = Vec::new();
     for mesh in &unit.meshes {
-        let runs = std::iter::once(None).chain(mesh.mutations.iter().map(|m| Some(m.as_str())));
+        let runs = std::iter::once(None).chain(mutations_of(mesh, what).map(Some));
         let levels: Vec<Level> = mesh.levels.iter().map(|(l, _)| *l).collect();
         for mutation in runs {
             let name = mutation.unwrap_or("correct");
@@ -191,6 +208,16 @@ fn run_unit(
                 Ok(c) => {
                     s.levels = c.outcomes.iter().map(LevelSample::of).collect();
                     s.injected = !c.manifest.altered.is_empty();
+                    if let Some(m) = mutation.filter(|_| what.localize) {
+                        let mut o = c.mutation(m);
+                        match locate_mutation(engine.as_ref(), &req, &o, &here) {
+                            Ok(Some(l)) => o.localized(l),
+                            Ok(None) => {}
+                            Err(e) => s.error = Some(format!("localizing: {e}")),
+                        }
+                        s.site = o.localization.and_then(|l| l.first).map(|f| f.site);
+                        s.as_injected = o.localized_as_injected;
+                    }
                 }
                 Err(e) => s.error = Some(e.to_string()),
             }
@@ -198,4 +225,28 @@ fn run_unit(
         }
     }
     out
+}
+
+fn mutations_of(mesh: &MeshUnit, what: Runs) -> impl Iterator<Item = &str> {
+    mesh.mutations
+        .iter()
+        .filter(move |_| what.mutations)
+        .map(String::as_str)
+}
+
+/// Where a mutated run first leaves the reference: the checkpoint for save bugs (from the
+/// roundtrip level's finding), else both runs traced and compared site by site.
+pub fn locate_mutation(
+    engine: &dyn meshparity_engine::Engine,
+    req: &RunRequest<'_>,
+    o: &meshparity_engine::MutationOutcome,
+    dir: &Path,
+) -> Result<Option<meshparity_engine::Localization>, meshparity_engine::EngineError> {
+    let checkpoint = meshparity_specs::catalog::find(&o.mutation)
+        .is_some_and(|m| m.phase == meshparity_specs::catalog::Phase::Checkpoint);
+    if checkpoint {
+        let roundtrip = o.levels.iter().find(|l| l.level == Level::Roundtrip);
+        return Ok(roundtrip.and_then(meshparity_engine::checkpoint_site));
+    }
+    meshparity_engine::localize(engine, req, &dir.join("trace"))
 }

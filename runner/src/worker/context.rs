@@ -13,6 +13,7 @@ use petgraph::graph::NodeIndex;
 use super::{
     artifact_dir, io, recorded_adapter, WorkerArgs, WorkerError, WorkerResult, RESULT_FILE,
 };
+use crate::calibrate::sweep::locate_mutation;
 use crate::plan::{Job, JobKind, Plan};
 
 /// One job and what it runs on.
@@ -186,16 +187,7 @@ impl Context<'_> {
         let checked =
             meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
         let mut o = checked.mutation(mutation);
-        let checkpoint = meshparity_specs::catalog::find(mutation)
-            .is_some_and(|m| m.phase == meshparity_specs::catalog::Phase::Checkpoint);
-        let found = if checkpoint {
-            o.levels
-                .iter()
-                .find(|l| l.level == Level::Roundtrip)
-                .and_then(meshparity_engine::checkpoint_site)
-        } else {
-            meshparity_engine::localize(self.engine, &req, &self.args.out.join("trace"))?
-        };
+        let found = locate_mutation(self.engine, &req, &o, &self.args.out)?;
         if let Some(l) = found {
             o.localized(l);
         }
