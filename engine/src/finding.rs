@@ -61,6 +61,15 @@ impl Finding {
         }
     }
 
+    /// Where the judged run first left the reference, if it was localized.
+    pub fn localization(&self) -> Option<&crate::locate::Localization> {
+        match self {
+            Finding::Level(o) => o.localization.as_ref(),
+            Finding::Mutation(m) => m.localization.as_ref(),
+            Finding::Artifacts(_) => None,
+        }
+    }
+
     /// Tolerant reading for results files: a detail this build cannot read (another version's)
     /// is dropped rather than failing the whole file.
     pub fn lenient<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Finding>, D::Error> {

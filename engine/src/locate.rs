@@ -122,7 +122,7 @@ pub struct Site {
     pub copy: Option<usize>,
     pub what: String,
     pub metric: String,
-    #[serde(serialize_with = "meshparity_compare::metrics::num")]
+    // JSON writes inf (a value that could not be compared) as null; it reads back as inf.
     #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub value: f64,
     pub limit: f64,
@@ -132,7 +132,7 @@ pub struct Site {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SiteRow {
     pub key: String,
-    #[serde(serialize_with = "meshparity_compare::metrics::num")]
+    // JSON writes inf (a value that could not be compared) as null; it reads back as inf.
     #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub relative_l2: f64,
 }
@@ -290,5 +290,36 @@ fn what(path: &str) -> &'static str {
         "layer output"
     } else {
         "traced value"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Infinite readings (shape mismatch, checkpoint) survive results.json.
+    #[test]
+    fn localizations_survive_json() {
+        let l = Localization {
+            first: Some(Site {
+                step: 0,
+                replica: Some(1),
+                microbatch: Some(0),
+                phase: "checkpoint".into(),
+                site: "checkpoint".into(),
+                copy: None,
+                what: "shapes differ".into(),
+                metric: "roundtrip".into(),
+                value: f64::INFINITY,
+                limit: 0.0,
+            }),
+            compared: 3,
+            sites: vec![SiteRow {
+                key: "s0.x".into(),
+                relative_l2: f64::INFINITY,
+            }],
+        };
+        let back: Localization = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
+        assert_eq!(back, l);
     }
 }

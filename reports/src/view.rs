@@ -75,6 +75,8 @@ pub struct JobView {
     pub curve: Option<Plot>,
     pub caught_by: Vec<String>,
     pub altered: Vec<String>,
+    /// The first diverging site, with the values compared just before it.
+    pub divergence: Option<DivergenceView>,
     pub log_tail: String,
     pub attempts: Vec<AttemptView>,
     pub open: bool,
@@ -242,6 +244,54 @@ fn plot(losses: &Losses) -> Option<Plot> {
     })
 }
 
+/// A localization as the HTML shows it: the site path highlighted, and the last values
+/// compared up to it (all are in results.json).
+#[derive(Serialize)]
+pub struct DivergenceView {
+    pub at: String,
+    pub site: String,
+    pub what: String,
+    pub reading: String,
+    pub before: Vec<(String, String)>,
+}
+
+/// Values of the per-site table shown before the divergence.
+const SITES_SHOWN: usize = 8;
+
+fn divergence(l: &meshparity_engine::Localization) -> DivergenceView {
+    let before = l.sites[l.sites.len().saturating_sub(SITES_SHOWN)..]
+        .iter()
+        .map(|s| (clean(&s.key), format!("{:.2e}", s.relative_l2)))
+        .collect();
+    let Some(f) = &l.first else {
+        return DivergenceView {
+            at: String::new(),
+            site: String::new(),
+            what: clean(&l.summary()),
+            reading: String::new(),
+            before,
+        };
+    };
+    let mut at = format!("step {}", f.step);
+    if let (Some(r), Some(m)) = (f.replica, f.microbatch) {
+        at += &format!(", microbatch {m} (replica {r})");
+    }
+    at += &format!(", {}", f.phase);
+    let copy = f.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
+    DivergenceView {
+        at: clean(&at),
+        site: clean(&f.site),
+        what: clean(&format!("{}{copy}", f.what)),
+        reading: format!(
+            "{} {:.2e} > {:.0e}",
+            f.metric.replace('_', " "),
+            f.value,
+            f.limit
+        ),
+        before,
+    }
+}
+
 fn job_view(job: &JobRecord) -> JobView {
     let d = job.detail.as_ref();
     let comparisons: Vec<ComparisonView> = d
@@ -282,6 +332,7 @@ fn job_view(job: &JobRecord) -> JobView {
         altered: mutation
             .map(|m| m.altered.iter().map(|a| clean(a)).collect())
             .unwrap_or_default(),
+        divergence: d.and_then(|d| d.localization()).map(divergence),
         log_tail: job
             .attempts
             .last()
