@@ -15,6 +15,7 @@
 
 pub mod calibration;
 mod chars;
+mod divergence;
 pub mod html;
 pub mod junit;
 pub mod markdown;

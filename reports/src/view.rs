@@ -5,6 +5,7 @@ use indexmap::IndexMap;
 use meshparity_engine::{Comparison, Losses};
 use serde::Serialize;
 
+use crate::divergence::{divergence, DivergenceView};
 use crate::junit::compared;
 
 use crate::model::{JobRecord, RunMeta, RunResults, Status};
@@ -138,7 +139,7 @@ fn sci(x: Option<f64>) -> String {
 
 /// Characters a page should not carry: control characters other than newline and tab (ANSI
 /// escapes start with one).
-fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars()
         .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
         .collect()
@@ -242,54 +243,6 @@ fn plot(losses: &Losses) -> Option<Plot> {
         y_max: format!("{hi:.6}"),
         steps: r.len(),
     })
-}
-
-/// A localization as the HTML shows it: the site path highlighted, and the last values
-/// compared up to it (all are in results.json).
-#[derive(Serialize)]
-pub struct DivergenceView {
-    pub at: String,
-    pub site: String,
-    pub what: String,
-    pub reading: String,
-    pub before: Vec<(String, String)>,
-}
-
-/// Values of the per-site table shown before the divergence.
-const SITES_SHOWN: usize = 8;
-
-fn divergence(l: &meshparity_engine::Localization) -> DivergenceView {
-    let before = l.sites[l.sites.len().saturating_sub(SITES_SHOWN)..]
-        .iter()
-        .map(|s| (clean(&s.key), format!("{:.2e}", s.relative_l2)))
-        .collect();
-    let Some(f) = &l.first else {
-        return DivergenceView {
-            at: String::new(),
-            site: String::new(),
-            what: clean(&l.summary()),
-            reading: String::new(),
-            before,
-        };
-    };
-    let mut at = format!("step {}", f.step);
-    if let (Some(r), Some(m)) = (f.replica, f.microbatch) {
-        at += &format!(", microbatch {m} (replica {r})");
-    }
-    at += &format!(", {}", f.phase);
-    let copy = f.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
-    DivergenceView {
-        at: clean(&at),
-        site: clean(&f.site),
-        what: clean(&format!("{}{copy}", f.what)),
-        reading: format!(
-            "{} {:.2e} > {:.0e}",
-            f.metric.replace('_', " "),
-            f.value,
-            f.limit
-        ),
-        before,
-    }
 }
 
 fn job_view(job: &JobRecord) -> JobView {
