@@ -297,7 +297,7 @@ mod tests {
         assert!(glob("grad.*.dp", "grad.layers.0.mlp.up.weight.dp"));
         assert!(glob(
             "grad.*norm.weight.dp",
-            "grad.layers.1.attn_norm.weight.tp"
+            "grad.layers.1.attn_norm.weight.dp"
         ));
         assert!(!glob("grad.*.dp", "grad.x.tp"));
         assert!(glob("loss.tokens.dp", "loss.tokens.dp"));

@@ -237,7 +237,7 @@ struct EngineMutationTable {
     /// Extra environment (templates).
     env: Option<IndexMap<String, String>>,
     /// What a mesh needs for the bug to exist.
-    #[schemars(schema_with = "needs_names")]
+    #[schemars(schema_with = "needs_names", default)]
     needs: Option<Vec<String>>,
 }
 
@@ -380,10 +380,10 @@ struct Exclude {
 #[schemars(deny_unknown_fields)]
 struct Mutations {
     /// Mutation names from the catalog (docs/mutations.md), or "all".
-    #[schemars(schema_with = "mutation_names")]
+    #[schemars(schema_with = "mutation_names", default)]
     select: Option<Vec<String>>,
     /// Mutation names to leave out.
-    #[schemars(schema_with = "mutation_names")]
+    #[schemars(schema_with = "mutation_names", default)]
     exclude: Option<Vec<String>>,
 }
 
