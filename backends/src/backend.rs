@@ -127,8 +127,8 @@ impl Engine for Backend {
     fn trace(&self, req: &RunRequest<'_>) -> Result<bool, EngineError> {
         let setup = self.setup(req)?;
         let fault = fault(&setup, req)?;
-        let single = train::single_rank();
-        let mesh = req.mesh.unwrap_or(&single);
+        // The reference's trace: the same code as every mesh, on one rank.
+        let mesh = req.mesh.unwrap_or(&MeshConfig::SINGLE);
         let len = Length {
             steps: req.length().steps.clamp(1, crate::parallel::trace::STEPS),
             weights_after: 0,

@@ -135,21 +135,6 @@ pub struct Probe {
     pub trace: bool,
 }
 
-/// The mesh a world-size-1 trace runs on: the same code as every mesh, one rank.
-pub fn single_rank() -> MeshConfig {
-    MeshConfig {
-        dp: 1,
-        tp: 1,
-        pp: 1,
-        ep: 1,
-        etp: 1,
-        cp: 1,
-        sp: false,
-        microbatches: 1,
-        schedule: meshparity_specs::Schedule::OneFOneB,
-    }
-}
-
 /// The same run on a mesh, with an optional fault injected.
 pub fn mesh(
     model: &ModelConfig,

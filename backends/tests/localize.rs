@@ -43,7 +43,7 @@ fn every_mutation_is_localized_where_it_was_injected_bf16() {
 fn localized(dtype: SpecDType) {
     let root = tempfile::tempdir().unwrap();
     let reference = root.path().join("reference");
-    traced(&reference, &train::single_rank(), None, dtype);
+    traced(&reference, &MeshConfig::SINGLE, None, dtype);
     let mut checked = 0;
     for name in MESHES {
         let m = mesh(name);

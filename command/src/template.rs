@@ -24,18 +24,10 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     let mut put = |k: &str, x: String| {
         v.insert(k.to_owned(), x);
     };
-    let one = meshparity_specs::MeshConfig {
-        dp: 1,
-        tp: 1,
-        pp: 1,
-        ep: 1,
-        etp: 1,
-        cp: 1,
-        sp: false,
-        microbatches: 1,
-        schedule: meshparity_specs::Schedule::OneFOneB,
-    };
-    let m = req.mesh.copied().unwrap_or(one);
+    let m = req
+        .mesh
+        .copied()
+        .unwrap_or(meshparity_specs::MeshConfig::SINGLE);
     for (k, x) in [
         ("dp", m.dp),
         ("tp", m.tp),

@@ -62,6 +62,19 @@ pub struct Coord {
 }
 
 impl MeshConfig {
+    /// One rank: what a world-size-1 run is, as a mesh (reference traces, templates).
+    pub const SINGLE: MeshConfig = MeshConfig {
+        dp: 1,
+        tp: 1,
+        pp: 1,
+        ep: 1,
+        etp: 1,
+        cp: 1,
+        sp: false,
+        microbatches: 1,
+        schedule: Schedule::OneFOneB,
+    };
+
     /// The one rank ↔ coordinate map, Megatron's order with tensor parallel fastest:
     /// rank = tp + TP·(cp + CP·(dp + DP·pp)). Expert groups (ep, etp) are carved out of dp·tp.
     pub fn rank(&self, c: Coord) -> usize {

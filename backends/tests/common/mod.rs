@@ -36,17 +36,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
 
 /// `dp2`, `tp2`, `tp2-sp`, `pp2`, `pp2-gpipe`, `dp2-tp2-pp2`, `mb4`...
 pub fn mesh(name: &str) -> MeshConfig {
-    let mut m = MeshConfig {
-        dp: 1,
-        tp: 1,
-        pp: 1,
-        ep: 1,
-        etp: 1,
-        cp: 1,
-        sp: false,
-        microbatches: 1,
-        schedule: Schedule::OneFOneB,
-    };
+    let mut m = MeshConfig::SINGLE;
     for part in name.split('-') {
         let (key, n) = part.split_at(
             part.find(|c: char| c.is_ascii_digit())

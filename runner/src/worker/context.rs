@@ -163,7 +163,11 @@ impl Context<'_> {
         };
         let mut o = judge.level(level, &limits)?;
         if !o.passed && self.job.variant.is_none() {
-            o.localization = self.localize(level, &o)?;
+            // A verdict already computed is kept whatever happens to its localization.
+            match self.localize(level, &o) {
+                Ok(l) => o.localization = l,
+                Err(e) => eprintln!("localizing the failure: {e}"),
+            }
         }
         Ok(WorkerResult::verdict(
             o.passed,
@@ -187,7 +191,10 @@ impl Context<'_> {
         let checked =
             meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
         let mut o = checked.mutation(mutation);
-        let found = locate_mutation(self.engine, &req, &o, &self.args.out)?;
+        let found = locate_mutation(self.engine, &req, &o, &self.args.out).unwrap_or_else(|e| {
+            eprintln!("localizing the mutation: {e}");
+            None
+        });
         if let Some(l) = found {
             o.localized(l);
         }
