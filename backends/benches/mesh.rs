@@ -26,6 +26,10 @@ fn mesh(dp: u32, tp: u32, pp: u32, sp: bool, microbatches: u32) -> MeshConfig {
     }
 }
 
+fn with_cp(m: MeshConfig, cp: u32) -> MeshConfig {
+    MeshConfig { cp, ..m }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -70,6 +74,9 @@ fn main() {
         ("tp2-sp", mesh(1, 2, 1, true, 1)),
         ("pp2 (1f1b, 4 mb)", mesh(1, 1, 2, false, 4)),
         ("dp2-tp2-pp2 (2 mb)", mesh(2, 2, 2, false, 2)),
+        ("cp2", with_cp(mesh(1, 1, 1, false, 1), 2)),
+        ("cp4", with_cp(mesh(1, 1, 1, false, 1), 4)),
+        ("dp2-tp2-sp-cp2", with_cp(mesh(2, 2, 1, true, 1), 2)),
     ];
     // Warm up: thread pools, allocator.
     train::oracle(&model, &training, len, &dev, DType::F32);

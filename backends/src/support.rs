@@ -1,4 +1,4 @@
-//! What the burn engine computes: the dense llama family on dp/tp/sp/pp meshes, in every dtype
+//! What the burn engine computes: the dense llama family on dp/tp/sp/pp/cp meshes, in every dtype
 //! (whether the device has kernels for it is asked when it opens). Everything else is refused
 //! before anything runs, at the spec value that asks for it: a `moe` model used to run as a
 //! dense llama and pass, which is worse than an error.
@@ -22,7 +22,6 @@ pub fn supports(
     }
     let Some(mesh) = mesh else { return Ok(()) };
     for (axis, what, n) in [
-        ("cp", "context parallelism", mesh.cp),
         ("ep", "expert parallelism", mesh.ep),
         ("etp", "expert tensor parallelism", mesh.etp),
     ] {

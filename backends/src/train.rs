@@ -147,7 +147,6 @@ pub fn mesh(
 ) -> Result<Record, RunError> {
     let fault = probe.fault;
     for (what, n) in [
-        ("context parallelism (cp)", mesh.cp),
         ("expert parallelism (ep)", mesh.ep),
         ("expert tensor parallelism (etp)", mesh.etp),
     ] {

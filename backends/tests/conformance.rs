@@ -32,10 +32,16 @@ fn conform(dtype: DType) {
         )
     })
     .collect();
-    let meshes: Vec<_> = ["dp2", "tp2-sp", "pp2-mb2", "dp2-tp2-pp2-mb2"]
-        .into_iter()
-        .map(common::mesh)
-        .collect();
+    let meshes: Vec<_> = [
+        "dp2",
+        "tp2-sp",
+        "pp2-mb2",
+        "dp2-tp2-pp2-mb2",
+        "dp2-tp2-sp-cp2",
+    ]
+    .into_iter()
+    .map(common::mesh)
+    .collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let setup = Setup {
         model: &model,
@@ -64,10 +70,13 @@ fn unsupported_cells_are_refused_at_their_field() {
     let engine = Backend::cpu();
     let mut model = common::tiny();
     let dtype = DType::F32;
-    let mut cp = common::mesh("dp2");
-    cp.cp = 2;
-    let err = engine.supports(&model, Some(&cp), dtype).unwrap_err();
-    assert_eq!(err.field, Field::Axis("cp"), "{err}");
+    let mut ep = common::mesh("dp2");
+    ep.ep = 2;
+    let err = engine.supports(&model, Some(&ep), dtype).unwrap_err();
+    assert_eq!(err.field, Field::Axis("ep"), "{err}");
+    assert!(engine
+        .supports(&model, Some(&common::mesh("dp2-cp2")), dtype)
+        .is_ok());
     model.family = meshparity_specs::Family::Moe;
     let err = engine.supports(&model, None, dtype).unwrap_err();
     assert_eq!(err.field, Field::Family, "{err}");

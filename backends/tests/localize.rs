@@ -13,7 +13,15 @@ use meshparity_engine::locate::{limit, locate};
 use meshparity_specs::catalog::{Phase, CATALOG};
 use meshparity_specs::{DType as SpecDType, MeshConfig, Optimizer};
 
-const MESHES: &[&str] = &["dp2", "tp2", "tp2-sp", "pp2-mb4", "dp2-tp2-pp2-mb2"];
+const MESHES: &[&str] = &[
+    "dp2",
+    "tp2",
+    "tp2-sp",
+    "pp2-mb4",
+    "dp2-tp2-pp2-mb2",
+    "cp2",
+    "dp2-tp2-sp-cp2",
+];
 const LEN: Length = Length {
     steps: 2,
     weights_after: 0,

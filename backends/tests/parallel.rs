@@ -61,6 +61,12 @@ const MESHES: &[&str] = &[
     "dp2-mb2",
     "dp2-tp2-sp-pp2-mb4-gpipe",
     "dp4",
+    "cp2",
+    "cp4",
+    "dp2-cp2",
+    "tp2-cp2",
+    "dp2-tp2-sp-cp2",
+    "tp2-sp-cp2-pp2-mb2",
 ];
 
 #[test]

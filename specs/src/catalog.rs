@@ -34,6 +34,9 @@ pub enum Id {
     RopeBackwardSwapped,
     SaveDropsTpShards,
     SaveDuplicatesReplicated,
+    CpUnweightedMerge,
+    CpStaleKvChunk,
+    CpSkipGradReduce,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -196,14 +199,22 @@ pub const CATALOG: &[Mutation] = &[
         "checkpoint save treats replicated tensors as TP shards, so loading concatenates every rank's copy",
         &[Tp], Checkpoint, "checkpoint",
         &["ART: duplicate replicated entries on save"]),
+    m(CpUnweightedMerge, "cp-no-lse-renormalization",
+        "ring attention adds the partial outputs of its ring steps as they are, without weighting each by exp(lse_step − lse) (the log-sum-exp renormalization that makes them one softmax)",
+        &[Cp], Forward, "layers.0.attn.o.fwd.in",
+        &["ART: CP attention without log-sum-exp renormalization"]),
+    m(CpStaleKvChunk, "cp-stale-kv-chunk",
+        "the first ring step's K/V receive never lands: each rank attends to its own chunk again, masked as the previous rank's (the KV chunk of the wrong ring step)",
+        &[Cp], Forward, "layers.0.attn.o.fwd.in",
+        &["CP: KV chunk of the wrong ring step"]),
+    m(CpSkipGradReduce, "cp-skip-grad-reduce",
+        "gradients are all-reduced over the data-parallel ranks only, not over the context-parallel ranks that hold the other chunks of each sequence",
+        &[Cp], Gradients, "grad.*.dp",
+        &["CP: gradient reduce over the cp group skipped"]),
 ];
 
 /// Published classes that no entry reproduces.
 pub const NOT_APPLICABLE: &[NotApplicable] = &[
-    NotApplicable {
-        class: "ART: CP attention without log-sum-exp renormalization",
-        why: "the burn engine has no context parallelism yet (cp > 1 cells are refused); it comes with MoE/CP",
-    },
     NotApplicable {
         class: "ART: LoRA-specific mutations (adapter factors, adapter merge)",
         why: "the burn engine trains full weights, no adapters; the replicated-factor class is covered by sp-skip-norm-grad-all-reduce",

@@ -53,14 +53,20 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
+    let cp = mesh.cp.value;
     if mesh.sp.value {
+        let (shards, of) = if cp > 1 {
+            (tp * cp, format!("tp × cp ({tp} × {cp})"))
+        } else {
+            (tp, format!("tp ({tp})"))
+        };
         rule(
-            divides(model.seq_len.value, tp),
+            divides(model.seq_len.value, shards),
             format!(
-                "seq_len ({}) is not divisible by tp ({tp}) under sequence parallelism",
+                "seq_len ({}) is not divisible by {of} under sequence parallelism",
                 model.seq_len.value
             ),
-            "SP shards the sequence across the tp ranks",
+            "SP shards each cp rank's part of the sequence across the tp ranks",
             &mesh.sp.loc,
             &model.seq_len.loc,
             "model",
@@ -77,13 +83,14 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         &model.layers.loc,
         "model",
     );
+    let chunks = if cp > 1 { 2 * cp } else { 1 };
     rule(
-        divides(model.seq_len.value, mesh.cp.value),
+        divides(model.seq_len.value, chunks),
         format!(
-            "seq_len ({}) is not divisible by cp ({})",
-            model.seq_len.value, mesh.cp.value
+            "seq_len ({}) is not divisible by 2 × cp ({chunks})",
+            model.seq_len.value
         ),
-        "context parallelism splits every sequence into cp equal chunks",
+        "context parallelism cuts every sequence into 2·cp equal chunks, rank c holding chunks c and 2·cp−1−c (causal load balancing)",
         &mesh.cp.loc,
         &model.seq_len.loc,
         "model",

@@ -25,6 +25,7 @@ pub enum Needs {
     /// Three or more ranks: "several ranks but not all" needs them.
     ThreeRanks,
     Ep,
+    Cp,
 }
 
 impl Needs {
@@ -38,6 +39,7 @@ impl Needs {
             Needs::MultiRank => m.world_size() > 1,
             Needs::ThreeRanks => m.world_size() > 2,
             Needs::Ep => m.ep > 1,
+            Needs::Cp => m.cp > 1,
         }
     }
 
@@ -51,6 +53,7 @@ impl Needs {
         "multi-rank",
         "three-ranks",
         "ep",
+        "cp",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -63,6 +66,7 @@ impl Needs {
             "multi-rank" => Needs::MultiRank,
             "three-ranks" => Needs::ThreeRanks,
             "ep" => Needs::Ep,
+            "cp" => Needs::Cp,
             _ => return None,
         })
     }
@@ -77,6 +81,7 @@ impl Needs {
             Needs::MultiRank => "more than one rank",
             Needs::ThreeRanks => "three or more ranks",
             Needs::Ep => "ep > 1",
+            Needs::Cp => "cp > 1",
         }
     }
 }

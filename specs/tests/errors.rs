@@ -104,7 +104,7 @@ fn meshes_that_do_not_divide_the_model() {
         &[
             "tests/broken/misfit.toml:15:6: mesh `tp4` does not fit model `tiny`: kv_heads (2) is not divisible by tp (4)",
             "tests/broken/misfit.toml:18:6: mesh `pp2` does not fit model `tiny`: layers (3) is not divisible by pp (2)",
-            "tests/broken/misfit.toml:22:6: mesh `cp2` does not fit model `tiny`: seq_len (15) is not divisible by cp (2)",
+            "tests/broken/misfit.toml:22:6: mesh `cp2` does not fit model `tiny`: seq_len (15) is not divisible by 2 × cp (4)",
             "tests/broken/misfit.toml:26:6: mesh `ep2` does not fit model `moe`: experts (3) is not divisible by ep (2)",
             "tests/broken/misfit.toml:29:6: mesh `dp4` does not fit model `tiny`: batch (6) is not divisible by dp·microbatches",
         ],

@@ -28,14 +28,24 @@ pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
 /// # Shapes
 /// x: [B, N, S, D] with D even → [B, N, S, D]
 pub fn rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
+    let s = x.dims()[2];
+    rope_at(x, &(offset..offset + s).collect::<Vec<_>>())
+}
+
+/// Rotary embedding at the given absolute positions (a context-parallel rank's chunks are not
+/// contiguous).
+///
+/// # Shapes
+/// x: [B, N, S, D] with D even, positions: S → [B, N, S, D]
+pub fn rope_at(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
     let [_, _, s, d] = x.dims();
     let half = d / 2;
     let mut cos = Vec::with_capacity(s * half);
     let mut sin = Vec::with_capacity(s * half);
-    for p in 0..s {
+    for &p in positions {
         for i in 0..half {
             let freq = ROPE_THETA.powf(-(2.0 * i as f64) / d as f64);
-            let angle = (offset + p) as f64 * freq;
+            let angle = p as f64 * freq;
             cos.push(angle.cos());
             sin.push(angle.sin());
         }
@@ -67,16 +77,29 @@ pub fn attention_mask(
     seq_len: usize,
     device: &burn::tensor::Device,
 ) -> Tensor<4, Bool> {
+    let all: Vec<usize> = (0..seq_len).collect();
+    attention_mask_at(lengths, &all, &all, device)
+}
+
+/// [`attention_mask`] between queries and keys at the given absolute positions.
+///
+/// # Shapes
+/// → [B, 1, Sq, Sk]
+pub fn attention_mask_at(
+    lengths: &[usize],
+    queries: &[usize],
+    keys: &[usize],
+    device: &burn::tensor::Device,
+) -> Tensor<4, Bool> {
     let b = lengths.len();
-    let mut blocked = vec![false; b * seq_len * seq_len];
-    for (i, &len) in lengths.iter().enumerate() {
-        for q in 0..seq_len {
-            for k in 0..seq_len {
-                blocked[(i * seq_len + q) * seq_len + k] = k > q || k >= len;
-            }
+    let (sq, sk) = (queries.len(), keys.len());
+    let mut blocked = Vec::with_capacity(b * sq * sk);
+    for &len in lengths {
+        for &q in queries {
+            blocked.extend(keys.iter().map(|&k| k > q || k >= len));
         }
     }
-    Tensor::<4, Bool>::from_data(TensorData::new(blocked, [b, 1, seq_len, seq_len]), device)
+    Tensor::<4, Bool>::from_data(TensorData::new(blocked, [b, 1, sq, sk]), device)
 }
 
 /// Grouped-query attention core: softmax(q kᵀ/√d) v with kv heads shared by groups of query
@@ -85,22 +108,76 @@ pub fn attention_mask(
 /// # Shapes
 /// q: [B, Nq, S, D], k/v: [B, Nkv, S, D], mask: [B, 1, S, S] → [B, Nq, S, D]
 pub fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<4> {
-    let [b, nq, s, d] = q.dims();
-    let nkv = k.dims()[1];
-    let group = nq / nkv;
-    let expand = |t: Tensor<4>| -> Tensor<4> {
-        if group == 1 {
-            t
-        } else {
-            t.unsqueeze_dim::<5>(2)
-                .repeat_dim(2, group)
-                .reshape([b, nq, s, d])
-        }
-    };
-    let (k, v) = (expand(k), expand(v));
+    let group = group(&q, &k);
+    softmax(scores(q, k, mask), 3).matmul(expand_kv(v, group))
+}
+
+/// Attention of the queries over one block of keys (a ring step of context parallelism): the
+/// block's softmax-weighted values and the log-sum-exp of its scores, from which blocks merge
+/// exactly ([`merge_blocks`]).
+///
+/// # Shapes
+/// q: [B, Nq, Sq, D], k/v: [B, Nkv, Sk, D], mask: [B, 1, Sq, Sk] → ([B, Nq, Sq, D], [B, Nq, Sq, 1])
+pub fn attention_block(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+) -> (Tensor<4>, Tensor<4>) {
+    let group = group(&q, &k);
+    let scores = scores(q, k, mask);
+    // The shift only keeps exp() in range; d lse/d scores is the softmax with or without it.
+    let max = scores.clone().max_dim(3).detach();
+    let e = (scores - max.clone()).exp();
+    let sum = e.clone().sum_dim(3);
+    let out = (e / sum.clone()).matmul(expand_kv(v, group));
+    (out, max + sum.log())
+}
+
+/// Online-softmax merge of per-block attention outputs: weight each block by
+/// exp(lse_j − lse), lse = log Σ_j exp(lse_j). Exactly softmax over all keys at once.
+///
+/// # Shapes
+/// blocks: ([B, Nq, Sq, D], [B, Nq, Sq, 1]) each → [B, Nq, Sq, D]
+pub fn merge_blocks(blocks: Vec<(Tensor<4>, Tensor<4>)>) -> Tensor<4> {
+    let lses: Vec<Tensor<4>> = blocks.iter().map(|(_, l)| l.clone()).collect();
+    let max = Tensor::cat(lses.clone(), 3).max_dim(3).detach();
+    let total = lses
+        .iter()
+        .map(|l| (l.clone() - max.clone()).exp())
+        .reduce(|a, b| a + b)
+        .expect("a ring has steps")
+        .log()
+        + max;
+    blocks
+        .into_iter()
+        .map(|(o, l)| o * (l - total.clone()).exp())
+        .reduce(|a, b| a + b)
+        .expect("a ring has steps")
+}
+
+fn group(q: &Tensor<4>, k: &Tensor<4>) -> usize {
+    q.dims()[1] / k.dims()[1]
+}
+
+/// Scaled, masked scores q kᵀ/√d with kv heads repeated for their query-head group.
+fn scores(q: Tensor<4>, k: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<4> {
+    let [_, nq, _, d] = q.dims();
+    let group = group(&q, &k);
+    let k = expand_kv(k, group);
     let scores = q.matmul(k.swap_dims(2, 3)) / (d as f64).sqrt();
-    let scores = scores.mask_fill(mask.repeat_dim(1, nq), -1e30);
-    softmax(scores, 3).matmul(v)
+    scores.mask_fill(mask.repeat_dim(1, nq), -1e30)
+}
+
+/// kv heads shared by groups of query heads, repeated to one per query head.
+fn expand_kv(t: Tensor<4>, group: usize) -> Tensor<4> {
+    if group == 1 {
+        return t;
+    }
+    let [b, n, s, d] = t.dims();
+    t.unsqueeze_dim::<5>(2)
+        .repeat_dim(2, group)
+        .reshape([b, n * group, s, d])
 }
 
 /// SwiGLU MLP: (silu(x·Wg) ⊙ x·Wu)·Wd.

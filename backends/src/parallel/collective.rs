@@ -41,6 +41,10 @@ pub struct Comm {
     /// The row block the work on this communicator computes (replica × microbatches + mb).
     block: Option<usize>,
     records: Vec<Record>,
+    /// Context-parallel ranks in the groups this communicator's work runs on
+    /// ([`super::context::Groups`]): TP collectives run per TP group, traces are put back in
+    /// global sequence order.
+    cp: usize,
 }
 
 impl Comm {
@@ -53,6 +57,7 @@ impl Comm {
             tracing: false,
             block: None,
             records: Vec::new(),
+            cp: 1,
         }
     }
 
@@ -70,6 +75,14 @@ impl Comm {
 
     pub fn tracing(&self) -> bool {
         self.tracing
+    }
+
+    pub fn set_cp(&mut self, cp: usize) {
+        self.cp = cp;
+    }
+
+    pub fn cp(&self) -> usize {
+        self.cp
     }
 
     pub fn set_block(&mut self, block: usize) {
@@ -96,7 +109,7 @@ impl Comm {
             site: site.to_owned(),
             like,
             block: self.block,
-            copies: canon(parts, how),
+            copies: canon(parts, how, self.cp),
         });
     }
 
@@ -229,6 +242,30 @@ impl Comm {
         (0..n)
             .map(|i| reduced.clone().narrow(dim, i * block, block))
             .collect()
+    }
+
+    /// One step around a context-parallel ring (ranks in ring order): rank c gets rank c−1's
+    /// tensor, or rank c+1's `backward` (gradients return to their sender). A skipped step
+    /// leaves each rank's buffer as it was: its previous step's tensor.
+    pub fn ring_shift<const D: usize>(
+        &mut self,
+        site: &str,
+        ranks: &[usize],
+        parts: Vec<Tensor<D>>,
+        backward: bool,
+    ) -> Vec<Tensor<D>> {
+        let n = parts.len();
+        if n == 1 || self.record(site, "send_recv", ranks) == Some(Alteration::Skip) {
+            return parts;
+        }
+        let from = |c: usize| {
+            if backward {
+                (c + 1) % n
+            } else {
+                (c + n - 1) % n
+            }
+        };
+        (0..n).map(|c| parts[from(c)].clone()).collect()
     }
 
     /// Put a tensor in `to`'s mailbox under `tag`. A misrouting fault sends it to `wrong`.

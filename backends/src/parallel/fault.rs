@@ -131,6 +131,9 @@ impl Fault {
                 Some(Alteration::Skip)
             }
             Id::WrongSendPeer if hit("pp.stage0.fwd.send") => Some(Alteration::Misroute),
+            // The receive of the first ring step never lands: the buffer keeps the rank's own
+            // chunk, used as if it were the previous rank's.
+            Id::CpStaleKvChunk if hit("layers.0.attn.kv.ring1.fwd.") => Some(Alteration::Skip),
             _ => None,
         }
     }
@@ -176,6 +179,17 @@ impl Fault {
         self.0 == Id::SwigluBackwardWrongOperand && layer == 0
     }
 
+    /// Whether `layer`'s ring attention sums its partial outputs without log-sum-exp weights.
+    pub fn cp_unweighted_merge(self, layer: u32) -> bool {
+        self.0 == Id::CpUnweightedMerge && layer == 0
+    }
+
+    /// Whether the data-parallel gradient reduction leaves out the context-parallel ranks
+    /// (reduces over dp only, not over Megatron's dp × cp group).
+    pub fn cp_grad_reduce_skipped(self) -> bool {
+        self.0 == Id::CpSkipGradReduce
+    }
+
     /// Whether `layer`'s RoPE backward swaps its outputs.
     pub fn rope_swapped(self, layer: u32) -> bool {
         self.0 == Id::RopeBackwardSwapped && layer == 0
@@ -207,6 +221,7 @@ mod tests {
             "loss.tokens.dp.all_reduce",
             "grad.layers.0.attn_norm.weight.tp.all_reduce",
             "pp.stage0.fwd.send",
+            "layers.0.attn.kv.ring1.fwd.send_recv",
         ];
         for f in Fault::all() {
             let acts = sites.iter().any(|s| f.alter(s).is_some())
@@ -217,6 +232,8 @@ mod tests {
                 || f.residual_scale(0).is_some()
                 || f.swiglu_wrong_operand(0)
                 || f.rope_swapped(0)
+                || f.cp_unweighted_merge(0)
+                || f.cp_grad_reduce_skipped()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -6,7 +6,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::Tensor;
 
 use super::fault::{NormFault, WRONG_EPS};
-use crate::llama::layers::{rope, NORM_EPS};
+use crate::llama::layers::{rope_at, NORM_EPS};
 
 /// RMSNorm with the wrong epsilon or the wrong power.
 pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>, fault: NormFault) -> Tensor<3> {
@@ -34,7 +34,7 @@ pub fn swiglu_wrong_operand(
 
 /// RoPE whose backward returns its two half-gradients swapped: the value of `rope(x)`, the
 /// vector-Jacobian product of `rope(swap(x))`, which is swap(ropeᵀ g).
-pub fn rope_swapped_backward(x: Tensor<4>, offset: usize) -> Tensor<4> {
+pub fn rope_swapped_backward(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
     let half = x.dims()[3] / 2;
     let swapped = Tensor::cat(
         vec![
@@ -43,6 +43,16 @@ pub fn rope_swapped_backward(x: Tensor<4>, offset: usize) -> Tensor<4> {
         ],
         3,
     );
-    let through = rope(swapped, offset);
-    rope(x, offset).detach() + (through.clone() - through.detach())
+    let through = rope_at(swapped, positions);
+    rope_at(x, positions).detach() + (through.clone() - through.detach())
+}
+
+/// Ring attention's partial outputs summed as they are, without the log-sum-exp weights that
+/// make them one softmax over all keys.
+pub fn unweighted_merge(blocks: Vec<(Tensor<4>, Tensor<4>)>) -> Tensor<4> {
+    blocks
+        .into_iter()
+        .map(|(o, _)| o)
+        .reduce(|a, b| a + b)
+        .expect("a ring has steps")
 }

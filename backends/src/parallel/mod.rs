@@ -3,16 +3,20 @@
 //!
 //! - `collective.rs` — the communicator: every call logged by site, faults injected there;
 //! - `fault.rs` — the catalogued mutations and where each one acts;
+//! - `context.rs` — context parallelism: zigzag chunks, TP × CP groups, global order;
 //! - `tape.rs` — segments between collectives, backward with Megatron's conjugates;
+//! - `ring.rs` — attention on whole sequences or around the CP ring (online softmax);
 //! - `stage.rs` — one pipeline stage on one TP group (TP, SP, vocab-parallel layers);
 //! - `schedule.rs` — GPipe and 1F1B orders and their clocked simulation;
 //! - `pipeline.rs` — one replica's stages over its microbatches, tick by tick;
 //! - `step.rs` — one training step: DP replicas, gradient finalization.
 
 pub mod collective;
+pub mod context;
 pub mod fault;
 mod faulty;
 pub mod pipeline;
+mod ring;
 pub mod schedule;
 pub mod stage;
 pub mod step;

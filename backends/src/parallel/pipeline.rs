@@ -9,6 +9,7 @@ use burn::tensor::Tensor;
 use indexmap::IndexMap;
 
 use super::collective::Comm;
+use super::context::{zigzag, Groups};
 use super::schedule::Action;
 use super::stage::{Leaves, StageCtx, StageOut};
 use super::step::{scalar, MeshExec};
@@ -28,7 +29,8 @@ pub(super) struct Replica {
 /// What every action of one replica shares.
 struct Act<'a> {
     d: usize,
-    normalizer: f64,
+    /// Each cp rank's loss normalizer.
+    normalizers: &'a [f64],
     micro: &'a [Batch],
     leaves: &'a [Leaves],
 }
@@ -57,7 +59,7 @@ impl MeshExec<'_> {
         &self,
         comm: &mut Comm,
         d: usize,
-        normalizer: f64,
+        normalizers: &[f64],
         batch: &Batch,
         leaves: &[Leaves],
         ticks: &[Vec<Action>],
@@ -83,7 +85,8 @@ impl MeshExec<'_> {
                         Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
                     ),
                 };
-                let mut sub = comm.split(&self.tp_group(d, stage));
+                let mut sub = comm.split(&self.stage_group(d, stage));
+                sub.set_cp(self.mesh.cp as usize);
                 let mb = match action {
                     Action::Forward { mb, .. } | Action::Backward { mb, .. } => mb,
                 };
@@ -95,7 +98,7 @@ impl MeshExec<'_> {
                 .map(|(action, held, mut sub)| {
                     let ctx = Act {
                         d,
-                        normalizer,
+                        normalizers,
                         micro: &micro,
                         leaves,
                     };
@@ -174,12 +177,13 @@ impl MeshExec<'_> {
                     fault: comm.fault(),
                     ..self.ctx(stage, d, ctx.leaves)
                 };
-                let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizer);
+                let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizers);
                 let mut loss = None;
                 if stage + 1 < pp {
-                    for (t, &v) in out.outputs.iter().enumerate() {
-                        let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage + 1));
-                        let wrong = self.rank(t, d, (stage + 2) % pp);
+                    let (here, next) = (self.stage_group(d, stage), self.stage_group(d, stage + 1));
+                    let misrouted = self.stage_group(d, (stage + 2) % pp);
+                    for (i, &v) in out.outputs.iter().enumerate() {
+                        let (from, to, wrong) = (here[i], next[i], misrouted[i]);
                         let site = format!("pp.stage{stage}.fwd.send");
                         comm.send(
                             &site,
@@ -191,10 +195,7 @@ impl MeshExec<'_> {
                         );
                     }
                 } else {
-                    let l = scalar(out.tape.value(out.outputs[0]).reshape([1]));
-                    let parts: Vec<Tensor<3>> =
-                        out.logits.iter().map(|&v| out.tape.value(v)).collect();
-                    loss = Some((l, Tensor::cat(parts, 2)));
+                    loss = Some(self.gather_last(&out));
                 }
                 Ok(Done::Forward {
                     stage,
@@ -205,15 +206,17 @@ impl MeshExec<'_> {
             }
             Action::Backward { stage, mb } => {
                 let out = held.ok_or("backward before forward")?;
+                let here = self.stage_group(d, stage);
                 let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
                     let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
                     out.outputs.iter().map(|&v| (v, one.clone())).collect()
                 } else {
+                    let next = self.stage_group(d, stage + 1);
                     out.outputs
                         .iter()
                         .enumerate()
-                        .map(|(t, &v)| {
-                            let (from, to) = (self.rank(t, d, stage + 1), self.rank(t, d, stage));
+                        .map(|(i, &v)| {
+                            let (from, to) = (next[i], here[i]);
                             let site = format!("pp.stage{stage}.bwd.recv");
                             let like = out.tape.value(v).zeros_like();
                             (
@@ -244,11 +247,12 @@ impl MeshExec<'_> {
                     }
                 });
                 if stage > 0 {
-                    for (t, v) in inputs.into_iter().enumerate() {
+                    let prev = self.stage_group(d, stage - 1);
+                    for (i, v) in inputs.into_iter().enumerate() {
                         let g = input_grads
                             .remove(&v)
                             .ok_or("a stage input got no gradient")?;
-                        let (from, to) = (self.rank(t, d, stage), self.rank(t, d, stage - 1));
+                        let (from, to) = (here[i], prev[i]);
                         let site = format!("pp.stage{stage}.bwd.send");
                         comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
                     }
@@ -265,12 +269,40 @@ impl MeshExec<'_> {
             dtype: self.dtype,
             stage,
             stages: self.mesh.pp as usize,
-            ranks: self.tp_group(dp, stage),
+            ranks: self.stage_group(dp, stage),
+            cp: self.mesh.cp as usize,
             sp: self.mesh.sp && self.mesh.tp > 1,
             leaves,
             fault: None,
-            odd_rank: self.rank(self.mesh.tp as usize - 1, self.mesh.dp as usize - 1, 0),
+            odd_rank: self.rank(
+                self.mesh.tp as usize - 1,
+                self.mesh.cp as usize - 1,
+                self.mesh.dp as usize - 1,
+                0,
+            ),
         }
+    }
+
+    /// The last stage's microbatch loss (the cp ranks' partial sums added, as the loss report's
+    /// all-reduce over cp does) and its logits, vocab blocks joined and cp chunks put back in
+    /// sequence order.
+    fn gather_last(&self, out: &StageOut) -> (f64, Tensor<3>) {
+        let groups = Groups::of(out.outputs.len(), self.mesh.cp as usize);
+        let tp_groups = groups.tp_groups();
+        let loss = tp_groups
+            .iter()
+            .map(|g| scalar(out.tape.value(out.outputs[g[0]]).reshape([1])))
+            .sum();
+        let per_cp = tp_groups
+            .iter()
+            .map(|g| {
+                Tensor::cat(
+                    g.iter().map(|&i| out.tape.value(out.logits[i])).collect(),
+                    2,
+                )
+            })
+            .collect();
+        (loss, zigzag(per_cp))
     }
 
     fn receive_activations(
@@ -285,15 +317,17 @@ impl MeshExec<'_> {
             return Vec::new();
         }
         let tp = self.mesh.tp as usize;
+        let local = micro.seq_len / self.mesh.cp as usize;
         let seq = if self.mesh.sp && tp > 1 {
-            micro.seq_len / tp
+            local / tp
         } else {
-            micro.seq_len
+            local
         };
         let shape = [micro.batch, seq, self.model.hidden as usize];
-        (0..tp)
-            .map(|t| {
-                let (from, to) = (self.rank(t, d, stage - 1), self.rank(t, d, stage));
+        let (prev, here) = (self.stage_group(d, stage - 1), self.stage_group(d, stage));
+        (0..here.len())
+            .map(|i| {
+                let (from, to) = (prev[i], here[i]);
                 let site = format!("pp.stage{stage}.fwd.recv");
                 comm.recv(&site, from, to, &format!("d{d}.mb{mb}.act"), || {
                     Tensor::<3>::zeros(shape, (self.device, self.dtype))

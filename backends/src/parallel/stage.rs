@@ -1,21 +1,25 @@
-//! One pipeline stage of the `llama` model on one tensor-parallel group, for one microbatch.
+//! One pipeline stage of the `llama` model on one data-parallel replica's TP × CP ranks, for one
+//! microbatch.
 //!
 //! The same layer functions as the oracle (`llama::layers`), called with each rank's shards,
 //! and every collective explicit on the tape: vocab-parallel embedding, column-parallel q/k/v and
 //! gate/up, row-parallel o and down, sequence-parallel norms and residuals (all-gather before
-//! and reduce-scatter after each TP region), vocab-parallel cross-entropy.
+//! and reduce-scatter after each TP region), vocab-parallel cross-entropy. Under context
+//! parallelism each TP group holds its cp rank's chunks of the sequence ([`Local`]) and
+//! attention runs around the ring (`ring.rs`).
 
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use indexmap::IndexMap;
 use meshparity_specs::ModelConfig;
 
 use super::collective::Comm;
+use super::context::{Groups, Local};
 use super::fault::Fault;
 use super::faulty;
 use super::tape::{Conj, Tape, Val};
 use super::trace::Canon;
 use crate::data::{Batch, IGNORE};
-use crate::llama::layers::{attention, attention_mask, rms_norm, rope, swiglu};
+use crate::llama::layers::{rms_norm, swiglu};
 
 /// A rank's parameter shards as autodiff leaves.
 pub type Leaves = IndexMap<String, Tensor<2>>;
@@ -27,8 +31,9 @@ pub struct StageCtx<'a> {
     pub dtype: DType,
     pub stage: usize,
     pub stages: usize,
-    /// Global ranks of this stage's TP group, TP index order.
+    /// Global ranks of this stage's TP × CP group, in [`Groups`] order (TP fastest).
     pub ranks: Vec<usize>,
+    pub cp: usize,
     pub sp: bool,
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
@@ -51,19 +56,24 @@ pub struct StageOut {
 
 /// Which computation faults act in one layer.
 #[derive(Clone, Copy, Default)]
-struct LayerFaults {
+pub(super) struct LayerFaults {
     norm: Option<super::fault::NormFault>,
     residual: Option<f64>,
     swiglu_wrong_operand: bool,
-    rope_swapped: bool,
+    pub(super) rope_swapped: bool,
+    pub(super) unweighted_merge: bool,
 }
 
 impl StageCtx<'_> {
-    fn tp(&self) -> usize {
-        self.ranks.len()
+    pub(super) fn groups(&self) -> Groups {
+        Groups::of(self.ranks.len(), self.cp)
     }
 
-    fn w(&self, i: usize, name: &str) -> Tensor<2> {
+    fn tp(&self) -> usize {
+        self.groups().tp
+    }
+
+    pub(super) fn w(&self, i: usize, name: &str) -> Tensor<2> {
         self.leaves[self.ranks[i]][name].clone()
     }
 
@@ -72,7 +82,7 @@ impl StageCtx<'_> {
         self.stage as u32 * per..(self.stage as u32 + 1) * per
     }
 
-    fn constant<const D: usize>(&self, v: Vec<f64>, shape: [usize; D]) -> Tensor<D> {
+    pub(super) fn constant<const D: usize>(&self, v: Vec<f64>, shape: [usize; D]) -> Tensor<D> {
         Tensor::<D>::from_data(TensorData::new(v, shape), (self.device, self.dtype))
     }
 
@@ -112,23 +122,24 @@ impl StageCtx<'_> {
     }
 
     /// Forward of this stage. `input` holds the received activations (not on stage 0);
-    /// `normalizer` is the token count the loss is divided by.
+    /// `normalizers` the token count each cp rank's loss is divided by.
     pub fn forward(
         &self,
         comm: &mut Comm,
         mb: &Batch,
         input: Vec<Tensor<3>>,
-        normalizer: f64,
+        normalizers: &[f64],
     ) -> StageOut {
         let mut tape = Tape::new();
+        let locals = Local::split(mb, self.cp);
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
         let mut x = if self.stage == 0 {
-            self.embed(&mut tape, comm, mb)
+            self.embed(&mut tape, comm, &locals)
         } else {
             inputs.clone()
         };
         for l in self.layers() {
-            x = self.layer(&mut tape, comm, mb, l, x);
+            x = self.layer(&mut tape, comm, &locals, l, x);
         }
         if self.stage + 1 < self.stages {
             return StageOut {
@@ -138,7 +149,7 @@ impl StageCtx<'_> {
                 logits: Vec::new(),
             };
         }
-        let (logits, loss) = self.head(&mut tape, comm, mb, x, normalizer);
+        let (logits, loss) = self.head(&mut tape, comm, &locals, x, normalizers);
         StageOut {
             tape,
             inputs,
@@ -149,12 +160,13 @@ impl StageCtx<'_> {
 
     /// Vocab-parallel embedding: each rank looks up the tokens in its vocabulary block (zeros
     /// elsewhere); the partial embeddings are reduced (or reduce-scattered under SP).
-    fn embed(&self, tape: &mut Tape, comm: &mut Comm, mb: &Batch) -> Vec<Val> {
-        let (b, s) = (mb.batch, mb.seq_len);
+    fn embed(&self, tape: &mut Tape, comm: &mut Comm, locals: &[Local]) -> Vec<Val> {
         let h = self.model.hidden as usize;
-        let block = self.model.vocab as usize / self.tp();
+        let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
         let parts = tape.per_rank(&self.ranks, &[], |i, _| {
-            let start = (i * block) as i64;
+            let mb = &locals[g.cp_of(i)].batch;
+            let (b, s) = (mb.batch, mb.seq_len);
+            let start = (i % g.tp * block) as i64;
             let local: Vec<i64> = mb
                 .tokens
                 .iter()
@@ -172,13 +184,15 @@ impl StageCtx<'_> {
         tape.collective(comm, self.leave(), "embed", &self.ranks, &parts)
     }
 
-    fn layer(&self, tape: &mut Tape, comm: &mut Comm, mb: &Batch, l: u32, x: Vec<Val>) -> Vec<Val> {
+    fn layer(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        locals: &[Local],
+        l: u32,
+        x: Vec<Val>,
+    ) -> Vec<Val> {
         let name = |s: &str| format!("layers.{l}.{s}");
-        let (b, s) = (mb.batch, mb.seq_len);
-        let hd = (self.model.hidden / self.model.heads) as usize;
-        let nq = self.model.heads as usize / self.tp();
-        let nkv = self.model.kv_heads as usize / self.tp();
-        let mask = attention_mask(&mb.lengths, s, self.device);
         let f = self.faults(comm, l);
 
         // Attention block.
@@ -190,31 +204,11 @@ impl StageCtx<'_> {
             }
         });
         let hn = tape.collective(comm, self.enter(), &name("attn.in"), &self.ranks, &hn);
-        let part = tape.per_rank(&self.ranks, &[&hn], |i, v| {
-            let h = v[0].clone();
-            let heads = |t: Tensor<3>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
-            let q = heads(
-                h.clone()
-                    .matmul(self.w(i, &name("attn.q.weight")).unsqueeze()),
-                nq,
-            );
-            let k = heads(
-                h.clone()
-                    .matmul(self.w(i, &name("attn.k.weight")).unsqueeze()),
-                nkv,
-            );
-            let v = heads(h.matmul(self.w(i, &name("attn.v.weight")).unsqueeze()), nkv);
-            let rot = |t: Tensor<4>| {
-                if f.rope_swapped {
-                    faulty::rope_swapped_backward(t, 0)
-                } else {
-                    rope(t, 0)
-                }
-            };
-            let a = attention(rot(q), rot(k), v, mask.clone());
-            let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
-            a.matmul(self.w(i, &name("attn.o.weight")).unsqueeze())
-        });
+        let part = if self.cp > 1 {
+            self.ring_attention(tape, comm, locals, l, &hn, f)
+        } else {
+            self.local_attention(tape, &locals[0], l, &hn, f)
+        };
         let o = tape.collective(comm, self.leave(), &name("attn.o"), &self.ranks, &part);
         let x = tape.per_rank(&self.ranks, &[&x, &o], |_, v| match f.residual {
             Some(scale) => v[0].clone() + v[1].clone() * scale,
@@ -257,6 +251,7 @@ impl StageCtx<'_> {
             residual: fault.residual_scale(l),
             swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
             rope_swapped: fault.rope_swapped(l),
+            unweighted_merge: self.cp > 1 && fault.cp_unweighted_merge(l),
         };
         let site = |s: &str| format!("layers.{l}.{s}");
         if f.norm.is_some() {
@@ -271,6 +266,12 @@ impl StageCtx<'_> {
         if f.rope_swapped {
             comm.event(&site("attn.rope.bwd"), "outputs swapped");
         }
+        if f.unweighted_merge {
+            comm.event(
+                &site("attn.ring.merge"),
+                "blocks summed without log-sum-exp weights",
+            );
+        }
         f
     }
 
@@ -280,12 +281,11 @@ impl StageCtx<'_> {
         &self,
         tape: &mut Tape,
         comm: &mut Comm,
-        mb: &Batch,
+        locals: &[Local],
         x: Vec<Val>,
-        normalizer: f64,
+        normalizers: &[f64],
     ) -> (Vec<Val>, Vec<Val>) {
-        let (b, s) = (mb.batch, mb.seq_len);
-        let block = self.model.vocab as usize / self.tp();
+        let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
         let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
             rms_norm(v[0].clone(), self.w(i, "norm.weight"))
         });
@@ -294,12 +294,16 @@ impl StageCtx<'_> {
             v[0].clone().matmul(self.w(i, "output.weight").unsqueeze())
         });
         let maxes: Vec<Tensor<3>> = logits.iter().map(|&v| tape.value(v).max_dim(2)).collect();
-        let shift = comm.all_reduce_max("loss.max.fwd.all_reduce_max", &self.ranks, maxes);
+        let shift = Groups::each(&g.tp_groups(), &self.ranks, maxes, |r, p| {
+            comm.all_reduce_max("loss.max.fwd.all_reduce_max", r, p)
+        });
         let sumexp = tape.per_rank(&self.ranks, &[&logits], |i, v| {
             (v[0].clone() - shift[i].clone()).exp().sum_dim(2)
         });
         let picked = tape.per_rank(&self.ranks, &[&logits], |i, v| {
-            let start = (i * block) as i64;
+            let mb = &locals[g.cp_of(i)].batch;
+            let (b, s) = (mb.batch, mb.seq_len);
+            let start = (i % g.tp * block) as i64;
             let local: Vec<i64> = mb
                 .targets
                 .iter()
@@ -332,15 +336,17 @@ impl StageCtx<'_> {
             &self.ranks,
             &picked,
         );
-        let keep: Vec<f64> = mb
-            .targets
-            .iter()
-            .map(|&t| f64::from(u8::from(t != IGNORE)))
-            .collect();
-        let keep = self.constant(keep, [b, s, 1]);
-        let loss = tape.per_rank(&self.ranks, &[&sumexp, &picked], |_, v| {
+        let loss = tape.per_rank(&self.ranks, &[&sumexp, &picked], |i, v| {
+            let c = g.cp_of(i);
+            let mb = &locals[c].batch;
+            let keep: Vec<f64> = mb
+                .targets
+                .iter()
+                .map(|&t| f64::from(u8::from(t != IGNORE)))
+                .collect();
+            let keep = self.constant(keep, [mb.batch, mb.seq_len, 1]);
             let ce = v[0].clone().log() - v[1].clone();
-            ((ce * keep.clone()).sum() / normalizer).reshape([1, 1, 1])
+            ((ce * keep).sum() / normalizers[c]).reshape([1, 1, 1])
         });
         (logits, loss)
     }

@@ -1,6 +1,7 @@
-//! One training step of a mesh: data-parallel replicas, each a pipeline of tensor-parallel
-//! stages running its microbatches in schedule order, then gradient finalization (the SP
-//! all-reduce of norm-weight gradients across TP, the DP all-reduce of every gradient).
+//! One training step of a mesh: data-parallel replicas, each a pipeline of TP × CP stages
+//! running its microbatches in schedule order, then gradient finalization (the SP all-reduce of
+//! norm-weight gradients across TP, the all-reduce of every gradient across the data-parallel
+//! group, whose ranks under context parallelism include the cp ranks).
 //!
 //! The loss is normalized by the global token count, itself an all-reduce across DP (as
 //! Megatron does for token-level losses), so every replica and microbatch contributes on the
@@ -11,6 +12,7 @@ use indexmap::IndexMap;
 use meshparity_specs::{MeshConfig, ModelConfig};
 
 use super::collective::Comm;
+use super::context::Local;
 use super::pipeline::Replica;
 use super::schedule::{simulate, stage_orders};
 use super::stage::Leaves;
@@ -37,22 +39,33 @@ pub struct MeshExec<'a> {
 }
 
 impl MeshExec<'_> {
-    /// The global rank of (tp, dp, pp), by the project's one rank map (context parallelism is
-    /// not simulated here: cp = 0, and the burn engine refuses cp > 1 up front).
-    pub(super) fn rank(&self, tp: usize, dp: usize, pp: usize) -> usize {
-        self.mesh
-            .rank(meshparity_specs::Coord { tp, cp: 0, dp, pp })
+    /// The global rank of (tp, cp, dp, pp), by the project's one rank map.
+    pub(super) fn rank(&self, tp: usize, cp: usize, dp: usize, pp: usize) -> usize {
+        self.mesh.rank(meshparity_specs::Coord { tp, cp, dp, pp })
     }
 
-    pub(super) fn tp_group(&self, dp: usize, pp: usize) -> Vec<usize> {
+    fn tp_group(&self, cp: usize, dp: usize, pp: usize) -> Vec<usize> {
         (0..self.mesh.tp as usize)
-            .map(|t| self.rank(t, dp, pp))
+            .map(|t| self.rank(t, cp, dp, pp))
             .collect()
     }
 
+    /// A stage's ranks in one replica: its TP groups, one per cp index ([`Groups`] order).
+    ///
+    /// [`Groups`]: super::context::Groups
+    pub(super) fn stage_group(&self, dp: usize, pp: usize) -> Vec<usize> {
+        (0..self.mesh.cp as usize)
+            .flat_map(|c| self.tp_group(c, dp, pp))
+            .collect()
+    }
+
+    /// The ranks that hold replicas of one TP shard of a stage: Megatron's data-parallel group
+    /// with the context-parallel ranks in it (each holds other tokens of the same rows), in
+    /// rank order.
     fn dp_group(&self, tp: usize, pp: usize) -> Vec<usize> {
         (0..self.mesh.dp as usize)
-            .map(|d| self.rank(tp, d, pp))
+            .flat_map(|d| (0..self.mesh.cp as usize).map(move |c| (c, d)))
+            .map(|(c, d)| self.rank(tp, c, d, pp))
             .collect()
     }
 
@@ -64,7 +77,12 @@ impl MeshExec<'_> {
         batch: &Batch,
     ) -> Result<StepOutput, String> {
         let m = self.mesh;
-        let (dp, pp, mbs) = (m.dp as usize, m.pp as usize, m.microbatches as usize);
+        let (dp, cp, pp, mbs) = (
+            m.dp as usize,
+            m.cp as usize,
+            m.pp as usize,
+            m.microbatches as usize,
+        );
         let world = params.len();
         let rows = batch.batch / dp;
         let leaves: Vec<Leaves> = params
@@ -77,10 +95,15 @@ impl MeshExec<'_> {
             .collect();
         let (ticks, _) = simulate(&stage_orders(m.schedule, pp, mbs))?;
 
-        // The loss normalizer: counted tokens over the whole global batch.
-        let last_ranks: Vec<usize> = (0..dp).map(|d| self.rank(0, d, pp - 1)).collect();
+        // The loss normalizer: counted tokens over the whole global batch, each (dp, cp) rank's
+        // own count all-reduced over the data-parallel group (cp ranks in it).
+        let last_ranks: Vec<usize> = (0..dp)
+            .flat_map(|d| (0..cp).map(move |c| (c, d)))
+            .map(|(c, d)| self.rank(0, c, d, pp - 1))
+            .collect();
         let counts: Vec<Tensor<1>> = (0..dp)
-            .map(|d| f64_tensor(batch.rows(d * rows, rows).counted() as f64, self.device))
+            .flat_map(|d| Local::split(&batch.rows(d * rows, rows), cp))
+            .map(|local| f64_tensor(local.batch.counted() as f64, self.device))
             .collect();
         let normalizers: Vec<f64> = comm
             .all_reduce_sum("loss.tokens.dp.all_reduce", &last_ranks, counts)
@@ -101,12 +124,12 @@ impl MeshExec<'_> {
         let replicas: Vec<Result<(Replica, Comm), String>> = {
             use rayon::prelude::*;
             normalizers
-                .par_iter()
+                .par_chunks(cp)
                 .enumerate()
-                .map(|(d, &normalizer)| {
+                .map(|(d, normalizers)| {
                     let mut sub = Comm::new(fault);
                     sub.set_tracing(tracing);
-                    self.replica(&mut sub, d, normalizer, batch, &leaves, &ticks)
+                    self.replica(&mut sub, d, normalizers, batch, &leaves, &ticks)
                         .map(|r| (r, sub))
                 })
                 .collect()
@@ -133,8 +156,9 @@ impl MeshExec<'_> {
                 acc[rank] = grads;
             }
         }
+        let report_ranks: Vec<usize> = (0..dp).map(|d| self.rank(0, 0, d, pp - 1)).collect();
         let loss = scalar(
-            comm.all_reduce_sum("loss.report.dp.all_reduce", &last_ranks, replica_losses)
+            comm.all_reduce_sum("loss.report.dp.all_reduce", &report_ranks, replica_losses)
                 .remove(0),
         );
         let grads = self.finalize(comm, params, acc);
@@ -190,10 +214,17 @@ impl MeshExec<'_> {
                 }
             }
         };
+        let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && m.cp > 1;
+        if cp_skipped {
+            comm.event(
+                "grad.dp_cp.all_reduce",
+                "reduced over dp only, cp ranks left out",
+            );
+        }
         for s in 0..m.pp as usize {
-            for d in 0..m.dp as usize {
+            for (c, d) in (0..m.dp as usize).flat_map(|d| (0..m.cp as usize).map(move |c| (c, d))) {
                 if m.sp && m.tp > 1 {
-                    let ranks = self.tp_group(d, s);
+                    let ranks = self.tp_group(c, d, s);
                     let norms = params[ranks[0]]
                         .keys()
                         .filter(|n| n.contains("norm"))
@@ -203,9 +234,16 @@ impl MeshExec<'_> {
                 }
             }
             for t in 0..m.tp as usize {
-                let ranks = self.dp_group(t, s);
-                let names = params[ranks[0]].keys().cloned().collect();
-                reduce(comm, ranks, names, "dp");
+                let group = self.dp_group(t, s);
+                let names: Vec<String> = params[group[0]].keys().cloned().collect();
+                if cp_skipped {
+                    for c in 0..m.cp as usize {
+                        let ranks = (0..m.dp as usize).map(|d| self.rank(t, c, d, s)).collect();
+                        reduce(comm, ranks, names.clone(), "dp");
+                    }
+                } else {
+                    reduce(comm, group, names, "dp");
+                }
             }
         }
         self.trace_grads(comm, &grads, true);
@@ -221,11 +259,14 @@ impl MeshExec<'_> {
         let (tp, dp) = (self.mesh.tp as usize, self.mesh.dp as usize);
         let sp = self.mesh.sp && tp > 1;
         for rule in ShardingPlan::llama(self.model, self.mesh).rules {
-            let at = |t: usize, d: usize| grads[self.rank(t, d, rule.stage)][&rule.name].clone();
+            // Replicas: the data-parallel group's ranks, cp ranks included.
+            let at =
+                |t: usize, d: usize| grads[self.dp_group(t, rule.stage)[d]][&rule.name].clone();
+            let dp = dp * self.mesh.cp as usize;
             let over_tp = |per_t: Vec<Tensor<2>>| match rule.placement {
-                Placement::Split(dim) => canon(&per_t, Canon::Cat(dim)),
-                Placement::Replicated if sp && !finalized => canon(&per_t, Canon::Sum),
-                Placement::Replicated => canon(&per_t, Canon::Copies),
+                Placement::Split(dim) => canon(&per_t, Canon::Cat(dim), 1),
+                Placement::Replicated if sp && !finalized => canon(&per_t, Canon::Sum, 1),
+                Placement::Replicated => canon(&per_t, Canon::Copies, 1),
             };
             let copies: Vec<Value> = if finalized {
                 (0..dp)

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use burn::tensor::{Gradients, Tensor};
 
 use super::collective::Comm;
+use super::context::Groups;
 use super::trace::Canon;
 
 /// A value on the tape: one tensor on one rank.
@@ -31,6 +32,10 @@ pub enum Conj {
     GatherFromSp(usize),
     /// Sequence parallelism: reduce-scatter forward along `dim`, all-gather backward.
     ScatterToSp(usize),
+    /// Context parallelism: one step around each CP ring forward (rank c gets rank c−1's
+    /// value), the reverse step backward (a gradient returns to the rank that sent the value).
+    /// Not traced: a world-size-1 run has nothing like it.
+    Ring,
 }
 
 /// One rank's computation between collectives.
@@ -48,6 +53,7 @@ enum Node {
         conj: Conj,
         site: String,
         ranks: Vec<usize>,
+        groups: Groups,
         inputs: Vec<Val>,
         outputs: Vec<Val>,
     },
@@ -132,7 +138,9 @@ impl Tape {
         outs
     }
 
-    /// A collective over the group's values, recorded with its backward conjugate.
+    /// A collective over the group's values, recorded with its backward conjugate. The group
+    /// is a stage's TP × CP ranks ([`Groups`], from the communicator): TP collectives run on
+    /// each TP group, [`Conj::Ring`] on each CP ring.
     pub fn collective(
         &mut self,
         comm: &mut Comm,
@@ -141,26 +149,22 @@ impl Tape {
         ranks: &[usize],
         inputs: &[Val],
     ) -> Vec<Val> {
+        let groups = Groups::of(ranks.len(), comm.cp());
         let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
-        comm.trace(&format!("{site}.fwd.in"), &parts, conj.canon_in());
-        let outs = match conj {
-            Conj::CopyToTp => parts,
-            Conj::ReduceFromTp => {
-                comm.all_reduce_sum(&format!("{site}.fwd.all_reduce"), ranks, parts)
-            }
-            Conj::GatherFromSp(d) => {
-                comm.all_gather(&format!("{site}.fwd.all_gather"), ranks, parts, d)
-            }
-            Conj::ScatterToSp(d) => {
-                comm.reduce_scatter(&format!("{site}.fwd.reduce_scatter"), ranks, parts, d)
-            }
-        };
-        comm.trace(&format!("{site}.fwd.out"), &outs, conj.canon_out());
+        let traced = conj != Conj::Ring;
+        if traced {
+            comm.trace(&format!("{site}.fwd.in"), &parts, conj.canon_in());
+        }
+        let outs = forward(comm, conj, site, ranks, groups, parts);
+        if traced {
+            comm.trace(&format!("{site}.fwd.out"), &outs, conj.canon_out());
+        }
         let outputs: Vec<Val> = outs.into_iter().map(|t| self.input(t)).collect();
         self.nodes.push(Node::Collective {
             conj,
             site: site.to_owned(),
             ranks: ranks.to_vec(),
+            groups,
             inputs: inputs.to_vec(),
             outputs: outputs.clone(),
         });
@@ -211,6 +215,7 @@ impl Tape {
                     conj,
                     site,
                     ranks,
+                    groups,
                     inputs,
                     outputs,
                 } => {
@@ -224,24 +229,14 @@ impl Tape {
                     // Gradients of the outputs are shaped like the outputs, and of the inputs
                     // like the inputs: the forward's canonical forms, with partial sums where
                     // each rank's downstream use was partial.
-                    comm.trace(&format!("{site}.bwd.in"), &upstream, conj.canon_grad_out());
-
-                    let down = match conj {
-                        Conj::CopyToTp => {
-                            comm.all_reduce_sum(&format!("{site}.bwd.all_reduce"), &ranks, upstream)
-                        }
-                        Conj::ReduceFromTp => upstream,
-                        Conj::GatherFromSp(d) => comm.reduce_scatter(
-                            &format!("{site}.bwd.reduce_scatter"),
-                            &ranks,
-                            upstream,
-                            d,
-                        ),
-                        Conj::ScatterToSp(d) => {
-                            comm.all_gather(&format!("{site}.bwd.all_gather"), &ranks, upstream, d)
-                        }
-                    };
-                    comm.trace(&format!("{site}.bwd.out"), &down, conj.canon_grad_in());
+                    let traced = conj != Conj::Ring;
+                    if traced {
+                        comm.trace(&format!("{site}.bwd.in"), &upstream, conj.canon_grad_out());
+                    }
+                    let down = backward(comm, conj, &site, &ranks, groups, upstream);
+                    if traced {
+                        comm.trace(&format!("{site}.bwd.out"), &down, conj.canon_grad_in());
+                    }
                     for (v, g) in inputs.into_iter().zip(down) {
                         accumulate(&mut grads, v, g);
                     }
@@ -252,6 +247,54 @@ impl Tape {
     }
 }
 
+/// What a collective does forward, on each of its groups.
+fn forward(
+    comm: &mut Comm,
+    conj: Conj,
+    site: &str,
+    ranks: &[usize],
+    groups: Groups,
+    parts: Vec<Tensor<3>>,
+) -> Vec<Tensor<3>> {
+    if conj == Conj::Ring {
+        let site = format!("{site}.fwd.send_recv");
+        return Groups::each(&groups.cp_rings(), ranks, parts, |r, p| {
+            comm.ring_shift(&site, r, p, false)
+        });
+    }
+    Groups::each(&groups.tp_groups(), ranks, parts, |r, p| match conj {
+        Conj::CopyToTp | Conj::Ring => p,
+        Conj::ReduceFromTp => comm.all_reduce_sum(&format!("{site}.fwd.all_reduce"), r, p),
+        Conj::GatherFromSp(d) => comm.all_gather(&format!("{site}.fwd.all_gather"), r, p, d),
+        Conj::ScatterToSp(d) => comm.reduce_scatter(&format!("{site}.fwd.reduce_scatter"), r, p, d),
+    })
+}
+
+/// The conjugate: what the collective does to gradients, on each of its groups.
+fn backward(
+    comm: &mut Comm,
+    conj: Conj,
+    site: &str,
+    ranks: &[usize],
+    groups: Groups,
+    upstream: Vec<Tensor<3>>,
+) -> Vec<Tensor<3>> {
+    if conj == Conj::Ring {
+        let site = format!("{site}.bwd.send_recv");
+        return Groups::each(&groups.cp_rings(), ranks, upstream, |r, g| {
+            comm.ring_shift(&site, r, g, true)
+        });
+    }
+    Groups::each(&groups.tp_groups(), ranks, upstream, |r, g| match conj {
+        Conj::CopyToTp => comm.all_reduce_sum(&format!("{site}.bwd.all_reduce"), r, g),
+        Conj::ReduceFromTp | Conj::Ring => g,
+        Conj::GatherFromSp(d) => {
+            comm.reduce_scatter(&format!("{site}.bwd.reduce_scatter"), r, g, d)
+        }
+        Conj::ScatterToSp(d) => comm.all_gather(&format!("{site}.bwd.all_gather"), r, g, d),
+    })
+}
+
 impl Conj {
     /// Canonical form of the collective's inputs.
     fn canon_in(self) -> Canon {
@@ -259,6 +302,7 @@ impl Conj {
             Conj::CopyToTp => Canon::Copies,
             Conj::GatherFromSp(d) => Canon::Cat(d),
             Conj::ReduceFromTp | Conj::ScatterToSp(_) => Canon::Sum,
+            Conj::Ring => Canon::Copies,
         }
     }
 
@@ -275,7 +319,7 @@ impl Conj {
     fn canon_grad_out(self) -> Canon {
         match self {
             Conj::CopyToTp | Conj::GatherFromSp(_) => Canon::Sum,
-            Conj::ReduceFromTp => Canon::Copies,
+            Conj::ReduceFromTp | Conj::Ring => Canon::Copies,
             Conj::ScatterToSp(d) => Canon::Cat(d),
         }
     }

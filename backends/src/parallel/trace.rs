@@ -11,6 +11,8 @@
 
 use burn::tensor::Tensor;
 
+use super::context::{zigzag, Groups};
+
 /// A traced value, on the host in f64 (exact for every dtype the engine computes in).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Value {
@@ -49,8 +51,34 @@ pub enum Canon {
     Cat(usize),
 }
 
-/// The canonical value(s) of a group's tensors.
-pub fn canon<const D: usize>(parts: &[Tensor<D>], how: Canon) -> Vec<Value> {
+/// The canonical value(s) of a group's tensors: `how` within each TP group, then (with
+/// `cp` > 1) the cp ranks' sequence chunks put back in global order.
+pub fn canon<const D: usize>(parts: &[Tensor<D>], how: Canon, cp: usize) -> Vec<Value> {
+    if cp == 1 {
+        return canon_tp(parts, how);
+    }
+    let g = Groups::of(parts.len(), cp);
+    // One TP group's value: copy `t`, or the group's merged value.
+    let within = |group: &Vec<usize>, t: usize| -> Tensor<D> {
+        let tp = group.iter().map(|&i| parts[i].clone());
+        match how {
+            Canon::Copies => parts[group[t]].clone(),
+            Canon::Sum => tp.reduce(|a, b| a + b).expect("a group has ranks"),
+            Canon::Cat(dim) => Tensor::cat(tp.collect(), dim),
+        }
+    };
+    let copies = if how == Canon::Copies { g.tp } else { 1 };
+    (0..copies)
+        .map(|t| {
+            Value::of(zigzag(
+                g.tp_groups().iter().map(|grp| within(grp, t)).collect(),
+            ))
+        })
+        .collect()
+}
+
+/// [`canon`] of one TP group.
+fn canon_tp<const D: usize>(parts: &[Tensor<D>], how: Canon) -> Vec<Value> {
     match how {
         Canon::Copies => parts.iter().map(|t| Value::of(t.clone())).collect(),
         Canon::Sum => {

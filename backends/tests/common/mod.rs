@@ -34,7 +34,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
     }
 }
 
-/// `dp2`, `tp2`, `tp2-sp`, `pp2`, `pp2-gpipe`, `dp2-tp2-pp2`, `mb4`...
+/// `dp2`, `tp2`, `tp2-sp`, `pp2`, `pp2-gpipe`, `dp2-tp2-pp2`, `cp2`, `mb4`...
 pub fn mesh(name: &str) -> MeshConfig {
     let mut m = MeshConfig::SINGLE;
     for part in name.split('-') {
@@ -47,6 +47,7 @@ pub fn mesh(name: &str) -> MeshConfig {
             "dp" => m.dp = n,
             "tp" => m.tp = n,
             "pp" => m.pp = n,
+            "cp" => m.cp = n,
             "mb" => m.microbatches = n,
             "sp" => m.sp = true,
             "gpipe" => m.schedule = Schedule::GPipe,

@@ -1,0 +1,171 @@
+//! Context parallelism: how a sequence is split over the cp ranks and put back together.
+//!
+//! Causal attention makes late positions expensive (they see every earlier key), so a plain
+//! split would leave the last rank with most of the work. Megatron/TransformerEngine balance it:
+//! the sequence is cut into 2·cp chunks and rank c holds chunks c and 2·cp−1−c (the "zigzag").
+//! Every per-token value a rank holds is in that local order; [`zigzag`] restores the global
+//! order, so traces and logits line up with the world-size-1 oracle.
+//!
+//! Within a pipeline stage's group, ranks are ordered as the rank map orders them: tensor
+//! parallel fastest, so group index i is (tp = i mod TP, cp = i div TP). [`Groups`] names the
+//! TP groups (one per cp index) and the CP rings (one per tp index) in those indices.
+
+use burn::tensor::Tensor;
+
+use crate::data::Batch;
+
+/// The TP × CP layout of a stage's ranks (group index i = cp·TP + tp).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Groups {
+    pub tp: usize,
+    pub cp: usize,
+}
+
+impl Groups {
+    /// The layout of `n` ranks of which `cp` are context-parallel: tp = n / cp.
+    pub fn of(n: usize, cp: usize) -> Self {
+        Self { tp: n / cp, cp }
+    }
+
+    /// Group indices of each TP group, one per cp index.
+    pub fn tp_groups(self) -> Vec<Vec<usize>> {
+        (0..self.cp)
+            .map(|c| (0..self.tp).map(|t| c * self.tp + t).collect())
+            .collect()
+    }
+
+    /// Group indices of each CP ring, one per tp index, in ring order.
+    pub fn cp_rings(self) -> Vec<Vec<usize>> {
+        (0..self.tp)
+            .map(|t| (0..self.cp).map(|c| c * self.tp + t).collect())
+            .collect()
+    }
+
+    /// The cp index of group index `i`.
+    pub fn cp_of(self, i: usize) -> usize {
+        i / self.tp
+    }
+
+    /// Run `f` on each group's ranks and parts (`groups` from [`Groups::tp_groups`] or
+    /// [`Groups::cp_rings`]) and put its outputs back at the same indices.
+    pub fn each<T>(
+        groups: &[Vec<usize>],
+        ranks: &[usize],
+        parts: Vec<T>,
+        mut f: impl FnMut(&[usize], Vec<T>) -> Vec<T>,
+    ) -> Vec<T> {
+        let mut slots: Vec<Option<T>> = parts.into_iter().map(Some).collect();
+        for group in groups {
+            let group_ranks: Vec<usize> = group.iter().map(|&i| ranks[i]).collect();
+            let group_parts = group
+                .iter()
+                .map(|&i| slots[i].take().expect("groups are disjoint"))
+                .collect();
+            for (&i, out) in group.iter().zip(f(&group_ranks, group_parts)) {
+                slots[i] = Some(out);
+            }
+        }
+        slots
+            .into_iter()
+            .map(|s| s.expect("groups cover every rank"))
+            .collect()
+    }
+}
+
+/// The absolute positions rank `c` of `cp` holds of a sequence of `seq_len`: chunks c and
+/// 2·cp−1−c of 2·cp.
+pub fn positions(c: usize, cp: usize, seq_len: usize) -> Vec<usize> {
+    if cp == 1 {
+        return (0..seq_len).collect();
+    }
+    let chunk = seq_len / (2 * cp);
+    let second = 2 * cp - 1 - c;
+    (c * chunk..(c + 1) * chunk)
+        .chain(second * chunk..(second + 1) * chunk)
+        .collect()
+}
+
+/// One cp rank's share of a microbatch: every row, its positions only.
+#[derive(Clone, Debug)]
+pub struct Local {
+    /// Tokens and targets at this rank's positions (`seq_len` is the local length; `lengths`
+    /// stay the rows' real lengths, which the masks compare positions with).
+    pub batch: Batch,
+    pub positions: Vec<usize>,
+}
+
+impl Local {
+    /// Each cp rank's share of `mb`.
+    pub fn split(mb: &Batch, cp: usize) -> Vec<Local> {
+        (0..cp)
+            .map(|c| {
+                let positions = positions(c, cp, mb.seq_len);
+                let pick = |v: &[i64]| -> Vec<i64> {
+                    (0..mb.batch)
+                        .flat_map(|b| positions.iter().map(move |&p| v[b * mb.seq_len + p]))
+                        .collect()
+                };
+                Local {
+                    batch: Batch {
+                        batch: mb.batch,
+                        seq_len: positions.len(),
+                        tokens: pick(&mb.tokens),
+                        targets: pick(&mb.targets),
+                        lengths: mb.lengths.clone(),
+                    },
+                    positions,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Per-cp-rank tensors (local order along dim 1) → the whole sequence in global order.
+pub fn zigzag<const D: usize>(parts: Vec<Tensor<D>>) -> Tensor<D> {
+    let cp = parts.len();
+    if cp == 1 {
+        return parts.into_iter().next().expect("one part");
+    }
+    let chunk = parts[0].dims()[1] / 2;
+    let chunks: Vec<Tensor<D>> = (0..2 * cp)
+        .map(|j| {
+            if j < cp {
+                parts[j].clone().narrow(1, 0, chunk)
+            } else {
+                parts[2 * cp - 1 - j].clone().narrow(1, chunk, chunk)
+            }
+        })
+        .collect();
+    Tensor::cat(chunks, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_balance_and_cover_the_sequence() {
+        assert_eq!(positions(0, 2, 8), vec![0, 1, 6, 7]);
+        assert_eq!(positions(1, 2, 8), vec![2, 3, 4, 5]);
+        let mut all: Vec<usize> = (0..4).flat_map(|c| positions(c, 4, 16)).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..16).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn groups_follow_the_rank_map() {
+        let g = Groups::of(4, 2);
+        assert_eq!(g.tp_groups(), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(g.cp_rings(), vec![vec![0, 2], vec![1, 3]]);
+        let out = Groups::each(
+            &g.cp_rings(),
+            &[10, 11, 12, 13],
+            vec![0, 1, 2, 3],
+            |r, p| {
+                assert_eq!(r.len(), 2);
+                p.into_iter().rev().collect()
+            },
+        );
+        assert_eq!(out, vec![2, 3, 0, 1]);
+    }
+}

@@ -1,0 +1,144 @@
+//! Attention of one stage's ranks: on each rank's whole sequence, or around the context-parallel
+//! ring.
+//!
+//! Ring attention (Liu et al.; Megatron/TransformerEngine's `AttnFuncWithCPAndKVP2P`): each
+//! rank computes its queries' attention over its own K/V chunk, passes the chunk on to the
+//! next rank of the ring and receives the previous rank's, cp − 1 times, so every rank sees
+//! every chunk once. Each step yields a partial output and its log-sum-exp; the partials merge
+//! exactly by online softmax ([`merge_blocks`]). The causal mask of a step compares this rank's
+//! positions with those of the rank the chunk came from. Backward runs the ring in reverse: the
+//! gradient of each received chunk travels back to the rank that owns it (the tape's
+//! conjugate of [`Conj::Ring`]), where the K/V projections take it.
+
+use burn::tensor::Tensor;
+
+use super::collective::Comm;
+use super::context::{positions, Local};
+use super::faulty;
+use super::stage::{LayerFaults, StageCtx};
+use super::tape::{Conj, Tape, Val};
+use crate::llama::layers::{
+    attention, attention_block, attention_mask, attention_mask_at, merge_blocks, rope_at,
+};
+
+/// [B, S, N·D] → [B, N, S, D]
+fn heads(t: Tensor<3>, n: usize, d: usize) -> Tensor<4> {
+    let [b, s, _] = t.dims();
+    t.reshape([b, s, n, d]).swap_dims(1, 2)
+}
+
+/// [B, N, S, D] → [B, S, N·D]
+fn flat(t: Tensor<4>) -> Tensor<3> {
+    let [b, n, s, d] = t.dims();
+    t.swap_dims(1, 2).reshape([b, s, n * d])
+}
+
+impl StageCtx<'_> {
+    fn head_dims(&self) -> (usize, usize, usize) {
+        let tp = self.groups().tp;
+        (
+            self.model.heads as usize / tp,
+            self.model.kv_heads as usize / tp,
+            (self.model.hidden / self.model.heads) as usize,
+        )
+    }
+
+    /// RoPE at `positions`, or the faulty one whose backward swaps its outputs.
+    fn rotate(t: Tensor<4>, positions: &[usize], f: LayerFaults) -> Tensor<4> {
+        if f.rope_swapped {
+            faulty::rope_swapped_backward(t, positions)
+        } else {
+            rope_at(t, positions)
+        }
+    }
+
+    /// Attention and the row-parallel o projection on each TP rank's whole sequence (no CP):
+    /// the partial outputs the `attn.o` reduction sums.
+    pub(super) fn local_attention(
+        &self,
+        tape: &mut Tape,
+        local: &Local,
+        l: u32,
+        hn: &[Val],
+        f: LayerFaults,
+    ) -> Vec<Val> {
+        let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}")).unsqueeze();
+        let (nq, nkv, hd) = self.head_dims();
+        let (b, s) = (local.batch.batch, local.batch.seq_len);
+        let mask = attention_mask(&local.batch.lengths, s, self.device);
+        tape.per_rank(&self.ranks, &[hn], |i, v| {
+            let h = v[0].clone();
+            let q = heads(h.clone().matmul(w(i, "attn.q.weight")), nq, hd);
+            let k = heads(h.clone().matmul(w(i, "attn.k.weight")), nkv, hd);
+            let v = heads(h.matmul(w(i, "attn.v.weight")), nkv, hd);
+            let rot = |t| Self::rotate(t, &local.positions, f);
+            let a = attention(rot(q), rot(k), v, mask.clone());
+            let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
+            a.matmul(w(i, "attn.o.weight"))
+        })
+    }
+
+    /// Ring attention over the CP ranks, then the row-parallel o projection.
+    pub(super) fn ring_attention(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        locals: &[Local],
+        l: u32,
+        hn: &[Val],
+        f: LayerFaults,
+    ) -> Vec<Val> {
+        let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}")).unsqueeze();
+        let (nq, nkv, hd) = self.head_dims();
+        let (g, cp) = (self.groups(), self.cp);
+        // Each rank's own K (rotated at its positions) and V, packed: [B, S, 2·Nkv·D].
+        let kv = tape.per_rank(&self.ranks, &[hn], |i, v| {
+            let h = v[0].clone();
+            let k = heads(h.clone().matmul(w(i, "attn.k.weight")), nkv, hd);
+            let v = heads(h.matmul(w(i, "attn.v.weight")), nkv, hd);
+            let k = Self::rotate(k, &locals[g.cp_of(i)].positions, f);
+            Tensor::cat(vec![flat(k), flat(v)], 2)
+        });
+        // kvs[j]: the chunk each rank holds at ring step j (rank c holds rank c − j's).
+        let mut kvs = vec![kv];
+        for j in 1..cp {
+            let site = format!("layers.{l}.attn.kv.ring{j}");
+            let next = tape.collective(comm, Conj::Ring, &site, &self.ranks, &kvs[j - 1]);
+            kvs.push(next);
+        }
+        let inputs: Vec<&[Val]> = std::iter::once(hn)
+            .chain(kvs.iter().map(Vec::as_slice))
+            .collect();
+        tape.per_rank(&self.ranks, &inputs, |i, v| {
+            let c = g.cp_of(i);
+            let local = &locals[c];
+            let (b, s) = (local.batch.batch, local.batch.seq_len);
+            let q = heads(v[0].clone().matmul(w(i, "attn.q.weight")), nq, hd);
+            let q = Self::rotate(q, &local.positions, f);
+            let blocks: Vec<(Tensor<4>, Tensor<4>)> = (0..cp)
+                .map(|j| {
+                    let source = (c + cp - j) % cp;
+                    let chunk = &v[1 + j];
+                    let k = heads(chunk.clone().narrow(2, 0, nkv * hd), nkv, hd);
+                    let val = heads(chunk.clone().narrow(2, nkv * hd, nkv * hd), nkv, hd);
+                    let keys = positions(source, cp, local.batch.seq_len * cp);
+                    let mask = attention_mask_at(
+                        &local.batch.lengths,
+                        &local.positions,
+                        &keys,
+                        self.device,
+                    );
+                    attention_block(q.clone(), k, val, mask)
+                })
+                .collect();
+            let a = if f.unweighted_merge {
+                faulty::unweighted_merge(blocks)
+            } else {
+                merge_blocks(blocks)
+            };
+            flat(a)
+                .reshape([b, s, nq * hd])
+                .matmul(w(i, "attn.o.weight"))
+        })
+    }
+}
