@@ -2,7 +2,7 @@
 //! time. Nothing outside this crate names a burn type.
 
 use burn::tensor::Device;
-use meshparity_engine::{Description, Engine, EngineError, Manifest, RunRequest};
+use meshparity_engine::{files, routing, Description, Engine, EngineError, Manifest, RunRequest};
 use meshparity_specs::{DType, Field, Level, MeshConfig, ModelConfig, Unsupported};
 
 use crate::device::{self, Adapter, DeviceError};
@@ -119,8 +119,19 @@ impl Engine for Backend {
             .then_some(req.reference)
             .flatten();
         let len = req.length();
-        self.on_device(|| levels::run(&setup, mesh, len, fault, roundtrip, req.out))
-            .map_err(|e| EngineError::Run(e.to_string()))
+        let replay = replay(req)?;
+        self.on_device(|| {
+            levels::run(
+                &setup,
+                mesh,
+                len,
+                fault,
+                roundtrip,
+                replay.as_ref(),
+                req.out,
+            )
+        })
+        .map_err(|e| EngineError::Run(e.to_string()))
     }
 
     /// The first steps on the mesh (or on one rank for the reference), every site traced.
@@ -133,7 +144,12 @@ impl Engine for Backend {
             steps: req.length().steps.clamp(1, crate::parallel::trace::STEPS),
             weights_after: 0,
         };
-        let probe = train::Probe { fault, trace: true };
+        let replay = replay(req)?;
+        let probe = train::Probe {
+            fault,
+            trace: true,
+            replay: replay.as_ref(),
+        };
         let rec = self
             .on_device(|| {
                 train::mesh(
@@ -151,6 +167,21 @@ impl Engine for Backend {
             .map_err(|e| EngineError::Run(e.to_string()))?;
         Ok(true)
     }
+}
+
+/// The reference's routing, for a moe model's mesh runs and traces to replay (none for dense
+/// models, or a reference that recorded none).
+fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
+    let Some(dir) = req.reference.filter(|_| req.model.family.has_experts()) else {
+        return Ok(None);
+    };
+    let path = dir.join(files::ROUTING_REPLAY);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    routing::read_replay(&path)
+        .map(Some)
+        .map_err(|e| EngineError::Run(format!("reading the routing to replay: {e}")))
 }
 
 /// The catalogued fault a request names.

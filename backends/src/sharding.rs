@@ -75,12 +75,16 @@ impl ShardingPlan {
             .into_iter()
             .map(|s| {
                 let leaf = s.name.rsplit('.').nth(1).unwrap_or("");
+                // Experts and the router are replicated (expert parallelism 1): every rank of a
+                // stage holds every expert, whatever the TP degree.
+                let expert = s.name.contains(".mlp.experts.") || s.name.contains(".mlp.router.");
                 let placement = match (s.name.as_str(), leaf) {
+                    _ if expert => Placement::Replicated,
                     ("embed.weight", _) => Placement::Split(0), // vocab-parallel embedding
                     ("output.weight", _) => Placement::Split(1), // vocab-parallel output
                     (_, "q" | "k" | "v" | "gate" | "up") => Placement::Split(1), // column-parallel
                     (_, "o" | "down") => Placement::Split(0),   // row-parallel
-                    _ => Placement::Replicated,                 // norms
+                    _ => Placement::Replicated,                 // norms, router, experts
                 };
                 let stage = match s
                     .name

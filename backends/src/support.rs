@@ -1,25 +1,15 @@
-//! What the burn engine computes: the dense llama family on dp/tp/sp/pp/cp meshes, in every dtype
-//! (whether the device has kernels for it is asked when it opens). Everything else is refused
-//! before anything runs, at the spec value that asks for it: a `moe` model used to run as a
-//! dense llama and pass, which is worse than an error.
+//! What the burn engine computes: the `llama` and `moe` families on dp/tp/sp/pp/cp meshes, in
+//! every dtype (whether the device has kernels for it is asked when it opens). Expert
+//! parallelism is refused before anything runs, at the spec value that asks for it (a `moe`
+//! model once ran as a dense llama and passed, which is worse than an error).
 
-use meshparity_specs::{DType, Family, Field, MeshConfig, ModelConfig, Unsupported};
+use meshparity_specs::{DType, Field, MeshConfig, ModelConfig, Unsupported};
 
 pub fn supports(
-    model: &ModelConfig,
+    _model: &ModelConfig,
     mesh: Option<&MeshConfig>,
     _dtype: DType,
 ) -> Result<(), Unsupported> {
-    if model.family != Family::Llama {
-        return Err(Unsupported::new(
-            Field::Family,
-            format!(
-                "the burn engine implements the dense `llama` family only, not `{}`",
-                model.family.as_str()
-            ),
-        )
-        .help("use family = \"llama\", or check this model with a command engine"));
-    }
     let Some(mesh) = mesh else { return Ok(()) };
     for (axis, what, n) in [
         ("ep", "expert parallelism", mesh.ep),

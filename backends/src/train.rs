@@ -19,8 +19,15 @@ use crate::sharding::{ShardingPlan, Shards};
 pub struct Record {
     /// [B, S, V] of the first step's batch, from the seed weights.
     pub logits: HostTensor,
-    /// Loss per step (the first is the forward level's).
+    /// Loss per step (the first is the forward level's): the cross-entropy.
     pub losses: Vec<f64>,
+    /// The moe family's load-balance loss per step (empty for dense models).
+    pub load_balance: Vec<f64>,
+    /// The moe family's routing of the first step's batch, per layer (empty for dense models).
+    pub routing: Vec<Routing>,
+    /// The reference's top-k experts of every step, layer and token (moe), which mesh runs
+    /// replay (empty for mesh runs and dense models).
+    pub replay: Replay,
     /// Gradients of the first step, per rank (the oracle has one rank holding everything).
     pub grads: Vec<Shards>,
     /// Weights after `weights_after` steps, per rank, if the run was that long: as the optimizer
@@ -35,6 +42,18 @@ pub struct Record {
 }
 
 pub use meshparity_engine::Length;
+
+/// Every step's, layer's and token's (row-major [B·S]) top-k experts.
+pub type Replay = Vec<Vec<Vec<crate::llama::moe::Choice>>>;
+
+/// One layer's routing of a batch, tokens in row-major [B·S] order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
+    /// Router scores, [B·S, E].
+    pub scores: Vec<f64>,
+    /// Each token's top-k experts, best first, [B·S, k].
+    pub choices: Vec<Vec<usize>>,
+}
 
 /// Why a mesh run could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +80,8 @@ fn to_host(model: &ModelConfig, tensors: &IndexMap<String, Tensor<2>>) -> Shards
         .collect()
 }
 
-fn batch(model: &ModelConfig, training: &Training, step: usize) -> Batch {
+/// The global batch of training step `step`.
+pub fn batch(model: &ModelConfig, training: &Training, step: usize) -> Batch {
     Batch::synthetic(
         training.seed,
         step as u64,
@@ -83,6 +103,7 @@ pub fn oracle(
     let mut opt = Optimizer::new(training.optimizer, training.lr);
     let mut rec = None::<Record>;
     let mut losses = Vec::with_capacity(len.steps);
+    let (mut load_balance, mut routing, mut replay) = (Vec::new(), Vec::new(), Vec::new());
     let mut weights = None;
     for step in 0..len.steps {
         let b = batch(model, training, step);
@@ -91,8 +112,26 @@ pub fn oracle(
         }
         .require_grad();
         let f = forward(model, &leaves, &b, device);
-        let loss = f.loss_sum / b.counted() as f64;
-        let g = loss.clone().backward();
+        let ce = f.loss_sum / b.counted() as f64;
+        let loss = match &f.aux {
+            Some(aux) => {
+                load_balance.push(scalar(aux.load_balance.clone().inner()));
+                replay.push(aux.routing.iter().map(|(_, c)| c.clone()).collect());
+                if routing.is_empty() {
+                    routing = aux
+                        .routing
+                        .iter()
+                        .map(|(scores, choices)| Routing {
+                            scores: crate::llama::moe::values(scores),
+                            choices: choices.clone(),
+                        })
+                        .collect();
+                }
+                ce.clone() + aux.load_balance.clone() + aux.z.clone()
+            }
+            None => ce.clone(),
+        };
+        let g = loss.backward();
         let grads: IndexMap<String, Tensor<2>> = leaves
             .tensors
             .iter()
@@ -103,11 +142,14 @@ pub fn oracle(
                 )
             })
             .collect();
-        losses.push(scalar(loss.inner()));
+        losses.push(scalar(ce.inner()));
         if rec.is_none() {
             rec = Some(Record {
                 logits: logits_host(f.logits.inner()),
                 losses: Vec::new(),
+                load_balance: Vec::new(),
+                routing: Vec::new(),
+                replay: Vec::new(),
                 grads: vec![to_host(model, &grads)],
                 weights: None,
                 collectives: 0,
@@ -123,16 +165,22 @@ pub fn oracle(
     }
     let mut rec = rec.expect("a run has at least one step");
     rec.losses = losses;
+    rec.load_balance = load_balance;
+    rec.routing = routing;
+    rec.replay = replay;
     rec.weights = weights;
     rec
 }
 
-/// What a mesh run injects and records beyond its artifacts.
+/// What a mesh run injects, replays and records beyond its artifacts.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Probe {
+pub struct Probe<'a> {
     pub fault: Option<Fault>,
     /// Record per-site traces ([`trace`]) of the first steps.
     pub trace: bool,
+    /// The reference's routing, replayed (moe): a round-off tie flip cannot change which
+    /// experts a token reaches, while the routing level still compares the mesh's own top-k.
+    pub replay: Option<&'a Replay>,
 }
 
 /// The same run on a mesh, with an optional fault injected.
@@ -180,6 +228,7 @@ pub fn mesh(
     };
     let mut comm = Comm::new(fault);
     let mut traced = Vec::new();
+    let (mut load_balance, mut routing) = (Vec::new(), Vec::new());
     let mut losses = Vec::with_capacity(len.steps);
     let mut first: Option<(HostTensor, Vec<Shards>)> = None;
     let mut weights = None;
@@ -189,11 +238,24 @@ pub fn mesh(
             loss,
             logits,
             grads,
+            load_balance: lb,
+            routing: routed,
         } = exec
-            .step(&mut comm, &params, &batch(model, training, step))
+            .step(
+                &mut comm,
+                &params,
+                &batch(model, training, step),
+                probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
+            )
             .map_err(RunError::Engine)?;
         traced.extend(trace::merge(step, comm.take_records()));
         losses.push(loss);
+        if model.family.has_experts() {
+            load_balance.push(lb);
+            if step == 0 {
+                routing = assemble_routing(model, training.batch as usize, routed);
+            }
+        }
         if first.is_none() {
             first = Some((logits_host(logits), host_ranks(&params, &grads)));
         }
@@ -213,6 +275,9 @@ pub fn mesh(
     Ok(Record {
         logits,
         losses,
+        load_balance,
+        routing,
+        replay: Vec::new(),
         grads,
         weights,
         collectives: comm.calls().len(),
@@ -223,6 +288,34 @@ pub fn mesh(
         anomalies: comm.anomalies.clone(),
         trace: traced,
     })
+}
+
+/// The ranks' routing records as one [B·S] table per layer.
+fn assemble_routing(
+    model: &ModelConfig,
+    rows: usize,
+    records: Vec<(usize, crate::parallel::experts::RouteRecord)>,
+) -> Vec<Routing> {
+    let (s, e) = (model.seq_len as usize, model.experts.unwrap_or(1) as usize);
+    let mut out: Vec<Routing> = (0..model.layers)
+        .map(|_| Routing {
+            scores: vec![0.0; rows * s * e],
+            choices: vec![Vec::new(); rows * s],
+        })
+        .collect();
+    for (first, r) in records {
+        let layer = &mut out[r.layer as usize];
+        let n = r.positions.len();
+        for row in 0..r.rows {
+            for (j, &p) in r.positions.iter().enumerate() {
+                let (tok, at) = ((first + row) * s + p, row * n + j);
+                layer.scores[tok * e..(tok + 1) * e]
+                    .copy_from_slice(&r.scores[at * e..(at + 1) * e]);
+                layer.choices[tok] = r.choices[at].clone();
+            }
+        }
+    }
+    out
 }
 
 /// Per-rank tensors as host shards, with the logical shapes of the rank's parameters.

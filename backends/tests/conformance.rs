@@ -15,33 +15,39 @@ use meshparity_specs::tolerance::BUILTIN;
 use meshparity_specs::{DType, Field, Level};
 
 fn conform(dtype: DType) {
-    let loaded = meshparity_specs::load(Path::new("../examples/quickstart.toml")).expect("valid");
-    let spec = &loaded.spec;
-    let model = spec.models.values().next().expect("a model").config();
-    let levels: Vec<_> = [
-        Level::Roundtrip,
-        Level::Forward,
-        Level::Curve,
-        Level::Oracle,
-    ]
-    .into_iter()
-    .map(|l| {
-        (
-            l,
-            spec.limits(BUILTIN, l, dtype).expect("built-in").1.clone(),
-        )
-    })
-    .collect();
-    let meshes: Vec<_> = [
+    let meshes = [
         "dp2",
         "tp2-sp",
         "pp2-mb2",
         "dp2-tp2-pp2-mb2",
         "dp2-tp2-sp-cp2",
-    ]
-    .into_iter()
-    .map(common::mesh)
-    .collect();
+    ];
+    conform_model(None, dtype, &meshes);
+}
+
+/// The quickstart's model, or it with `family`, on `meshes`.
+fn conform_model(family: Option<meshparity_specs::Family>, dtype: DType, meshes: &[&str]) {
+    let loaded = meshparity_specs::load(Path::new("../examples/quickstart.toml")).expect("valid");
+    let spec = &loaded.spec;
+    let mut model = spec.models.values().next().expect("a model").config();
+    if let Some(family) = family {
+        model.family = family;
+        model.experts = Some(4);
+        model.top_k = Some(2);
+    }
+    let levels: Vec<_> = model
+        .family
+        .levels()
+        .iter()
+        .copied()
+        .map(|l| {
+            (
+                l,
+                spec.limits(BUILTIN, l, dtype).expect("built-in").1.clone(),
+            )
+        })
+        .collect();
+    let meshes: Vec<_> = meshes.iter().map(|m| common::mesh(m)).collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let setup = Setup {
         model: &model,
@@ -66,6 +72,12 @@ fn burn_engine_conforms_in_bf16() {
 }
 
 #[test]
+fn burn_engine_conforms_for_moe() {
+    let family = Some(meshparity_specs::Family::Moe);
+    conform_model(family, DType::F32, &["dp2", "tp2-sp", "dp2-tp2-sp-cp2"]);
+}
+
+#[test]
 fn unsupported_cells_are_refused_at_their_field() {
     let engine = Backend::cpu();
     let mut model = common::tiny();
@@ -74,12 +86,12 @@ fn unsupported_cells_are_refused_at_their_field() {
     ep.ep = 2;
     let err = engine.supports(&model, Some(&ep), dtype).unwrap_err();
     assert_eq!(err.field, Field::Axis("ep"), "{err}");
-    assert!(engine
-        .supports(&model, Some(&common::mesh("dp2-cp2")), dtype)
-        .is_ok());
-    model.family = meshparity_specs::Family::Moe;
-    let err = engine.supports(&model, None, dtype).unwrap_err();
-    assert_eq!(err.field, Field::Family, "{err}");
+    let cp = common::mesh("dp2-cp2");
+    assert!(engine.supports(&model, Some(&cp), dtype).is_ok());
+    model = common::tiny_moe();
+    assert!(engine.supports(&model, Some(&cp), dtype).is_ok());
+    let err = engine.supports(&model, Some(&ep), dtype).unwrap_err();
+    assert_eq!(err.field, Field::Axis("ep"), "{err}");
 }
 
 /// An engine that quietly ignores the mutation it is asked to inject: the suite must say so.

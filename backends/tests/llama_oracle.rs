@@ -82,16 +82,46 @@ fn logits_ignore_future_tokens_and_padding() {
 
 #[test]
 fn gradients_match_finite_differences() {
-    let c = tiny();
+    finite_differences(tiny(), 9);
+}
+
+/// The moe family: cross-entropy plus the load-balance and z-losses, through router, top-k
+/// renormalization and token dispatch (routing itself is piecewise constant: a 1e-6 step does
+/// not flip it).
+#[test]
+fn moe_gradients_match_finite_differences() {
+    let c = ModelConfig {
+        family: Family::Moe,
+        experts: Some(4),
+        top_k: Some(2),
+        ..tiny()
+    };
+    finite_differences(c, 6 + 1 + 4 * 3);
+}
+
+fn objective(c: &ModelConfig, p: &Params, batch: &Batch, dev: &Device) -> Tensor<1> {
+    let f = forward(c, p, batch, dev);
+    let ce = f.loss_sum / batch.counted() as f64;
+    match f.aux {
+        Some(aux) => {
+            assert!(scalar(aux.load_balance.clone().inner()) > 0.0);
+            ce + aux.load_balance + aux.z
+        }
+        None => ce,
+    }
+}
+
+/// Autodiff against central differences at three elements of every parameter;
+/// `per_layer` parameters in each layer.
+fn finite_differences(c: ModelConfig, per_layer: usize) {
     let dev = Device::flex();
     let ad = dev.clone().autodiff();
     let batch = Batch::synthetic(9, 0, 3, c.seq_len as usize, c.vocab as usize);
-    let counted = batch.counted() as f64;
     let p = Params::init(&c, 9, &dev, DType::F64);
     let leaves = p.require_grad();
-    let loss = forward(&c, &leaves, &batch, &ad).loss_sum / counted;
+    let loss = objective(&c, &leaves, &batch, &ad);
     let grads = loss.backward();
-    let loss_at = |p: &Params| scalar(forward(&c, p, &batch, &dev).loss_sum) / counted;
+    let loss_at = |p: &Params| scalar(objective(&c, p, &batch, &dev));
     let eps = 1e-6;
     let mut checked = 0;
     for (name, leaf) in &leaves.tensors {
@@ -129,7 +159,7 @@ fn gradients_match_finite_differences() {
     }
     assert_eq!(
         checked,
-        3 * (1 + 9 * c.layers as usize + 2),
+        3 * (1 + per_layer * c.layers as usize + 2),
         "every parameter was checked"
     );
 }

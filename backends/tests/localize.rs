@@ -5,13 +5,13 @@
 mod common;
 
 use burn::tensor::{DType, Device};
-use common::{mesh, tiny, training};
+use common::{mesh, tiny, tiny_moe, training};
 use meshparity_backends::levels;
 use meshparity_backends::parallel::Fault;
-use meshparity_backends::train::{self, Length, Probe};
+use meshparity_backends::train::{self, Length, Probe, Replay};
 use meshparity_engine::locate::{limit, locate};
 use meshparity_specs::catalog::{Phase, CATALOG};
-use meshparity_specs::{DType as SpecDType, MeshConfig, Optimizer};
+use meshparity_specs::{DType as SpecDType, MeshConfig, ModelConfig, Optimizer};
 
 const MESHES: &[&str] = &[
     "dp2",
@@ -27,36 +27,67 @@ const LEN: Length = Length {
     weights_after: 0,
 };
 
-fn traced(dir: &std::path::Path, m: &MeshConfig, fault: Option<Fault>, dtype: SpecDType) {
-    let (model, t) = (tiny(), training(7, Optimizer::Adamw));
-    let probe = Probe { fault, trace: true };
-    let burn_dtype = match dtype {
+fn burn_dtype(dtype: SpecDType) -> DType {
+    match dtype {
         SpecDType::Bf16 => DType::BF16,
         _ => DType::F32,
+    }
+}
+
+/// The oracle's routing (moe), which every traced run replays, as the engine's do.
+fn oracle_routing(model: &ModelConfig, dtype: SpecDType) -> Replay {
+    let t = training(7, Optimizer::Adamw);
+    train::oracle(model, &t, LEN, &Device::default(), burn_dtype(dtype)).replay
+}
+
+fn traced(
+    model: &ModelConfig,
+    replay: &Replay,
+    dir: &std::path::Path,
+    m: &MeshConfig,
+    fault: Option<Fault>,
+    dtype: SpecDType,
+) {
+    let t = training(7, Optimizer::Adamw);
+    let probe = Probe {
+        fault,
+        trace: true,
+        replay: Some(replay).filter(|r| !r.is_empty()),
     };
-    let rec = train::mesh(&model, m, &t, LEN, probe, &Device::default(), burn_dtype).unwrap();
+    let burn_dtype = burn_dtype(dtype);
+    let rec = train::mesh(model, m, &t, LEN, probe, &Device::default(), burn_dtype).unwrap();
     levels::trace::write(dir, m.microbatches as usize, rec.trace).unwrap();
 }
 
 #[test]
 fn every_mutation_is_localized_where_it_was_injected_f32() {
-    localized(SpecDType::F32);
+    localized(&tiny(), MESHES, SpecDType::F32, 40);
 }
 
 #[test]
 fn every_mutation_is_localized_where_it_was_injected_bf16() {
-    localized(SpecDType::Bf16);
+    localized(&tiny(), MESHES, SpecDType::Bf16, 40);
 }
 
-fn localized(dtype: SpecDType) {
+/// The moe family: the dense catalog on its meshes and the router's own bugs.
+#[test]
+fn moe_mutations_are_localized_where_they_were_injected() {
+    let meshes = ["dp2", "tp2-sp", "cp2", "dp2-tp2-sp-cp2"];
+    for dtype in [SpecDType::F32, SpecDType::Bf16] {
+        localized(&tiny_moe(), &meshes, dtype, 30);
+    }
+}
+
+fn localized(model: &ModelConfig, meshes: &[&str], dtype: SpecDType, at_least: usize) {
     let root = tempfile::tempdir().unwrap();
     let reference = root.path().join("reference");
-    traced(&reference, &MeshConfig::SINGLE, None, dtype);
+    let replay = oracle_routing(model, dtype);
+    traced(model, &replay, &reference, &MeshConfig::SINGLE, None, dtype);
     let mut checked = 0;
-    for name in MESHES {
+    for name in meshes {
         let m = mesh(name);
         let correct = root.path().join(format!("{name}-correct"));
-        traced(&correct, &m, None, dtype);
+        traced(model, &replay, &correct, &m, None, dtype);
         let l = locate(&reference, &correct, dtype).unwrap();
         let worst = l.sites.iter().map(|s| s.relative_l2).fold(0.0, f64::max);
         assert!(l.first.is_none(), "{name} correct: {}", l.summary());
@@ -72,10 +103,17 @@ fn localized(dtype: SpecDType) {
         );
         for mutation in CATALOG
             .iter()
-            .filter(|x| x.applies_to(&m) && x.phase != Phase::Checkpoint)
+            .filter(|x| x.applies_to(model.family, &m) && x.phase != Phase::Checkpoint)
         {
             let dir = root.path().join(format!("{name}-{}", mutation.name));
-            traced(&dir, &m, Fault::from_name(mutation.name), dtype);
+            traced(
+                model,
+                &replay,
+                &dir,
+                &m,
+                Fault::from_name(mutation.name),
+                dtype,
+            );
             let l = locate(&reference, &dir, dtype).unwrap();
             let first = l
                 .first
@@ -92,5 +130,5 @@ fn localized(dtype: SpecDType) {
             checked += 1;
         }
     }
-    assert!(checked > 40, "only {checked} mutation × mesh pairs");
+    assert!(checked > at_least, "only {checked} mutation × mesh pairs");
 }

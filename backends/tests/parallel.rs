@@ -4,10 +4,10 @@
 mod common;
 
 use burn::tensor::{DType, Device};
-use common::{mesh, rel_l2, tiny, training};
+use common::{mesh, rel_l2, tiny, tiny_moe, training};
 use meshparity_backends::sharding::ShardingPlan;
 use meshparity_backends::train::{self, Length, Record};
-use meshparity_specs::Optimizer;
+use meshparity_specs::{ModelConfig, Optimizer};
 
 const LEN: Length = Length {
     steps: 3,
@@ -35,8 +35,12 @@ fn worst(plan: &ShardingPlan, oracle: &Record, run: &Record) -> (f64, f64, f64, 
 }
 
 fn check(dtype: DType, opt: Optimizer, meshes: &[&str], limit: f64) {
+    check_model(tiny(), dtype, opt, meshes, limit);
+}
+
+fn check_model(m: ModelConfig, dtype: DType, opt: Optimizer, meshes: &[&str], limit: f64) {
     let dev = Device::flex();
-    let (m, t) = (tiny(), training(11, opt));
+    let t = training(11, opt);
     let oracle = train::oracle(&m, &t, LEN, &dev, dtype);
     for name in meshes {
         let mesh = mesh(name);
@@ -44,6 +48,21 @@ fn check(dtype: DType, opt: Optimizer, meshes: &[&str], limit: f64) {
         let w = worst(&ShardingPlan::llama(&m, &mesh), &oracle, &run);
         eprintln!("{name} {dtype:?} {opt:?}: logits {:.2e} loss {:.2e} grads {:.2e} weights {:.2e} ({} calls)", w.0, w.1, w.2, w.3, run.collectives);
         assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);
+        assert_eq!(
+            oracle.routing.len(),
+            run.routing.len(),
+            "{name}: routed layers"
+        );
+        for (l, (a, b)) in oracle.routing.iter().zip(&run.routing).enumerate() {
+            assert_eq!(a.choices, b.choices, "{name}: layer {l} routed differently");
+        }
+        let lb = oracle
+            .load_balance
+            .iter()
+            .zip(&run.load_balance)
+            .map(|(a, b)| ((a - b) / a).abs())
+            .fold(0.0, f64::max);
+        assert!(lb < limit, "{name}: load-balance loss off by {lb:.2e}");
         assert!(
             w.0 < limit && w.1 < limit && w.2 < limit && w.3 < limit,
             "{name}: {w:?} over {limit}"
@@ -77,4 +96,25 @@ fn every_layout_matches_the_oracle_in_f64() {
 #[test]
 fn every_layout_matches_the_oracle_in_f32_with_adamw() {
     check(DType::F32, Optimizer::Adamw, MESHES, 1e-5);
+}
+
+/// The moe family on every layout the burn engine computes for it.
+const MOE_MESHES: &[&str] = &[
+    "dp2",
+    "tp2",
+    "tp2-sp",
+    "pp2-mb4",
+    "dp2-tp2-pp2-mb2",
+    "cp2",
+    "dp2-tp2-sp-cp2",
+];
+
+#[test]
+fn moe_layouts_match_the_oracle_in_f64() {
+    check_model(tiny_moe(), DType::F64, Optimizer::Sgd, MOE_MESHES, 1e-12);
+}
+
+#[test]
+fn moe_layouts_match_the_oracle_in_f32_with_adamw() {
+    check_model(tiny_moe(), DType::F32, Optimizer::Adamw, MOE_MESHES, 1e-5);
 }

@@ -348,7 +348,7 @@ fn logits_gate_on_top1_and_cosine_when_asked() {
 }
 
 #[test]
-fn routing_sets_gate_on_overlap() {
+fn routing_sets_gate_on_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let a = save(
         dir.path(),
@@ -387,11 +387,12 @@ fn routing_sets_gate_on_overlap() {
     // Same sets in another order: routing agrees, though the raw ids differ.
     let r = run(&a, &reordered, tol());
     assert_eq!(r.tensors[0].metrics.routing.unwrap().overlap, 1.0);
-    assert!(r.tensors[0].failures.iter().all(|f| f.metric != "overlap"));
+    assert!(r.tensors[0].failures.iter().all(|f| f.metric != "mismatch"));
     let r = run(&a, &changed, tol());
     let routing = r.tensors[0].metrics.routing.unwrap();
     assert!((routing.overlap - (1.0 + 0.5 + 1.0) / 3.0).abs() < 1e-12);
-    assert!(r.tensors[0].failures.iter().any(|f| f.metric == "overlap"));
+    // One token of three routed differently: over R3's 1e-2 mismatch.
+    assert!(r.tensors[0].failures.iter().any(|f| f.metric == "mismatch"));
 }
 
 #[test]

@@ -24,6 +24,11 @@ pub mod files {
     pub const FORWARD: &str = "forward.safetensors";
     /// One JSON object per step: `{"step": 1, "loss": ...}`.
     pub const CURVE: &str = "curve.jsonl";
+    /// The moe family's first-step routing ([`crate::routing`]).
+    pub const ROUTING: &str = "routing.safetensors";
+    /// The moe family's top-k experts of every step (`step{S}.layers.{L}`, [B·S, k] i64),
+    /// written by the burn engine's reference for its mesh runs to replay.
+    pub const ROUTING_REPLAY: &str = "routing-replay.safetensors";
     /// First-step gradients.
     pub const GRADS: &str = "grads.safetensors";
     /// Weights after the oracle level's steps.
@@ -144,12 +149,23 @@ impl Manifest {
     }
 }
 
-/// Per-step losses as JSON Lines, steps counted from 1.
-pub fn write_curve(path: &Path, losses: &[f64]) -> std::io::Result<()> {
+/// Per-step losses as JSON Lines, steps counted from 1, with further per-step metrics (e.g. a
+/// MoE model's `lb_loss`) beside `loss`; the curve level gates every metric both sides write.
+pub fn write_curve(path: &Path, losses: &[f64], extra: &[(&str, &[f64])]) -> std::io::Result<()> {
     let curve: String = losses
         .iter()
         .enumerate()
-        .map(|(i, l)| format!("{{\"step\": {}, \"loss\": {}}}\n", i + 1, json_f64(*l)))
+        .map(|(i, l)| {
+            let more: String = extra
+                .iter()
+                .filter_map(|(name, v)| v.get(i).map(|x| format!(", \"{name}\": {}", json_f64(*x))))
+                .collect();
+            format!(
+                "{{\"step\": {}, \"loss\": {}{more}}}\n",
+                i + 1,
+                json_f64(*l)
+            )
+        })
         .collect();
     std::fs::write(path, curve)
 }

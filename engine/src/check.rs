@@ -77,10 +77,11 @@ pub fn localize(
     dir: &Path,
 ) -> Result<Option<Localization>, EngineError> {
     let (reference_dir, run_dir) = (dir.join("reference"), dir.join("run"));
+    // The reference's trace keeps `reference`: an engine that replays the reference's routing
+    // (moe) replays it on both sides.
     let reference = RunRequest {
         mesh: None,
         mutation: None,
-        reference: None,
         out: &reference_dir,
         ..*req
     };

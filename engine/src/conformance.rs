@@ -104,7 +104,8 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
         failures.extend(missing_artifact(setup, &reference, &run, dir));
         for name in engine.mutations() {
             let name = name.as_str();
-            let applies = meshparity_specs::mutation::find(name).is_none_or(|m| m.applies_to(mesh));
+            let applies = meshparity_specs::mutation::find(name)
+                .is_none_or(|m| m.applies_to(setup.model.family, mesh));
             if !applies {
                 continue;
             }

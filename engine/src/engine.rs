@@ -23,8 +23,9 @@ pub struct RunRequest<'a> {
     pub levels: &'a [Level],
     /// A catalogued bug to inject (mesh runs only).
     pub mutation: Option<&'a str>,
-    /// The reference's artifact directory (mesh runs): the roundtrip level converts its seed
-    /// checkpoint to the mesh's shards and back.
+    /// The reference's artifact directory (mesh runs, and traces): the roundtrip level converts
+    /// its seed checkpoint to the mesh's shards and back; an engine may replay what the
+    /// reference recorded (the burn engine replays its MoE routing).
     pub reference: Option<&'a Path>,
     /// Where the artifacts go; created if missing.
     pub out: &'a Path,
@@ -56,13 +57,13 @@ impl RunRequest<'_> {
         };
         for level in self.levels {
             match level {
-                Level::Forward => len.steps = len.steps.max(1),
+                Level::Forward | Level::Routing => len.steps = len.steps.max(1),
                 Level::Curve => len.steps = len.steps.max(t.steps as usize),
                 Level::Oracle => {
                     len.steps = len.steps.max(t.oracle_steps as usize).max(1);
                     len.weights_after = t.oracle_steps as usize;
                 }
-                Level::Roundtrip | Level::Routing => {}
+                Level::Roundtrip => {}
             }
         }
         len

@@ -88,7 +88,7 @@ impl Judge<'_> {
                 sides.tensors("gradients", files::GRADS, files::GRADS)?,
                 sides.updates()?,
             ],
-            Level::Routing => return Err(JudgeError::Unsupported(level)),
+            Level::Routing => vec![sides.routing()?],
         };
         if let Some(c) = comparisons.iter().find(|c| c.passed && c.gates.is_empty()) {
             return Err(JudgeError::NothingGated(format!(
@@ -170,6 +170,12 @@ impl Sides<'_> {
             reproduce: compare_command(a, b, self.limits, false),
             ..Comparison::tensors(what, &compare_checkpoints(a, b, &opts)?)
         })
+    }
+
+    fn routing(&self) -> Result<Comparison, JudgeError> {
+        let (a, b) = self.paths(files::ROUTING, files::ROUTING)?;
+        let report = crate::routing::compare(&a, &b)?;
+        Ok(report.comparison(self.limits, &a, &b))
     }
 
     fn curve(&self) -> Result<(Comparison, Losses), JudgeError> {

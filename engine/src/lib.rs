@@ -10,6 +10,7 @@
 //! - [`gate`], [`outcome`], [`mutation`] — what a level found, with the evidence, and a
 //!   mutation's expected failure;
 //! - [`finding`] — a job's findings, typed, as results files store them;
+//! - [`routing`] — the routing level: per-token expert sets against the reference's;
 //! - [`update`] — weight updates, what the oracle level compares;
 //! - [`conformance`] — the suite every engine must pass.
 
@@ -24,6 +25,7 @@ pub mod judge;
 pub mod locate;
 pub mod mutation;
 pub mod outcome;
+pub mod routing;
 pub mod seal;
 pub mod tensor;
 pub mod update;

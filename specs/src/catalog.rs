@@ -37,6 +37,8 @@ pub enum Id {
     CpUnweightedMerge,
     CpStaleKvChunk,
     CpSkipGradReduce,
+    RouterNotRenormalized,
+    LoadBalanceLocalCounts,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -113,7 +115,7 @@ use Phase::{Backward, Checkpoint, Forward, Gradients};
 pub const CATALOG: &[Mutation] = &[
     m(SkipTpForwardAllReduce, "tp-skip-forward-all-reduce",
         "a row-parallel layer skips the TP all-reduce of its partial outputs in the forward pass",
-        &[Tp], Forward, "layers.0.mlp.down.fwd.out",
+        &[Tp, DenseMlp], Forward, "layers.0.mlp.down.fwd.out",
         &["VERDICT: missing all-reduce (dataflow intact)", "ART: skip TP reduce in a row-parallel forward"]),
     m(TpAverageInsteadOfSum, "tp-average-instead-of-sum",
         "a TP reduction averages partial results instead of summing them",
@@ -121,7 +123,7 @@ pub const CATALOG: &[Mutation] = &[
         &["ART: average instead of sum"]),
     m(SkipTpInputGradAllReduce, "tp-skip-input-grad-all-reduce",
         "the backward of a column-parallel layer's input (Megatron's `f`) skips the TP all-reduce: each rank keeps only its own shard's share of the input gradient",
-        &[Tp], Backward, "layers.0.mlp.in.bwd.out",
+        &[Tp, DenseMlp], Backward, "layers.0.mlp.in.bwd.out",
         &["VERDICT: missing all-reduce with broken dataflow"]),
     m(SkipQkvGradAllReduce, "tp-skip-qkv-grad-all-reduce",
         "the fused q/k/v projection's backward misses the reduce of its input gradient across TP",
@@ -133,7 +135,7 @@ pub const CATALOG: &[Mutation] = &[
         &["VERDICT: all-reduce replaced by all-gather"]),
     m(SpAllGatherAsAllReduce, "sp-all-gather-as-all-reduce",
         "a sequence-parallel all-gather is an all-reduce: every sequence block holds the sum of the blocks instead of its own",
-        &[Sp], Forward, "layers.0.mlp.in.fwd.out",
+        &[Sp, DenseMlp], Forward, "layers.0.mlp.in.fwd.out",
         &["VERDICT: all-gather replaced by all-reduce"]),
     m(SkipDpGradAllReduce, "dp-skip-grad-all-reduce",
         "gradients are not all-reduced across the data-parallel group",
@@ -181,11 +183,11 @@ pub const CATALOG: &[Mutation] = &[
         &["VERDICT: single-rank wrong power"]),
     m(ResidualScaleAllRanks, "residual-scale-all-ranks",
         "the parallel code path adds the attention residual branch twice (scaled by 2) on every rank",
-        &[MultiRank], Forward, "layers.0.mlp.in.fwd.in",
+        &[MultiRank], Forward, "layers.0.mlp.*.fwd.in",
         &["VERDICT: multi-rank altered forward constant"]),
     m(SwigluBackwardWrongOperand, "swiglu-backward-wrong-operand",
         "the backward of silu(gate)·up multiplies the gate branch's gradient by silu(gate), the wrong one of the product's two inputs",
-        &[MultiRank], Backward, "layers.0.mlp.in.bwd.in",
+        &[MultiRank], Backward, "layers.0.mlp.*.bwd.in",
         &["VERDICT: backward consumes the wrong input of a tensor used twice"]),
     m(RopeBackwardSwapped, "rope-backward-swapped",
         "RoPE's backward returns its two half-gradients swapped",
@@ -211,6 +213,14 @@ pub const CATALOG: &[Mutation] = &[
         "gradients are all-reduced over the data-parallel ranks only, not over the context-parallel ranks that hold the other chunks of each sequence",
         &[Cp], Gradients, "grad.*.dp",
         &["CP: gradient reduce over the cp group skipped"]),
+    m(RouterNotRenormalized, "moe-router-not-renormalized",
+        "the parallel path weights each token's top-k experts by their raw router scores instead of the scores renormalized to sum to one (a dropped norm_topk_prob), on every rank",
+        &[Experts, MultiRank], Forward, "layers.0.mlp.combine.fwd.in",
+        &["MoE: router probabilities not renormalized after top-k"]),
+    m(LoadBalanceLocalCounts, "moe-load-balance-local-counts",
+        "the load-balance loss uses each rank's own tokens' expert counts instead of each sequence's counts over all the ranks holding its parts (SP, CP)",
+        &[Experts, SplitSequences], Forward, "layers.0.mlp.router.counts",
+        &["MoE: load-balance loss from local instead of global token counts"]),
 ];
 
 /// Published classes that no entry reproduces.
@@ -220,14 +230,19 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
         why: "the burn engine trains full weights, no adapters; the replicated-factor class is covered by sp-skip-norm-grad-all-reduce",
     },
     NotApplicable {
-        class: "VERDICT: MoE routing and expert-parallel classes",
-        why: "no MoE family in the burn engine yet; they come with MoE/EP",
+        class: "VERDICT/ART: expert-parallel classes (all-to-all permutation, expert gradients on the wrong group, expert sync skipped)",
+        why: "the burn engine has the moe family but not expert parallelism yet (ep > 1 cells are refused)",
     },
 ];
 
 impl Mutation {
-    pub fn applies_to(&self, mesh: &crate::mesh::MeshConfig) -> bool {
-        self.needs.iter().all(|n| n.holds(mesh))
+    /// Whether a model of `family` on `mesh` has what this bug needs.
+    pub fn applies_to(&self, family: crate::Family, mesh: &crate::mesh::MeshConfig) -> bool {
+        self.needs.iter().all(|n| match n {
+            Needs::Experts => family.has_experts(),
+            Needs::DenseMlp => !family.has_experts(),
+            n => n.holds(mesh),
+        })
     }
 
     /// Whether a localized site is this mutation's (its [`Mutation::site`] pattern, `*` for any

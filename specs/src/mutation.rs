@@ -26,6 +26,12 @@ pub enum Needs {
     ThreeRanks,
     Ep,
     Cp,
+    /// A model with routed experts (the `moe` family).
+    Experts,
+    /// A model whose MLP is one tensor-parallel SwiGLU (the `llama` family).
+    DenseMlp,
+    /// Sequences split over ranks: SP (with TP) or CP.
+    SplitSequences,
 }
 
 impl Needs {
@@ -40,6 +46,9 @@ impl Needs {
             Needs::ThreeRanks => m.world_size() > 2,
             Needs::Ep => m.ep > 1,
             Needs::Cp => m.cp > 1,
+            // A property of the model, not the mesh: see `Mutation::applies_to`.
+            Needs::Experts | Needs::DenseMlp => true,
+            Needs::SplitSequences => (m.sp && m.tp > 1) || m.cp > 1,
         }
     }
 
@@ -54,6 +63,9 @@ impl Needs {
         "three-ranks",
         "ep",
         "cp",
+        "experts",
+        "dense-mlp",
+        "split-sequences",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -67,6 +79,9 @@ impl Needs {
             "three-ranks" => Needs::ThreeRanks,
             "ep" => Needs::Ep,
             "cp" => Needs::Cp,
+            "experts" => Needs::Experts,
+            "dense-mlp" => Needs::DenseMlp,
+            "split-sequences" => Needs::SplitSequences,
             _ => return None,
         })
     }
@@ -82,6 +97,9 @@ impl Needs {
             Needs::ThreeRanks => "three or more ranks",
             Needs::Ep => "ep > 1",
             Needs::Cp => "cp > 1",
+            Needs::Experts => "a moe model",
+            Needs::DenseMlp => "a dense MLP (llama)",
+            Needs::SplitSequences => "sp with tp > 1, or cp > 1",
         }
     }
 }

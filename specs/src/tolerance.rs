@@ -240,10 +240,13 @@ impl ToleranceTable {
                 Some(dtype),
                 Limits::default().with(&[("relative_l2", gate.forward * widen)]),
             );
+            // R3's threshold: at most 1% of token·layers routed to another expert set. Mesh
+            // runs replay the reference's routing, so this counts the mesh's own top-k flips
+            // (round-off at near-ties), never a diverged trajectory.
             put(
                 Level::Routing,
                 Some(dtype),
-                Limits::default().with(&[("overlap", if half { 0.95 } else { 1.0 })]),
+                Limits::default().with(&[("mismatch", 1e-2)]),
             );
             put(
                 Level::Curve,

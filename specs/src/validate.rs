@@ -16,11 +16,9 @@ pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
     for (name, loc) in &spec.mutations.written {
         let applies = cells.iter().any(|c| {
             c.mutations
-                && spec
-                    .mutations
-                    .selected
-                    .iter()
-                    .any(|m| m.name == *name && m.applies_to(&c.mesh.config()))
+                && spec.mutations.selected.iter().any(|m| {
+                    m.name == *name && m.applies_to(c.model.family.value, &c.mesh.config())
+                })
         });
         if !applies {
             let needs: Vec<&str> = crate::mutation::find(name)

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use indexmap::IndexMap;
-use meshparity_engine::{artifact, files, HostTensor, Length, Manifest};
+use meshparity_engine::{artifact, files, routing, HostTensor, Length, Manifest};
 
 use super::{io, save, LevelError, Setup};
 use crate::train::{self, Record};
@@ -31,6 +31,10 @@ pub fn reference(setup: &Setup<'_>, len: Length, dir: &Path) -> Result<Manifest,
     );
     write_trained(setup, dir, &rec, &mut written)?;
     save(dir, files::GRADS, &rec.grads[0], &mut written)?;
+    if !rec.replay.is_empty() {
+        let replay = routing::replay_artifact(&rec.replay);
+        save(dir, files::ROUTING_REPLAY, &replay, &mut written)?;
+    }
     if let Some(w) = &rec.weights {
         save(dir, files::WEIGHTS, &w[0], &mut written)?;
     }
@@ -67,9 +71,32 @@ pub(crate) fn write_trained(
     .into_iter()
     .collect();
     save(dir, files::FORWARD, &forward, written)?;
+    if !rec.routing.is_empty() {
+        let b = train::batch(setup.model, setup.training, 0);
+        let real: Vec<bool> = (0..b.batch * b.seq_len)
+            .map(|t| t % b.seq_len < b.lengths[t / b.seq_len])
+            .collect();
+        let layers: Vec<(Vec<Vec<usize>>, Vec<f64>)> = rec
+            .routing
+            .iter()
+            .map(|r| (r.choices.clone(), r.scores.clone()))
+            .collect();
+        save(
+            dir,
+            files::ROUTING,
+            &routing::artifact(&layers, &real, b.batch),
+            written,
+        )?;
+    }
     let steps = (setup.training.steps as usize).min(rec.losses.len());
     let path = dir.join(files::CURVE);
-    artifact::write_curve(&path, &rec.losses[..steps]).map_err(io(&path))?;
+    let lb = &rec.load_balance[..steps.min(rec.load_balance.len())];
+    let extra: &[(&str, &[f64])] = if lb.is_empty() {
+        &[]
+    } else {
+        &[("lb_loss", lb)]
+    };
+    artifact::write_curve(&path, &rec.losses[..steps], extra).map_err(io(&path))?;
     written.push(files::CURVE.to_owned());
     Ok(())
 }

@@ -16,13 +16,15 @@ use crate::sharding::{Placement, ShardingPlan, Shards};
 use crate::train;
 
 /// Train `mesh` for `len` and write its artifacts; with `reference`, also convert the
-/// reference's seed checkpoint to this mesh's shards and back (the roundtrip level).
+/// reference's seed checkpoint to this mesh's shards and back (the roundtrip level). `replay`
+/// is the reference's routing (moe), replayed.
 pub fn run(
     setup: &Setup<'_>,
     mesh: &MeshConfig,
     len: Length,
     fault: Option<Fault>,
     reference: Option<&Path>,
+    replay: Option<&train::Replay>,
     out: &Path,
 ) -> Result<Manifest, LevelError> {
     std::fs::create_dir_all(out).map_err(io(out))?;
@@ -65,6 +67,7 @@ pub fn run(
             train::Probe {
                 fault,
                 trace: false,
+                replay,
             },
             setup.device,
             setup.burn_dtype(),

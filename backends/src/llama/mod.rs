@@ -4,10 +4,12 @@
 //!
 //! - `params.rs` — names, shapes, deterministic init;
 //! - `layers.rs` — each layer as a function of tensors (parallel versions will sit beside them);
+//! - `moe.rs` — the `moe` family's routed experts and auxiliary losses;
 //! - `model.rs` — the single-device forward pass, the oracle.
 
 pub mod layers;
 pub mod model;
+pub mod moe;
 pub mod params;
 
 pub use model::{forward, Forward};

@@ -1,11 +1,12 @@
-//! The whole dense model on one device: the oracle every mesh is compared against.
+//! The whole model on one device: the oracle every mesh is compared against.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use meshparity_specs::ModelConfig;
 
 use super::layers::{attention, attention_mask, cross_entropy_sum, rms_norm, rope, swiglu};
+use super::moe::{self, Choice};
 use super::params::Params;
-use crate::data::Batch;
+use crate::data::{Batch, IGNORE};
 
 /// What a forward pass yields.
 pub struct Forward {
@@ -13,6 +14,18 @@ pub struct Forward {
     pub logits: Tensor<3>,
     /// Σ token cross-entropy over counted tokens, shape [1].
     pub loss_sum: Tensor<1>,
+    /// The moe family's auxiliary losses (already normalized), summed over layers.
+    pub aux: Option<Aux>,
+}
+
+/// The auxiliary losses of the moe family and what routing chose.
+pub struct Aux {
+    /// Load-balance loss, shape [1].
+    pub load_balance: Tensor<1>,
+    /// Router z-loss, shape [1].
+    pub z: Tensor<1>,
+    /// Per layer: router scores [T, E] and each token's experts.
+    pub routing: Vec<(Tensor<2>, Vec<Choice>)>,
 }
 
 /// Forward pass of the full model over a batch.
@@ -28,6 +41,11 @@ pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> F
         Tensor::<1, Int>::from_data(TensorData::new(batch.tokens.clone(), [b * s]), device);
     let mut x: Tensor<3> = p.get("embed.weight").select(0, tokens).reshape([b, s, h]);
     let mask = attention_mask(&batch.lengths, s, device);
+    let mut aux = c.family.has_experts().then(|| Aux {
+        load_balance: Tensor::<1>::zeros([1], (device, x.dtype())),
+        z: Tensor::<1>::zeros([1], (device, x.dtype())),
+        routing: Vec::new(),
+    });
     for l in 0..c.layers {
         let w = |name: &str| p.get(&format!("layers.{l}.{name}"));
         let hn = rms_norm(x.clone(), w("attn_norm.weight"));
@@ -39,15 +57,68 @@ pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> F
         let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
         x = x + a.matmul(w("attn.o.weight").unsqueeze());
         let hn = rms_norm(x.clone(), w("mlp_norm.weight"));
-        x = x + swiglu(
-            hn,
-            w("mlp.gate.weight"),
-            w("mlp.up.weight"),
-            w("mlp.down.weight"),
-        );
+        x = x + match aux.as_mut() {
+            Some(aux) => moe_mlp(c, p, l, hn, batch, aux),
+            None => swiglu(
+                hn,
+                w("mlp.gate.weight"),
+                w("mlp.up.weight"),
+                w("mlp.down.weight"),
+            ),
+        };
     }
     let x = rms_norm(x, p.get("norm.weight"));
     let logits = x.matmul(p.get("output.weight").unsqueeze());
     let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets);
-    Forward { logits, loss_sum }
+    Forward {
+        logits,
+        loss_sum,
+        aux,
+    }
+}
+
+/// Layer `l`'s mixture of experts over the whole batch, its auxiliary losses added to `aux`.
+fn moe_mlp(
+    c: &ModelConfig,
+    p: &Params,
+    l: u32,
+    hn: Tensor<3>,
+    batch: &Batch,
+    aux: &mut Aux,
+) -> Tensor<3> {
+    let [b, s, h] = hn.dims();
+    let (e, k) = (
+        c.experts.unwrap_or(1) as usize,
+        c.top_k.unwrap_or(1) as usize,
+    );
+    let w = |name: &str| p.get(&format!("layers.{l}.mlp.{name}"));
+    let x = hn.reshape([b * s, h]);
+    let routed = moe::route(x.clone(), w("router.weight"), k, None);
+    let expert = |i: usize| {
+        let n = |part: &str| w(&format!("experts.{i}.{part}.weight"));
+        (n("gate"), n("up"), n("down"))
+    };
+    let y = moe::experts(x, &routed, expert, moe::Dispatch::default());
+    let positions: Vec<usize> = (0..s).collect();
+    let counts = moe::counts(&routed.choices, b, &positions, &batch.lengths, e);
+    let lb = moe::load_balance(
+        routed.scores.clone(),
+        &counts,
+        b,
+        &positions,
+        &batch.lengths,
+        k,
+        b,
+    );
+    let keep: Vec<f64> = batch
+        .targets
+        .iter()
+        .map(|&t| f64::from(u8::from(t != IGNORE)))
+        .collect();
+    let keep = Tensor::<1>::from_data(TensorData::new(keep, [b * s]), (&y.device(), y.dtype()));
+    let z = moe::z_loss(routed.logits.clone(), keep, batch.counted() as f64);
+    aux.load_balance = aux.load_balance.clone() + lb;
+    aux.z = aux.z.clone() + z;
+    aux.routing.push((routed.scores, routed.choices));
+    y.reshape([b, s, h])
 }

@@ -34,9 +34,21 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
         out.push(p(n("attn.v.weight"), &[h, kv]));
         out.push(p(n("attn.o.weight"), &[q, h]));
         out.push(p(n("mlp_norm.weight"), &[h]));
-        out.push(p(n("mlp.gate.weight"), &[h, f]));
-        out.push(p(n("mlp.up.weight"), &[h, f]));
-        out.push(p(n("mlp.down.weight"), &[f, h]));
+        match c.experts.filter(|_| c.family.has_experts()) {
+            Some(experts) => {
+                out.push(p(n("mlp.router.weight"), &[h, experts as usize]));
+                for e in 0..experts {
+                    out.push(p(n(&format!("mlp.experts.{e}.gate.weight")), &[h, f]));
+                    out.push(p(n(&format!("mlp.experts.{e}.up.weight")), &[h, f]));
+                    out.push(p(n(&format!("mlp.experts.{e}.down.weight")), &[f, h]));
+                }
+            }
+            None => {
+                out.push(p(n("mlp.gate.weight"), &[h, f]));
+                out.push(p(n("mlp.up.weight"), &[h, f]));
+                out.push(p(n("mlp.down.weight"), &[f, h]));
+            }
+        }
     }
     out.push(p("norm.weight".into(), &[h]));
     out.push(p("output.weight".into(), &[h, v]));

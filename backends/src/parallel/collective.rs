@@ -113,6 +113,22 @@ impl Comm {
         });
     }
 
+    /// Record `site` from values every rank holds whole (e.g. per-sequence counts after their
+    /// all-reduce): each rank's is a copy, compared as is.
+    pub fn trace_each<const D: usize>(&mut self, site: &str, parts: &[Tensor<D>]) {
+        if self.tracing {
+            self.records.push(Record {
+                site: site.to_owned(),
+                like: None,
+                block: self.block,
+                copies: parts
+                    .iter()
+                    .map(|t| super::trace::Value::of(t.clone()))
+                    .collect(),
+            });
+        }
+    }
+
     /// A step-wide record of already canonical values.
     pub fn trace_values(&mut self, site: &str, copies: Vec<super::trace::Value>) {
         if self.tracing {

@@ -2,6 +2,7 @@
 //! schedules and the catalogued faults.
 //!
 //! - `collective.rs` — the communicator: every call logged by site, faults injected there;
+//! - `experts.rs` — the moe family's routed MLP on a stage's ranks;
 //! - `fault.rs` — the catalogued mutations and where each one acts;
 //! - `context.rs` — context parallelism: zigzag chunks, TP × CP groups, global order;
 //! - `tape.rs` — segments between collectives, backward with Megatron's conjugates;
@@ -13,6 +14,7 @@
 
 pub mod collective;
 pub mod context;
+pub mod experts;
 pub mod fault;
 mod faulty;
 pub mod pipeline;

@@ -10,25 +10,44 @@ use indexmap::IndexMap;
 
 use super::collective::Comm;
 use super::context::{zigzag, Groups};
+use super::experts::RouteRecord;
 use super::schedule::Action;
 use super::stage::{Leaves, StageCtx, StageOut};
 use super::step::{scalar, MeshExec};
 use super::trace::Canon;
 use crate::data::Batch;
+use crate::llama::moe::Choice;
 
 /// What one data-parallel replica produced.
 pub(super) struct Replica {
     /// Σ over microbatches of the (normalized) loss.
     pub loss: f64,
+    /// Σ over microbatches and stages of the load-balance loss (moe).
+    pub load_balance: f64,
+    /// Routing of its tokens (moe), with each record's first global row.
+    pub routing: Vec<(usize, RouteRecord)>,
     /// Logits of its microbatches, in order.
     pub logits: Vec<Tensor<3>>,
     /// Accumulated gradients of its ranks.
     pub acc: HashMap<usize, IndexMap<String, Tensor<2>>>,
 }
 
+/// What a step computes on: the global batch and the routing to replay (moe).
+#[derive(Clone, Copy)]
+pub(super) struct StepInput<'a> {
+    pub batch: &'a Batch,
+    pub replay: Option<&'a [Vec<Choice>]>,
+}
+
 /// What every action of one replica shares.
 struct Act<'a> {
     d: usize,
+    /// Sequences in the global batch.
+    sequences: usize,
+    /// Routing to replay (moe), per layer and global token.
+    replay: Option<&'a [Vec<Choice>]>,
+    /// Global row of each microbatch's first row.
+    first_rows: Vec<usize>,
     /// Each cp rank's loss normalizer.
     normalizers: &'a [f64],
     micro: &'a [Batch],
@@ -60,11 +79,12 @@ impl MeshExec<'_> {
         comm: &mut Comm,
         d: usize,
         normalizers: &[f64],
-        batch: &Batch,
+        input: StepInput<'_>,
         leaves: &[Leaves],
         ticks: &[Vec<Action>],
     ) -> Result<Replica, String> {
         use rayon::prelude::*;
+        let StepInput { batch, replay } = input;
         let (dp, mbs) = (self.mesh.dp as usize, self.mesh.microbatches as usize);
         let rows = batch.batch / dp;
         let mb_rows = rows / mbs;
@@ -74,6 +94,7 @@ impl MeshExec<'_> {
         let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
         let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
         let mut losses = vec![0.0; mbs];
+        let (mut load_balance, mut routing) = (0.0, Vec::new());
         let mut logits: Vec<Option<Tensor<3>>> = vec![None; mbs];
         for tick in ticks {
             let mut work = Vec::with_capacity(tick.len());
@@ -98,6 +119,9 @@ impl MeshExec<'_> {
                 .map(|(action, held, mut sub)| {
                     let ctx = Act {
                         d,
+                        sequences: batch.batch,
+                        replay,
+                        first_rows: (0..mbs).map(|mb| d * rows + mb * mb_rows).collect(),
                         normalizers,
                         micro: &micro,
                         leaves,
@@ -112,9 +136,12 @@ impl MeshExec<'_> {
                     Done::Forward {
                         stage,
                         mb,
-                        out,
+                        mut out,
                         loss,
                     } => {
+                        load_balance += out.moe.load_balance;
+                        let first = d * rows + mb * mb_rows;
+                        routing.extend(out.moe.routing.drain(..).map(|r| (first, r)));
                         if let Some((l, lg)) = loss {
                             losses[mb] = l;
                             logits[mb] = Some(lg);
@@ -138,6 +165,8 @@ impl MeshExec<'_> {
         }
         Ok(Replica {
             loss: losses.iter().sum(),
+            load_balance,
+            routing,
             logits: logits
                 .into_iter()
                 .map(|l| l.ok_or("a microbatch never reached the last stage"))
@@ -175,6 +204,8 @@ impl MeshExec<'_> {
                 }
                 let stage_ctx = StageCtx {
                     fault: comm.fault(),
+                    sequences: ctx.sequences,
+                    replay: ctx.replay.map(|r| (r, ctx.first_rows[mb])),
                     ..self.ctx(stage, d, ctx.leaves)
                 };
                 let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizers);
@@ -207,9 +238,16 @@ impl MeshExec<'_> {
             Action::Backward { stage, mb } => {
                 let out = held.ok_or("backward before forward")?;
                 let here = self.stage_group(d, stage);
+                let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
+                // Auxiliary losses enter backward where they were computed (Megatron's
+                // MoEAuxLossAutoScaler), beside the loss or the received gradients.
+                let aux = out.moe.aux.iter().map(|&v| (v, one.clone()));
                 let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
-                    let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
-                    out.outputs.iter().map(|&v| (v, one.clone())).collect()
+                    out.outputs
+                        .iter()
+                        .map(|&v| (v, one.clone()))
+                        .chain(aux)
+                        .collect()
                 } else {
                     let next = self.stage_group(d, stage + 1);
                     out.outputs
@@ -224,6 +262,7 @@ impl MeshExec<'_> {
                                 comm.recv(&site, from, to, &format!("d{d}.mb{mb}.grad"), || like),
                             )
                         })
+                        .chain(aux)
                         .collect()
                 };
                 let dropped = comm.fault().is_some_and(|f| f.drops_microbatch(mb, mbs));
@@ -274,6 +313,8 @@ impl MeshExec<'_> {
             sp: self.mesh.sp && self.mesh.tp > 1,
             leaves,
             fault: None,
+            sequences: 0,
+            replay: None,
             odd_rank: self.rank(
                 self.mesh.tp as usize - 1,
                 self.mesh.cp as usize - 1,

@@ -14,12 +14,14 @@ use meshparity_specs::ModelConfig;
 
 use super::collective::Comm;
 use super::context::{Groups, Local};
+use super::experts::MoeOut;
 use super::fault::Fault;
 use super::faulty;
 use super::tape::{Conj, Tape, Val};
 use super::trace::Canon;
 use crate::data::{Batch, IGNORE};
 use crate::llama::layers::{rms_norm, swiglu};
+use crate::llama::moe::Choice;
 
 /// A rank's parameter shards as autodiff leaves.
 pub type Leaves = IndexMap<String, Tensor<2>>;
@@ -35,6 +37,10 @@ pub struct StageCtx<'a> {
     pub ranks: Vec<usize>,
     pub cp: usize,
     pub sp: bool,
+    /// Sequences in the global batch (the load-balance loss averages over them).
+    pub sequences: usize,
+    /// Routing to replay (moe): per layer and global token, and this microbatch's first row.
+    pub replay: Option<(&'a [Vec<Choice>], usize)>,
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
     pub fault: Option<Fault>,
@@ -52,6 +58,14 @@ pub struct StageOut {
     pub outputs: Vec<Val>,
     /// Vocab-parallel logits per TP rank (the last stage only).
     pub logits: Vec<Val>,
+    /// The moe family's auxiliary losses and routing (empty for dense models).
+    pub moe: MoeOut,
+}
+
+/// One microbatch as the layers see it: each cp rank's share and loss normalizer.
+struct Micro<'a> {
+    locals: &'a [Local],
+    normalizers: &'a [f64],
 }
 
 /// Which computation faults act in one layer.
@@ -59,7 +73,7 @@ pub struct StageOut {
 pub(super) struct LayerFaults {
     norm: Option<super::fault::NormFault>,
     residual: Option<f64>,
-    swiglu_wrong_operand: bool,
+    pub(super) swiglu_wrong_operand: bool,
     pub(super) rope_swapped: bool,
     pub(super) unweighted_merge: bool,
 }
@@ -138,8 +152,13 @@ impl StageCtx<'_> {
         } else {
             inputs.clone()
         };
+        let mut moe = MoeOut::default();
         for l in self.layers() {
-            x = self.layer(&mut tape, comm, &locals, l, x);
+            let micro = Micro {
+                locals: &locals,
+                normalizers,
+            };
+            x = self.layer(&mut tape, comm, &micro, l, x, &mut moe);
         }
         if self.stage + 1 < self.stages {
             return StageOut {
@@ -147,6 +166,7 @@ impl StageCtx<'_> {
                 inputs,
                 outputs: x,
                 logits: Vec::new(),
+                moe,
             };
         }
         let (logits, loss) = self.head(&mut tape, comm, &locals, x, normalizers);
@@ -155,6 +175,7 @@ impl StageCtx<'_> {
             inputs,
             outputs: loss,
             logits,
+            moe,
         }
     }
 
@@ -188,10 +209,12 @@ impl StageCtx<'_> {
         &self,
         tape: &mut Tape,
         comm: &mut Comm,
-        locals: &[Local],
+        micro: &Micro<'_>,
         l: u32,
         x: Vec<Val>,
+        moe: &mut MoeOut,
     ) -> Vec<Val> {
+        let locals = micro.locals;
         let name = |s: &str| format!("layers.{l}.{s}");
         let f = self.faults(comm, l);
 
@@ -219,6 +242,27 @@ impl StageCtx<'_> {
         let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
             rms_norm(v[0].clone(), self.w(i, &name("mlp_norm.weight")))
         });
+        if self.model.family.has_experts() {
+            let at = tape.collective(
+                comm,
+                Conj::Mark(self.stream()),
+                &name("mlp.experts"),
+                &self.ranks,
+                &hn,
+            );
+            let y = self.moe_mlp(tape, comm, locals, l, &at, micro.normalizers, moe, f);
+            // The experts' combined output, traced on its own (the residual would dilute it).
+            let y = tape.collective(
+                comm,
+                Conj::Mark(self.stream()),
+                &name("mlp.combine"),
+                &self.ranks,
+                &y,
+            );
+            let out = tape.per_rank(&self.ranks, &[&x, &y], |_, v| v[0].clone() + v[1].clone());
+            self.trace_stream(comm, tape, &name("out"), &out);
+            return out;
+        }
         let hn = tape.collective(comm, self.enter(), &name("mlp.in"), &self.ranks, &hn);
         let part = tape.per_rank(&self.ranks, &[&hn], |i, v| {
             let mlp = if f.swiglu_wrong_operand {

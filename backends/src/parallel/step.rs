@@ -13,17 +13,23 @@ use meshparity_specs::{MeshConfig, ModelConfig};
 
 use super::collective::Comm;
 use super::context::Local;
-use super::pipeline::Replica;
+use super::experts::RouteRecord;
+use super::pipeline::{Replica, StepInput};
 use super::schedule::{simulate, stage_orders};
 use super::stage::Leaves;
 use super::trace::{canon, Canon, Value};
 use crate::data::Batch;
+use crate::llama::moe::Choice;
 use crate::sharding::{Placement, ShardingPlan};
 
 /// What one step of a mesh (or of the oracle) yields.
 pub struct StepOutput {
     /// Global mean token loss.
     pub loss: f64,
+    /// The moe family's load-balance loss (0 for dense models).
+    pub load_balance: f64,
+    /// The moe family's routing, each record with its first global row.
+    pub routing: Vec<(usize, RouteRecord)>,
     /// Logits over the whole batch, [B, S, V], gathered from every rank that computed them.
     pub logits: Tensor<3>,
     /// Finalized gradients per global rank (the oracle has one rank).
@@ -69,12 +75,14 @@ impl MeshExec<'_> {
             .collect()
     }
 
-    /// One step from the given per-rank parameters (no autodiff association).
+    /// One step from the given per-rank parameters (no autodiff association), replaying
+    /// `replay`'s routing (per layer, per global token) where given.
     pub fn step(
         &self,
         comm: &mut Comm,
         params: &[IndexMap<String, Tensor<2>>],
         batch: &Batch,
+        replay: Option<&[Vec<Choice>]>,
     ) -> Result<StepOutput, String> {
         let m = self.mesh;
         let (dp, cp, pp, mbs) = (
@@ -129,7 +137,8 @@ impl MeshExec<'_> {
                 .map(|(d, normalizers)| {
                     let mut sub = Comm::new(fault);
                     sub.set_tracing(tracing);
-                    self.replica(&mut sub, d, normalizers, batch, &leaves, &ticks)
+                    let input = StepInput { batch, replay };
+                    self.replica(&mut sub, d, normalizers, input, &leaves, &ticks)
                         .map(|r| (r, sub))
                 })
                 .collect()
@@ -137,10 +146,13 @@ impl MeshExec<'_> {
         let mut acc: Vec<IndexMap<String, Tensor<2>>> = vec![IndexMap::new(); world];
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
+        let (mut load_balance, mut routing) = (0.0, Vec::new());
         for (d, r) in replicas.into_iter().enumerate() {
             let (r, sub) = r?;
             comm.absorb(sub);
             replica_losses.push(f64_tensor(r.loss, self.device));
+            load_balance += r.load_balance;
+            routing.extend(r.routing);
             logits_rows.extend(r.logits);
             let wrong = fault.and_then(|f| f.replica_scale(d, dp, mbs));
             if wrong.is_some() {
@@ -164,6 +176,8 @@ impl MeshExec<'_> {
         let grads = self.finalize(comm, params, acc);
         Ok(StepOutput {
             loss,
+            load_balance,
+            routing,
             logits: Tensor::cat(logits_rows, 0),
             grads,
         })
@@ -225,9 +239,12 @@ impl MeshExec<'_> {
             for (c, d) in (0..m.dp as usize).flat_map(|d| (0..m.cp as usize).map(move |c| (c, d))) {
                 if m.sp && m.tp > 1 {
                     let ranks = self.tp_group(c, d, s);
+                    // Replicated weights used on sequence shards: partial gradients per rank.
                     let norms = params[ranks[0]]
                         .keys()
-                        .filter(|n| n.contains("norm"))
+                        .filter(|n| {
+                            n.contains("norm") || n.contains(".router.") || n.contains(".experts.")
+                        })
                         .cloned()
                         .collect();
                     reduce(comm, ranks, norms, "tp");

@@ -36,6 +36,10 @@ pub enum Conj {
     /// value), the reverse step backward (a gradient returns to the rank that sent the value).
     /// Not traced: a world-size-1 run has nothing like it.
     Ring,
+    /// No communication: a traced point (values forward, gradients backward, in this canonical
+    /// form) where a block has no collective of its own to be traced at, e.g. the MoE MLP's
+    /// input.
+    Mark(Canon),
 }
 
 /// One rank's computation between collectives.
@@ -151,12 +155,12 @@ impl Tape {
     ) -> Vec<Val> {
         let groups = Groups::of(ranks.len(), comm.cp());
         let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
-        let traced = conj != Conj::Ring;
+        let (traced, both) = conj.traced();
         if traced {
             comm.trace(&format!("{site}.fwd.in"), &parts, conj.canon_in());
         }
         let outs = forward(comm, conj, site, ranks, groups, parts);
-        if traced {
+        if both {
             comm.trace(&format!("{site}.fwd.out"), &outs, conj.canon_out());
         }
         let outputs: Vec<Val> = outs.into_iter().map(|t| self.input(t)).collect();
@@ -229,12 +233,12 @@ impl Tape {
                     // Gradients of the outputs are shaped like the outputs, and of the inputs
                     // like the inputs: the forward's canonical forms, with partial sums where
                     // each rank's downstream use was partial.
-                    let traced = conj != Conj::Ring;
+                    let (traced, both) = conj.traced();
                     if traced {
                         comm.trace(&format!("{site}.bwd.in"), &upstream, conj.canon_grad_out());
                     }
                     let down = backward(comm, conj, &site, &ranks, groups, upstream);
-                    if traced {
+                    if both {
                         comm.trace(&format!("{site}.bwd.out"), &down, conj.canon_grad_in());
                     }
                     for (v, g) in inputs.into_iter().zip(down) {
@@ -263,7 +267,7 @@ fn forward(
         });
     }
     Groups::each(&groups.tp_groups(), ranks, parts, |r, p| match conj {
-        Conj::CopyToTp | Conj::Ring => p,
+        Conj::CopyToTp | Conj::Ring | Conj::Mark(_) => p,
         Conj::ReduceFromTp => comm.all_reduce_sum(&format!("{site}.fwd.all_reduce"), r, p),
         Conj::GatherFromSp(d) => comm.all_gather(&format!("{site}.fwd.all_gather"), r, p, d),
         Conj::ScatterToSp(d) => comm.reduce_scatter(&format!("{site}.fwd.reduce_scatter"), r, p, d),
@@ -287,7 +291,7 @@ fn backward(
     }
     Groups::each(&groups.tp_groups(), ranks, upstream, |r, g| match conj {
         Conj::CopyToTp => comm.all_reduce_sum(&format!("{site}.bwd.all_reduce"), r, g),
-        Conj::ReduceFromTp | Conj::Ring => g,
+        Conj::ReduceFromTp | Conj::Ring | Conj::Mark(_) => g,
         Conj::GatherFromSp(d) => {
             comm.reduce_scatter(&format!("{site}.bwd.reduce_scatter"), r, g, d)
         }
@@ -296,6 +300,15 @@ fn backward(
 }
 
 impl Conj {
+    /// Whether its inputs are traced, and its outputs too (a mark's are the same values).
+    fn traced(self) -> (bool, bool) {
+        match self {
+            Conj::Ring => (false, false),
+            Conj::Mark(_) => (true, false),
+            _ => (true, true),
+        }
+    }
+
     /// Canonical form of the collective's inputs.
     fn canon_in(self) -> Canon {
         match self {
@@ -303,6 +316,7 @@ impl Conj {
             Conj::GatherFromSp(d) => Canon::Cat(d),
             Conj::ReduceFromTp | Conj::ScatterToSp(_) => Canon::Sum,
             Conj::Ring => Canon::Copies,
+            Conj::Mark(c) => c,
         }
     }
 
@@ -310,6 +324,7 @@ impl Conj {
     fn canon_out(self) -> Canon {
         match self {
             Conj::ScatterToSp(d) => Canon::Cat(d),
+            Conj::Mark(c) => c,
             _ => Canon::Copies,
         }
     }
@@ -321,6 +336,7 @@ impl Conj {
             Conj::CopyToTp | Conj::GatherFromSp(_) => Canon::Sum,
             Conj::ReduceFromTp | Conj::Ring => Canon::Copies,
             Conj::ScatterToSp(d) => Canon::Cat(d),
+            Conj::Mark(c) => c,
         }
     }
 
@@ -328,6 +344,7 @@ impl Conj {
     fn canon_grad_in(self) -> Canon {
         match self {
             Conj::GatherFromSp(d) => Canon::Cat(d),
+            Conj::Mark(c) => c,
             _ => Canon::Copies,
         }
     }

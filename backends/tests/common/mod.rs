@@ -23,6 +23,17 @@ pub fn tiny() -> ModelConfig {
     }
 }
 
+/// [`tiny`] with a routed mixture of 4 experts, top-2, in every MLP.
+pub fn tiny_moe() -> ModelConfig {
+    ModelConfig {
+        family: Family::Moe,
+        ffn: 32,
+        experts: Some(4),
+        top_k: Some(2),
+        ..tiny()
+    }
+}
+
 pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
     Training {
         seed,

@@ -1,0 +1,242 @@
+//! The `moe` family's MLP: a top-k routed mixture of SwiGLU experts (Mixtral / DeepSeek style),
+//! as functions of tensors, shared by the oracle and every rank of a mesh.
+//!
+//! - **Router**: scores = softmax(x · W_router) over the experts; each token goes to its top-k
+//!   experts (ties to the lower id), weighted by its top-k scores renormalized to sum to one.
+//! - **Experts**: dropless token dispatch — each expert runs on exactly the tokens routed to it
+//!   (`select`), and its weighted outputs are added back at their tokens (`select_assign`).
+//! - **Auxiliary losses**: the sequence-wise load-balance loss (DeepSeek-V2; Megatron's
+//!   `seq_aux_loss`) α·Σ_e f_e·P_e per sequence, averaged over the global batch's sequences,
+//!   with f_e = E/(k·T)·(tokens of the sequence routed to e) — a count, no gradient — and
+//!   P_e = mean score of e over the sequence's T real tokens; and the router z-loss
+//!   β·mean(logsumexp(router logits)²) over the tokens the cross-entropy counts.
+//!
+//! The load balance is per sequence, not per microbatch or per rank, so it is the same number
+//! on every mesh: a sequence is never split by DP, PP or microbatches, and where SP or CP split
+//! it the per-sequence counts are all-reduced across the ranks that hold its parts.
+
+use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
+
+use super::layers::swiglu;
+
+/// Load-balance loss coefficient α.
+pub const LB_COEFF: f64 = 1e-2;
+/// Router z-loss coefficient β.
+pub const Z_COEFF: f64 = 1e-3;
+
+/// A token's experts, best first.
+pub type Choice = Vec<usize>;
+
+/// What routing decided for a block of tokens.
+pub struct Routed {
+    /// Router scores (softmax), [T, E].
+    pub scores: Tensor<2>,
+    /// Router logits, [T, E] (for the z-loss).
+    pub logits: Tensor<2>,
+    /// Each token's top-k experts.
+    pub choices: Vec<Choice>,
+}
+
+/// The router's scores and each token's top-k experts (or `replay`'s, when given).
+///
+/// # Shapes
+/// x: [T, H], router: [H, E]
+pub fn route(x: Tensor<2>, router: Tensor<2>, k: usize, replay: Option<&[Choice]>) -> Routed {
+    let logits = x.matmul(router);
+    let scores = softmax(logits.clone(), 1);
+    let choices = match replay {
+        Some(c) => c.to_vec(),
+        None => top_k(&values(&scores), scores.dims()[1], k),
+    };
+    Routed {
+        scores,
+        logits,
+        choices,
+    }
+}
+
+/// Host values of a tensor, in f64.
+pub fn values<const D: usize>(t: &Tensor<D>) -> Vec<f64> {
+    t.clone()
+        .inner()
+        .into_data()
+        .convert::<f64>()
+        .try_to_vec::<f64>()
+        .expect("float tensors convert to f64")
+}
+
+/// The `k` best of each row of `scores` ([T, E] row-major), best first, ties to the lower id.
+pub fn top_k(scores: &[f64], experts: usize, k: usize) -> Vec<Choice> {
+    scores
+        .chunks(experts)
+        .map(|row| {
+            let mut ids: Vec<usize> = (0..experts).collect();
+            ids.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            ids.truncate(k);
+            ids
+        })
+        .collect()
+}
+
+/// An expert's MLP: (x, gate, up, down) → output ([`swiglu`], or a faulty one).
+pub type Mlp = fn(Tensor<3>, Tensor<2>, Tensor<2>, Tensor<2>) -> Tensor<3>;
+
+/// How the experts run: which MLP, and whether top-k scores are renormalized.
+#[derive(Clone, Copy)]
+pub struct Dispatch {
+    pub mlp: Mlp,
+    pub renormalize: bool,
+}
+
+impl Default for Dispatch {
+    fn default() -> Self {
+        Self {
+            mlp: swiglu,
+            renormalize: true,
+        }
+    }
+}
+
+/// The experts' combined output: each expert on its tokens, weighted by the renormalized
+/// top-k scores. `expert(e)` gives expert e's (gate, up, down).
+///
+/// # Shapes
+/// x: [T, H] → [T, H]
+pub fn experts(
+    x: Tensor<2>,
+    routed: &Routed,
+    expert: impl Fn(usize) -> (Tensor<2>, Tensor<2>, Tensor<2>),
+    how: Dispatch,
+) -> Tensor<2> {
+    let [t, e] = routed.scores.dims();
+    let k = routed.choices.first().map_or(0, Vec::len);
+    let device = x.device();
+    let idx: Vec<i64> = routed.choices.iter().flatten().map(|&i| i as i64).collect();
+    let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [t, k]), &device);
+    let picked = routed.scores.clone().gather(1, idx);
+    let weights = if how.renormalize {
+        picked.clone() / picked.sum_dim(1)
+    } else {
+        picked
+    };
+    let weights = weights.reshape([t * k, 1]);
+    let mut out = x.zeros_like();
+    for ex in 0..e {
+        // (token, slot) pairs routed to this expert, in token order.
+        let (rows, slots): (Vec<i64>, Vec<i64>) = routed
+            .choices
+            .iter()
+            .enumerate()
+            .flat_map(|(tok, c)| {
+                c.iter()
+                    .enumerate()
+                    .filter(move |(_, &id)| id == ex)
+                    .map(move |(j, _)| (tok as i64, (tok * k + j) as i64))
+            })
+            .unzip();
+        if rows.is_empty() {
+            continue;
+        }
+        let n = rows.len();
+        let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [n]), &device);
+        let slots = Tensor::<1, Int>::from_data(TensorData::new(slots, [n]), &device);
+        let (gate, up, down) = expert(ex);
+        let h = x.clone().select(0, rows.clone()).unsqueeze::<3>();
+        let y: Tensor<2> = (how.mlp)(h, gate, up, down).squeeze_dim(0);
+        let w = weights.clone().select(0, slots);
+        out = out.select_assign(0, rows, y * w, IndexingUpdateOp::Add);
+    }
+    out
+}
+
+/// Per-sequence expert counts: how many of each sequence's real tokens (position < length)
+/// chose each expert. `positions[i]` is token i's position in its row; tokens are row-major
+/// over `rows` rows.
+pub fn counts(
+    choices: &[Choice],
+    rows: usize,
+    positions: &[usize],
+    lengths: &[usize],
+    experts: usize,
+) -> Vec<f64> {
+    let per_row = choices.len() / rows;
+    let mut c = vec![0.0; rows * experts];
+    for (tok, choice) in choices.iter().enumerate() {
+        let row = tok / per_row;
+        if positions[tok % per_row] < lengths[row] {
+            for &e in choice {
+                c[row * experts + e] += 1.0;
+            }
+        }
+    }
+    c
+}
+
+/// The load-balance loss of these tokens given their sequences' (global) expert counts:
+/// Σ over real tokens t and experts e of α/B · f_{s(t),e} · p_{t,e} / T_s. Linear in the
+/// scores, so ranks holding parts of a sequence each add their tokens' share.
+///
+/// # Shapes
+/// scores: [T, E] → [1]
+#[allow(clippy::too_many_arguments)]
+pub fn load_balance(
+    scores: Tensor<2>,
+    counts: &[f64],
+    rows: usize,
+    positions: &[usize],
+    lengths: &[usize],
+    k: usize,
+    sequences: usize,
+) -> Tensor<1> {
+    let [t, e] = scores.dims();
+    let per_row = t / rows;
+    let mut coeff = vec![0.0; t * e];
+    for tok in 0..t {
+        let row = tok / per_row;
+        let len = lengths[row];
+        if positions[tok % per_row] >= len {
+            continue;
+        }
+        let real = len as f64;
+        for ex in 0..e {
+            let f = e as f64 / (k as f64 * real) * counts[row * e + ex];
+            coeff[tok * e + ex] = LB_COEFF * f / (real * sequences as f64);
+        }
+    }
+    let coeff = Tensor::<2>::from_data(
+        TensorData::new(coeff, [t, e]),
+        (&scores.device(), scores.dtype()),
+    );
+    (scores * coeff).sum()
+}
+
+/// The z-loss of these tokens: β/N · Σ over counted tokens of logsumexp(logits)².
+///
+/// # Shapes
+/// logits: [T, E], keep: [T] (1 where the token counts) → [1]
+pub fn z_loss(logits: Tensor<2>, keep: Tensor<1>, normalizer: f64) -> Tensor<1> {
+    let t = logits.dims()[0];
+    // logsumexp = x_j − log_softmax_j for any j; take j = 0.
+    let lse = logits.clone().narrow(1, 0, 1) - log_softmax(logits, 1).narrow(1, 0, 1);
+    (lse.reshape([t]).powi_scalar(2) * keep).sum() * (Z_COEFF / normalizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_is_best_first_with_ties_to_the_lower_id() {
+        let scores = [0.1, 0.4, 0.4, 0.1, 0.7, 0.1, 0.1, 0.1];
+        assert_eq!(top_k(&scores, 4, 2), vec![vec![1, 2], vec![0, 1]]);
+    }
+
+    #[test]
+    fn counts_skip_padding() {
+        let choices = vec![vec![0, 1], vec![1, 2], vec![2, 3], vec![0, 3]];
+        // Two rows of two tokens; row 1 has length 1.
+        let c = counts(&choices, 2, &[0, 1], &[2, 1], 4);
+        assert_eq!(c, vec![1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]);
+    }
+}

@@ -1,0 +1,217 @@
+//! The `moe` family's MLP on a stage's ranks (expert parallelism 1: every rank holds every
+//! expert).
+//!
+//! Each rank routes the tokens it holds — all of them on every TP rank without SP (the TP ranks
+//! compute copies), its sequence shard under SP, its chunks under CP — and runs the experts on
+//! them (`llama::moe`). The load-balance loss needs each sequence's expert counts over all its
+//! tokens, so where SP or CP split a sequence the counts are all-reduced across the ranks holding
+//! its parts (`layers.N.mlp.router.counts.all_reduce`); the loss is linear in the scores given
+//! those counts, so each rank adds its own tokens' share and the gradients need nothing more.
+//! Router and expert weights are replicated: under SP their gradients are partial per TP rank
+//! and are all-reduced across TP with the norm weights (`step.rs`).
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{DType, Tensor, TensorData};
+
+use super::collective::Comm;
+use super::context::{Groups, Local};
+use super::faulty;
+use super::stage::LayerFaults;
+use super::stage::StageCtx;
+use super::tape::{Tape, Val};
+use crate::data::IGNORE;
+use crate::llama::layers::swiglu;
+use crate::llama::moe::{self, Choice, Dispatch, Routed};
+
+/// One rank's routing of its tokens in one layer, as the routing level reads it.
+#[derive(Clone, Debug)]
+pub struct RouteRecord {
+    pub layer: u32,
+    /// Rows of the microbatch (global row = the microbatch's first row + this).
+    pub rows: usize,
+    /// Positions (within each row) of the rank's tokens.
+    pub positions: Vec<usize>,
+    /// Scores [rows · positions, E], row-major.
+    pub scores: Vec<f64>,
+    pub choices: Vec<Choice>,
+}
+
+/// What the MoE layers of a stage add to its microbatch's record.
+#[derive(Default)]
+pub struct MoeOut {
+    /// Auxiliary loss terms per rank and layer, seeded with one in backward like the loss.
+    pub aux: Vec<Val>,
+    /// The load-balance loss of this microbatch's sequences over this stage's layers, each
+    /// token's share counted once.
+    pub load_balance: f64,
+    /// Routing of the ranks holding distinct tokens.
+    pub routing: Vec<RouteRecord>,
+}
+
+impl StageCtx<'_> {
+    /// Whether group index `i` holds tokens no other rank of its cp group holds (without SP,
+    /// the TP ranks hold copies and the first one speaks for them).
+    fn distinct(&self, i: usize) -> bool {
+        self.sp || i.is_multiple_of(self.groups().tp)
+    }
+
+    /// Positions (within each row) of the tokens group index `i` holds, and the row-major
+    /// index of each of its tokens in its cp rank's local sequence.
+    fn token_positions(&self, locals: &[Local], i: usize) -> (Vec<usize>, std::ops::Range<usize>) {
+        let g = self.groups();
+        let local = &locals[g.cp_of(i)].positions;
+        if !self.sp {
+            return (local.clone(), 0..local.len());
+        }
+        let n = local.len() / g.tp;
+        let t = i % g.tp;
+        (local[t * n..(t + 1) * n].to_vec(), t * n..(t + 1) * n)
+    }
+
+    /// Layer `l`'s mixture of experts on every rank's tokens: the output per rank, its auxiliary
+    /// losses and routing added to `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_mlp(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        locals: &[Local],
+        l: u32,
+        hn: &[Val],
+        normalizers: &[f64],
+        out: &mut MoeOut,
+        f: LayerFaults,
+    ) -> Vec<Val> {
+        let g = self.groups();
+        let e = self.model.experts.unwrap_or(1) as usize;
+        let k = self.model.top_k.unwrap_or(1) as usize;
+        let name = |s: &str| format!("layers.{l}.mlp.{s}");
+        let flat = |t: Tensor<3>| {
+            let [b, s, d] = t.dims();
+            t.reshape([b * s, d])
+        };
+        let logits = tape.per_rank(&self.ranks, &[hn], |i, v| {
+            v[0].clone()
+                .matmul(self.w(i, &name("router.weight")).unsqueeze())
+        });
+        let rows = locals[0].batch.batch;
+        let tokens: Vec<(Vec<usize>, std::ops::Range<usize>)> = (0..self.ranks.len())
+            .map(|i| self.token_positions(locals, i))
+            .collect();
+        // Routing is decided on the forward values, as a real router's top-k is.
+        let scores: Vec<Vec<f64>> = logits
+            .iter()
+            .map(|&v| moe::values(&softmax(flat(tape.value(v)), 1)))
+            .collect();
+        // The mesh's own top-k (what the routing level compares), and what it dispatches by:
+        // the reference's, when replayed.
+        let own: Vec<Vec<Choice>> = scores.iter().map(|s| moe::top_k(s, e, k)).collect();
+        let choices: Vec<Vec<Choice>> = match self.replay {
+            Some((replay, first_row)) => (0..self.ranks.len())
+                .map(|i| {
+                    let seq = self.model.seq_len as usize;
+                    (0..rows)
+                        .flat_map(|r| tokens[i].0.iter().map(move |&p| (first_row + r) * seq + p))
+                        .map(|tok| replay[l as usize][tok].clone())
+                        .collect()
+                })
+                .collect(),
+            None => own.clone(),
+        };
+        let lengths = &locals[0].batch.lengths;
+        let counts: Vec<Tensor<1>> = (0..self.ranks.len())
+            .map(|i| {
+                let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths, e);
+                Tensor::<1>::from_data(
+                    TensorData::new(c, [rows * e]),
+                    (self.device, count_dtype(self.device)),
+                )
+            })
+            .collect();
+        // The ranks holding parts of the same sequences: the CP ring, and the TP group under SP.
+        let seq_groups = if self.sp {
+            vec![(0..self.ranks.len()).collect::<Vec<_>>()]
+        } else {
+            g.cp_rings()
+        };
+        let site = format!("{}.all_reduce", name("router.counts"));
+        let counts = Groups::each(&seq_groups, &self.ranks, counts, |r, p| {
+            comm.all_reduce_sum(&site, r, p)
+        });
+        let shown: Vec<Tensor<2>> = (0..self.ranks.len())
+            .filter(|&i| self.distinct(i) || self.sp)
+            .map(|i| counts[i].clone().reshape([rows, e]))
+            .collect();
+        comm.trace_each(&name("router.counts"), &shown);
+        let counts: Vec<Vec<f64>> = counts.iter().map(moe::values).collect();
+        let unnormalized = self.fault.is_some_and(|f| f.router_unnormalized(l));
+        let y = tape.per_rank(&self.ranks, &[hn, &logits], |i, v| {
+            let [b, s, h] = v[0].dims();
+            let routed = Routed {
+                scores: softmax(flat(v[1].clone()), 1),
+                logits: flat(v[1].clone()),
+                choices: choices[i].clone(),
+            };
+            let expert = |x: usize| {
+                let n = |part: &str| self.w(i, &name(&format!("experts.{x}.{part}.weight")));
+                (n("gate"), n("up"), n("down"))
+            };
+            let how = Dispatch {
+                mlp: if f.swiglu_wrong_operand {
+                    faulty::swiglu_wrong_operand
+                } else {
+                    swiglu
+                },
+                renormalize: !unnormalized,
+            };
+            moe::experts(flat(v[0].clone()), &routed, expert, how).reshape([b, s, h])
+        });
+        if unnormalized {
+            comm.event(&name("router"), "top-k scores not renormalized");
+        }
+        let lb = tape.per_rank(&self.ranks, &[&logits], |i, v| {
+            let scores = softmax(flat(v[0].clone()), 1);
+            moe::load_balance(
+                scores,
+                &counts[i],
+                rows,
+                &tokens[i].0,
+                lengths,
+                k,
+                self.sequences,
+            )
+            .reshape([1, 1, 1])
+        });
+        let z = tape.per_rank(&self.ranks, &[&logits], |i, v| {
+            let local = &locals[g.cp_of(i)].batch;
+            let span = &tokens[i].1;
+            let keep: Vec<f64> = (0..rows)
+                .flat_map(|r| span.clone().map(move |p| (r, p)))
+                .map(|(r, p)| f64::from(u8::from(local.targets[r * local.seq_len + p] != IGNORE)))
+                .collect();
+            let keep = self.constant(keep, [rows * span.len()]);
+            moe::z_loss(flat(v[0].clone()), keep, normalizers[g.cp_of(i)]).reshape([1, 1, 1])
+        });
+        for i in (0..self.ranks.len()).filter(|&i| self.distinct(i)) {
+            out.load_balance += moe::values(&tape.value(lb[i]))[0];
+            out.routing.push(RouteRecord {
+                layer: l,
+                rows,
+                positions: tokens[i].0.clone(),
+                scores: scores[i].clone(),
+                choices: own[i].clone(),
+            });
+        }
+        out.aux.extend(lb.into_iter().chain(z));
+        y
+    }
+}
+
+/// Expert counts are exact integers: f64 where the device has it, else f32 (exact below 2^24).
+fn count_dtype(device: &burn::tensor::Device) -> DType {
+    if device.supports_dtype(DType::F64) {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}

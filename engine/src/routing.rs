@@ -1,0 +1,337 @@
+//! The `routing` level: did the mesh route every token to the experts the reference routed it
+//! to? Read like miles's R3 evidence: tokens × layers checked, how many chose a different
+//! expert set, the mismatch fraction against its threshold (R3's default 1e-2), the mean
+//! per-token set overlap, how far the router scores moved (mean_abs_pct, reported), and the
+//! first mismatching tokens with both expert sets — reported even when nothing mismatched.
+//!
+//! The artifact (`routing.safetensors`): per layer `layers.N.experts` ([B·S, k] i64, best
+//! first) and `layers.N.scores` ([B·S, E] f64), and `real` ([B·S] i64: 1 for a token inside
+//! its sequence's length, shaped [B, S]; padding is routed but not checked).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use indexmap::IndexMap;
+use meshparity_compare::render::sci;
+use meshparity_compare::InputError;
+use meshparity_compare::TensorDtype;
+use meshparity_specs::Limits;
+use serde::Serialize;
+
+use crate::checkpoint;
+use crate::gate::Gate;
+use crate::outcome::Comparison;
+use crate::HostTensor;
+
+/// R3's threshold: at most 1% of tokens routed differently.
+pub const DEFAULT_MISMATCH: f64 = 1e-2;
+/// Mismatching tokens listed as evidence.
+const SHOWN: usize = 8;
+
+/// One token routed differently.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Mismatch {
+    pub layer: usize,
+    /// The token's sequence (batch row) and position in it.
+    pub row: usize,
+    pub position: usize,
+    pub reference: Vec<i64>,
+    pub candidate: Vec<i64>,
+}
+
+/// What the routing level found.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RoutingReport {
+    pub layers: usize,
+    /// Real tokens per layer.
+    pub tokens: usize,
+    /// tokens × layers.
+    pub checked: usize,
+    pub mismatches: usize,
+    pub mismatch: f64,
+    /// Mean over checked tokens of |reference set ∩ candidate set| / k.
+    pub overlap: f64,
+    /// Mean |Δscore| / mean |score|, in percent, over real tokens.
+    pub scores_mean_abs_pct: f64,
+    pub first: Vec<Mismatch>,
+}
+
+/// Compare two routing artifacts.
+pub fn compare(reference: &Path, candidate: &Path) -> Result<RoutingReport, InputError> {
+    let a = checkpoint::load(reference)?;
+    let b = checkpoint::load(candidate)?;
+    let missing = |side: &Path, name: &str| InputError::Other {
+        path: side.to_path_buf(),
+        reason: format!("routing artifact without `{name}`"),
+    };
+    let real_t = a.get("real").ok_or_else(|| missing(reference, "real"))?;
+    let seq = real_t.shape.last().copied().unwrap_or(1).max(1);
+    let real = ints(real_t);
+    let mut report = RoutingReport {
+        layers: 0,
+        tokens: real.iter().filter(|&&r| r != 0).count(),
+        checked: 0,
+        mismatches: 0,
+        mismatch: 0.0,
+        overlap: 0.0,
+        scores_mean_abs_pct: 0.0,
+        first: Vec::new(),
+    };
+    let (mut overlap, mut diff, mut mag) = (0.0, 0.0, 0.0);
+    for layer in 0.. {
+        let experts = format!("layers.{layer}.experts");
+        let Some(ra) = a.get(&experts) else { break };
+        let rb = b
+            .get(&experts)
+            .ok_or_else(|| missing(candidate, &experts))?;
+        let k = *ra.shape.last().unwrap_or(&1);
+        let (ea, eb) = (ints(ra), ints(rb));
+        if ea.len() != eb.len() || eb.len() != real.len() * k {
+            return Err(InputError::Other {
+                path: candidate.to_path_buf(),
+                reason: format!(
+                    "`{experts}` holds {} choices, the reference {} ({} tokens × k = {k})",
+                    eb.len(),
+                    ea.len(),
+                    real.len()
+                ),
+            });
+        }
+        let scores = format!("layers.{layer}.scores");
+        let (sa, sb) = (
+            floats(a.get(&scores).ok_or_else(|| missing(reference, &scores))?),
+            floats(b.get(&scores).ok_or_else(|| missing(candidate, &scores))?),
+        );
+        let e = sa.len() / real.len().max(1);
+        for (t, _) in real.iter().enumerate().filter(|(_, &r)| r != 0) {
+            let x: BTreeSet<i64> = ea[t * k..(t + 1) * k].iter().copied().collect();
+            let y: BTreeSet<i64> = eb[t * k..(t + 1) * k].iter().copied().collect();
+            overlap += x.intersection(&y).count() as f64 / k as f64;
+            report.checked += 1;
+            if x != y {
+                report.mismatches += 1;
+                if report.first.len() < SHOWN {
+                    report.first.push(Mismatch {
+                        layer,
+                        row: t / seq,
+                        position: t % seq,
+                        reference: ea[t * k..(t + 1) * k].to_vec(),
+                        candidate: eb[t * k..(t + 1) * k].to_vec(),
+                    });
+                }
+            }
+            let (x, y) = (&sa[t * e..(t + 1) * e], sb.get(t * e..(t + 1) * e));
+            for (j, a) in x.iter().enumerate() {
+                diff += (a - y.map_or(f64::NAN, |y| y[j])).abs();
+                mag += a.abs();
+            }
+        }
+        report.layers += 1;
+    }
+    if report.checked > 0 {
+        report.mismatch = report.mismatches as f64 / report.checked as f64;
+        report.overlap = overlap / report.checked as f64;
+        report.scores_mean_abs_pct = 100.0 * diff / mag.max(f64::MIN_POSITIVE);
+    }
+    Ok(report)
+}
+
+impl RoutingReport {
+    /// The level's comparison: `mismatch` gated (and `overlap`, if the limits name it).
+    pub fn comparison(&self, limits: &Limits, reference: &Path, candidate: &Path) -> Comparison {
+        let mut gates = vec![Gate::new(
+            "routed tokens".into(),
+            "mismatch",
+            self.mismatch,
+            limits
+                .metrics
+                .get("mismatch")
+                .copied()
+                .unwrap_or(DEFAULT_MISMATCH),
+        )];
+        if let Some(&min) = limits.metrics.get("overlap") {
+            gates.push(Gate::new(
+                "routed tokens".into(),
+                "overlap",
+                self.overlap,
+                min,
+            ));
+        }
+        for g in &mut gates {
+            g.scope = "routing".into();
+        }
+        let passed = self.checked > 0 && gates.iter().all(|g| !g.failed());
+        let failure = (!passed).then(|| self.failure(&gates));
+        Comparison {
+            what: "routing".into(),
+            reference: reference.display().to_string(),
+            candidate: candidate.display().to_string(),
+            passed,
+            compared: self.checked as u64,
+            failure,
+            gates,
+            reproduce: String::new(),
+            report: serde_json::to_value(self).unwrap_or_default(),
+        }
+    }
+
+    fn failure(&self, gates: &[Gate]) -> String {
+        if self.checked == 0 {
+            return "no routed token to check (the reference routed nothing)".into();
+        }
+        let gate = gates.iter().find(|g| g.failed()).unwrap_or(&gates[0]);
+        let first: Vec<String> = self
+            .first
+            .iter()
+            .take(3)
+            .map(|m| {
+                format!(
+                    "layer {} row {} position {}: experts {:?} vs {:?}",
+                    m.layer, m.row, m.position, m.reference, m.candidate
+                )
+            })
+            .collect();
+        format!(
+            "{} of {} token·layers routed differently ({} {} > {}); first: {}",
+            self.mismatches,
+            self.checked,
+            gate.metric,
+            sci(gate.value),
+            sci(gate.limit),
+            first.join("; ")
+        )
+    }
+}
+
+/// The routing artifact from per-layer choices and scores; `real` row-major over `rows`
+/// sequences.
+pub fn artifact(
+    layers: &[(Vec<Vec<usize>>, Vec<f64>)],
+    real: &[bool],
+    rows: usize,
+) -> IndexMap<String, HostTensor> {
+    let mut out = IndexMap::new();
+    let t = real.len();
+    for (l, (choices, scores)) in layers.iter().enumerate() {
+        let k = choices.first().map_or(0, Vec::len);
+        let ids: Vec<i64> = choices.iter().flatten().map(|&e| e as i64).collect();
+        out.insert(format!("layers.{l}.experts"), int_tensor(&ids, vec![t, k]));
+        let e = scores.len() / t.max(1);
+        out.insert(
+            format!("layers.{l}.scores"),
+            HostTensor {
+                dtype: TensorDtype::F64,
+                shape: vec![t, e],
+                bytes: scores.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            },
+        );
+    }
+    let real: Vec<i64> = real.iter().map(|&r| i64::from(r)).collect();
+    out.insert(
+        "real".into(),
+        int_tensor(&real, vec![rows, t / rows.max(1)]),
+    );
+    out
+}
+
+fn int_tensor(v: &[i64], shape: Vec<usize>) -> HostTensor {
+    HostTensor {
+        dtype: TensorDtype::I64,
+        shape,
+        bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn ints(t: &HostTensor) -> Vec<i64> {
+    t.bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+fn floats(t: &HostTensor) -> Vec<f64> {
+    t.bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Every step's routing as one artifact: `step{S}.layers.{L}` → [tokens, k] i64.
+pub fn replay_artifact(steps: &[Vec<Vec<Vec<usize>>>]) -> IndexMap<String, HostTensor> {
+    let mut out = IndexMap::new();
+    for (s, layers) in steps.iter().enumerate() {
+        for (l, choices) in layers.iter().enumerate() {
+            let k = choices.first().map_or(0, Vec::len);
+            let ids: Vec<i64> = choices.iter().flatten().map(|&e| e as i64).collect();
+            out.insert(
+                format!("step{s}.layers.{l}"),
+                int_tensor(&ids, vec![choices.len(), k]),
+            );
+        }
+    }
+    out
+}
+
+/// [`replay_artifact`] read back: steps × layers × tokens × k.
+pub fn read_replay(path: &Path) -> Result<Vec<Vec<Vec<Vec<usize>>>>, InputError> {
+    let t = checkpoint::load(path)?;
+    let mut steps = Vec::new();
+    for s in 0.. {
+        let mut layers = Vec::new();
+        while let Some(ids) = t.get(&format!("step{s}.layers.{}", layers.len())) {
+            let k = *ids.shape.last().unwrap_or(&1);
+            let v = ints(ids);
+            layers.push(
+                v.chunks(k.max(1))
+                    .map(|c| c.iter().map(|&e| e.max(0) as usize).collect())
+                    .collect(),
+            );
+        }
+        if layers.is_empty() {
+            break;
+        }
+        steps.push(layers);
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::path::PathBuf;
+
+    fn write(dir: &Path, name: &str, choices: Vec<Vec<usize>>, scores: Vec<f64>) -> PathBuf {
+        let real = [true, true, true, false, true, true, false, false];
+        let path = dir.join(name);
+        checkpoint::save(&path, &artifact(&[(choices, scores)], &real, 2)).unwrap();
+        path
+    }
+
+    #[test]
+    fn mismatches_are_counted_on_real_tokens_with_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let c: Vec<Vec<usize>> = (0..8).map(|t| vec![t % 4, (t + 1) % 4]).collect();
+        let s: Vec<f64> = (0..32).map(|i| i as f64 / 32.0).collect();
+        let a = write(dir.path(), "a.safetensors", c.clone(), s.clone());
+        let mut d = c.clone();
+        d[5] = vec![3, 0]; // row 1, position 1: a real token
+        d[3] = vec![0, 0]; // padding: not checked
+        d[0] = vec![1, 0]; // the same set, best first swapped: not a mismatch
+        let b = write(dir.path(), "b.safetensors", d, s);
+        let r = compare(&a, &b).unwrap();
+        assert_eq!((r.tokens, r.checked, r.mismatches), (5, 5, 1));
+        assert_eq!((r.first[0].row, r.first[0].position), (1, 1));
+        assert!((r.overlap - 0.8).abs() < 1e-12, "{}", r.overlap);
+        let limits = |m: f64| {
+            let mut l = Limits::default();
+            l.metrics.insert("mismatch", m);
+            l
+        };
+        let limits_low = limits(0.1);
+        let c = r.comparison(&limits_low, &a, &b);
+        assert!(!c.passed);
+        assert!(c.failure.unwrap().contains("row 1 position 1"));
+        assert!(r.comparison(&limits(0.25), &a, &b).passed);
+    }
+}
