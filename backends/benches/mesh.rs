@@ -52,6 +52,7 @@ fn main() {
         seq_len: 16,
         experts: None,
         top_k: None,
+        routing_replay: None,
         engine: None,
         params: Vec::new(),
     };
@@ -67,6 +68,14 @@ fn main() {
         steps,
         weights_after: 2,
     };
+    // The same model with every MLP a top-2 mixture of 4 experts.
+    let moe = ModelConfig {
+        family: Family::Moe,
+        ffn: 64,
+        experts: Some(4),
+        top_k: Some(2),
+        ..model.clone()
+    };
     let dev = Device::flex();
     let meshes = [
         ("dp2", mesh(2, 1, 1, false, 1)),
@@ -78,6 +87,11 @@ fn main() {
         ("cp4", with_cp(mesh(1, 1, 1, false, 1), 4)),
         ("dp2-tp2-sp-cp2", with_cp(mesh(2, 2, 1, true, 1), 2)),
     ];
+    let moe_meshes = [
+        ("moe dp2", mesh(2, 1, 1, false, 1)),
+        ("moe tp2-sp", mesh(1, 2, 1, true, 1)),
+        ("moe cp2", with_cp(mesh(1, 1, 1, false, 1), 2)),
+    ];
     // Warm up: thread pools, allocator.
     train::oracle(&model, &training, len, &dev, DType::F32);
     println!("{steps} training steps, median of {RUNS} runs, interleaved");
@@ -85,15 +99,19 @@ fn main() {
         "{:<20} {:>10} {:>10} {:>8}",
         "mesh", "oracle ms", "mesh ms", "ratio"
     );
-    for (name, m) in &meshes {
+    let runs = meshes
+        .iter()
+        .map(|(n, m)| (n, m, &model))
+        .chain(moe_meshes.iter().map(|(n, m)| (n, m, &moe)));
+    for (name, m, model) in runs {
         let (mut o, mut t) = (Vec::new(), Vec::new());
         for _ in 0..RUNS {
             let s = Instant::now();
-            train::oracle(&model, &training, len, &dev, DType::F32);
+            train::oracle(model, &training, len, &dev, DType::F32);
             o.push(s.elapsed().as_secs_f64() * 1e3);
             let s = Instant::now();
             train::mesh(
-                &model,
+                model,
                 m,
                 &training,
                 len,

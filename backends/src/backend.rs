@@ -170,9 +170,10 @@ impl Engine for Backend {
 }
 
 /// The reference's routing, for a moe model's mesh runs and traces to replay (none for dense
-/// models, or a reference that recorded none).
+/// models, a model with `routing_replay = false`, or a reference that recorded none).
 fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
-    let Some(dir) = req.reference.filter(|_| req.model.family.has_experts()) else {
+    let wanted = req.model.family.has_experts() && req.model.routing_replay != Some(false);
+    let Some(dir) = req.reference.filter(|_| wanted) else {
         return Ok(None);
     };
     let path = dir.join(files::ROUTING_REPLAY);

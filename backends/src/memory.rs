@@ -106,6 +106,7 @@ mod tests {
             seq_len: 128,
             experts: None,
             top_k: None,
+            routing_replay: None,
             engine: None,
             params: Vec::new(),
         }

@@ -22,6 +22,7 @@ fn model() -> ModelConfig {
         seq_len: 16,
         experts: None,
         top_k: None,
+        routing_replay: None,
         engine: None,
         params: Vec::new(),
     }

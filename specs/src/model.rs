@@ -21,6 +21,7 @@ pub const KEYS: &[&str] = &[
     "seq_len",
     "experts",
     "top_k",
+    "routing_replay",
     "dtype",
     "device",
     "engine",
@@ -45,6 +46,9 @@ pub struct ModelConfig {
     /// Experts each token is routed to (MoE only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u32>,
+    /// Whether mesh runs replay the reference's routing (MoE only; `None`: yes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_replay: Option<bool>,
     /// The `[engines.NAME]` that trains it; `None`: the built-in burn engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
@@ -67,6 +71,7 @@ pub struct Model {
     pub seq_len: Located<u32>,
     pub experts: Option<Located<u32>>,
     pub top_k: Option<Located<u32>>,
+    pub routing_replay: Option<Located<bool>>,
     /// `None`: the run's default dtype.
     pub dtype: Option<Located<DType>>,
     /// `None`: the run's device.
@@ -106,6 +111,7 @@ impl Model {
         let seq_len = t.positive(cx, "seq_len");
         let experts = t.positive(cx, "experts");
         let top_k = t.positive(cx, "top_k");
+        let routing_replay = t.bool(cx, "routing_replay");
         let dtype = t.keyword::<DType>(cx, "dtype");
         let device = t.device(cx, "device");
         let engine = t.string(cx, "engine");
@@ -125,16 +131,18 @@ impl Model {
                 Some(top_k.unwrap_or_else(|| at(defaults::TOP_K))),
             )
         } else {
+            let replay = routing_replay.as_ref().map(|r| ("routing_replay", &r.loc));
             for field in [
-                experts.as_ref().map(|e| ("experts", e)),
-                top_k.as_ref().map(|k| ("top_k", k)),
+                experts.as_ref().map(|e| ("experts", &e.loc)),
+                top_k.as_ref().map(|k| ("top_k", &k.loc)),
+                replay,
             ]
             .into_iter()
             .flatten()
             {
                 cx.error(
                     Diagnostic::error(
-                        &field.1.loc,
+                        field.1,
                         format!("`{}` only applies to family `moe`", field.0),
                     )
                     .label(format!(
@@ -159,6 +167,7 @@ impl Model {
             seq_len: seq_len.unwrap_or_else(|| at(defaults::SEQ_LEN)),
             experts,
             top_k,
+            routing_replay,
             dtype,
             device,
             engine,
@@ -270,6 +279,7 @@ impl Model {
             seq_len: self.seq_len.value,
             experts: self.experts.as_ref().map(|e| e.value),
             top_k: self.top_k.as_ref().map(|k| k.value),
+            routing_replay: self.routing_replay.as_ref().map(|r| r.value),
             engine: self.engine.as_ref().map(|e| e.value.clone()),
             params: self
                 .params

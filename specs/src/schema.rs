@@ -120,7 +120,7 @@ struct Run {
     "if" = {"not": {"required": ["engine"]}},
     "then" = {"propertyNames": {"enum": [
         "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
-        "top_k", "dtype", "device", "engine", "reference"
+        "top_k", "routing_replay", "dtype", "device", "engine", "reference"
     ]}}
 ))]
 struct Model {
@@ -152,6 +152,9 @@ struct Model {
     /// Experts per token (moe only, default 2).
     #[schemars(range(min = 1))]
     top_k: Option<u32>,
+    /// Mesh runs replay the reference's expert choices (moe only, default true); false shows
+    /// what replay hides: round-off tie flips that send tokens to other experts.
+    routing_replay: Option<bool>,
     /// Dtype (default: [run] dtype).
     dtype: Option<DType>,
     /// Device (default: [run] device).

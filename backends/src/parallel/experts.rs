@@ -106,44 +106,9 @@ impl StageCtx<'_> {
         // The mesh's own top-k (what the routing level compares), and what it dispatches by:
         // the reference's, when replayed.
         let own: Vec<Vec<Choice>> = scores.iter().map(|s| moe::top_k(s, e, k)).collect();
-        let choices: Vec<Vec<Choice>> = match self.replay {
-            Some((replay, first_row)) => (0..self.ranks.len())
-                .map(|i| {
-                    let seq = self.model.seq_len as usize;
-                    (0..rows)
-                        .flat_map(|r| tokens[i].0.iter().map(move |&p| (first_row + r) * seq + p))
-                        .map(|tok| replay[l as usize][tok].clone())
-                        .collect()
-                })
-                .collect(),
-            None => own.clone(),
-        };
+        let choices = self.dispatch_choices(l, rows, &tokens, &own);
         let lengths = &locals[0].batch.lengths;
-        let counts: Vec<Tensor<1>> = (0..self.ranks.len())
-            .map(|i| {
-                let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths, e);
-                Tensor::<1>::from_data(
-                    TensorData::new(c, [rows * e]),
-                    (self.device, count_dtype(self.device)),
-                )
-            })
-            .collect();
-        // The ranks holding parts of the same sequences: the CP ring, and the TP group under SP.
-        let seq_groups = if self.sp {
-            vec![(0..self.ranks.len()).collect::<Vec<_>>()]
-        } else {
-            g.cp_rings()
-        };
-        let site = format!("{}.all_reduce", name("router.counts"));
-        let counts = Groups::each(&seq_groups, &self.ranks, counts, |r, p| {
-            comm.all_reduce_sum(&site, r, p)
-        });
-        let shown: Vec<Tensor<2>> = (0..self.ranks.len())
-            .filter(|&i| self.distinct(i) || self.sp)
-            .map(|i| counts[i].clone().reshape([rows, e]))
-            .collect();
-        comm.trace_each(&name("router.counts"), &shown);
-        let counts: Vec<Vec<f64>> = counts.iter().map(moe::values).collect();
+        let counts = self.sequence_counts(comm, l, rows, &tokens, &choices, lengths);
         let unnormalized = self.fault.is_some_and(|f| f.router_unnormalized(l));
         let y = tape.per_rank(&self.ranks, &[hn, &logits], |i, v| {
             let [b, s, h] = v[0].dims();
@@ -204,6 +169,69 @@ impl StageCtx<'_> {
         }
         out.aux.extend(lb.into_iter().chain(z));
         y
+    }
+}
+
+impl StageCtx<'_> {
+    /// The experts each rank's tokens are dispatched to: the reference's when replayed (looked
+    /// up by global row and position), else the rank's own top-k.
+    fn dispatch_choices(
+        &self,
+        l: u32,
+        rows: usize,
+        tokens: &[(Vec<usize>, std::ops::Range<usize>)],
+        own: &[Vec<Choice>],
+    ) -> Vec<Vec<Choice>> {
+        let Some((replay, first_row)) = self.replay else {
+            return own.to_vec();
+        };
+        let seq = self.model.seq_len as usize;
+        tokens
+            .iter()
+            .map(|(positions, _)| {
+                (0..rows)
+                    .flat_map(|r| positions.iter().map(move |&p| (first_row + r) * seq + p))
+                    .map(|tok| replay[l as usize][tok].clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Each rank's sequences' expert counts over all their tokens: local counts all-reduced
+    /// across the ranks holding parts of the same sequences (the CP ring, and the TP group under
+    /// SP), traced at `layers.N.mlp.router.counts`.
+    fn sequence_counts(
+        &self,
+        comm: &mut Comm,
+        l: u32,
+        rows: usize,
+        tokens: &[(Vec<usize>, std::ops::Range<usize>)],
+        choices: &[Vec<Choice>],
+        lengths: &[usize],
+    ) -> Vec<Vec<f64>> {
+        let e = self.model.experts.unwrap_or(1) as usize;
+        let counts: Vec<Tensor<1>> = (0..self.ranks.len())
+            .map(|i| {
+                let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths, e);
+                let dtype = count_dtype(self.device);
+                Tensor::<1>::from_data(TensorData::new(c, [rows * e]), (self.device, dtype))
+            })
+            .collect();
+        let seq_groups = if self.sp {
+            vec![(0..self.ranks.len()).collect::<Vec<_>>()]
+        } else {
+            self.groups().cp_rings()
+        };
+        let site = format!("layers.{l}.mlp.router.counts");
+        let counts = Groups::each(&seq_groups, &self.ranks, counts, |r, p| {
+            comm.all_reduce_sum(&format!("{site}.all_reduce"), r, p)
+        });
+        let shown: Vec<Tensor<2>> = (0..self.ranks.len())
+            .filter(|&i| self.distinct(i))
+            .map(|i| counts[i].clone().reshape([rows, e]))
+            .collect();
+        comm.trace_each(&site, &shown);
+        counts.iter().map(moe::values).collect()
     }
 }
 

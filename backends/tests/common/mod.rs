@@ -18,6 +18,7 @@ pub fn tiny() -> ModelConfig {
         seq_len: 8,
         experts: None,
         top_k: None,
+        routing_replay: None,
         engine: None,
         params: Vec::new(),
     }
