@@ -174,7 +174,8 @@ impl Sides<'_> {
 
     fn routing(&self) -> Result<Comparison, JudgeError> {
         let (a, b) = self.paths(files::ROUTING, files::ROUTING)?;
-        let report = crate::routing::compare(&a, &b)?;
+        let tie = crate::routing::tie_margin(self.judge.dtype);
+        let report = crate::routing::compare(&a, &b, tie)?;
         Ok(report.comparison(self.limits, &a, &b))
     }
 
