@@ -180,9 +180,32 @@ fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
     if !path.is_file() {
         return Ok(None);
     }
-    routing::read_replay(&path)
-        .map(Some)
-        .map_err(|e| EngineError::Run(format!("reading the routing to replay: {e}")))
+    let replay = routing::read_replay(&path)
+        .map_err(|e| EngineError::Run(format!("reading the routing to replay: {e}")))?;
+    // A replay that does not fit this model would index past its tokens or experts.
+    let m = req.model;
+    let tokens = req.training.batch as usize * m.seq_len as usize;
+    let (experts, k) = (
+        m.experts.unwrap_or(1) as usize,
+        m.top_k.unwrap_or(1) as usize,
+    );
+    for (step, layers) in replay.iter().enumerate() {
+        let fits = layers.len() == m.layers as usize
+            && layers.iter().all(|l| {
+                l.len() == tokens
+                    && l.iter()
+                        .all(|c| c.len() == k && c.iter().all(|&e| e < experts))
+            });
+        if !fits {
+            return Err(EngineError::Run(format!(
+                "{}: step {step} does not fit the model ({} layers × {tokens} tokens × top-{k} of \
+                 {experts} experts); delete the cached reference to recompute it",
+                path.display(),
+                m.layers
+            )));
+        }
+    }
+    Ok(Some(replay))
 }
 
 /// The catalogued fault a request names.

@@ -100,7 +100,7 @@ pub fn compare(reference: &Path, candidate: &Path, tie: f64) -> Result<RoutingRe
     };
     let real_t = a.get("real").ok_or_else(|| missing(reference, "real"))?;
     let seq = real_t.shape.last().copied().unwrap_or(1).max(1);
-    let real = ints(real_t);
+    let real = ints(reference, "real", real_t)?;
     let mut report = RoutingReport {
         layers: 0,
         tokens: real.iter().filter(|&&r| r != 0).count(),
@@ -122,8 +122,11 @@ pub fn compare(reference: &Path, candidate: &Path, tie: f64) -> Result<RoutingRe
             .get(&experts)
             .ok_or_else(|| missing(candidate, &experts))?;
         let k = *ra.shape.last().unwrap_or(&1);
-        let (ea, eb) = (ints(ra), ints(rb));
-        if ea.len() != eb.len() || eb.len() != real.len() * k {
+        let (ea, eb) = (
+            ints(reference, &experts, ra)?,
+            ints(candidate, &experts, rb)?,
+        );
+        if k == 0 || ea.len() != eb.len() || eb.len() != real.len() * k {
             return Err(InputError::Other {
                 path: candidate.to_path_buf(),
                 reason: format!(
@@ -136,10 +139,28 @@ pub fn compare(reference: &Path, candidate: &Path, tie: f64) -> Result<RoutingRe
         }
         let scores = format!("layers.{layer}.scores");
         let (sa, sb) = (
-            floats(a.get(&scores).ok_or_else(|| missing(reference, &scores))?),
-            floats(b.get(&scores).ok_or_else(|| missing(candidate, &scores))?),
+            floats(
+                reference,
+                &scores,
+                a.get(&scores).ok_or_else(|| missing(reference, &scores))?,
+            )?,
+            floats(
+                candidate,
+                &scores,
+                b.get(&scores).ok_or_else(|| missing(candidate, &scores))?,
+            )?,
         );
         let e = sa.len() / real.len().max(1);
+        if e < k || sa.len() != real.len() * e {
+            return Err(InputError::Other {
+                path: reference.to_path_buf(),
+                reason: format!(
+                    "`{scores}` holds {} scores: not {} tokens × at least k = {k} experts",
+                    sa.len(),
+                    real.len()
+                ),
+            });
+        }
         for (t, _) in real.iter().enumerate().filter(|(_, &r)| r != 0) {
             let x: BTreeSet<i64> = ea[t * k..(t + 1) * k].iter().copied().collect();
             let y: BTreeSet<i64> = eb[t * k..(t + 1) * k].iter().copied().collect();
@@ -285,18 +306,49 @@ fn int_tensor(v: &[i64], shape: Vec<usize>) -> HostTensor {
     }
 }
 
-fn ints(t: &HostTensor) -> Vec<i64> {
-    t.bytes
+/// An i64 tensor's values, or an error naming the file and tensor (a program that writes i32
+/// ids, say, must hear so rather than have its bytes misread).
+fn ints(path: &Path, name: &str, t: &HostTensor) -> Result<Vec<i64>, InputError> {
+    typed(path, name, t, TensorDtype::I64, "i64")?;
+    Ok(t.bytes
         .chunks_exact(8)
         .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect()
+        .collect())
 }
 
-fn floats(t: &HostTensor) -> Vec<f64> {
-    t.bytes
+/// An f64 (or f32, widened) tensor's values, or an error naming the file and tensor.
+fn floats(path: &Path, name: &str, t: &HostTensor) -> Result<Vec<f64>, InputError> {
+    if t.dtype == TensorDtype::F32 {
+        return Ok(t
+            .bytes
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes"))))
+            .collect());
+    }
+    typed(path, name, t, TensorDtype::F64, "f64 or f32")?;
+    Ok(t.bytes
         .chunks_exact(8)
         .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect()
+        .collect())
+}
+
+fn typed(
+    path: &Path,
+    name: &str,
+    t: &HostTensor,
+    want: TensorDtype,
+    what: &str,
+) -> Result<(), InputError> {
+    if t.dtype == want {
+        return Ok(());
+    }
+    Err(InputError::Other {
+        path: path.to_path_buf(),
+        reason: format!(
+            "routing tensor `{name}` is {:?}; it must be {what}",
+            t.dtype
+        ),
+    })
 }
 
 /// Every step's routing as one artifact: `step{S}.layers.{L}` → [tokens, k] i64.
@@ -323,7 +375,7 @@ pub fn read_replay(path: &Path) -> Result<Vec<Vec<Vec<Vec<usize>>>>, InputError>
         let mut layers = Vec::new();
         while let Some(ids) = t.get(&format!("step{s}.layers.{}", layers.len())) {
             let k = *ids.shape.last().unwrap_or(&1);
-            let v = ints(ids);
+            let v = ints(path, &format!("step{s}.layers.{}", layers.len()), ids)?;
             layers.push(
                 v.chunks(k.max(1))
                     .map(|c| c.iter().map(|&e| e.max(0) as usize).collect())
@@ -380,5 +432,32 @@ mod tests {
         let r = compare(&a, &b, 1.0).unwrap();
         assert_eq!((r.checked, r.near_ties, r.near_tie_mismatches), (0, 5, 1));
         assert!(!r.comparison(&limits(0.25), &a, &b).passed);
+    }
+
+    /// A program writing i32 ids, or no experts per token, hears which tensor is wrong.
+    #[test]
+    fn malformed_artifacts_are_errors_naming_the_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        let c: Vec<Vec<usize>> = (0..8).map(|t| vec![t % 4, (t + 1) % 4]).collect();
+        let s: Vec<f64> = (0..32).map(|i| i as f64 / 32.0).collect();
+        let a = write(dir.path(), "a.safetensors", c, s);
+        let mut t = checkpoint::load(&a).unwrap();
+        let ids = t.get_mut("layers.0.experts").unwrap();
+        ids.dtype = TensorDtype::I32;
+        ids.bytes.truncate(ids.bytes.len() / 2);
+        let b = dir.path().join("b.safetensors");
+        checkpoint::save(&b, &t).unwrap();
+        let err = compare(&a, &b, 0.0).unwrap_err().to_string();
+        assert!(
+            err.contains("`layers.0.experts` is I32; it must be i64"),
+            "{err}"
+        );
+        let ids = t.get_mut("layers.0.experts").unwrap();
+        ids.dtype = TensorDtype::I64;
+        ids.shape = vec![8, 0];
+        ids.bytes.clear();
+        checkpoint::save(&b, &t).unwrap();
+        let err = compare(&a, &b, 0.0).unwrap_err().to_string();
+        assert!(err.contains("0 choices"), "{err}");
     }
 }
