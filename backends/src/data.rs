@@ -83,6 +83,17 @@ impl Batch {
             lengths: self.lengths[start..start + n].to_vec(),
         }
     }
+
+    /// Several batches' rows one after the other (the replicas that run in lockstep).
+    pub fn stack(parts: &[Batch]) -> Batch {
+        Batch {
+            batch: parts.iter().map(|b| b.batch).sum(),
+            seq_len: parts[0].seq_len,
+            tokens: parts.iter().flat_map(|b| b.tokens.clone()).collect(),
+            targets: parts.iter().flat_map(|b| b.targets.clone()).collect(),
+            lengths: parts.iter().flat_map(|b| b.lengths.clone()).collect(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,10 @@
 //! (dim 0) block of split weights; a pipeline stage holds its layers (the embedding on the first
 //! stage, the final norm and output on the last).
 //!
+//! Under expert parallelism each expert lives on the ranks of its ep index (Megatron's expert
+//! layout over a stage's ranks, etp fastest, then ep, then expert-dp), its MLP split over the
+//! etp ranks (gate/up by columns, down by rows) and replicated over expert-dp.
+//!
 //! Merging takes each parameter from its owners and checks that every replica is bit-identical:
 //! a saver that drops or duplicates shards is caught here, not silently averaged.
 
@@ -23,6 +27,9 @@ pub enum Placement {
     Replicated,
     /// TP rank i holds block i along this dimension.
     Split(usize),
+    /// Expert `expert`'s weight under expert parallelism: held by the ranks of its ep index,
+    /// etp rank a holding block a along `dim`.
+    Expert { expert: usize, dim: usize },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +47,16 @@ pub use meshparity_specs::Coord;
 pub struct ShardingPlan {
     pub mesh: MeshConfig,
     pub rules: Vec<Rule>,
+    /// Routed experts per layer (0 for dense models).
+    pub experts_per_layer: usize,
+}
+
+/// The expert index of `layers.N.mlp.experts.X.part.weight`.
+fn expert_of(name: &str) -> usize {
+    name.split('.')
+        .nth(4)
+        .and_then(|x| x.parse().ok())
+        .expect("expert weights are named layers.N.mlp.experts.X.part.weight")
 }
 
 /// Why shards could not be merged back.
@@ -79,6 +96,12 @@ impl ShardingPlan {
                 // stage holds every expert, whatever the TP degree.
                 let expert = s.name.contains(".mlp.experts.") || s.name.contains(".mlp.router.");
                 let placement = match (s.name.as_str(), leaf) {
+                    _ if expert && mesh.ep * mesh.etp > 1 && s.name.contains(".experts.") => {
+                        Placement::Expert {
+                            expert: expert_of(&s.name),
+                            dim: usize::from(leaf != "down"),
+                        }
+                    }
                     _ if expert => Placement::Replicated,
                     ("embed.weight", _) => Placement::Split(0), // vocab-parallel embedding
                     ("output.weight", _) => Placement::Split(1), // vocab-parallel output
@@ -104,7 +127,11 @@ impl ShardingPlan {
                 }
             })
             .collect();
-        Self { mesh: *mesh, rules }
+        Self {
+            mesh: *mesh,
+            rules,
+            experts_per_layer: model.experts.unwrap_or(0) as usize,
+        }
     }
 
     pub fn world_size(&self) -> usize {
@@ -118,33 +145,66 @@ impl ShardingPlan {
     /// The shape a rank holds of a parameter.
     pub fn shard_shape(&self, rule: &Rule) -> Vec<usize> {
         let mut shape = rule.shape.clone();
-        if let Placement::Split(dim) = rule.placement {
-            shape[dim] /= self.mesh.tp as usize;
+        match rule.placement {
+            Placement::Split(dim) => shape[dim] /= self.mesh.tp as usize,
+            Placement::Expert { dim, .. } => shape[dim] /= self.mesh.etp as usize,
+            Placement::Replicated => {}
         }
         shape
     }
 
+    /// Which block of `rule` `rank` holds (0 for replicated tensors), or `None` when it holds
+    /// none of it.
+    pub fn block(&self, rule: &Rule, rank: usize) -> Option<usize> {
+        let c = self.coord(rank);
+        if c.pp != rule.stage {
+            return None;
+        }
+        match rule.placement {
+            Placement::Replicated => Some(0),
+            Placement::Split(_) => Some(c.tp),
+            Placement::Expert { expert, .. } => {
+                let m = &self.mesh;
+                let (ep, etp) = (m.ep as usize, m.etp as usize);
+                // The rank's place in its stage, in Megatron's order (tp fastest, cp, dp).
+                let j = c.tp + m.tp as usize * (c.cp + m.cp as usize * c.dp);
+                let per = self.experts_per_layer / ep;
+                (j / etp % ep == expert / per).then_some(j % etp)
+            }
+        }
+    }
+
+    /// Blocks a parameter is cut into.
+    fn blocks(&self, rule: &Rule) -> usize {
+        match rule.placement {
+            Placement::Replicated => 1,
+            Placement::Split(_) => self.mesh.tp as usize,
+            Placement::Expert { .. } => self.mesh.etp as usize,
+        }
+    }
+
     /// Full checkpoint → every rank's shards.
     pub fn shard(&self, full: &Shards) -> Vec<Shards> {
-        let tp = self.mesh.tp as usize;
         let mut split_cache: IndexMap<&str, Vec<HostTensor>> = IndexMap::new();
         for r in &self.rules {
-            if let Placement::Split(dim) = r.placement {
-                split_cache.insert(&r.name, full[&r.name].split(dim, tp));
+            match r.placement {
+                Placement::Split(dim) | Placement::Expert { dim, .. } => {
+                    split_cache.insert(&r.name, full[&r.name].split(dim, self.blocks(r)));
+                }
+                Placement::Replicated => {}
             }
         }
         (0..self.world_size())
             .map(|rank| {
-                let c = self.coord(rank);
                 self.rules
                     .iter()
-                    .filter(|r| r.stage == c.pp)
-                    .map(|r| {
+                    .filter_map(|r| {
+                        let block = self.block(r, rank)?;
                         let t = match r.placement {
                             Placement::Replicated => full[&r.name].clone(),
-                            Placement::Split(_) => split_cache[r.name.as_str()][c.tp].clone(),
+                            _ => split_cache[r.name.as_str()][block].clone(),
                         };
-                        (r.name.clone(), t)
+                        Some((r.name.clone(), t))
                     })
                     .collect()
             })
@@ -159,17 +219,16 @@ impl ShardingPlan {
                 got: ranks.len(),
             });
         }
-        let tp = self.mesh.tp as usize;
         let mut out = Shards::new();
         for r in &self.rules {
-            // Owners of block i: every rank of the stage with tp coordinate i (replicated: all).
-            let mut blocks: Vec<Option<(usize, &HostTensor)>> = vec![None; tp];
+            // Owners of block i: every rank holding block i (replicated: every rank of the
+            // stage).
+            let mut blocks: Vec<Option<(usize, &HostTensor)>> = vec![None; self.blocks(r)];
             let want = self.shard_shape(r);
             for (rank, shards) in ranks.iter().enumerate() {
-                let c = self.coord(rank);
-                if c.pp != r.stage {
+                let Some(slot) = self.block(r, rank) else {
                     continue;
-                }
+                };
                 let t = shards.get(&r.name).ok_or_else(|| MergeError::Missing {
                     rank,
                     name: r.name.clone(),
@@ -182,10 +241,6 @@ impl ShardingPlan {
                         want,
                     });
                 }
-                let slot = match r.placement {
-                    Placement::Replicated => 0,
-                    Placement::Split(_) => c.tp,
-                };
                 match blocks[slot] {
                     None => blocks[slot] = Some((rank, t)),
                     Some((first, kept)) if kept != t => {
@@ -200,7 +255,7 @@ impl ShardingPlan {
             }
             let merged = match r.placement {
                 Placement::Replicated => blocks[0].expect("every stage has ranks").1.clone(),
-                Placement::Split(dim) => {
+                Placement::Split(dim) | Placement::Expert { dim, .. } => {
                     let parts: Vec<HostTensor> = blocks
                         .iter()
                         .map(|b| b.expect("every tp block has an owner").1.clone())

@@ -198,7 +198,7 @@ pub fn mesh(
         ("expert parallelism (ep)", mesh.ep),
         ("expert tensor parallelism (etp)", mesh.etp),
     ] {
-        if n > 1 {
+        if n > 1 && !model.family.has_experts() {
             return Err(RunError::Unsupported(format!(
                 "{what} > 1 for the llama family"
             )));

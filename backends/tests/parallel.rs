@@ -107,6 +107,13 @@ const MOE_MESHES: &[&str] = &[
     "dp2-tp2-pp2-mb2",
     "cp2",
     "dp2-tp2-sp-cp2",
+    "dp2-ep2",
+    "dp2-etp2",
+    "dp4-ep2",
+    "dp2-tp2-sp-ep2",
+    "dp2-tp2-sp-ep2-etp2",
+    "dp2-cp2-ep2",
+    "dp2-ep2-pp2-mb2",
 ];
 
 #[test]

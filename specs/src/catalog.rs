@@ -39,6 +39,9 @@ pub enum Id {
     CpSkipGradReduce,
     RouterNotRenormalized,
     LoadBalanceLocalCounts,
+    EpCombineWrongPermutation,
+    ExpertGradDenseGroup,
+    ExpertGradSyncSkipped,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -221,6 +224,18 @@ pub const CATALOG: &[Mutation] = &[
         "the load-balance loss uses each rank's own tokens' expert counts instead of each sequence's counts over all the ranks holding its parts (SP, CP)",
         &[Experts, SplitSequences], Forward, "layers.0.mlp.router.counts",
         &["MoE: load-balance loss from local instead of global token counts"]),
+    m(EpCombineWrongPermutation, "ep-a2a-combine-wrong-permutation",
+        "the combine all-to-all puts the experts' outputs back one row off: each (token, expert) row gets its neighbour's output (a wrong unpermute index), consistently in backward",
+        &[Experts, Ep], Forward, "layers.0.mlp.combine.fwd.in",
+        &["VERDICT/ART: all-to-all combine with a wrong permutation"]),
+    m(ExpertGradDenseGroup, "ep-expert-grad-dense-group",
+        "expert gradients are all-reduced over the dense data-parallel group (dp × cp ranks of one tp index) instead of the expert-data-parallel group: ranks holding different experts add each other's gradients",
+        &[Experts, Ep, ExpertGroups], Gradients, "grad.*.dp",
+        &["ART: expert gradients synced on the wrong group (dp instead of edp)"]),
+    m(ExpertGradSyncSkipped, "ep-expert-grad-sync-skipped",
+        "expert gradients are never all-reduced over the expert-data-parallel group: each replica of an expert steps with its own tokens' gradient only",
+        &[Experts, Ep, Edp], Gradients, "grad.*.dp",
+        &["ART: expert gradient sync skipped"]),
 ];
 
 /// Published classes that no entry reproduces.
@@ -228,10 +243,6 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
     NotApplicable {
         class: "ART: LoRA-specific mutations (adapter factors, adapter merge)",
         why: "the burn engine trains full weights, no adapters; the replicated-factor class is covered by sp-skip-norm-grad-all-reduce",
-    },
-    NotApplicable {
-        class: "VERDICT/ART: expert-parallel classes (all-to-all permutation, expert gradients on the wrong group, expert sync skipped)",
-        why: "the burn engine has the moe family but not expert parallelism yet (ep > 1 cells are refused)",
     },
 ];
 

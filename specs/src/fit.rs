@@ -109,6 +109,17 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
                 "model",
             );
             rule(
+                mesh.ep.value * mesh.etp.value == 1 || tp == 1 || mesh.sp.value,
+                format!(
+                    "expert parallelism (ep·etp = {}) with tp = {tp} needs sequence parallelism",
+                    mesh.ep.value * mesh.etp.value
+                ),
+                "set `sp = true` on this mesh: as in Megatron, MoE with tensor and expert parallelism dispatches each rank's own sequence shard, so no token is sent twice",
+                &mesh.ep.loc,
+                &model.family.loc,
+                "model",
+            );
+            rule(
                 divides(model.ffn.value, mesh.etp.value),
                 format!(
                     "ffn ({}) is not divisible by etp ({})",

@@ -32,6 +32,10 @@ pub enum Needs {
     DenseMlp,
     /// Sequences split over ranks: SP (with TP) or CP.
     SplitSequences,
+    /// More than one replica of each expert shard (expert-data-parallel size > 1).
+    Edp,
+    /// Expert-data-parallel groups that are not the dense data-parallel groups (ep·etp ≠ tp).
+    ExpertGroups,
 }
 
 impl Needs {
@@ -49,6 +53,13 @@ impl Needs {
             // A property of the model, not the mesh: see `Mutation::applies_to`.
             Needs::Experts | Needs::DenseMlp => true,
             Needs::SplitSequences => (m.sp && m.tp > 1) || m.cp > 1,
+            Needs::Edp => {
+                let expert = u64::from(m.ep) * u64::from(m.etp);
+                expert > 1 && m.world_size() / u64::from(m.pp) > expert
+            }
+            // On a stage's ranks, the dense dp groups are the residues mod tp, the edp groups
+            // those mod ep·etp: the same partition exactly when the moduli are equal.
+            Needs::ExpertGroups => m.ep * m.etp > 1 && m.ep * m.etp != m.tp,
         }
     }
 
@@ -66,6 +77,8 @@ impl Needs {
         "experts",
         "dense-mlp",
         "split-sequences",
+        "edp",
+        "expert-groups",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -82,6 +95,8 @@ impl Needs {
             "experts" => Needs::Experts,
             "dense-mlp" => Needs::DenseMlp,
             "split-sequences" => Needs::SplitSequences,
+            "edp" => Needs::Edp,
+            "expert-groups" => Needs::ExpertGroups,
             _ => return None,
         })
     }
@@ -100,6 +115,8 @@ impl Needs {
             Needs::Experts => "a moe model",
             Needs::DenseMlp => "a dense MLP (llama)",
             Needs::SplitSequences => "sp with tp > 1, or cp > 1",
+            Needs::Edp => "expert-dp > 1 (dp·tp·cp > ep·etp)",
+            Needs::ExpertGroups => "expert-dp groups unlike the dense dp groups (ep·etp ≠ tp)",
         }
     }
 }

@@ -107,6 +107,7 @@ fn meshes_that_do_not_divide_the_model() {
             "tests/broken/misfit.toml:22:6: mesh `cp2` does not fit model `tiny`: seq_len (15) is not divisible by 2 × cp (4)",
             "tests/broken/misfit.toml:26:6: mesh `ep2` does not fit model `moe`: experts (3) is not divisible by ep (2)",
             "tests/broken/misfit.toml:29:6: mesh `dp4` does not fit model `tiny`: batch (6) is not divisible by dp·microbatches",
+            "tests/broken/misfit.toml:32:6: mesh `ep2-tp2` does not fit model `moe`: expert parallelism (ep·etp = 2) with tp = 2 needs sequence parallelism",
         ],
     );
 }

@@ -109,18 +109,10 @@ pub fn experts(
     expert: impl Fn(usize) -> (Tensor<2>, Tensor<2>, Tensor<2>),
     how: Dispatch,
 ) -> Tensor<2> {
-    let [t, e] = routed.scores.dims();
+    let e = routed.scores.dims()[1];
     let k = routed.choices.first().map_or(0, Vec::len);
     let device = x.device();
-    let idx: Vec<i64> = routed.choices.iter().flatten().map(|&i| i as i64).collect();
-    let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [t, k]), &device);
-    let picked = routed.scores.clone().gather(1, idx);
-    let weights = if how.renormalize {
-        picked.clone() / picked.sum_dim(1)
-    } else {
-        picked
-    };
-    let weights = weights.reshape([t * k, 1]);
+    let weights = slot_weights(routed.scores.clone(), &routed.choices, how.renormalize);
     let mut out = x.zeros_like();
     for ex in 0..e {
         // (token, slot) pairs routed to this expert, in token order.
@@ -148,6 +140,25 @@ pub fn experts(
         out = out.select_assign(0, rows, y * w, IndexingUpdateOp::Add);
     }
     out
+}
+
+/// Each (token, slot)'s weight, [T·k, 1] in token-major order: the token's top-k scores,
+/// renormalized to sum to one (or as they are, when `renormalize` is off).
+///
+/// # Shapes
+/// scores: [T, E] → [T·k, 1]
+pub fn slot_weights(scores: Tensor<2>, choices: &[Choice], renormalize: bool) -> Tensor<2> {
+    let t = scores.dims()[0];
+    let k = choices.first().map_or(0, Vec::len);
+    let idx: Vec<i64> = choices.iter().flatten().map(|&i| i as i64).collect();
+    let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [t, k]), &scores.device());
+    let picked = scores.gather(1, idx);
+    let weights = if renormalize {
+        picked.clone() / picked.sum_dim(1)
+    } else {
+        picked
+    };
+    weights.reshape([t * k, 1])
 }
 
 /// Per-sequence expert counts: how many of each sequence's real tokens (position < length)

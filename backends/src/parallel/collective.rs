@@ -45,6 +45,10 @@ pub struct Comm {
     /// ([`super::context::Groups`]): TP collectives run per TP group, traces are put back in
     /// global sequence order.
     cp: usize,
+    /// Replicas in those groups (in lockstep under expert parallelism): each traces its own
+    /// row block, `stride` blocks after the previous one's.
+    replicas: usize,
+    stride: usize,
 }
 
 impl Comm {
@@ -58,6 +62,8 @@ impl Comm {
             block: None,
             records: Vec::new(),
             cp: 1,
+            replicas: 1,
+            stride: 0,
         }
     }
 
@@ -77,12 +83,25 @@ impl Comm {
         self.tracing
     }
 
-    pub fn set_cp(&mut self, cp: usize) {
-        self.cp = cp;
+    /// The layout of the groups this communicator's work runs on: `cp` context-parallel ranks
+    /// and `replicas` replicas whose row blocks are `stride` apart.
+    pub fn set_layout(&mut self, cp: usize, replicas: usize, stride: usize) {
+        (self.cp, self.replicas, self.stride) = (cp, replicas, stride);
     }
 
-    pub fn cp(&self) -> usize {
-        self.cp
+    /// The layout of a group of `n` ranks.
+    pub fn groups(&self, n: usize) -> super::context::Groups {
+        super::context::Groups::of(n, self.cp, self.replicas)
+    }
+
+    /// Each replica's parts of a group's tensors, with its row block.
+    fn per_replica<'p, T>(&self, parts: &'p [T]) -> impl Iterator<Item = (Option<usize>, &'p [T])> {
+        let n = parts.len() / self.replicas;
+        let (block, stride) = (self.block, self.stride);
+        parts
+            .chunks(n.max(1))
+            .enumerate()
+            .map(move |(d, p)| (block.map(|b| b + d * stride), p))
     }
 
     pub fn set_block(&mut self, block: usize) {
@@ -105,27 +124,35 @@ impl Comm {
         if !self.tracing {
             return;
         }
-        self.records.push(Record {
-            site: site.to_owned(),
-            like,
-            block: self.block,
-            copies: canon(parts, how, self.cp),
-        });
+        let records: Vec<Record> = self
+            .per_replica(parts)
+            .map(|(block, parts)| Record {
+                site: site.to_owned(),
+                like: like.clone(),
+                block,
+                copies: canon(parts, how, self.cp),
+            })
+            .collect();
+        self.records.extend(records);
     }
 
     /// Record `site` from values every rank holds whole (e.g. per-sequence counts after their
     /// all-reduce): each rank's is a copy, compared as is.
     pub fn trace_each<const D: usize>(&mut self, site: &str, parts: &[Tensor<D>]) {
         if self.tracing {
-            self.records.push(Record {
-                site: site.to_owned(),
-                like: None,
-                block: self.block,
-                copies: parts
-                    .iter()
-                    .map(|t| super::trace::Value::of(t.clone()))
-                    .collect(),
-            });
+            let records: Vec<Record> = self
+                .per_replica(parts)
+                .map(|(block, parts)| Record {
+                    site: site.to_owned(),
+                    like: None,
+                    block,
+                    copies: parts
+                        .iter()
+                        .map(|t| super::trace::Value::of(t.clone()))
+                        .collect(),
+                })
+                .collect();
+            self.records.extend(records);
         }
     }
 
@@ -192,6 +219,14 @@ impl Comm {
                 let n = parts.len();
                 vec![sum(parts); n]
             }
+        }
+    }
+
+    /// Log a row exchange over a group (the tape moves the rows: `super::route`). A group of
+    /// one moves nothing and is not logged.
+    pub fn exchange(&mut self, site: &str, op: &'static str, ranks: &[usize]) {
+        if ranks.len() > 1 {
+            self.record(site, op, ranks);
         }
     }
 

@@ -1,9 +1,9 @@
-//! The `moe` family's MLP on a stage's ranks (expert parallelism 1: every rank holds every
-//! expert).
+//! The `moe` family's MLP on a stage's ranks.
 //!
 //! Each rank routes the tokens it holds — all of them on every TP rank without SP (the TP ranks
 //! compute copies), its sequence shard under SP, its chunks under CP — and runs the experts on
-//! them (`llama::moe`). The load-balance loss needs each sequence's expert counts over all its
+//! them (`llama::moe`), or, under expert parallelism, sends them to the ranks holding their
+//! experts and gets the outputs back (`dispatch.rs`). The load-balance loss needs each sequence's expert counts over all its
 //! tokens, so where SP or CP split a sequence the counts are all-reduced across the ranks holding
 //! its parts (`layers.N.mlp.router.counts.all_reduce`); the loss is linear in the scores given
 //! those counts, so each rank adds its own tokens' share and the gradients need nothing more.
@@ -27,6 +27,8 @@ use crate::llama::moe::{self, Choice, Dispatch, Routed};
 #[derive(Clone, Debug)]
 pub struct RouteRecord {
     pub layer: u32,
+    /// Global row of the microbatch's first row of this rank's replica.
+    pub first_row: usize,
     /// Rows of the microbatch (global row = the microbatch's first row + this).
     pub rows: usize,
     /// Positions (within each row) of the rank's tokens.
@@ -59,7 +61,7 @@ impl StageCtx<'_> {
     /// index of each of its tokens in its cp rank's local sequence.
     fn token_positions(&self, locals: &[Local], i: usize) -> (Vec<usize>, std::ops::Range<usize>) {
         let g = self.groups();
-        let local = &locals[g.cp_of(i)].positions;
+        let local = &locals[g.local_of(i)].positions;
         if !self.sp {
             return (local.clone(), 0..local.len());
         }
@@ -95,6 +97,9 @@ impl StageCtx<'_> {
                 .matmul(self.w(i, &name("router.weight")).unsqueeze())
         });
         let rows = locals[0].batch.batch;
+        let lengths: Vec<&[usize]> = (0..self.ranks.len())
+            .map(|i| locals[g.local_of(i)].batch.lengths.as_slice())
+            .collect();
         let tokens: Vec<(Vec<usize>, std::ops::Range<usize>)> = (0..self.ranks.len())
             .map(|i| self.token_positions(locals, i))
             .collect();
@@ -107,30 +112,25 @@ impl StageCtx<'_> {
         // the reference's, when replayed.
         let own: Vec<Vec<Choice>> = scores.iter().map(|s| moe::top_k(s, e, k)).collect();
         let choices = self.dispatch_choices(l, rows, &tokens, &own);
-        let lengths = &locals[0].batch.lengths;
-        let counts = self.sequence_counts(comm, l, rows, &tokens, &choices, lengths);
+        let counts = self.sequence_counts(comm, l, rows, &tokens, &choices, &lengths);
         let unnormalized = self.fault.is_some_and(|f| f.router_unnormalized(l));
-        let y = tape.per_rank(&self.ranks, &[hn, &logits], |i, v| {
-            let [b, s, h] = v[0].dims();
-            let routed = Routed {
-                scores: softmax(flat(v[1].clone()), 1),
-                logits: flat(v[1].clone()),
-                choices: choices[i].clone(),
-            };
-            let expert = |x: usize| {
-                let n = |part: &str| self.w(i, &name(&format!("experts.{x}.{part}.weight")));
-                (n("gate"), n("up"), n("down"))
-            };
-            let how = Dispatch {
-                mlp: if f.swiglu_wrong_operand {
-                    faulty::swiglu_wrong_operand
-                } else {
-                    swiglu
-                },
-                renormalize: !unnormalized,
-            };
-            moe::experts(flat(v[0].clone()), &routed, expert, how).reshape([b, s, h])
-        });
+        let how = Dispatch {
+            mlp: if f.swiglu_wrong_operand {
+                faulty::swiglu_wrong_operand
+            } else {
+                swiglu
+            },
+            renormalize: !unnormalized,
+        };
+        let y = if self.experts.parallel() {
+            let wrong = self.fault.is_some_and(|f| f.ep_combine_permuted(l));
+            if wrong {
+                comm.event(&name("experts.combine"), "rows returned one place off");
+            }
+            self.expert_parallel(tape, comm, l, hn, &logits, &choices, how, wrong)
+        } else {
+            self.replicated_experts(tape, hn, &logits, &choices, l, how)
+        };
         if unnormalized {
             comm.event(&name("router"), "top-k scores not renormalized");
         }
@@ -141,26 +141,27 @@ impl StageCtx<'_> {
                 &counts[i],
                 rows,
                 &tokens[i].0,
-                lengths,
+                lengths[i],
                 k,
                 self.sequences,
             )
             .reshape([1, 1, 1])
         });
         let z = tape.per_rank(&self.ranks, &[&logits], |i, v| {
-            let local = &locals[g.cp_of(i)].batch;
+            let local = &locals[g.local_of(i)].batch;
             let span = &tokens[i].1;
             let keep: Vec<f64> = (0..rows)
                 .flat_map(|r| span.clone().map(move |p| (r, p)))
                 .map(|(r, p)| f64::from(u8::from(local.targets[r * local.seq_len + p] != IGNORE)))
                 .collect();
             let keep = self.constant(keep, [rows * span.len()]);
-            moe::z_loss(flat(v[0].clone()), keep, normalizers[g.cp_of(i)]).reshape([1, 1, 1])
+            moe::z_loss(flat(v[0].clone()), keep, normalizers[g.local_of(i)]).reshape([1, 1, 1])
         });
         for i in (0..self.ranks.len()).filter(|&i| self.distinct(i)) {
             out.load_balance += moe::values(&tape.value(lb[i]))[0];
             out.routing.push(RouteRecord {
                 layer: l,
+                first_row: self.first_rows[g.replica_of(i)],
                 rows,
                 positions: tokens[i].0.clone(),
                 scores: scores[i].clone(),
@@ -173,6 +174,34 @@ impl StageCtx<'_> {
 }
 
 impl StageCtx<'_> {
+    /// Every rank runs every expert on its own tokens (expert parallelism 1).
+    fn replicated_experts(
+        &self,
+        tape: &mut Tape,
+        hn: &[Val],
+        logits: &[Val],
+        choices: &[Vec<Choice>],
+        l: u32,
+        how: Dispatch,
+    ) -> Vec<Val> {
+        tape.per_rank(&self.ranks, &[hn, logits], |i, v| {
+            let [b, s, h] = v[0].dims();
+            let flat = |t: Tensor<3>, d: usize| t.reshape([b * s, d]);
+            let e = v[1].dims()[2];
+            let routed = Routed {
+                scores: softmax(flat(v[1].clone(), e), 1),
+                logits: flat(v[1].clone(), e),
+                choices: choices[i].clone(),
+            };
+            let expert = |x: usize| {
+                let n =
+                    |part: &str| self.w(i, &format!("layers.{l}.mlp.experts.{x}.{part}.weight"));
+                (n("gate"), n("up"), n("down"))
+            };
+            moe::experts(flat(v[0].clone(), h), &routed, expert, how).reshape([b, s, h])
+        })
+    }
+
     /// The experts each rank's tokens are dispatched to: the reference's when replayed (looked
     /// up by global row and position), else the rank's own top-k.
     fn dispatch_choices(
@@ -182,13 +211,16 @@ impl StageCtx<'_> {
         tokens: &[(Vec<usize>, std::ops::Range<usize>)],
         own: &[Vec<Choice>],
     ) -> Vec<Vec<Choice>> {
-        let Some((replay, first_row)) = self.replay else {
+        let Some(replay) = self.replay else {
             return own.to_vec();
         };
         let seq = self.model.seq_len as usize;
+        let g = self.groups();
         tokens
             .iter()
-            .map(|(positions, _)| {
+            .enumerate()
+            .map(|(i, (positions, _))| {
+                let first_row = self.first_rows[g.replica_of(i)];
                 (0..rows)
                     .flat_map(|r| positions.iter().map(move |&p| (first_row + r) * seq + p))
                     .map(|tok| replay[l as usize][tok].clone())
@@ -207,18 +239,18 @@ impl StageCtx<'_> {
         rows: usize,
         tokens: &[(Vec<usize>, std::ops::Range<usize>)],
         choices: &[Vec<Choice>],
-        lengths: &[usize],
+        lengths: &[&[usize]],
     ) -> Vec<Vec<f64>> {
         let e = self.model.experts.unwrap_or(1) as usize;
         let counts: Vec<Tensor<1>> = (0..self.ranks.len())
             .map(|i| {
-                let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths, e);
+                let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths[i], e);
                 let dtype = count_dtype(self.device);
                 Tensor::<1>::from_data(TensorData::new(c, [rows * e]), (self.device, dtype))
             })
             .collect();
         let seq_groups = if self.sp {
-            vec![(0..self.ranks.len()).collect::<Vec<_>>()]
+            self.groups().replica_groups()
         } else {
             self.groups().cp_rings()
         };

@@ -201,6 +201,22 @@ impl Fault {
         self.0 == Id::CpSkipGradReduce
     }
 
+    /// Whether `layer`'s all-to-all combine returns each rank's rows one place off.
+    pub fn ep_combine_permuted(self, layer: u32) -> bool {
+        self.0 == Id::EpCombineWrongPermutation && layer == 0
+    }
+
+    /// Whether expert gradients are all-reduced over the dense data-parallel group instead of
+    /// the expert-data-parallel one.
+    pub fn expert_grad_dense_group(self) -> bool {
+        self.0 == Id::ExpertGradDenseGroup
+    }
+
+    /// Whether expert gradients are never synced over the expert-data-parallel group.
+    pub fn expert_grad_sync_skipped(self) -> bool {
+        self.0 == Id::ExpertGradSyncSkipped
+    }
+
     /// Whether `layer`'s RoPE backward swaps its outputs.
     pub fn rope_swapped(self, layer: u32) -> bool {
         self.0 == Id::RopeBackwardSwapped && layer == 0
@@ -247,6 +263,9 @@ mod tests {
                 || f.cp_unweighted_merge(0)
                 || f.cp_grad_reduce_skipped()
                 || f.router_unnormalized(0)
+                || f.ep_combine_permuted(0)
+                || f.expert_grad_dense_group()
+                || f.expert_grad_sync_skipped()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -3,9 +3,12 @@
 //!
 //! - `collective.rs` — the communicator: every call logged by site, faults injected there;
 //! - `experts.rs` — the moe family's routed MLP on a stage's ranks;
+//! - `dispatch.rs` — expert parallelism: tokens to their experts' ranks and back;
+//! - `finalize.rs` — gradient finalization: the TP, DP and expert-DP reductions;
 //! - `fault.rs` — the catalogued mutations and where each one acts;
 //! - `context.rs` — context parallelism: zigzag chunks, TP × CP groups, global order;
 //! - `tape.rs` — segments between collectives, backward with Megatron's conjugates;
+//! - `route.rs` — rows moved between ranks (the experts' all-to-all, unequal gathers);
 //! - `ring.rs` — attention on whole sequences or around the CP ring (online softmax);
 //! - `stage.rs` — one pipeline stage on one TP group (TP, SP, vocab-parallel layers);
 //! - `schedule.rs` — GPipe and 1F1B orders and their clocked simulation;
@@ -14,11 +17,14 @@
 
 pub mod collective;
 pub mod context;
+mod dispatch;
 pub mod experts;
 pub mod fault;
 mod faulty;
+mod finalize;
 pub mod pipeline;
 mod ring;
+pub mod route;
 pub mod schedule;
 pub mod stage;
 pub mod step;

@@ -1,9 +1,11 @@
-//! One data-parallel replica's pipeline: its stages run their microbatches in schedule order,
-//! passing activations forward and gradients back by send/recv. The actions of one clock tick
-//! run concurrently (each stage with a sub-communicator holding its mail), as the stages of a
-//! real pipeline run on their own devices.
+//! One data-parallel replica's pipeline (or, under expert parallelism, every replica's in
+//! lockstep): its stages run their microbatches in schedule order, passing activations forward
+//! and gradients back by send/recv. The actions of one clock tick run concurrently (each stage
+//! with a sub-communicator holding its mail), as the stages of a real pipeline run on their own
+//! devices.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use burn::tensor::Tensor;
 use indexmap::IndexMap;
@@ -18,15 +20,15 @@ use super::trace::Canon;
 use crate::data::Batch;
 use crate::llama::moe::Choice;
 
-/// What one data-parallel replica produced.
+/// What one data-parallel replica (or a lockstep group of them) produced.
 pub(super) struct Replica {
-    /// Σ over microbatches of the (normalized) loss.
-    pub loss: f64,
+    /// Per replica: Σ over microbatches of the (normalized) loss.
+    pub loss: Vec<f64>,
     /// Σ over microbatches and stages of the load-balance loss (moe).
     pub load_balance: f64,
     /// Routing of its tokens (moe), with each record's first global row.
     pub routing: Vec<(usize, RouteRecord)>,
-    /// Logits of its microbatches, in order.
+    /// Logits of its microbatches, replica by replica, in order.
     pub logits: Vec<Tensor<3>>,
     /// Accumulated gradients of its ranks.
     pub acc: HashMap<usize, IndexMap<String, Tensor<2>>>,
@@ -41,14 +43,15 @@ pub(super) struct StepInput<'a> {
 
 /// What every action of one replica shares.
 struct Act<'a> {
-    d: usize,
+    /// The replicas running in lockstep.
+    ds: Range<usize>,
     /// Sequences in the global batch.
     sequences: usize,
     /// Routing to replay (moe), per layer and global token.
     replay: Option<&'a [Vec<Choice>]>,
-    /// Global row of each microbatch's first row.
-    first_rows: Vec<usize>,
-    /// Each cp rank's loss normalizer.
+    /// Per microbatch: each replica's first global row of it.
+    first_rows: Vec<Vec<usize>>,
+    /// Each (replica, cp rank)'s loss normalizer.
     normalizers: &'a [f64],
     micro: &'a [Batch],
     leaves: &'a [Leaves],
@@ -61,8 +64,8 @@ enum Done {
         stage: usize,
         mb: usize,
         out: StageOut,
-        /// Last stage: the microbatch's loss and its gathered logits.
-        loss: Option<(f64, Tensor<3>)>,
+        /// Last stage: the microbatch's loss and its gathered logits, per replica.
+        loss: Option<Vec<(f64, Tensor<3>)>>,
     },
     Backward {
         /// Parameter gradients of this microbatch, per rank.
@@ -71,13 +74,13 @@ enum Done {
 }
 
 impl MeshExec<'_> {
-    /// One data-parallel replica's pipeline over its microbatches, in schedule order: the
-    /// actions of one clock tick run on different stages and depend only on messages of earlier
-    /// ticks, so they run concurrently, each with a sub-communicator holding its stage's mail.
+    /// Replicas `ds`' pipeline over their microbatches, in schedule order: the actions of one
+    /// clock tick run on different stages and depend only on messages of earlier ticks, so they
+    /// run concurrently, each with a sub-communicator holding its stage's mail.
     pub(super) fn replica(
         &self,
         comm: &mut Comm,
-        d: usize,
+        ds: Range<usize>,
         normalizers: &[f64],
         input: StepInput<'_>,
         leaves: &[Leaves],
@@ -88,14 +91,22 @@ impl MeshExec<'_> {
         let (dp, mbs) = (self.mesh.dp as usize, self.mesh.microbatches as usize);
         let rows = batch.batch / dp;
         let mb_rows = rows / mbs;
-        let micro: Vec<Batch> = (0..mbs)
-            .map(|i| batch.rows(d * rows + i * mb_rows, mb_rows))
+        let first_rows: Vec<Vec<usize>> = (0..mbs)
+            .map(|i| ds.clone().map(|d| d * rows + i * mb_rows).collect())
+            .collect();
+        let micro: Vec<Batch> = first_rows
+            .iter()
+            .map(|firsts| {
+                let parts: Vec<Batch> = firsts.iter().map(|&r| batch.rows(r, mb_rows)).collect();
+                Batch::stack(&parts)
+            })
             .collect();
         let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
         let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
-        let mut losses = vec![0.0; mbs];
+        let mut losses = vec![vec![0.0; mbs]; ds.len()];
         let (mut load_balance, mut routing) = (0.0, Vec::new());
-        let mut logits: Vec<Option<Tensor<3>>> = vec![None; mbs];
+        let mut logits: Vec<Vec<Option<Tensor<3>>>> = vec![vec![None; mbs]; ds.len()];
+        let d = ds.start;
         for tick in ticks {
             let mut work = Vec::with_capacity(tick.len());
             for &action in tick {
@@ -106,8 +117,8 @@ impl MeshExec<'_> {
                         Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
                     ),
                 };
-                let mut sub = comm.split(&self.stage_group(d, stage));
-                sub.set_cp(self.mesh.cp as usize);
+                let mut sub = comm.split(&self.group(&ds, stage));
+                sub.set_layout(self.mesh.cp as usize, ds.len(), mbs);
                 let mb = match action {
                     Action::Forward { mb, .. } | Action::Backward { mb, .. } => mb,
                 };
@@ -118,10 +129,10 @@ impl MeshExec<'_> {
                 .into_par_iter()
                 .map(|(action, held, mut sub)| {
                     let ctx = Act {
-                        d,
+                        ds: ds.clone(),
                         sequences: batch.batch,
                         replay,
-                        first_rows: (0..mbs).map(|mb| d * rows + mb * mb_rows).collect(),
+                        first_rows: first_rows.clone(),
                         normalizers,
                         micro: &micro,
                         leaves,
@@ -140,11 +151,10 @@ impl MeshExec<'_> {
                         loss,
                     } => {
                         load_balance += out.moe.load_balance;
-                        let first = d * rows + mb * mb_rows;
-                        routing.extend(out.moe.routing.drain(..).map(|r| (first, r)));
-                        if let Some((l, lg)) = loss {
-                            losses[mb] = l;
-                            logits[mb] = Some(lg);
+                        routing.extend(out.moe.routing.drain(..).map(|r| (r.first_row, r)));
+                        for (k, (l, lg)) in loss.into_iter().flatten().enumerate() {
+                            losses[k][mb] = l;
+                            logits[k][mb] = Some(lg);
                         }
                         live.insert((stage, mb), out);
                     }
@@ -164,18 +174,26 @@ impl MeshExec<'_> {
             }
         }
         Ok(Replica {
-            loss: losses.iter().sum(),
+            loss: losses.iter().map(|l| l.iter().sum()).collect(),
             load_balance,
             routing,
             logits: logits
                 .into_iter()
+                .flatten()
                 .map(|l| l.ok_or("a microbatch never reached the last stage"))
                 .collect::<Result<_, _>>()?,
             acc,
         })
     }
 
-    /// One pipeline action of replica `ctx.d`.
+    /// A stage's ranks in replicas `ds` (their groups one after the other).
+    pub(super) fn group(&self, ds: &Range<usize>, stage: usize) -> Vec<usize> {
+        ds.clone()
+            .flat_map(|d| self.stage_group(d, stage))
+            .collect()
+    }
+
+    /// One pipeline action of replicas `ctx.ds`.
     fn act(
         &self,
         comm: &mut Comm,
@@ -183,14 +201,15 @@ impl MeshExec<'_> {
         action: Action,
         held: Option<StageOut>,
     ) -> Result<Done, String> {
-        let (d, pp, mbs) = (
-            ctx.d,
+        let (ds, pp, mbs) = (
+            &ctx.ds,
             self.mesh.pp as usize,
             self.mesh.microbatches as usize,
         );
+        let d = ds.start;
         match action {
             Action::Forward { stage, mb } => {
-                let input = self.receive_activations(comm, stage, d, mb, &ctx.micro[mb]);
+                let input = self.receive_activations(comm, stage, ds, mb, &ctx.micro[mb]);
                 if stage > 0 {
                     let per = (self.model.layers / self.mesh.pp) as usize;
                     let how = if self.mesh.sp && self.mesh.tp > 1 {
@@ -205,14 +224,15 @@ impl MeshExec<'_> {
                 let stage_ctx = StageCtx {
                     fault: comm.fault(),
                     sequences: ctx.sequences,
-                    replay: ctx.replay.map(|r| (r, ctx.first_rows[mb])),
-                    ..self.ctx(stage, d, ctx.leaves)
+                    replay: ctx.replay,
+                    first_rows: ctx.first_rows[mb].clone(),
+                    ..self.ctx(stage, ds, ctx.leaves)
                 };
                 let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizers);
                 let mut loss = None;
                 if stage + 1 < pp {
-                    let (here, next) = (self.stage_group(d, stage), self.stage_group(d, stage + 1));
-                    let misrouted = self.stage_group(d, (stage + 2) % pp);
+                    let (here, next) = (self.group(ds, stage), self.group(ds, stage + 1));
+                    let misrouted = self.group(ds, (stage + 2) % pp);
                     for (i, &v) in out.outputs.iter().enumerate() {
                         let (from, to, wrong) = (here[i], next[i], misrouted[i]);
                         let site = format!("pp.stage{stage}.fwd.send");
@@ -226,7 +246,7 @@ impl MeshExec<'_> {
                         );
                     }
                 } else {
-                    loss = Some(self.gather_last(&out));
+                    loss = Some(self.gather_last(&out, ds.len()));
                 }
                 Ok(Done::Forward {
                     stage,
@@ -237,7 +257,7 @@ impl MeshExec<'_> {
             }
             Action::Backward { stage, mb } => {
                 let out = held.ok_or("backward before forward")?;
-                let here = self.stage_group(d, stage);
+                let here = self.group(ds, stage);
                 let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
                 // Auxiliary losses enter backward where they were computed (Megatron's
                 // MoEAuxLossAutoScaler), beside the loss or the received gradients.
@@ -249,7 +269,7 @@ impl MeshExec<'_> {
                         .chain(aux)
                         .collect()
                 } else {
-                    let next = self.stage_group(d, stage + 1);
+                    let next = self.group(ds, stage + 1);
                     out.outputs
                         .iter()
                         .enumerate()
@@ -286,7 +306,7 @@ impl MeshExec<'_> {
                     }
                 });
                 if stage > 0 {
-                    let prev = self.stage_group(d, stage - 1);
+                    let prev = self.group(ds, stage - 1);
                     for (i, v) in inputs.into_iter().enumerate() {
                         let g = input_grads
                             .remove(&v)
@@ -301,20 +321,23 @@ impl MeshExec<'_> {
         }
     }
 
-    fn ctx<'l>(&'l self, stage: usize, dp: usize, leaves: &'l [Leaves]) -> StageCtx<'l> {
+    fn ctx<'l>(&'l self, stage: usize, ds: &Range<usize>, leaves: &'l [Leaves]) -> StageCtx<'l> {
         StageCtx {
             model: self.model,
             device: self.device,
             dtype: self.dtype,
             stage,
             stages: self.mesh.pp as usize,
-            ranks: self.stage_group(dp, stage),
+            ranks: self.group(ds, stage),
             cp: self.mesh.cp as usize,
+            replicas: ds.len(),
+            experts: self.experts(),
             sp: self.mesh.sp && self.mesh.tp > 1,
             leaves,
             fault: None,
             sequences: 0,
             replay: None,
+            first_rows: Vec::new(),
             odd_rank: self.rank(
                 self.mesh.tp as usize - 1,
                 self.mesh.cp as usize - 1,
@@ -324,36 +347,43 @@ impl MeshExec<'_> {
         }
     }
 
-    /// The last stage's microbatch loss (the cp ranks' partial sums added, as the loss report's
+    /// Each replica's microbatch loss (the cp ranks' partial sums added, as the loss report's
     /// all-reduce over cp does) and its logits, vocab blocks joined and cp chunks put back in
     /// sequence order.
-    fn gather_last(&self, out: &StageOut) -> (f64, Tensor<3>) {
-        let groups = Groups::of(out.outputs.len(), self.mesh.cp as usize);
+    fn gather_last(&self, out: &StageOut, replicas: usize) -> Vec<(f64, Tensor<3>)> {
+        let cp = self.mesh.cp as usize;
+        let groups = Groups::of(out.outputs.len(), cp, replicas);
         let tp_groups = groups.tp_groups();
-        let loss = tp_groups
-            .iter()
-            .map(|g| scalar(out.tape.value(out.outputs[g[0]]).reshape([1])))
-            .sum();
-        let per_cp = tp_groups
-            .iter()
-            .map(|g| {
-                Tensor::cat(
-                    g.iter().map(|&i| out.tape.value(out.logits[i])).collect(),
-                    2,
-                )
+        tp_groups
+            .chunks(cp)
+            .map(|replica| {
+                let loss = replica
+                    .iter()
+                    .map(|g| scalar(out.tape.value(out.outputs[g[0]]).reshape([1])))
+                    .sum();
+                let per_cp = replica
+                    .iter()
+                    .map(|g| {
+                        Tensor::cat(
+                            g.iter().map(|&i| out.tape.value(out.logits[i])).collect(),
+                            2,
+                        )
+                    })
+                    .collect();
+                (loss, zigzag(per_cp))
             })
-            .collect();
-        (loss, zigzag(per_cp))
+            .collect()
     }
 
     fn receive_activations(
         &self,
         comm: &mut Comm,
         stage: usize,
-        d: usize,
+        ds: &Range<usize>,
         mb: usize,
         micro: &Batch,
     ) -> Vec<Tensor<3>> {
+        let d = ds.start;
         if stage == 0 {
             return Vec::new();
         }
@@ -364,8 +394,8 @@ impl MeshExec<'_> {
         } else {
             local
         };
-        let shape = [micro.batch, seq, self.model.hidden as usize];
-        let (prev, here) = (self.stage_group(d, stage - 1), self.stage_group(d, stage));
+        let shape = [micro.batch / ds.len(), seq, self.model.hidden as usize];
+        let (prev, here) = (self.group(ds, stage - 1), self.group(ds, stage));
         (0..here.len())
             .map(|i| {
                 let (from, to) = (prev[i], here[i]);

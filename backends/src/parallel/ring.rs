@@ -57,22 +57,29 @@ impl StageCtx<'_> {
     pub(super) fn local_attention(
         &self,
         tape: &mut Tape,
-        local: &Local,
+        locals: &[Local],
         l: u32,
         hn: &[Val],
         f: LayerFaults,
     ) -> Vec<Val> {
         let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}")).unsqueeze();
         let (nq, nkv, hd) = self.head_dims();
-        let (b, s) = (local.batch.batch, local.batch.seq_len);
-        let mask = attention_mask(&local.batch.lengths, s, self.device);
+        let g = self.groups();
+        // One mask per replica (their rows' lengths differ).
+        let masks: Vec<_> = locals
+            .iter()
+            .map(|local| attention_mask(&local.batch.lengths, local.batch.seq_len, self.device))
+            .collect();
         tape.per_rank(&self.ranks, &[hn], |i, v| {
+            let local = &locals[g.local_of(i)];
+            let (b, s) = (local.batch.batch, local.batch.seq_len);
+            let mask = masks[g.local_of(i)].clone();
             let h = v[0].clone();
             let q = heads(h.clone().matmul(w(i, "attn.q.weight")), nq, hd);
             let k = heads(h.clone().matmul(w(i, "attn.k.weight")), nkv, hd);
             let v = heads(h.matmul(w(i, "attn.v.weight")), nkv, hd);
             let rot = |t| Self::rotate(t, &local.positions, f);
-            let a = attention(rot(q), rot(k), v, mask.clone());
+            let a = attention(rot(q), rot(k), v, mask);
             let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
             a.matmul(w(i, "attn.o.weight"))
         })
@@ -96,7 +103,7 @@ impl StageCtx<'_> {
             let h = v[0].clone();
             let k = heads(h.clone().matmul(w(i, "attn.k.weight")), nkv, hd);
             let v = heads(h.matmul(w(i, "attn.v.weight")), nkv, hd);
-            let k = Self::rotate(k, &locals[g.cp_of(i)].positions, f);
+            let k = Self::rotate(k, &locals[g.local_of(i)].positions, f);
             Tensor::cat(vec![flat(k), flat(v)], 2)
         });
         // kvs[j]: the chunk each rank holds at ring step j (rank c holds rank c − j's).
@@ -110,8 +117,7 @@ impl StageCtx<'_> {
             .chain(kvs.iter().map(Vec::as_slice))
             .collect();
         tape.per_rank(&self.ranks, &inputs, |i, v| {
-            let c = g.cp_of(i);
-            let local = &locals[c];
+            let (c, local) = (g.cp_of(i), &locals[g.local_of(i)]);
             let (b, s) = (local.batch.batch, local.batch.seq_len);
             let q = heads(v[0].clone().matmul(w(i, "attn.q.weight")), nq, hd);
             let q = Self::rotate(q, &local.positions, f);

@@ -13,7 +13,7 @@ use indexmap::IndexMap;
 use meshparity_specs::ModelConfig;
 
 use super::collective::Comm;
-use super::context::{Groups, Local};
+use super::context::{Experts, Groups, Local};
 use super::experts::MoeOut;
 use super::fault::Fault;
 use super::faulty;
@@ -33,14 +33,19 @@ pub struct StageCtx<'a> {
     pub dtype: DType,
     pub stage: usize,
     pub stages: usize,
-    /// Global ranks of this stage's TP × CP group, in [`Groups`] order (TP fastest).
+    /// Global ranks of this stage's replicas × CP × TP group, in [`Groups`] order (TP fastest).
     pub ranks: Vec<usize>,
     pub cp: usize,
+    /// Replicas in the group (all of them, in lockstep, when experts are parallel).
+    pub replicas: usize,
+    pub experts: Experts,
     pub sp: bool,
     /// Sequences in the global batch (the load-balance loss averages over them).
     pub sequences: usize,
-    /// Routing to replay (moe): per layer and global token, and this microbatch's first row.
-    pub replay: Option<(&'a [Vec<Choice>], usize)>,
+    /// Routing to replay (moe): per layer and global token.
+    pub replay: Option<&'a [Vec<Choice>]>,
+    /// Each replica's first global row of this microbatch.
+    pub first_rows: Vec<usize>,
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
     pub fault: Option<Fault>,
@@ -80,7 +85,7 @@ pub(super) struct LayerFaults {
 
 impl StageCtx<'_> {
     pub(super) fn groups(&self) -> Groups {
-        Groups::of(self.ranks.len(), self.cp)
+        Groups::of(self.ranks.len(), self.cp, self.replicas)
     }
 
     fn tp(&self) -> usize {
@@ -145,7 +150,7 @@ impl StageCtx<'_> {
         normalizers: &[f64],
     ) -> StageOut {
         let mut tape = Tape::new();
-        let locals = Local::split(mb, self.cp);
+        let locals = Local::split(mb, self.cp, self.replicas);
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
         let mut x = if self.stage == 0 {
             self.embed(&mut tape, comm, &locals)
@@ -185,7 +190,7 @@ impl StageCtx<'_> {
         let h = self.model.hidden as usize;
         let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
         let parts = tape.per_rank(&self.ranks, &[], |i, _| {
-            let mb = &locals[g.cp_of(i)].batch;
+            let mb = &locals[g.local_of(i)].batch;
             let (b, s) = (mb.batch, mb.seq_len);
             let start = (i % g.tp * block) as i64;
             let local: Vec<i64> = mb
@@ -230,7 +235,7 @@ impl StageCtx<'_> {
         let part = if self.cp > 1 {
             self.ring_attention(tape, comm, locals, l, &hn, f)
         } else {
-            self.local_attention(tape, &locals[0], l, &hn, f)
+            self.local_attention(tape, locals, l, &hn, f)
         };
         let o = tape.collective(comm, self.leave(), &name("attn.o"), &self.ranks, &part);
         let x = tape.per_rank(&self.ranks, &[&x, &o], |_, v| match f.residual {
@@ -345,7 +350,7 @@ impl StageCtx<'_> {
             (v[0].clone() - shift[i].clone()).exp().sum_dim(2)
         });
         let picked = tape.per_rank(&self.ranks, &[&logits], |i, v| {
-            let mb = &locals[g.cp_of(i)].batch;
+            let mb = &locals[g.local_of(i)].batch;
             let (b, s) = (mb.batch, mb.seq_len);
             let start = (i % g.tp * block) as i64;
             let local: Vec<i64> = mb
@@ -381,7 +386,7 @@ impl StageCtx<'_> {
             &picked,
         );
         let loss = tape.per_rank(&self.ranks, &[&sumexp, &picked], |i, v| {
-            let c = g.cp_of(i);
+            let c = g.local_of(i);
             let mb = &locals[c].batch;
             let keep: Vec<f64> = mb
                 .targets

@@ -1,7 +1,6 @@
 //! One training step of a mesh: data-parallel replicas, each a pipeline of TP × CP stages
-//! running its microbatches in schedule order, then gradient finalization (the SP all-reduce of
-//! norm-weight gradients across TP, the all-reduce of every gradient across the data-parallel
-//! group, whose ranks under context parallelism include the cp ranks).
+//! running its microbatches in schedule order (under expert parallelism, every replica in
+//! lockstep), then gradient finalization (`finalize.rs`).
 //!
 //! The loss is normalized by the global token count, itself an all-reduce across DP (as
 //! Megatron does for token-level losses), so every replica and microbatch contributes on the
@@ -12,15 +11,14 @@ use indexmap::IndexMap;
 use meshparity_specs::{MeshConfig, ModelConfig};
 
 use super::collective::Comm;
-use super::context::Local;
+use super::context::{Experts, Local};
 use super::experts::RouteRecord;
 use super::pipeline::{Replica, StepInput};
 use super::schedule::{simulate, stage_orders};
 use super::stage::Leaves;
-use super::trace::{canon, Canon, Value};
+use super::trace::Value;
 use crate::data::Batch;
 use crate::llama::moe::Choice;
-use crate::sharding::{Placement, ShardingPlan};
 
 /// What one step of a mesh (or of the oracle) yields.
 pub struct StepOutput {
@@ -50,7 +48,25 @@ impl MeshExec<'_> {
         self.mesh.rank(meshparity_specs::Coord { tp, cp, dp, pp })
     }
 
-    fn tp_group(&self, cp: usize, dp: usize, pp: usize) -> Vec<usize> {
+    /// The expert layout (Megatron's etp-ep-edp order over each stage's ranks).
+    pub(super) fn experts(&self) -> Experts {
+        Experts {
+            ep: self.mesh.ep as usize,
+            etp: self.mesh.etp as usize,
+        }
+    }
+
+    /// Replicas that run in lockstep: all of them when tokens cross replicas (expert
+    /// parallelism), else one.
+    fn lockstep(&self) -> usize {
+        if self.experts().parallel() {
+            self.mesh.dp as usize
+        } else {
+            1
+        }
+    }
+
+    pub(super) fn tp_group(&self, cp: usize, dp: usize, pp: usize) -> Vec<usize> {
         (0..self.mesh.tp as usize)
             .map(|t| self.rank(t, cp, dp, pp))
             .collect()
@@ -68,7 +84,7 @@ impl MeshExec<'_> {
     /// The ranks that hold replicas of one TP shard of a stage: Megatron's data-parallel group
     /// with the context-parallel ranks in it (each holds other tokens of the same rows), in
     /// rank order.
-    fn dp_group(&self, tp: usize, pp: usize) -> Vec<usize> {
+    pub(super) fn dp_group(&self, tp: usize, pp: usize) -> Vec<usize> {
         (0..self.mesh.dp as usize)
             .flat_map(|d| (0..self.mesh.cp as usize).map(move |c| (c, d)))
             .map(|(c, d)| self.rank(tp, c, d, pp))
@@ -110,7 +126,7 @@ impl MeshExec<'_> {
             .map(|(c, d)| self.rank(0, c, d, pp - 1))
             .collect();
         let counts: Vec<Tensor<1>> = (0..dp)
-            .flat_map(|d| Local::split(&batch.rows(d * rows, rows), cp))
+            .flat_map(|d| Local::split(&batch.rows(d * rows, rows), cp, 1))
             .map(|local| f64_tensor(local.batch.counted() as f64, self.device))
             .collect();
         let normalizers: Vec<f64> = comm
@@ -124,21 +140,24 @@ impl MeshExec<'_> {
         });
         comm.trace_values("loss.tokens.dp", counts.collect());
 
-        // Replicas are independent until the gradient all-reduce: each runs on its own thread
-        // with its own communicator (their logs are merged in replica order afterwards).
-        // On the thread pool, like the ranks within a replica.
+        // Replicas are independent until the gradient all-reduce (unless experts are parallel:
+        // then they run in lockstep): each runs on its own thread with its own communicator
+        // (their logs are merged in replica order afterwards), on the thread pool like the ranks
+        // within a replica.
         let fault = comm.fault();
         let tracing = comm.tracing();
+        let lock = self.lockstep();
         let replicas: Vec<Result<(Replica, Comm), String>> = {
             use rayon::prelude::*;
             normalizers
-                .par_chunks(cp)
+                .par_chunks(cp * lock)
                 .enumerate()
-                .map(|(d, normalizers)| {
+                .map(|(k, normalizers)| {
                     let mut sub = Comm::new(fault);
                     sub.set_tracing(tracing);
                     let input = StepInput { batch, replay };
-                    self.replica(&mut sub, d, normalizers, input, &leaves, &ticks)
+                    let ds = k * lock..(k + 1) * lock;
+                    self.replica(&mut sub, ds, normalizers, input, &leaves, &ticks)
                         .map(|r| (r, sub))
                 })
                 .collect()
@@ -147,22 +166,26 @@ impl MeshExec<'_> {
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
         let (mut load_balance, mut routing) = (0.0, Vec::new());
-        for (d, r) in replicas.into_iter().enumerate() {
+        for r in replicas {
             let (r, sub) = r?;
             comm.absorb(sub);
-            replica_losses.push(f64_tensor(r.loss, self.device));
+            replica_losses.extend(r.loss.iter().map(|&l| f64_tensor(l, self.device)));
             load_balance += r.load_balance;
             routing.extend(r.routing);
             logits_rows.extend(r.logits);
-            let wrong = fault.and_then(|f| f.replica_scale(d, dp, mbs));
-            if wrong.is_some() {
-                comm.event(
-                    &format!("grad.replica{d}.accumulate"),
-                    "counted one microbatch too many",
-                );
-            }
-            for (rank, mut grads) in r.acc {
-                if let Some(scale) = wrong {
+            let mut held: Vec<_> = r.acc.into_iter().collect();
+            held.sort_unstable_by_key(|(rank, _)| *rank);
+            let mut said = Vec::new();
+            for (rank, mut grads) in held {
+                let d = m.coord(rank).dp;
+                if let Some(scale) = fault.and_then(|f| f.replica_scale(d, dp, mbs)) {
+                    if !said.contains(&d) {
+                        said.push(d);
+                        comm.event(
+                            &format!("grad.replica{d}.accumulate"),
+                            "counted one microbatch too many",
+                        );
+                    }
                     grads.values_mut().for_each(|g| *g = g.clone() * scale);
                 }
                 acc[rank] = grads;
@@ -181,125 +204,6 @@ impl MeshExec<'_> {
             logits: Tensor::cat(logits_rows, 0),
             grads,
         })
-    }
-
-    /// Gradients as the optimizer sees them: the wrong-scale fault, the SP norm-weight
-    /// all-reduce across TP, the DP all-reduce.
-    fn finalize(
-        &self,
-        comm: &mut Comm,
-        params: &[IndexMap<String, Tensor<2>>],
-        mut acc: Vec<IndexMap<String, Tensor<2>>>,
-    ) -> Vec<IndexMap<String, Tensor<2>>> {
-        let world = params.len();
-        let mut grads: Vec<IndexMap<String, Tensor<2>>> = params
-            .iter()
-            .enumerate()
-            .map(|(r, p)| {
-                p.iter()
-                    .map(|(n, t)| {
-                        (
-                            n.clone(),
-                            acc[r].swap_remove(n).unwrap_or_else(|| t.zeros_like()),
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
-        for (rank, held) in grads.iter_mut().enumerate() {
-            if let Some(scale) = comm.fault().and_then(|f| f.grad_scale(rank, world)) {
-                comm.event(
-                    &format!("grad.rank{rank}.scale"),
-                    "scaled by a wrong factor",
-                );
-                for g in held.values_mut() {
-                    *g = g.clone() * scale;
-                }
-            }
-        }
-        self.trace_grads(comm, &grads, false);
-        let m = self.mesh;
-        let mut reduce = |comm: &mut Comm, ranks: Vec<usize>, names: Vec<String>, group: &str| {
-            for name in names {
-                let parts = ranks.iter().map(|&r| grads[r][&name].clone()).collect();
-                let site = format!("grad.{name}.{group}.all_reduce");
-                for (&r, g) in ranks.iter().zip(comm.all_reduce_sum(&site, &ranks, parts)) {
-                    grads[r][&name] = g;
-                }
-            }
-        };
-        let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && m.cp > 1;
-        if cp_skipped {
-            comm.event(
-                "grad.dp_cp.all_reduce",
-                "reduced over dp only, cp ranks left out",
-            );
-        }
-        for s in 0..m.pp as usize {
-            for (c, d) in (0..m.dp as usize).flat_map(|d| (0..m.cp as usize).map(move |c| (c, d))) {
-                if m.sp && m.tp > 1 {
-                    let ranks = self.tp_group(c, d, s);
-                    // Replicated weights used on sequence shards: partial gradients per rank.
-                    let norms = params[ranks[0]]
-                        .keys()
-                        .filter(|n| {
-                            n.contains("norm") || n.contains(".router.") || n.contains(".experts.")
-                        })
-                        .cloned()
-                        .collect();
-                    reduce(comm, ranks, norms, "tp");
-                }
-            }
-            for t in 0..m.tp as usize {
-                let group = self.dp_group(t, s);
-                let names: Vec<String> = params[group[0]].keys().cloned().collect();
-                if cp_skipped {
-                    for c in 0..m.cp as usize {
-                        let ranks = (0..m.dp as usize).map(|d| self.rank(t, c, d, s)).collect();
-                        reduce(comm, ranks, names.clone(), "dp");
-                    }
-                } else {
-                    reduce(comm, group, names, "dp");
-                }
-            }
-        }
-        self.trace_grads(comm, &grads, true);
-        grads
-    }
-
-    /// Trace every parameter's gradient as accumulated (summed over DP, merged over TP: what
-    /// the whole batch's gradient is) or as finalized (each DP replica's copy, merged over TP).
-    fn trace_grads(&self, comm: &mut Comm, grads: &[IndexMap<String, Tensor<2>>], finalized: bool) {
-        if !comm.tracing() {
-            return;
-        }
-        let (tp, dp) = (self.mesh.tp as usize, self.mesh.dp as usize);
-        let sp = self.mesh.sp && tp > 1;
-        for rule in ShardingPlan::llama(self.model, self.mesh).rules {
-            // Replicas: the data-parallel group's ranks, cp ranks included.
-            let at =
-                |t: usize, d: usize| grads[self.dp_group(t, rule.stage)[d]][&rule.name].clone();
-            let dp = dp * self.mesh.cp as usize;
-            let over_tp = |per_t: Vec<Tensor<2>>| match rule.placement {
-                Placement::Split(dim) => canon(&per_t, Canon::Cat(dim), 1),
-                Placement::Replicated if sp && !finalized => canon(&per_t, Canon::Sum, 1),
-                Placement::Replicated => canon(&per_t, Canon::Copies, 1),
-            };
-            let copies: Vec<Value> = if finalized {
-                (0..dp)
-                    .flat_map(|d| over_tp((0..tp).map(|t| at(t, d)).collect()))
-                    .collect()
-            } else {
-                let summed = (0..tp).map(|t| {
-                    let mut it = (0..dp).map(|d| at(t, d));
-                    let first = it.next().expect("dp ≥ 1");
-                    it.fold(first, |a, b| a + b)
-                });
-                over_tp(summed.collect())
-            };
-            let what = if finalized { "dp" } else { "accumulated" };
-            comm.trace_values(&format!("grad.{}.{what}", rule.name), copies);
-        }
     }
 }
 

@@ -14,6 +14,7 @@ use burn::tensor::{Gradients, Tensor};
 
 use super::collective::Comm;
 use super::context::Groups;
+use super::route::Route;
 use super::trace::Canon;
 
 /// A value on the tape: one tensor on one rank.
@@ -61,6 +62,35 @@ enum Node {
         inputs: Vec<Val>,
         outputs: Vec<Val>,
     },
+    /// Rows moved between ranks ([`Route`]); backward moves gradients by its transpose.
+    Exchange {
+        exchange: Exchange,
+        back: Route,
+        inputs: Vec<Val>,
+        outputs: Vec<Val>,
+    },
+}
+
+/// A row exchange between a stage's ranks: what moves, and how it is logged.
+pub struct Exchange {
+    /// Logged as `{site}.fwd.{op}` and `{site}.bwd.{back_op}` on each group.
+    pub site: String,
+    pub op: &'static str,
+    pub back_op: &'static str,
+    /// Global ranks of the stage's group indices.
+    pub ranks: Vec<usize>,
+    /// The groups (of group indices) the rows move within.
+    pub groups: Vec<Vec<usize>>,
+    pub route: Route,
+}
+
+impl Exchange {
+    fn log(&self, comm: &mut Comm, dir: &str, op: &'static str) {
+        for g in &self.groups {
+            let ranks: Vec<usize> = g.iter().map(|&i| self.ranks[i]).collect();
+            comm.exchange(&format!("{}.{dir}.{op}", self.site), op, &ranks);
+        }
+    }
 }
 
 /// The forward record of one microbatch on one pipeline stage.
@@ -153,7 +183,7 @@ impl Tape {
         ranks: &[usize],
         inputs: &[Val],
     ) -> Vec<Val> {
-        let groups = Groups::of(ranks.len(), comm.cp());
+        let groups = comm.groups(ranks.len());
         let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
         let (traced, both) = conj.traced();
         if traced {
@@ -169,6 +199,27 @@ impl Tape {
             site: site.to_owned(),
             ranks: ranks.to_vec(),
             groups,
+            inputs: inputs.to_vec(),
+            outputs: outputs.clone(),
+        });
+        outputs
+    }
+
+    /// Rows moved between ranks by `exchange`; not traced (a world-size-1 run has no
+    /// counterpart), the values around it are.
+    pub fn exchange(&mut self, comm: &mut Comm, exchange: Exchange, inputs: &[Val]) -> Vec<Val> {
+        let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
+        exchange.log(comm, "fwd", exchange.op);
+        let lens: Vec<usize> = parts.iter().map(|p| p.dims()[1] - 1).collect();
+        let outputs: Vec<Val> = exchange
+            .route
+            .apply(&parts)
+            .into_iter()
+            .map(|t| self.input(t))
+            .collect();
+        self.nodes.push(Node::Exchange {
+            back: exchange.route.transpose(&lens),
+            exchange,
             inputs: inputs.to_vec(),
             outputs: outputs.clone(),
         });
@@ -242,6 +293,24 @@ impl Tape {
                         comm.trace(&format!("{site}.bwd.out"), &down, conj.canon_grad_in());
                     }
                     for (v, g) in inputs.into_iter().zip(down) {
+                        accumulate(&mut grads, v, g);
+                    }
+                }
+                Node::Exchange {
+                    exchange,
+                    back,
+                    inputs,
+                    outputs,
+                } => {
+                    if outputs.iter().all(|v| !grads.contains_key(v)) {
+                        continue;
+                    }
+                    let upstream: Vec<Tensor<3>> = outputs
+                        .iter()
+                        .map(|v| grads.remove(v).unwrap_or_else(|| values[*v].zeros_like()))
+                        .collect();
+                    exchange.log(comm, "bwd", exchange.back_op);
+                    for (v, g) in inputs.into_iter().zip(back.apply(&upstream)) {
                         accumulate(&mut grads, v, g);
                     }
                 }

@@ -57,7 +57,7 @@ pub fn canon<const D: usize>(parts: &[Tensor<D>], how: Canon, cp: usize) -> Vec<
     if cp == 1 {
         return canon_tp(parts, how);
     }
-    let g = Groups::of(parts.len(), cp);
+    let g = Groups::of(parts.len(), cp, 1);
     // One TP group's value: copy `t`, or the group's merged value.
     let within = |group: &Vec<usize>, t: usize| -> Tensor<D> {
         let tp = group.iter().map(|&i| parts[i].clone());

@@ -60,6 +60,8 @@ pub fn mesh(name: &str) -> MeshConfig {
             "tp" => m.tp = n,
             "pp" => m.pp = n,
             "cp" => m.cp = n,
+            "ep" => m.ep = n,
+            "etp" => m.etp = n,
             "mb" => m.microbatches = n,
             "sp" => m.sp = true,
             "gpipe" => m.schedule = Schedule::GPipe,

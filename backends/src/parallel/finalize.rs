@@ -1,0 +1,236 @@
+//! Gradient finalization: what happens to the accumulated gradients before the optimizer. The
+//! wrong-scale faults, the SP all-reduce across TP of replicated weights used on sequence shards
+//! (norms, router), the all-reduce of every dense gradient over the data-parallel group (cp
+//! ranks included) and, under expert parallelism, of every expert's gradient over its
+//! expert-data-parallel group (Megatron's edp: the ranks holding the same expert shard).
+
+use burn::tensor::Tensor;
+use indexmap::IndexMap;
+
+use super::collective::Comm;
+use super::step::MeshExec;
+use super::trace::{canon, Canon, Value};
+use crate::sharding::{Placement, ShardingPlan};
+
+type Grads = Vec<IndexMap<String, Tensor<2>>>;
+
+fn is_expert(name: &str) -> bool {
+    name.contains(".mlp.experts.")
+}
+
+impl MeshExec<'_> {
+    /// Gradients as the optimizer sees them.
+    pub(super) fn finalize(
+        &self,
+        comm: &mut Comm,
+        params: &[IndexMap<String, Tensor<2>>],
+        mut acc: Grads,
+    ) -> Grads {
+        let world = params.len();
+        let mut grads: Grads = params
+            .iter()
+            .enumerate()
+            .map(|(r, p)| {
+                p.iter()
+                    .map(|(n, t)| {
+                        let g = acc[r].swap_remove(n).unwrap_or_else(|| t.zeros_like());
+                        (n.clone(), g)
+                    })
+                    .collect()
+            })
+            .collect();
+        for (rank, held) in grads.iter_mut().enumerate() {
+            if let Some(scale) = comm.fault().and_then(|f| f.grad_scale(rank, world)) {
+                comm.event(
+                    &format!("grad.rank{rank}.scale"),
+                    "scaled by a wrong factor",
+                );
+                for g in held.values_mut() {
+                    *g = g.clone() * scale;
+                }
+            }
+        }
+        self.trace_grads(comm, &grads, false);
+        let m = self.mesh;
+        let experts_parallel = self.experts().parallel();
+        let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && m.cp > 1;
+        if cp_skipped {
+            comm.event(
+                "grad.dp_cp.all_reduce",
+                "reduced over dp only, cp ranks left out",
+            );
+        }
+        for s in 0..m.pp as usize {
+            for (c, d) in (0..m.dp as usize).flat_map(|d| (0..m.cp as usize).map(move |c| (c, d))) {
+                if m.sp && m.tp > 1 {
+                    let ranks = self.tp_group(c, d, s);
+                    // Replicated weights used on sequence shards: partial gradients per rank.
+                    let norms = params[ranks[0]]
+                        .keys()
+                        .filter(|n| {
+                            n.contains("norm")
+                                || n.contains(".router.")
+                                || (is_expert(n) && !experts_parallel)
+                        })
+                        .cloned()
+                        .collect();
+                    reduce(comm, &mut grads, &ranks, norms, "tp");
+                }
+            }
+            for t in 0..m.tp as usize {
+                let group = self.dp_group(t, s);
+                let names: Vec<String> = params[group[0]]
+                    .keys()
+                    .filter(|n| !(experts_parallel && is_expert(n)))
+                    .cloned()
+                    .collect();
+                if cp_skipped {
+                    for c in 0..m.cp as usize {
+                        let ranks: Vec<usize> =
+                            (0..m.dp as usize).map(|d| self.rank(t, c, d, s)).collect();
+                        reduce(comm, &mut grads, &ranks, names.clone(), "dp");
+                    }
+                } else {
+                    reduce(comm, &mut grads, &group, names, "dp");
+                }
+            }
+            if experts_parallel {
+                self.reduce_experts(comm, &mut grads, s);
+            }
+        }
+        self.trace_grads(comm, &grads, true);
+        grads
+    }
+
+    /// Stage `s`'s expert gradients all-reduced over each expert-data-parallel group (or, with
+    /// the catalogued bugs, over the dense data-parallel group, or not at all).
+    fn reduce_experts(&self, comm: &mut Comm, grads: &mut Grads, s: usize) {
+        let fault = comm.fault();
+        if fault.is_some_and(|f| f.expert_grad_sync_skipped()) {
+            comm.event(
+                "grad.experts.edp.all_reduce",
+                "expert gradients never synced",
+            );
+            return;
+        }
+        let ranks = self.group(&(0..self.mesh.dp as usize), s);
+        let n = ranks.len();
+        if fault.is_some_and(|f| f.expert_grad_dense_group()) {
+            comm.event(
+                "grad.experts.dp.all_reduce",
+                "expert gradients reduced over the dense data-parallel group",
+            );
+            // The dense dp group (same tp index), each member's k-th expert tensor with the
+            // others' k-th: flat gradient buffers summed position by position.
+            for t in 0..self.mesh.tp as usize {
+                let members: Vec<usize> = (0..n)
+                    .filter(|j| j % self.mesh.tp as usize == t)
+                    .map(|j| ranks[j])
+                    .collect();
+                let names: Vec<Vec<String>> = members
+                    .iter()
+                    .map(|&r| grads[r].keys().filter(|n| is_expert(n)).cloned().collect())
+                    .collect();
+                for k in 0..names[0].len() {
+                    let parts = members
+                        .iter()
+                        .zip(&names)
+                        .map(|(&r, held)| grads[r][&held[k]].clone())
+                        .collect();
+                    let site = format!("grad.{}.dp.all_reduce", names[0][k]);
+                    for ((&r, held), g) in members
+                        .iter()
+                        .zip(&names)
+                        .zip(comm.all_reduce_sum(&site, &members, parts))
+                    {
+                        grads[r][&held[k]] = g;
+                    }
+                }
+            }
+            return;
+        }
+        for group in self.experts().edp_groups(n) {
+            let members: Vec<usize> = group.iter().map(|&j| ranks[j]).collect();
+            let names = grads[members[0]]
+                .keys()
+                .filter(|n| is_expert(n))
+                .cloned()
+                .collect();
+            reduce(comm, grads, &members, names, "edp");
+        }
+    }
+
+    /// Trace every parameter's gradient as accumulated (summed over its replicas, merged over
+    /// its blocks: what the whole batch's gradient is) or as finalized (each replica's copy,
+    /// merged over its blocks).
+    fn trace_grads(&self, comm: &mut Comm, grads: &[IndexMap<String, Tensor<2>>], finalized: bool) {
+        if !comm.tracing() {
+            return;
+        }
+        let tp = self.mesh.tp as usize;
+        let sp = self.mesh.sp && tp > 1;
+        let plan = ShardingPlan::llama(self.model, self.mesh);
+        for rule in &plan.rules {
+            // Holders of each block, in rank order: its replicas.
+            let mut holders: Vec<Vec<usize>> = Vec::new();
+            for rank in 0..grads.len() {
+                if let Some(b) = plan.block(rule, rank) {
+                    if holders.len() <= b {
+                        holders.resize(b + 1, Vec::new());
+                    }
+                    holders[b].push(rank);
+                }
+            }
+            let over_blocks = |per_block: Vec<Tensor<2>>| match rule.placement {
+                Placement::Split(dim) | Placement::Expert { dim, .. } => {
+                    canon(&per_block, Canon::Cat(dim), 1)
+                }
+                Placement::Replicated if sp && !finalized => canon(&per_block, Canon::Sum, 1),
+                Placement::Replicated => canon(&per_block, Canon::Copies, 1),
+            };
+            // Replicated weights: the TP ranks are blocks of a partial sum or copies.
+            let (blocks, copies) = match rule.placement {
+                Placement::Replicated => {
+                    let by_tp: Vec<Vec<usize>> = (0..tp)
+                        .map(|t| {
+                            holders[0]
+                                .iter()
+                                .copied()
+                                .filter(|&r| self.mesh.coord(r).tp == t)
+                                .collect()
+                        })
+                        .collect();
+                    holders = by_tp;
+                    (tp, holders[0].len())
+                }
+                _ => (holders.len(), holders[0].len()),
+            };
+            let at = |b: usize, d: usize| grads[holders[b][d]][&rule.name].clone();
+            let values: Vec<Value> = if finalized {
+                (0..copies)
+                    .flat_map(|d| over_blocks((0..blocks).map(|b| at(b, d)).collect()))
+                    .collect()
+            } else {
+                let summed = (0..blocks).map(|b| {
+                    let mut it = (0..copies).map(|d| at(b, d));
+                    let first = it.next().expect("every block has a holder");
+                    it.fold(first, |a, b| a + b)
+                });
+                over_blocks(summed.collect())
+            };
+            let what = if finalized { "dp" } else { "accumulated" };
+            comm.trace_values(&format!("grad.{}.{what}", rule.name), values);
+        }
+    }
+}
+
+/// Each of `names` all-reduced over `ranks`, logged at `grad.{name}.{group}.all_reduce`.
+fn reduce(comm: &mut Comm, grads: &mut Grads, ranks: &[usize], names: Vec<String>, group: &str) {
+    for name in names {
+        let parts = ranks.iter().map(|&r| grads[r][&name].clone()).collect();
+        let site = format!("grad.{name}.{group}.all_reduce");
+        for (&r, g) in ranks.iter().zip(comm.all_reduce_sum(&site, ranks, parts)) {
+            grads[r][&name] = g;
+        }
+    }
+}
