@@ -30,6 +30,10 @@ fn with_cp(m: MeshConfig, cp: u32) -> MeshConfig {
     MeshConfig { cp, ..m }
 }
 
+fn with_experts(m: MeshConfig, ep: u32, etp: u32) -> MeshConfig {
+    MeshConfig { ep, etp, ..m }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -91,12 +95,18 @@ fn main() {
         ("moe dp2", mesh(2, 1, 1, false, 1)),
         ("moe tp2-sp", mesh(1, 2, 1, true, 1)),
         ("moe cp2", with_cp(mesh(1, 1, 1, false, 1), 2)),
+        ("moe dp2-ep2", with_experts(mesh(2, 1, 1, false, 1), 2, 1)),
+        ("moe dp4-ep2", with_experts(mesh(4, 1, 1, false, 1), 2, 1)),
+        (
+            "moe dp2-tp2-sp-ep2-etp2",
+            with_experts(mesh(2, 2, 1, true, 1), 2, 2),
+        ),
     ];
     // Warm up: thread pools, allocator.
     train::oracle(&model, &training, len, &dev, DType::F32);
     println!("{steps} training steps, median of {RUNS} runs, interleaved");
     println!(
-        "{:<20} {:>10} {:>10} {:>8}",
+        "{:<24} {:>10} {:>10} {:>8}",
         "mesh", "oracle ms", "mesh ms", "ratio"
     );
     let runs = meshes
@@ -123,6 +133,6 @@ fn main() {
             t.push(s.elapsed().as_secs_f64() * 1e3);
         }
         let (o, t) = (median(o), median(t));
-        println!("{name:<20} {o:>10.1} {t:>10.1} {:>8.2}", t / o);
+        println!("{name:<24} {o:>10.1} {t:>10.1} {:>8.2}", t / o);
     }
 }

@@ -69,10 +69,19 @@ fn every_mutation_is_localized_where_it_was_injected_bf16() {
     localized(&tiny(), MESHES, SpecDType::Bf16, 40);
 }
 
-/// The moe family: the dense catalog on its meshes and the router's own bugs.
+/// The moe family: the dense catalog on its meshes, the router's own bugs and expert
+/// parallelism's.
 #[test]
 fn moe_mutations_are_localized_where_they_were_injected() {
-    let meshes = ["dp2", "tp2-sp", "cp2", "dp2-tp2-sp-cp2"];
+    let meshes = [
+        "dp2",
+        "tp2-sp",
+        "cp2",
+        "dp2-tp2-sp-cp2",
+        "dp2-ep2",
+        "dp4-ep2",
+        "dp2-tp2-sp-ep2-etp2",
+    ];
     for dtype in [SpecDType::F32, SpecDType::Bf16] {
         localized(&tiny_moe(), &meshes, dtype, 30);
     }

@@ -285,6 +285,28 @@ fn check(metric: &str, value: f64, limit: f64, layer: Option<usize>) -> Option<F
     })
 }
 
+/// A tensor's name with its expert index folded (`…experts.3.up.weight` → `…experts.*.up.weight`),
+/// so that a layer average counts every expert's copy of a tensor once together.
+pub fn expert_folded(name: &str) -> String {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let expert_index = i > 0
+                && parts[i - 1] == "experts"
+                && !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit());
+            if expert_index {
+                "*"
+            } else {
+                p
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 /// Continuous metrics that layer averaging applies to; bit-exactness and allclose stay per element.
 pub fn averaged(metric: &str) -> bool {
     matches!(
@@ -356,9 +378,20 @@ fn gate(results: &mut [TensorResult], notes: &mut Vec<String>) -> Vec<LayerResul
             .collect();
         let mut failures = Vec::new();
         for (metric, limit) in gates {
-            let values: Vec<f64> = members
-                .iter()
-                .filter_map(|&i| results[i].metrics.get(&metric))
+            // Expert-averaged (as ART's oracle harness does): each expert's tensors are first
+            // averaged over the experts, so a layer's 64 experts weigh as one MLP, not 64.
+            let mut groups: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for &i in &members {
+                if let Some(v) = results[i].metrics.get(&metric) {
+                    groups
+                        .entry(expert_folded(&results[i].name))
+                        .or_default()
+                        .push(v);
+                }
+            }
+            let values: Vec<f64> = groups
+                .values()
+                .map(|v| v.iter().sum::<f64>() / v.len() as f64)
                 .collect();
             let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
             means.push((metric.clone(), mean));
@@ -387,6 +420,14 @@ mod tests {
     #[test]
     fn layer_index_from_names() {
         assert_eq!(layer_of("model.layers.3.mlp.up.weight"), Some(3));
+        assert_eq!(
+            expert_folded("layers.1.mlp.experts.12.up.weight"),
+            "layers.1.mlp.experts.*.up.weight"
+        );
+        assert_eq!(
+            expert_folded("layers.1.mlp.up.weight"),
+            "layers.1.mlp.up.weight"
+        );
         assert_eq!(layer_of("h.12.attn"), Some(12));
         assert_eq!(layer_of("embed.weight"), None);
         assert_eq!(layer_of("layer2.weight"), None);
