@@ -362,11 +362,31 @@ fn the_jax_example_passes_and_catches_its_bugs() {
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j:#}");
     }
+    // Localized from the program's own per-site traces (`--trace-dir`), or to the checkpoint.
     for m in mutations {
-        assert!(
-            m["summary"].as_str().unwrap().starts_with("caught by"),
-            "{m:#}"
-        );
+        let summary = m["summary"].as_str().unwrap();
+        assert!(summary.starts_with("caught by"), "{m:#}");
+        let name = m["name"].as_str().unwrap();
+        let site = [
+            (
+                "skip-tp-psum",
+                "first divergence: step 0, forward, layers.0.mlp.out",
+            ),
+            (
+                "skip-dp-grad-psum",
+                "first divergence: step 0, gradients, grad.",
+            ),
+            (
+                "local-loss-normalization",
+                "first divergence: step 0, gradients, grad.",
+            ),
+            ("drop-tp-shard", "first divergence: checkpoint save/load"),
+        ]
+        .iter()
+        .find(|(bug, _)| name.contains(&format!("[{bug}]")))
+        .map(|(_, site)| *site)
+        .unwrap_or_else(|| panic!("unexpected mutation {name}"));
+        assert!(summary.contains(site), "{name}: {summary}");
     }
     assert_eq!(results["meta"]["backend"], "command:jax");
 

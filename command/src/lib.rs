@@ -7,6 +7,7 @@
 //! - `process.rs` — running the program, its output teed to the log;
 //! - `checkout.rs` — a variant's snapshot of one commit;
 //! - `collect.rs` — the program's files → contract artifacts;
+//! - `trace.rs` — the program's per-site traces → the trace artifact (localization);
 //! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
 
 pub mod checkout;
@@ -14,6 +15,7 @@ pub mod collect;
 pub mod log;
 pub mod process;
 pub mod template;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -61,8 +63,21 @@ impl CommandEngine {
 
     /// The program, its arguments, environment and directory for `req`, writing into `out`.
     pub fn invocation(&self, req: &RunRequest<'_>, out: &Path) -> Result<Invocation, EngineError> {
+        self.invocation_tracing(req, out, None)
+    }
+
+    /// [`CommandEngine::invocation`], asking for per-site traces in `trace_dir` when given.
+    fn invocation_tracing(
+        &self,
+        req: &RunRequest<'_>,
+        out: &Path,
+        trace_dir: Option<&Path>,
+    ) -> Result<Invocation, EngineError> {
         let base = std::path::absolute(self.base()).unwrap_or_else(|_| self.base());
         let mut values = template::values(req, out, &base);
+        if let Some(dir) = trace_dir {
+            values.insert("trace_dir".into(), dir.display().to_string());
+        }
         if let Some((name, checkout)) = &self.variant {
             values.insert("variant".into(), name.clone());
             let root = checkout.as_ref().map_or(base.clone(), |c| c.root.clone());
@@ -142,6 +157,23 @@ impl Engine for CommandEngine {
             mutation: None,
             ..*req
         })
+    }
+
+    /// Re-run the program with `{{trace_dir}}` set (when the spec names a `trace` directory)
+    /// and turn what it wrote there into the trace artifact.
+    fn trace(&self, req: &RunRequest<'_>) -> Result<bool, EngineError> {
+        let Some(dir) = &self.def.artifacts.trace else {
+            return Ok(false);
+        };
+        std::fs::create_dir_all(req.out)
+            .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
+        let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
+        let traces = out.join(&dir.value);
+        let inv = self.invocation_tracing(req, &out, Some(&traces))?;
+        process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
+        trace::convert(&traces, &out)
+            .map_err(|e| EngineError::Run(format!("engine `{}`: {e}", self.def.name.value)))?;
+        Ok(true)
     }
 
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {

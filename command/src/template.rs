@@ -63,6 +63,8 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
             .map(|r| r.join(meshparity_engine::files::SEED).display().to_string())
             .unwrap_or_default(),
     );
+    // Where to write per-site traces: empty unless meshparity asks for them (localization).
+    put("trace_dir", String::new());
     // Outside `[variants]`: no variant, and the program's own directory.
     put("variant", "none".to_owned());
     put("variant_dir", base.display().to_string());

@@ -11,6 +11,10 @@ model for a few SGD steps on synthetic tokens and writes its own files:
     final.safetensors   the weights after the last step
     roundtrip.safetensors  with --roundtrip-from CKPT: that checkpoint sharded onto this mesh
                         (each rank's shards saved to its own file), loaded back and gathered
+    TRACE/sites.txt, TRACE/step{0,1}.safetensors
+                        with --trace-dir TRACE: every layer's values (embedding, MLP output
+                        after its all-reduce, layer output, logits) and the finalized gradients
+                        of the first two steps, whole-batch, in the order they were computed
 
 Parallelism is explicit, inside `shard_map` over a ("dp", "tp") mesh:
 - each layer is column-parallel `w1` [H, F/tp] then row-parallel `w2` [F/tp, H], whose partial
@@ -42,6 +46,8 @@ def parse():
     p.add_argument("--out", required=True)
     p.add_argument("--roundtrip-from", default="",
                    help="a checkpoint to save sharded for this mesh and load back (empty: none)")
+    p.add_argument("--trace-dir", default="",
+                   help="write per-site traces of the first two steps there (empty: none)")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--ffn", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -115,18 +121,22 @@ def main():
 
         def loss_fn(p):
             h = p["embed"][x]
+            sites = {"embed.out": h}
             for l in range(a.layers):
                 o = jax.nn.gelu(h @ p[f"layers.{l}.w1"]) @ p[f"layers.{l}.w2"]
                 if a.bug != "skip-tp-psum":
                     o = jax.lax.psum(o, "tp")
                 h = h + o
+                sites[f"layers.{l}.mlp.out"] = o
+                sites[f"layers.{l}.out"] = h
             logits = h @ p["head"]
+            sites["logits"] = logits
             nll = jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(
                 logits, y[..., None], axis=-1)[..., 0]
             count = local_tokens if a.bug == "local-loss-normalization" else global_tokens
-            return nll.sum() / count, logits
+            return nll.sum() / count, (logits, sites)
 
-        (loss, logits), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
+        (loss, (logits, sites)), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
         if a.bug == "skip-dp-grad-psum":
             g = jax.tree_util.tree_map(lambda t: rank0(t, "dp"), g)
         else:
@@ -134,15 +144,22 @@ def main():
         loss = jax.lax.psum(loss, "dp")
         if a.bug == "skip-tp-psum":
             loss, logits = rank0(loss, "tp"), rank0(logits, "tp")
+            sites = {k: rank0(v, "tp") for k, v in sites.items()}
             g = {k: rank0(t, "tp") if specs[k] == P() else t for k, t in g.items()}
         new = jax.tree_util.tree_map(lambda w, d: w - a.lr * d, p0, g)
-        return new, loss, logits, g
+        return new, loss, logits, g, sites
 
+    site_names = ["embed.out"] + [
+        f"layers.{l}.{s}" for l in range(a.layers) for s in ("mlp.out", "out")] + ["logits"]
     step = jax.jit(jax.shard_map(
         local_step, mesh=mesh,
         in_specs=(specs, P("dp"), P("dp")),
-        out_specs=(specs, P(), P("dp"), specs),
+        out_specs=(specs, P(), P("dp"), specs, {n: P("dp") for n in site_names}),
     ))
+    if a.trace_dir:
+        os.makedirs(a.trace_dir, exist_ok=True)
+        with open(os.path.join(a.trace_dir, "sites.txt"), "w") as f:
+            f.write("\n".join(site_names + [f"grad.{n}" for n in init]) + "\n")
 
     os.makedirs(a.out, exist_ok=True)
     save_file(dict(init), os.path.join(a.out, "init.safetensors"))
@@ -154,7 +171,7 @@ def main():
             tokens = data.integers(0, a.vocab, (a.batch, a.seq + 1))
             x, y = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
             start = time.perf_counter()
-            params, loss_array, logits, grads = step(params, x, y)
+            params, loss_array, logits, grads, sites = step(params, x, y)
             loss = float(loss_array)
             seconds = time.perf_counter() - start
             metrics.write(json.dumps(
@@ -164,6 +181,10 @@ def main():
                           os.path.join(a.out, "logits.safetensors"))
                 save_file({n: np.asarray(t) for n, t in grads.items()},
                           os.path.join(a.out, "grads.safetensors"))
+            if a.trace_dir and k < 2:
+                values = {n: np.asarray(v) for n, v in sites.items()}
+                values.update({f"grad.{n}": np.asarray(t) for n, t in grads.items()})
+                save_file(values, os.path.join(a.trace_dir, f"step{k}.safetensors"))
             print(f"step {k + 1}/{a.steps} loss {loss:.6f}", flush=True)
     save_file({n: np.asarray(t) for n, t in params.items()},
               os.path.join(a.out, "final.safetensors"))

@@ -29,6 +29,7 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "weights",
     "checkpoint",
     "roundtrip",
+    "trace",
     "step_key",
     "loss_key",
     "log",
@@ -52,6 +53,9 @@ pub struct ArtifactMap {
     /// The reference's seed checkpoint (`{{seed_checkpoint}}`) saved by the program's sharded
     /// saver for this mesh and loaded back, safetensors: the roundtrip level.
     pub roundtrip: Option<Located<String>>,
+    /// A directory the program fills with per-site traces when `{{trace_dir}}` is set (for
+    /// localizing a failure): `sites.txt` and `step{S}.safetensors` (docs/engines.md).
+    pub trace: Option<Located<String>>,
     /// Key of the step number in `curve` (default `step`).
     pub step_key: String,
     /// Key of the loss in `curve` (default `loss`).
@@ -171,6 +175,7 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
         weights: t.string(cx, "weights"),
         checkpoint: t.string(cx, "checkpoint"),
         roundtrip: t.string(cx, "roundtrip"),
+        trace: t.string(cx, "trace"),
         step_key: t.string(cx, "step_key").map_or("step".into(), |s| s.value),
         loss_key: t.string(cx, "loss_key").map_or("loss".into(), |s| s.value),
         log: t.string(cx, "log"),

@@ -216,6 +216,9 @@ struct EngineArtifacts {
     checkpoint: Option<String>,
     /// `{{seed_checkpoint}}` saved sharded for the mesh and loaded back (the roundtrip level).
     roundtrip: Option<String>,
+    /// Directory of per-site traces the program writes when `{{trace_dir}}` is set: sites.txt
+    /// (site names in the order they ran) and step{S}.safetensors (whole-batch values).
+    trace: Option<String>,
     /// Key of the step number in `curve` (default step).
     step_key: Option<String>,
     /// Key of the loss in `curve` (default loss).

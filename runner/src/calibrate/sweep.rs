@@ -235,15 +235,18 @@ fn mutations_of(mesh: &MeshUnit, what: Runs) -> impl Iterator<Item = &str> {
 }
 
 /// Where a mutated run first leaves the reference: the checkpoint for save bugs (from the
-/// roundtrip level's finding), else both runs traced and compared site by site.
+/// roundtrip level's finding), else both runs traced and compared site by site. An engine's
+/// own mutation (not in the catalog) is a save bug when the roundtrip level caught it first.
 pub fn locate_mutation(
     engine: &dyn meshparity_engine::Engine,
     req: &RunRequest<'_>,
     o: &meshparity_engine::MutationOutcome,
     dir: &Path,
 ) -> Result<Option<meshparity_engine::Localization>, meshparity_engine::EngineError> {
-    let checkpoint = meshparity_specs::catalog::find(&o.mutation)
-        .is_some_and(|m| m.phase == meshparity_specs::catalog::Phase::Checkpoint);
+    let checkpoint = match meshparity_specs::catalog::find(&o.mutation) {
+        Some(m) => m.phase == meshparity_specs::catalog::Phase::Checkpoint,
+        None => o.caught_by.first() == Some(&Level::Roundtrip),
+    };
     if checkpoint {
         let roundtrip = o.levels.iter().find(|l| l.level == Level::Roundtrip);
         return Ok(roundtrip.and_then(meshparity_engine::checkpoint_site));
