@@ -20,9 +20,9 @@ use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::collective::Comm;
 use super::context::Experts;
-use super::route::{Piece, Route};
+use super::route::{Exchange, Piece, Route};
 use super::stage::StageCtx;
-use super::tape::{Exchange, Tape, Val};
+use super::tape::{Tape, Val};
 use crate::llama::moe::{self, Choice, Dispatch};
 
 /// One row a rank sends: its token, its (token, slot) index and its expert.

@@ -13,6 +13,8 @@ use std::ops::Range;
 
 use burn::tensor::Tensor;
 
+use super::collective::Comm;
+
 /// Rows `rows` of input `src` (a group index) land at rows `at..` of an output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
@@ -85,6 +87,28 @@ impl Route {
                 Tensor::cat(blocks, 1)
             })
             .collect()
+    }
+}
+
+/// A row exchange between a stage's ranks: what moves, and how it is logged.
+pub struct Exchange {
+    /// Logged as `{site}.fwd.{op}` and `{site}.bwd.{back_op}` on each group.
+    pub site: String,
+    pub op: &'static str,
+    pub back_op: &'static str,
+    /// Global ranks of the stage's group indices.
+    pub ranks: Vec<usize>,
+    /// The groups (of group indices) the rows move within.
+    pub groups: Vec<Vec<usize>>,
+    pub route: Route,
+}
+
+impl Exchange {
+    pub(super) fn log(&self, comm: &mut Comm, dir: &str, op: &'static str) {
+        for g in &self.groups {
+            let ranks: Vec<usize> = g.iter().map(|&i| self.ranks[i]).collect();
+            comm.exchange(&format!("{}.{dir}.{op}", self.site), op, &ranks);
+        }
     }
 }
 

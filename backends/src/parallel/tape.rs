@@ -14,7 +14,7 @@ use burn::tensor::{Gradients, Tensor};
 
 use super::collective::Comm;
 use super::context::Groups;
-use super::route::Route;
+use super::route::{Exchange, Route};
 use super::trace::Canon;
 
 /// A value on the tape: one tensor on one rank.
@@ -69,28 +69,6 @@ enum Node {
         inputs: Vec<Val>,
         outputs: Vec<Val>,
     },
-}
-
-/// A row exchange between a stage's ranks: what moves, and how it is logged.
-pub struct Exchange {
-    /// Logged as `{site}.fwd.{op}` and `{site}.bwd.{back_op}` on each group.
-    pub site: String,
-    pub op: &'static str,
-    pub back_op: &'static str,
-    /// Global ranks of the stage's group indices.
-    pub ranks: Vec<usize>,
-    /// The groups (of group indices) the rows move within.
-    pub groups: Vec<Vec<usize>>,
-    pub route: Route,
-}
-
-impl Exchange {
-    fn log(&self, comm: &mut Comm, dir: &str, op: &'static str) {
-        for g in &self.groups {
-            let ranks: Vec<usize> = g.iter().map(|&i| self.ranks[i]).collect();
-            comm.exchange(&format!("{}.{dir}.{op}", self.site), op, &ranks);
-        }
-    }
 }
 
 /// The forward record of one microbatch on one pipeline stage.
