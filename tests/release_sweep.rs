@@ -1,0 +1,49 @@
+//! CI's partition of the release sweep (`examples/full-sweep.toml`): the cells the whole sweep
+//! (1,200 jobs, ~5 min on 2 cores) is too slow to run beside the rest of CI for — the moe family
+//! on the expert-parallel meshes and on CP, every level and every mutation that applies — run
+//! as a user would and required to pass job for job.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+#[test]
+fn the_release_sweeps_expert_and_context_parallel_moe_cells_pass() {
+    let out = tempfile::tempdir().unwrap();
+    let run = out.path().join("run");
+    let status = Command::cargo_bin("meshparity")
+        .unwrap()
+        .args([
+            "run",
+            "examples/full-sweep.toml",
+            "-f",
+            "model=moe",
+            "-f",
+            "mesh=ep2,ep2-etp2,dp4-ep2,cp2",
+            "--no-progress",
+            "--run-dir",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap()
+        .status;
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(status.code(), Some(0), "{results:#}");
+    let jobs = results["jobs"].as_array().unwrap();
+    let mutations: Vec<&str> = jobs.iter().filter_map(|j| j["mutation"].as_str()).collect();
+    for bug in [
+        "ep-a2a-combine-wrong-permutation",
+        "ep-expert-grad-dense-group",
+        "ep-expert-grad-sync-skipped",
+        "cp-stale-kv-chunk",
+    ] {
+        assert!(mutations.contains(&bug), "{bug} not in the partition");
+    }
+    for j in jobs {
+        assert_eq!(j["status"], "passed", "{j:#}");
+        if j["kind"] == "mutation" && j["mutation"] != "save-drops-tp-shards" {
+            let summary = j["summary"].as_str().unwrap();
+            assert!(summary.contains("first divergence"), "{summary}");
+        }
+    }
+}
