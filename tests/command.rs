@@ -338,24 +338,12 @@ fn the_jax_example_passes_and_catches_its_bugs() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let run = out.path().join("run");
-    let status = meshparity()
-        .current_dir(root)
-        .args([
-            "run",
-            "examples/command/jax-tp-dp.toml",
-            "--no-progress",
-            "--run-dir",
-        ])
-        .arg(&run)
-        .output()
-        .unwrap()
-        .status;
-    let results: Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    let (code, results) = common::run_in_repo(
+        &["examples/command/jax-tp-dp.toml"],
+        &out.path().join("run"),
+    );
     let jobs = results["jobs"].as_array().unwrap();
-    assert_eq!(status.code(), Some(0), "{results:#}");
+    assert_eq!(code, Some(0), "{results:#}");
     assert_eq!(jobs.len(), 24);
     let mutations: Vec<&Value> = jobs.iter().filter(|j| j["kind"] == "mutation").collect();
     assert_eq!(mutations.len(), 8, "4 bugs on tp2·dp2, 2 on dp2, 2 on tp2");
@@ -391,22 +379,11 @@ fn the_jax_example_passes_and_catches_its_bugs() {
     assert_eq!(results["meta"]["backend"], "command:jax");
 
     // The same program as committed (a snapshot of HEAD) against the working tree.
-    let run = out.path().join("variants");
-    let status = meshparity()
-        .current_dir(root)
-        .args([
-            "run",
-            "examples/command/variants.toml",
-            "--no-progress",
-            "--run-dir",
-        ])
-        .arg(&run)
-        .output()
-        .unwrap()
-        .status;
-    let results: Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
-    assert_eq!(status.code(), Some(0), "{results:#}");
+    let (code, results) = common::run_in_repo(
+        &["examples/command/variants.toml"],
+        &out.path().join("variants"),
+    );
+    assert_eq!(code, Some(0), "{results:#}");
     assert_eq!(results["jobs"].as_array().unwrap().len(), 12);
 }
 

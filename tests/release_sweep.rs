@@ -3,32 +3,22 @@
 //! on the expert-parallel meshes and on CP, every level and every mutation that applies — run
 //! as a user would and required to pass job for job.
 
-use assert_cmd::Command;
-use serde_json::Value;
+mod common;
 
 #[test]
 fn the_release_sweeps_expert_and_context_parallel_moe_cells_pass() {
     let out = tempfile::tempdir().unwrap();
-    let run = out.path().join("run");
-    let status = Command::cargo_bin("meshparity")
-        .unwrap()
-        .args([
-            "run",
+    let (code, results) = common::run_in_repo(
+        &[
             "examples/full-sweep.toml",
             "-f",
             "model=moe",
             "-f",
             "mesh=ep2,ep2-etp2,dp4-ep2,cp2",
-            "--no-progress",
-            "--run-dir",
-        ])
-        .arg(&run)
-        .output()
-        .unwrap()
-        .status;
-    let results: Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
-    assert_eq!(status.code(), Some(0), "{results:#}");
+        ],
+        &out.path().join("run"),
+    );
+    assert_eq!(code, Some(0), "{results:#}");
     let jobs = results["jobs"].as_array().unwrap();
     let mutations: Vec<&str> = jobs.iter().filter_map(|j| j["mutation"].as_str()).collect();
     for bug in [

@@ -40,7 +40,12 @@ pub fn convert(from: &Path, to: &Path) -> Result<usize, TraceFilesError> {
         path: path.to_path_buf(),
         message,
     };
-    let sites: Vec<String> = match std::fs::read_to_string(&list) {
+    let limit = meshparity_files::Limit {
+        bytes: 16 << 20,
+        what: "a site list",
+    };
+    // A regular file, bounded: a FIFO or a runaway writer is an error, never a hang.
+    let sites: Vec<String> = match meshparity_files::read_to_string(&list, limit) {
         Ok(text) => text
             .lines()
             .map(str::trim)

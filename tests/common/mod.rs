@@ -36,3 +36,21 @@ pub fn numpy() -> bool {
     }
     ok
 }
+
+/// `meshparity run ARGS --no-progress --run-dir RUN` from the repository root: its exit code
+/// and the run's results.json.
+pub fn run_in_repo(args: &[&str], run: &std::path::Path) -> (Option<i32>, serde_json::Value) {
+    let status = assert_cmd::Command::cargo_bin("meshparity")
+        .unwrap()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .arg("run")
+        .args(args)
+        .args(["--no-progress", "--run-dir"])
+        .arg(run)
+        .output()
+        .unwrap()
+        .status;
+    let text = std::fs::read_to_string(run.join("results.json")).unwrap();
+    (status.code(), serde_json::from_str(&text).unwrap())
+}

@@ -252,13 +252,9 @@ impl Tape {
                     inputs,
                     outputs,
                 } => {
-                    if outputs.iter().all(|v| !grads.contains_key(v)) {
+                    let Some(upstream) = upstream(&mut grads, &values, &outputs) else {
                         continue;
-                    }
-                    let upstream: Vec<Tensor<3>> = outputs
-                        .iter()
-                        .map(|v| grads.remove(v).unwrap_or_else(|| values[*v].zeros_like()))
-                        .collect();
+                    };
                     // Gradients of the outputs are shaped like the outputs, and of the inputs
                     // like the inputs: the forward's canonical forms, with partial sums where
                     // each rank's downstream use was partial.
@@ -280,13 +276,9 @@ impl Tape {
                     inputs,
                     outputs,
                 } => {
-                    if outputs.iter().all(|v| !grads.contains_key(v)) {
+                    let Some(upstream) = upstream(&mut grads, &values, &outputs) else {
                         continue;
-                    }
-                    let upstream: Vec<Tensor<3>> = outputs
-                        .iter()
-                        .map(|v| grads.remove(v).unwrap_or_else(|| values[*v].zeros_like()))
-                        .collect();
+                    };
                     exchange.log(comm, "bwd", exchange.back_op);
                     for (v, g) in inputs.into_iter().zip(back.apply(&upstream)) {
                         accumulate(&mut grads, v, g);
@@ -404,6 +396,24 @@ fn on_ranks<T: Sync, R: Send>(items: &[T], f: impl Fn(usize, &T) -> R + Sync) ->
         return items.iter().enumerate().map(|(i, t)| f(i, t)).collect();
     }
     items.par_iter().enumerate().map(|(i, t)| f(i, t)).collect()
+}
+
+/// The gradients of a node's outputs (zeros for outputs nothing downstream used), or `None`
+/// when none of them has one (the node is off the backward path).
+fn upstream(
+    grads: &mut HashMap<Val, Tensor<3>>,
+    values: &[Tensor<3>],
+    outputs: &[Val],
+) -> Option<Vec<Tensor<3>>> {
+    if outputs.iter().all(|v| !grads.contains_key(v)) {
+        return None;
+    }
+    Some(
+        outputs
+            .iter()
+            .map(|v| grads.remove(v).unwrap_or_else(|| values[*v].zeros_like()))
+            .collect(),
+    )
 }
 
 fn accumulate(grads: &mut HashMap<Val, Tensor<3>>, v: Val, g: Tensor<3>) {
