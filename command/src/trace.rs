@@ -149,5 +149,15 @@ mod tests {
         step(from.path(), 0, &["a.out", "c.out"]);
         let e = convert(from.path(), to.path()).unwrap_err().to_string();
         assert!(e.contains("`c.out` is not in sites.txt"), "{e}");
+        // A FIFO in place of the site list is refused at once, not waited on.
+        let fifo = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo.path().join("sites.txt"))
+            .status()
+            .is_ok_and(|s| s.success());
+        if made {
+            let e = convert(fifo.path(), to.path()).unwrap_err().to_string();
+            assert!(e.contains("sites.txt"), "{e}");
+        }
     }
 }
