@@ -2,7 +2,8 @@
 //! conformance suite do per mesh. (The runner splits the same work into one engine-run job and
 //! one judge job per level, so that each level is its own test case.)
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use meshparity_specs::{Level, Limits};
@@ -76,23 +77,68 @@ pub fn localize(
     req: &RunRequest<'_>,
     dir: &Path,
 ) -> Result<Option<Localization>, EngineError> {
-    let (reference_dir, run_dir) = (dir.join("reference"), dir.join("run"));
-    // The reference's trace keeps `reference`: an engine that replays the reference's routing
-    // (moe) replays it on both sides.
-    let reference = RunRequest {
-        mesh: None,
-        mutation: None,
-        out: &reference_dir,
-        ..*req
-    };
-    if !engine.trace(&reference)? {
+    let reference = ReferenceTrace::new(dir.join("reference"));
+    reference.localize(engine, req, &dir.join("run"))
+}
+
+/// The reference's trace, made once on first use for every mesh and mutation localized against
+/// it: a sweep that localizes hundreds of mutations of one reference traces it once.
+pub struct ReferenceTrace {
+    dir: PathBuf,
+    /// Whether the engine traced (`false`: it cannot), once it has been asked.
+    traced: OnceLock<bool>,
+}
+
+impl ReferenceTrace {
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            traced: OnceLock::new(),
+        }
+    }
+
+    /// Trace `req`'s run into `run` and compare it site by site with the reference (traced
+    /// first if it has not been). `None` when the engine cannot trace.
+    pub fn localize(
+        &self,
+        engine: &dyn Engine,
+        req: &RunRequest<'_>,
+        run: &Path,
+    ) -> Result<Option<Localization>, EngineError> {
+        if !self.ensure(engine, req)? {
+            return Ok(None);
+        }
+        localize_against(engine, req, &self.dir, run)
+    }
+
+    fn ensure(&self, engine: &dyn Engine, req: &RunRequest<'_>) -> Result<bool, EngineError> {
+        if let Some(&traced) = self.traced.get() {
+            return Ok(traced);
+        }
+        // The reference's trace keeps `reference`: an engine that replays the reference's
+        // routing (moe) replays it on both sides.
+        let traced = engine.trace(&RunRequest {
+            mesh: None,
+            mutation: None,
+            out: &self.dir,
+            ..*req
+        })?;
+        Ok(*self.traced.get_or_init(|| traced))
+    }
+}
+
+/// Trace `req`'s run into `run` and compare it site by site with the reference trace in
+/// `reference`.
+fn localize_against(
+    engine: &dyn Engine,
+    req: &RunRequest<'_>,
+    reference: &Path,
+    run: &Path,
+) -> Result<Option<Localization>, EngineError> {
+    if !engine.trace(&RunRequest { out: run, ..*req })? {
         return Ok(None);
     }
-    engine.trace(&RunRequest {
-        out: &run_dir,
-        ..*req
-    })?;
-    locate(&reference_dir, &run_dir, req.dtype)
+    locate(reference, run, req.dtype)
         .map(Some)
         .map_err(|e| EngineError::Run(format!("localizing: {e}")))
 }

@@ -31,7 +31,7 @@ pub mod tensor;
 pub mod update;
 
 pub use artifact::{files, ArtifactError, Manifest};
-pub use check::{check, checkpoint_site, localize, CheckError, Checked};
+pub use check::{check, checkpoint_site, localize, CheckError, Checked, ReferenceTrace};
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};
 pub use finding::Finding;
 pub use gate::Gate;

@@ -3,6 +3,7 @@
 //! report how much headroom correct runs leave under each limit and by how much each bug clears
 //! it. Writes `calibration.json` and `calibration.html` into `--out`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -119,10 +120,20 @@ pub fn run(args: &Args) -> u8 {
         localize: true,
     };
     let start = Instant::now();
-    let quiet = args.json || !super::color();
+    // On a terminal one line redrawn in place; in a CI log or a pipe one line per finished seed
+    // run with the time so far, so a long sweep shows it is moving.
+    let tty = std::io::stderr().is_terminal();
     let progress = |done: usize, total: usize| {
-        if !quiet {
-            eprint!("\rcalibrating: {done}/{total} seed runs");
+        let elapsed = start.elapsed().as_secs();
+        let line = format!(
+            "calibrating: {done}/{total} seed runs, {}m{:02}s",
+            elapsed / 60,
+            elapsed % 60
+        );
+        match (args.json, tty) {
+            (true, _) => {}
+            (false, true) => eprint!("\r{line}"),
+            (false, false) => eprintln!("{line}"),
         }
     };
     let samples = match calibrate::sweep(spec, &units, &opts, &crate::engines::Builtin, &progress) {
@@ -132,7 +143,7 @@ pub fn run(args: &Args) -> u8 {
             return exit::INFRA_ERROR;
         }
     };
-    if !quiet {
+    if tty && !args.json {
         eprintln!();
     }
     let _ = std::fs::remove_dir_all(&opts.scratch);

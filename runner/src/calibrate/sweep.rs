@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use meshparity_engine::{check, Gate, Outcome, RunRequest};
+use meshparity_engine::{check, Gate, Outcome, ReferenceTrace, RunRequest};
 use meshparity_specs::{DType, Level, Spec};
 use rayon::prelude::*;
 
@@ -186,6 +186,7 @@ fn run_unit(
     if let Err(e) = oracle.as_deref().unwrap_or(engine.as_ref()).reference(&req) {
         return every(format!("reference: {e}"));
     }
+    let traced = ReferenceTrace::new(dir.join("reference-trace"));
     let mut out = Vec::new();
     for mesh in &unit.meshes {
         let runs = std::iter::once(None).chain(mutations_of(mesh, what).map(Some));
@@ -210,7 +211,8 @@ fn run_unit(
                     s.injected = !c.manifest.altered.is_empty();
                     if let Some(m) = mutation.filter(|_| what.localize) {
                         let mut o = c.mutation(m);
-                        match locate_mutation(engine.as_ref(), &req, &o, &here) {
+                        let trace = here.join("trace");
+                        match locate_mutation(engine.as_ref(), &req, &o, &traced, &trace) {
                             Ok(Some(l)) => o.localized(l),
                             Ok(None) => {}
                             Err(e) => s.error = Some(format!("localizing: {e}")),
@@ -221,6 +223,8 @@ fn run_unit(
                 }
                 Err(e) => s.error = Some(e.to_string()),
             }
+            // Judged: its artifacts and traces go now, so scratch holds one run at a time.
+            let _ = std::fs::remove_dir_all(&here);
             out.push(s);
         }
     }
@@ -235,13 +239,15 @@ fn mutations_of(mesh: &MeshUnit, what: Runs) -> impl Iterator<Item = &str> {
 }
 
 /// Where a mutated run first leaves the reference: the checkpoint for save bugs (from the
-/// roundtrip level's finding), else both runs traced and compared site by site. An engine's
-/// own mutation (not in the catalog) is a save bug when the roundtrip level caught it first.
+/// roundtrip level's finding), else the run traced into `trace` and compared site by site with
+/// `reference`'s trace. An engine's own mutation (not in the catalog) is a save bug when the
+/// roundtrip level caught it first.
 pub fn locate_mutation(
     engine: &dyn meshparity_engine::Engine,
     req: &RunRequest<'_>,
     o: &meshparity_engine::MutationOutcome,
-    dir: &Path,
+    reference: &ReferenceTrace,
+    trace: &Path,
 ) -> Result<Option<meshparity_engine::Localization>, meshparity_engine::EngineError> {
     let checkpoint = match meshparity_specs::catalog::find(&o.mutation) {
         Some(m) => m.phase == meshparity_specs::catalog::Phase::Checkpoint,
@@ -251,5 +257,5 @@ pub fn locate_mutation(
         let roundtrip = o.levels.iter().find(|l| l.level == Level::Roundtrip);
         return Ok(roundtrip.and_then(meshparity_engine::checkpoint_site));
     }
-    meshparity_engine::localize(engine, req, &dir.join("trace"))
+    reference.localize(engine, req, trace)
 }

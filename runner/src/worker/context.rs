@@ -191,7 +191,10 @@ impl Context<'_> {
         let checked =
             meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
         let mut o = checked.mutation(mutation);
-        let found = locate_mutation(self.engine, &req, &o, &self.args.out).unwrap_or_else(|e| {
+        let trace = self.args.out.join("trace");
+        let traced = meshparity_engine::ReferenceTrace::new(trace.join("reference"));
+        let found = locate_mutation(self.engine, &req, &o, &traced, &trace.join("run"));
+        let found = found.unwrap_or_else(|e| {
             eprintln!("localizing the mutation: {e}");
             None
         });
