@@ -1,7 +1,8 @@
 //! CI's partition of the release sweep (`examples/full-sweep.toml`): the cells the whole sweep
-//! (1,200 jobs, ~5 min on 2 cores) is too slow to run beside the rest of CI for — the moe family
-//! on the expert-parallel meshes and on CP, every level and every mutation that applies — run
-//! as a user would and required to pass job for job.
+//! (1,530 jobs, ~7 min on 2 cores) is too slow to run beside the rest of CI for — the moe family
+//! (softmax router, dropless; and DeepSeek-V3-style: sigmoid router with the score-correction
+//! bias, shared expert, capacity factor) on the expert-parallel meshes and on CP, every level
+//! and every mutation that applies — run as a user would and required to pass job for job.
 
 mod common;
 
@@ -12,7 +13,7 @@ fn the_release_sweeps_expert_and_context_parallel_moe_cells_pass() {
         &[
             "examples/full-sweep.toml",
             "-f",
-            "model=moe",
+            "model=moe,moe-v3",
             "-f",
             "mesh=ep2,ep2-etp2,dp4-ep2,cp2",
         ],
@@ -26,6 +27,8 @@ fn the_release_sweeps_expert_and_context_parallel_moe_cells_pass() {
         "ep-expert-grad-dense-group",
         "ep-expert-grad-sync-skipped",
         "cp-stale-kv-chunk",
+        "moe-capacity-local-tokens",
+        "moe-expert-bias-local-load",
     ] {
         assert!(mutations.contains(&bug), "{bug} not in the partition");
     }

@@ -57,6 +57,7 @@ fn main() {
         experts: None,
         top_k: None,
         routing_replay: None,
+        moe: Default::default(),
         engine: None,
         params: Vec::new(),
     };

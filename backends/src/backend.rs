@@ -2,7 +2,7 @@
 //! time. Nothing outside this crate names a burn type.
 
 use burn::tensor::Device;
-use meshparity_engine::{files, routing, Description, Engine, EngineError, Manifest, RunRequest};
+use meshparity_engine::{files, replay, Description, Engine, EngineError, Manifest, RunRequest};
 use meshparity_specs::{DType, Field, Level, MeshConfig, ModelConfig, Unsupported};
 
 use crate::device::{self, Adapter, DeviceError};
@@ -180,7 +180,7 @@ fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
     if !path.is_file() {
         return Ok(None);
     }
-    let replay = routing::read_replay(&path)
+    let replay = replay::read_replay(&path)
         .map_err(|e| EngineError::Run(format!("reading the routing to replay: {e}")))?;
     // A replay that does not fit this model would index past its tokens or experts.
     let m = req.model;
@@ -192,8 +192,14 @@ fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
     for (step, layers) in replay.iter().enumerate() {
         let fits = layers.len() == m.layers as usize
             && layers.iter().all(|l| {
-                l.len() == tokens
-                    && l.iter()
+                let kept_fits = l
+                    .kept
+                    .as_ref()
+                    .is_none_or(|kept| kept.len() == tokens && kept.iter().all(|s| s.len() == k));
+                l.choices.len() == tokens
+                    && kept_fits
+                    && l.choices
+                        .iter()
                         .all(|c| c.len() == k && c.iter().all(|&e| e < experts))
             });
         if !fits {

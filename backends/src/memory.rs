@@ -107,6 +107,7 @@ mod tests {
             experts: None,
             top_k: None,
             routing_replay: None,
+            moe: Default::default(),
             engine: None,
             params: Vec::new(),
         }

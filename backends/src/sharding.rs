@@ -221,6 +221,10 @@ impl ShardingPlan {
         }
         let mut out = Shards::new();
         for r in &self.rules {
+            // Gradients hold no buffers (the router's bias): none on any rank is none merged.
+            if crate::llama::is_buffer(&r.name) && ranks.iter().all(|s| !s.contains_key(&r.name)) {
+                continue;
+            }
             // Owners of block i: every rank holding block i (replicated: every rank of the
             // stage).
             let mut blocks: Vec<Option<(usize, &HostTensor)>> = vec![None; self.blocks(r)];

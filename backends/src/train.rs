@@ -9,10 +9,11 @@ use meshparity_specs::{MeshConfig, ModelConfig, Training};
 
 use crate::data::Batch;
 use crate::host::{HostTensor, Param};
-use crate::llama::{forward, specs, Params};
+use crate::llama::{forward, is_buffer, specs, Params};
 use crate::optim::Optimizer;
 use crate::parallel::{step::scalar, trace, Comm, Fault, MeshExec, StepOutput};
 use crate::sharding::{ShardingPlan, Shards};
+pub use meshparity_engine::replay::Decided;
 
 /// What a run records, as host tensors (per rank where ranks hold shards).
 #[derive(Clone, Debug)]
@@ -25,6 +26,9 @@ pub struct Record {
     pub load_balance: Vec<f64>,
     /// The moe family's routing of the first step's batch, per layer (empty for dense models).
     pub routing: Vec<Routing>,
+    /// A mesh run's microbatch of each row of the first step's batch (`None` for the oracle,
+    /// which runs the batch whole).
+    pub microbatch: Option<Vec<usize>>,
     /// The reference's top-k experts of every step, layer and token (moe), which mesh runs
     /// replay (empty for mesh runs and dense models).
     pub replay: Replay,
@@ -43,13 +47,13 @@ pub struct Record {
 
 pub use meshparity_engine::Length;
 
-/// Every step's, layer's and token's (row-major [B·S]) top-k experts.
-pub type Replay = Vec<Vec<Vec<crate::llama::moe::Choice>>>;
+/// Every step's and layer's routing of the global batch (tokens row-major [B·S]).
+pub type Replay = Vec<Vec<Decided>>;
 
 /// One layer's routing of a batch, tokens in row-major [B·S] order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Routing {
-    /// Router scores, [B·S, E].
+    /// What top-k selected by (router scores plus the score-correction bias), [B·S, E].
     pub scores: Vec<f64>,
     /// Each token's top-k experts, best first, [B·S, k].
     pub choices: Vec<Vec<usize>>,
@@ -70,12 +74,13 @@ pub fn seed_checkpoint(model: &ModelConfig, seed: u64, device: &Device, dtype: D
     to_host(model, &p.tensors)
 }
 
+/// `tensors` as host shards in checkpoint order (gradients have none for buffers).
 fn to_host(model: &ModelConfig, tensors: &IndexMap<String, Tensor<2>>) -> Shards {
     specs(model)
         .into_iter()
-        .map(|s| {
-            let t = HostTensor::from_param(&tensors[&s.name], &s.shape);
-            (s.name, t)
+        .filter_map(|s| {
+            let t = HostTensor::from_param(tensors.get(&s.name)?, &s.shape);
+            Some((s.name, t))
         })
         .collect()
 }
@@ -116,14 +121,14 @@ pub fn oracle(
         let loss = match &f.aux {
             Some(aux) => {
                 load_balance.push(scalar(aux.load_balance.clone().inner()));
-                replay.push(aux.routing.iter().map(|(_, c)| c.clone()).collect());
+                replay.push(aux.routing.iter().map(|r| r.decided.clone()).collect());
                 if routing.is_empty() {
                     routing = aux
                         .routing
                         .iter()
-                        .map(|(scores, choices)| Routing {
-                            scores: crate::llama::moe::values(scores),
-                            choices: choices.clone(),
+                        .map(|r| Routing {
+                            scores: r.selected.clone(),
+                            choices: r.decided.choices.clone(),
                         })
                         .collect();
                 }
@@ -135,6 +140,7 @@ pub fn oracle(
         let grads: IndexMap<String, Tensor<2>> = leaves
             .tensors
             .iter()
+            .filter(|(n, _)| !is_buffer(n))
             .map(|(n, t)| {
                 (
                     n.clone(),
@@ -149,6 +155,7 @@ pub fn oracle(
                 losses: Vec::new(),
                 load_balance: Vec::new(),
                 routing: Vec::new(),
+                microbatch: None,
                 replay: Vec::new(),
                 grads: vec![to_host(model, &grads)],
                 weights: None,
@@ -159,6 +166,11 @@ pub fn oracle(
             });
         }
         opt.step(&mut params, &grads);
+        if let Some(aux) = f.aux.as_ref().filter(|_| model.moe.expert_bias()) {
+            for (l, r) in aux.routing.iter().enumerate() {
+                update_bias(&mut params, l as u32, &load(model, &b, &r.decided.choices));
+            }
+        }
         if step + 1 == len.weights_after {
             weights = Some(vec![to_host(model, &opt.weights(&params))]);
         }
@@ -228,7 +240,7 @@ pub fn mesh(
     };
     let mut comm = Comm::new(fault);
     let mut traced = Vec::new();
-    let (mut load_balance, mut routing) = (Vec::new(), Vec::new());
+    let (mut load_balance, mut routing, mut microbatch) = (Vec::new(), Vec::new(), None);
     let mut losses = Vec::with_capacity(len.steps);
     let mut first: Option<(HostTensor, Vec<Shards>)> = None;
     let mut weights = None;
@@ -240,6 +252,7 @@ pub fn mesh(
             grads,
             load_balance: lb,
             routing: routed,
+            loads,
         } = exec
             .step(
                 &mut comm,
@@ -253,6 +266,7 @@ pub fn mesh(
         if model.family.has_experts() {
             load_balance.push(lb);
             if step == 0 {
+                microbatch = Some(microbatches(training.batch as usize, &routed));
                 routing = assemble_routing(model, training.batch as usize, routed);
             }
         }
@@ -261,6 +275,12 @@ pub fn mesh(
         }
         for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
             opt.step(p, g);
+        }
+        // Each rank moves its own copy of the bias by the all-reduced load.
+        for (p, load) in params.iter_mut().zip(&loads) {
+            for (&layer, counts) in load {
+                update_bias(p, layer, counts);
+            }
         }
         if step + 1 == len.weights_after {
             let held: Vec<_> = params
@@ -277,6 +297,7 @@ pub fn mesh(
         losses,
         load_balance,
         routing,
+        microbatch,
         replay: Vec::new(),
         grads,
         weights,
@@ -288,6 +309,46 @@ pub fn mesh(
         anomalies: comm.anomalies.clone(),
         trace: traced,
     })
+}
+
+/// Tokens routed to each expert over a batch's real tokens (the score-correction bias's load).
+fn load(model: &ModelConfig, b: &Batch, choices: &[crate::llama::moe::Choice]) -> Vec<f64> {
+    let positions: Vec<usize> = (0..b.seq_len).collect();
+    let e = model.experts.unwrap_or(1) as usize;
+    crate::llama::balance::load(choices, b.batch, &positions, &b.lengths, e)
+}
+
+/// Layer `layer`'s score-correction bias moved by its load ([`balance::update_bias`]), in the
+/// bias's dtype (a rank without that layer holds no bias for it).
+///
+/// [`balance::update_bias`]: crate::llama::balance::update_bias
+pub(crate) fn update_bias(params: &mut IndexMap<String, Tensor<2>>, layer: u32, load: &[f64]) {
+    let name = format!("layers.{layer}.mlp.router.expert_bias");
+    let Some(p) = params.get_mut(&name) else {
+        return;
+    };
+    let next = crate::llama::balance::update_bias(&crate::llama::moe::values(p), load);
+    let n = next.len();
+    let data = burn::tensor::TensorData::new(next, [1, n]);
+    *p = Tensor::<2>::from_data(data, (&p.device(), p.dtype()));
+}
+
+/// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,
+/// microbatch by microbatch): rows a record covers belong to its microbatch.
+fn microbatches(
+    rows: usize,
+    records: &[(usize, crate::parallel::experts::RouteRecord)],
+) -> Vec<usize> {
+    let mut firsts: Vec<(usize, usize)> = records.iter().map(|(f, r)| (*f, r.rows)).collect();
+    firsts.sort_unstable();
+    firsts.dedup();
+    let mut out = vec![0; rows];
+    for (m, (first, n)) in firsts.into_iter().enumerate() {
+        for row in out.iter_mut().skip(first).take(n) {
+            *row = m;
+        }
+    }
+    out
 }
 
 /// The ranks' routing records as one [B·S] table per layer.
@@ -331,7 +392,7 @@ fn host_ranks(
                 .map(|(n, t)| {
                     let dims = p[n].dims();
                     // Norm weights are [1, n] parameters with logical shape [n].
-                    let shape = if n.contains("norm") {
+                    let shape = if n.contains("norm") || is_buffer(n) {
                         vec![dims[1]]
                     } else {
                         dims.to_vec()

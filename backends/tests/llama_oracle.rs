@@ -19,6 +19,7 @@ fn tiny() -> ModelConfig {
         experts: None,
         top_k: None,
         routing_replay: None,
+        moe: Default::default(),
         engine: None,
         params: Vec::new(),
     }

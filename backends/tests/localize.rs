@@ -5,13 +5,13 @@
 mod common;
 
 use burn::tensor::{DType, Device};
-use common::{mesh, tiny, tiny_moe, training};
+use common::{mesh, tiny, tiny_moe, tiny_moe_options, training};
 use meshparity_backends::levels;
 use meshparity_backends::parallel::Fault;
 use meshparity_backends::train::{self, Length, Probe, Replay};
 use meshparity_engine::locate::{limit, locate};
 use meshparity_specs::catalog::{Phase, CATALOG};
-use meshparity_specs::{DType as SpecDType, MeshConfig, ModelConfig, Optimizer};
+use meshparity_specs::{DType as SpecDType, DropPolicy, MeshConfig, ModelConfig, Optimizer};
 
 const MESHES: &[&str] = &[
     "dp2",
@@ -87,6 +87,19 @@ fn moe_mutations_are_localized_where_they_were_injected() {
     }
 }
 
+/// The moe options (sigmoid router, score-correction bias, shared expert, capacity): their own
+/// bugs — capacity decided per rank, the bias moved by a rank's own load — and the catalog's.
+#[test]
+fn moe_option_mutations_are_localized_where_they_were_injected() {
+    let meshes = ["dp2", "tp2-sp", "cp2", "dp2-ep2", "dp2-tp2-sp-ep2-etp2"];
+    for (dtype, policy) in [
+        (SpecDType::F32, DropPolicy::Probs),
+        (SpecDType::Bf16, DropPolicy::Position),
+    ] {
+        localized(&tiny_moe_options(policy), &meshes, dtype, 20);
+    }
+}
+
 fn localized(model: &ModelConfig, meshes: &[&str], dtype: SpecDType, at_least: usize) {
     let root = tempfile::tempdir().unwrap();
     let reference = root.path().join("reference");
@@ -112,7 +125,7 @@ fn localized(model: &ModelConfig, meshes: &[&str], dtype: SpecDType, at_least: u
         );
         for mutation in CATALOG
             .iter()
-            .filter(|x| x.applies_to(model.family, &m) && x.phase != Phase::Checkpoint)
+            .filter(|x| x.applies_to(model, &m) && x.phase != Phase::Checkpoint)
         {
             let dir = root.path().join(format!("{name}-{}", mutation.name));
             traced(

@@ -4,10 +4,10 @@
 mod common;
 
 use burn::tensor::{DType, Device};
-use common::{mesh, rel_l2, tiny, tiny_moe, training};
+use common::{mesh, rel_l2, tiny, tiny_moe, tiny_moe_options, training};
 use meshparity_backends::sharding::ShardingPlan;
 use meshparity_backends::train::{self, Length, Record};
-use meshparity_specs::{ModelConfig, Optimizer};
+use meshparity_specs::{DropPolicy, ModelConfig, Optimizer};
 
 const LEN: Length = Length {
     steps: 3,
@@ -124,4 +124,39 @@ fn moe_layouts_match_the_oracle_in_f64() {
 #[test]
 fn moe_layouts_match_the_oracle_in_f32_with_adamw() {
     check_model(tiny_moe(), DType::F32, Optimizer::Adamw, MOE_MESHES, 1e-5);
+}
+
+#[test]
+fn moe_options_drop_slots_and_move_the_bias() {
+    let m = tiny_moe_options(DropPolicy::Probs);
+    let t = training(11, Optimizer::Sgd);
+    let oracle = train::oracle(&m, &t, LEN, &Device::flex(), DType::F64);
+    let dropped: usize = oracle
+        .replay
+        .iter()
+        .flatten()
+        .flat_map(|d| d.kept.as_ref().expect("capacity records the kept slots"))
+        .flatten()
+        .filter(|&&k| !k)
+        .count();
+    assert!(dropped > 0, "a capacity factor of 1 drops some slots");
+    let weights = &oracle.weights.as_ref().unwrap()[0];
+    let bias = &weights["layers.0.mlp.router.expert_bias"];
+    assert!(
+        common::values(bias).iter().any(|&b| b != 0.0),
+        "the bias moved after two steps"
+    );
+    assert!(!oracle.grads[0].contains_key("layers.0.mlp.router.expert_bias"));
+}
+
+#[test]
+fn moe_options_match_the_oracle_in_f64() {
+    let m = tiny_moe_options(DropPolicy::Probs);
+    check_model(m, DType::F64, Optimizer::Sgd, MOE_MESHES, 1e-12);
+}
+
+#[test]
+fn moe_options_match_the_oracle_in_f32_with_adamw() {
+    let m = tiny_moe_options(DropPolicy::Position);
+    check_model(m, DType::F32, Optimizer::Adamw, MOE_MESHES, 1e-5);
 }

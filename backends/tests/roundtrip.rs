@@ -23,6 +23,7 @@ fn model() -> ModelConfig {
         experts: None,
         top_k: None,
         routing_replay: None,
+        moe: Default::default(),
         engine: None,
         params: Vec::new(),
     }

@@ -11,6 +11,7 @@
 //!   mutation's expected failure;
 //! - [`finding`] — a job's findings, typed, as results files store them;
 //! - [`routing`] — the routing level: per-token expert sets against the reference's;
+//! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`update`] — weight updates, what the oracle level compares;
 //! - [`conformance`] — the suite every engine must pass.
 
@@ -25,6 +26,7 @@ pub mod judge;
 pub mod locate;
 pub mod mutation;
 pub mod outcome;
+pub mod replay;
 pub mod routing;
 pub mod seal;
 pub mod tensor;

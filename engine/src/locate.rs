@@ -260,7 +260,7 @@ fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, l
 fn phase(path: &str) -> &'static str {
     if path.contains(".bwd.") {
         "backward"
-    } else if path.starts_with("grad.") {
+    } else if path.starts_with("grad.") || path.ends_with(".expert_bias.load") {
         "gradients"
     } else {
         "forward"
@@ -272,6 +272,8 @@ fn what(path: &str) -> &'static str {
     let ends = |s: &str| path.ends_with(s);
     if path.starts_with("pp.") {
         "activation received from the previous stage"
+    } else if ends(".expert_bias.load") {
+        "expert load moving the score-correction bias (shares of the global batch's tokens)"
     } else if path.starts_with("loss.tokens") {
         "loss normalizer: the global token count"
     } else if path.starts_with("grad.") && ends(".accumulated") {

@@ -42,6 +42,8 @@ pub enum Id {
     EpCombineWrongPermutation,
     ExpertGradDenseGroup,
     ExpertGradSyncSkipped,
+    CapacityLocalTokens,
+    ExpertBiasLocalLoad,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -236,6 +238,14 @@ pub const CATALOG: &[Mutation] = &[
         "expert gradients are never all-reduced over the expert-data-parallel group: each replica of an expert steps with its own tokens' gradient only",
         &[Experts, Ep, Edp], Gradients, "grad.*.dp",
         &["ART: expert gradient sync skipped"]),
+    m(CapacityLocalTokens, "moe-capacity-local-tokens",
+        "expert capacity is decided on each rank's own tokens (Megatron's per-rank capacity) instead of each whole sequence's: where SP or CP split a sequence, other routed slots are dropped than on one device",
+        &[Experts, Capacity, SplitSequences], Forward, "layers.0.mlp.combine.fwd.in",
+        &["MoE: token dropping that depends on the layout (capacity from local token counts)"]),
+    m(ExpertBiasLocalLoad, "moe-expert-bias-local-load",
+        "the score-correction bias moves by each rank's own expert load instead of the load all-reduced over the global batch: ranks' biases drift apart and from the single-device one",
+        &[Experts, ExpertBias, DistinctTokens], Gradients, "layers.0.mlp.router.expert_bias.load",
+        &["MoE: auxiliary-loss-free bias updated from local instead of global token counts"]),
 ];
 
 /// Published classes that no entry reproduces.
@@ -247,11 +257,14 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
 ];
 
 impl Mutation {
-    /// Whether a model of `family` on `mesh` has what this bug needs.
-    pub fn applies_to(&self, family: crate::Family, mesh: &crate::mesh::MeshConfig) -> bool {
+    /// Whether `model` on `mesh` has what this bug needs.
+    pub fn applies_to(&self, model: &crate::ModelConfig, mesh: &crate::mesh::MeshConfig) -> bool {
+        let experts = model.family.has_experts();
         self.needs.iter().all(|n| match n {
-            Needs::Experts => family.has_experts(),
-            Needs::DenseMlp => !family.has_experts(),
+            Needs::Experts => experts,
+            Needs::DenseMlp => !experts,
+            Needs::Capacity => experts && model.moe.capacity().is_some(),
+            Needs::ExpertBias => experts && model.moe.expert_bias(),
             n => n.holds(mesh),
         })
     }

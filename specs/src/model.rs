@@ -7,6 +7,7 @@ use crate::device::Device;
 use crate::diagnostic::Diagnostic;
 use crate::dtype::DType;
 use crate::family::Family;
+use crate::moe::MoeOptions;
 use crate::source::{Loc, Located};
 
 /// Keys a `[models.NAME]` table accepts (also checked against the JSON Schema in tests).
@@ -22,6 +23,11 @@ pub const KEYS: &[&str] = &[
     "experts",
     "top_k",
     "routing_replay",
+    "router",
+    "expert_bias",
+    "shared_expert_ffn",
+    "capacity_factor",
+    "drop_policy",
     "dtype",
     "device",
     "engine",
@@ -49,6 +55,9 @@ pub struct ModelConfig {
     /// Whether mesh runs replay the reference's routing (MoE only; `None`: yes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing_replay: Option<bool>,
+    /// Router, shared expert and capacity options (MoE only; all unset: the defaults).
+    #[serde(default, flatten)]
+    pub moe: MoeOptions,
     /// The `[engines.NAME]` that trains it; `None`: the built-in burn engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
@@ -72,6 +81,7 @@ pub struct Model {
     pub experts: Option<Located<u32>>,
     pub top_k: Option<Located<u32>>,
     pub routing_replay: Option<Located<bool>>,
+    pub moe: MoeOptions,
     /// `None`: the run's default dtype.
     pub dtype: Option<Located<DType>>,
     /// `None`: the run's device.
@@ -112,6 +122,9 @@ impl Model {
         let experts = t.positive(cx, "experts");
         let top_k = t.positive(cx, "top_k");
         let routing_replay = t.bool(cx, "routing_replay");
+        let is_moe = family.as_ref().is_some_and(|f| f.value.has_experts());
+        let mut unmoe = Vec::new();
+        let moe = crate::moe::decode(cx, &mut t, is_moe, &mut unmoe);
         let dtype = t.keyword::<DType>(cx, "dtype");
         let device = t.device(cx, "device");
         let engine = t.string(cx, "engine");
@@ -132,6 +145,7 @@ impl Model {
             )
         } else {
             let replay = routing_replay.as_ref().map(|r| ("routing_replay", &r.loc));
+            let moe_keys = unmoe.iter().map(|(k, l)| (*k, l));
             for field in [
                 experts.as_ref().map(|e| ("experts", &e.loc)),
                 top_k.as_ref().map(|k| ("top_k", &k.loc)),
@@ -139,6 +153,7 @@ impl Model {
             ]
             .into_iter()
             .flatten()
+            .chain(moe_keys)
             {
                 cx.error(
                     Diagnostic::error(
@@ -168,6 +183,7 @@ impl Model {
             experts,
             top_k,
             routing_replay,
+            moe,
             dtype,
             device,
             engine,
@@ -280,6 +296,7 @@ impl Model {
             experts: self.experts.as_ref().map(|e| e.value),
             top_k: self.top_k.as_ref().map(|k| k.value),
             routing_replay: self.routing_replay.as_ref().map(|r| r.value),
+            moe: self.moe.clone(),
             engine: self.engine.as_ref().map(|e| e.value.clone()),
             params: self
                 .params

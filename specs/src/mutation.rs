@@ -36,6 +36,12 @@ pub enum Needs {
     Edp,
     /// Expert-data-parallel groups that are not the dense data-parallel groups (ep·etp ≠ tp).
     ExpertGroups,
+    /// Ranks holding different tokens: dp > 1, or sequences split (SP, CP).
+    DistinctTokens,
+    /// A moe model with a capacity factor (tokens may be dropped).
+    Capacity,
+    /// A moe model with the score-correction bias.
+    ExpertBias,
 }
 
 impl Needs {
@@ -60,6 +66,9 @@ impl Needs {
             // On a stage's ranks, the dense dp groups are the residues mod tp, the edp groups
             // those mod ep·etp: the same partition exactly when the moduli are equal.
             Needs::ExpertGroups => m.ep * m.etp > 1 && m.ep * m.etp != m.tp,
+            Needs::DistinctTokens => m.dp > 1 || (m.sp && m.tp > 1) || m.cp > 1,
+            // Properties of the model: see `Mutation::applies_to`.
+            Needs::Capacity | Needs::ExpertBias => true,
         }
     }
 
@@ -79,6 +88,9 @@ impl Needs {
         "split-sequences",
         "edp",
         "expert-groups",
+        "distinct-tokens",
+        "capacity",
+        "expert-bias",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -97,6 +109,9 @@ impl Needs {
             "split-sequences" => Needs::SplitSequences,
             "edp" => Needs::Edp,
             "expert-groups" => Needs::ExpertGroups,
+            "distinct-tokens" => Needs::DistinctTokens,
+            "capacity" => Needs::Capacity,
+            "expert-bias" => Needs::ExpertBias,
             _ => return None,
         })
     }
@@ -117,6 +132,11 @@ impl Needs {
             Needs::SplitSequences => "sp with tp > 1, or cp > 1",
             Needs::Edp => "expert-dp > 1 (dp·tp·cp > ep·etp)",
             Needs::ExpertGroups => "expert-dp groups unlike the dense dp groups (ep·etp ≠ tp)",
+            Needs::DistinctTokens => {
+                "ranks holding different tokens (dp > 1, sp with tp > 1, or cp > 1)"
+            }
+            Needs::Capacity => "a moe model with capacity_factor",
+            Needs::ExpertBias => "a moe model with expert_bias",
         }
     }
 }

@@ -120,7 +120,8 @@ struct Run {
     "if" = {"not": {"required": ["engine"]}},
     "then" = {"propertyNames": {"enum": [
         "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
-        "top_k", "routing_replay", "dtype", "device", "engine", "reference"
+        "top_k", "routing_replay", "router", "expert_bias", "shared_expert_ffn",
+        "capacity_factor", "drop_policy", "dtype", "device", "engine", "reference"
     ]}}
 ))]
 struct Model {
@@ -155,6 +156,21 @@ struct Model {
     /// Mesh runs replay the reference's expert choices (moe only, default true); false shows
     /// what replay hides: round-off tie flips that send tokens to other experts.
     routing_replay: Option<bool>,
+    /// Router score function (moe only, default softmax; sigmoid as in DeepSeek-V3).
+    router: Option<crate::moe::RouterScore>,
+    /// Score-correction bias for top-k selection, updated each step towards balanced load
+    /// (moe only, default false).
+    expert_bias: Option<bool>,
+    /// Hidden size of a shared expert every token passes through (moe only, default none).
+    #[schemars(range(min = 1))]
+    shared_expert_ffn: Option<u32>,
+    /// Expert capacity per sequence as a factor of the balanced share (moe only, default:
+    /// dropless).
+    #[schemars(range(min = 0.0))]
+    capacity_factor: Option<f64>,
+    /// Which routed tokens an expert over capacity drops (moe only, with capacity_factor;
+    /// default probs).
+    drop_policy: Option<crate::moe::DropPolicy>,
     /// Dtype (default: [run] dtype).
     dtype: Option<DType>,
     /// Device (default: [run] device).
@@ -313,8 +329,10 @@ struct Limits {
     k: Option<f64>,
     /// Minimum per-token set overlap of MoE top-k routing.
     overlap: Option<f64>,
-    /// Maximum fraction of tokens routed differently.
+    /// Maximum fraction of tokens routed differently (over the run, and per microbatch).
     mismatch: Option<f64>,
+    /// Microbatches allowed over the mismatch fraction (routing; default 0).
+    failing_microbatches: Option<f64>,
     mode: Option<CurveMode>,
     rel: Option<f64>,
     allowed_failing_steps: Option<f64>,

@@ -47,7 +47,7 @@ pub fn limit_keys(level: Level) -> &'static [&'static str] {
             "topk",
             "k",
         ],
-        Level::Routing => &["overlap", "mismatch"],
+        Level::Routing => &["overlap", "mismatch", "failing_microbatches"],
         Level::Curve => &[
             "mode",
             "rel",

@@ -14,12 +14,13 @@ pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
     check_engines(spec, diags);
     let cells = expand(spec, diags);
     for (name, loc) in &spec.mutations.written {
-        let applies = cells.iter().any(|c| {
-            c.mutations
-                && spec.mutations.selected.iter().any(|m| {
-                    m.name == *name && m.applies_to(c.model.family.value, &c.mesh.config())
-                })
-        });
+        let applies =
+            cells.iter().any(|c| {
+                c.mutations
+                    && spec.mutations.selected.iter().any(|m| {
+                        m.name == *name && m.applies_to(&c.model.config(), &c.mesh.config())
+                    })
+            });
         if !applies {
             let needs: Vec<&str> = crate::mutation::find(name)
                 .map(|m| m.needs.iter().map(|n| n.describe()).collect())

@@ -270,3 +270,42 @@ fn a_gpu_default_table_must_cover_what_the_matrix_asks() {
         other => panic!("must not load on a GPU: {:?}", other.map(|_| ())),
     }
 }
+
+#[test]
+fn moe_options_are_refused_where_they_do_not_apply() {
+    let heads = heads_of(
+        "[models.dense]\nrouter = \"sigmoid\"\ncapacity_factor = 1.0\n\n\
+         [models.m]\nfamily = \"moe\"\ndrop_policy = \"position\"\nrouter = \"argmax\"\n\n\
+         [models.z]\nfamily = \"moe\"\ncapacity_factor = 0\n\n[meshes.dp2]\ndp = 2\n",
+    );
+    for want in [
+        "device.toml:2:10: `router` only applies to family `moe`",
+        "device.toml:3:19: `capacity_factor` only applies to family `moe`",
+        "device.toml:7:15: `models.m.drop_policy` without `capacity_factor`",
+        "device.toml:8:10: unknown router score function `argmax`",
+        "device.toml:12:19: `models.z.capacity_factor` must be greater than 0",
+    ] {
+        assert!(
+            heads.iter().any(|h| h.starts_with(want)),
+            "{want}\n{heads:?}"
+        );
+    }
+}
+
+#[test]
+fn moe_options_load_into_the_model_config() {
+    let text = "[models.m]\nfamily = \"moe\"\nrouter = \"sigmoid\"\nexpert_bias = true\n\
+                shared_expert_ffn = 32\ncapacity_factor = 1.25\ndrop_policy = \"position\"\n\n\
+                [meshes.dp2]\ndp = 2\n";
+    let loaded =
+        meshparity_specs::load_text(Path::new("m.toml"), text.into(), &meshparity_specs::Disk)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+    let moe = loaded.spec.models["m"].config().moe;
+    assert_eq!(moe.router(), meshparity_specs::RouterScore::Sigmoid);
+    assert!(moe.expert_bias());
+    assert_eq!(moe.shared_expert_ffn, Some(32));
+    assert_eq!(
+        moe.capacity(),
+        Some((1.25, meshparity_specs::DropPolicy::Position))
+    );
+}

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use indexmap::IndexMap;
-use meshparity_engine::{artifact, files, routing, HostTensor, Length, Manifest};
+use meshparity_engine::{artifact, files, replay, routing, HostTensor, Length, Manifest};
 
 use super::{io, save, LevelError, Setup};
 use crate::train::{self, Record};
@@ -32,7 +32,7 @@ pub fn reference(setup: &Setup<'_>, len: Length, dir: &Path) -> Result<Manifest,
     write_trained(setup, dir, &rec, &mut written)?;
     save(dir, files::GRADS, &rec.grads[0], &mut written)?;
     if !rec.replay.is_empty() {
-        let replay = routing::replay_artifact(&rec.replay);
+        let replay = replay::replay_artifact(&rec.replay);
         save(dir, files::ROUTING_REPLAY, &replay, &mut written)?;
     }
     if let Some(w) = &rec.weights {
@@ -84,7 +84,7 @@ pub(crate) fn write_trained(
         save(
             dir,
             files::ROUTING,
-            &routing::artifact(&layers, &real, b.batch),
+            &routing::artifact(&layers, &real, b.batch, rec.microbatch.as_deref()),
             written,
         )?;
     }

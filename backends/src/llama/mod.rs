@@ -4,13 +4,15 @@
 //!
 //! - `params.rs` — names, shapes, deterministic init;
 //! - `layers.rs` — each layer as a function of tensors (parallel versions will sit beside them);
-//! - `moe.rs` — the `moe` family's routed experts and auxiliary losses;
+//! - `moe.rs` — the `moe` family's router, routed and shared experts, auxiliary losses;
+//! - `balance.rs` — capacity drops and the score-correction bias's update;
 //! - `model.rs` — the single-device forward pass, the oracle.
 
+pub mod balance;
 pub mod layers;
 pub mod model;
 pub mod moe;
 pub mod params;
 
 pub use model::{forward, Forward};
-pub use params::{specs, ParamSpec, Params};
+pub use params::{is_buffer, specs, ParamSpec, Params};

@@ -3,8 +3,9 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use meshparity_specs::ModelConfig;
 
+use super::balance;
 use super::layers::{attention, attention_mask, cross_entropy_sum, rms_norm, rope, swiglu};
-use super::moe::{self, Choice};
+use super::moe::{self, Decided};
 use super::params::Params;
 use crate::data::{Batch, IGNORE};
 
@@ -24,8 +25,16 @@ pub struct Aux {
     pub load_balance: Tensor<1>,
     /// Router z-loss, shape [1].
     pub z: Tensor<1>,
-    /// Per layer: router scores [T, E] and each token's experts.
-    pub routing: Vec<(Tensor<2>, Vec<Choice>)>,
+    /// Per layer: what routing decided.
+    pub routing: Vec<Layer>,
+}
+
+/// One layer's routing of the batch, tokens row-major.
+pub struct Layer {
+    /// What top-k selected by: scores plus bias, [T·E] row-major.
+    pub selected: Vec<f64>,
+    /// Each token's experts and the slots their experts kept.
+    pub decided: Decided,
 }
 
 /// Forward pass of the full model over a batch.
@@ -93,16 +102,44 @@ fn moe_mlp(
     );
     let w = |name: &str| p.get(&format!("layers.{l}.mlp.{name}"));
     let x = hn.reshape([b * s, h]);
-    let routed = moe::route(x.clone(), w("router.weight"), k, None);
+    let bias = router_bias(c, p, l);
+    let router = moe::Router {
+        score: c.moe.router(),
+        k,
+        bias: bias.as_deref(),
+    };
+    let (mut routed, selected) = moe::route(x.clone(), w("router.weight"), router, None);
+    let positions: Vec<usize> = (0..s).collect();
+    let how = moe::Dispatch::of(c.moe.router(), k);
+    if let Some(cap) = c.moe.capacity() {
+        let weights = moe::slot_weights(
+            routed.scores.clone(),
+            &routed.choices,
+            how.renormalize,
+            None,
+        );
+        routed.kept = Some(balance::kept_slots(
+            &routed.choices,
+            &moe::values(&weights),
+            (b, &positions),
+            &batch.lengths,
+            e,
+            cap,
+        ));
+    }
     let expert = |i: usize| {
         let n = |part: &str| w(&format!("experts.{i}.{part}.weight"));
         (n("gate"), n("up"), n("down"))
     };
-    let y = moe::experts(x, &routed, expert, moe::Dispatch::default());
-    let positions: Vec<usize> = (0..s).collect();
+    let mut y = moe::experts(x.clone(), &routed, expert, how);
+    if c.moe.shared_expert_ffn.is_some() {
+        let shared = |part: &str| w(&format!("shared_expert.{part}.weight"));
+        let z: Tensor<3> = swiglu(x.unsqueeze(), shared("gate"), shared("up"), shared("down"));
+        y = y + z.squeeze_dim(0);
+    }
     let counts = moe::counts(&routed.choices, b, &positions, &batch.lengths, e);
     let lb = moe::load_balance(
-        routed.scores.clone(),
+        moe::balance_scores(routed.scores.clone(), c.moe.router()),
         &counts,
         b,
         &positions,
@@ -119,6 +156,19 @@ fn moe_mlp(
     let z = moe::z_loss(routed.logits.clone(), keep, batch.counted() as f64);
     aux.load_balance = aux.load_balance.clone() + lb;
     aux.z = aux.z.clone() + z;
-    aux.routing.push((routed.scores, routed.choices));
+    aux.routing.push(Layer {
+        selected,
+        decided: Decided {
+            choices: routed.choices,
+            kept: routed.kept,
+        },
+    });
     y.reshape([b, s, h])
+}
+
+/// Layer `l`'s score-correction bias, when the model has one.
+pub fn router_bias(c: &ModelConfig, p: &Params, l: u32) -> Option<Vec<f64>> {
+    c.moe
+        .expert_bias()
+        .then(|| moe::values(&p.get(&format!("layers.{l}.mlp.router.expert_bias"))))
 }

@@ -1,22 +1,38 @@
 //! The `moe` family's MLP: a top-k routed mixture of SwiGLU experts (Mixtral / DeepSeek style),
 //! as functions of tensors, shared by the oracle and every rank of a mesh.
 //!
-//! - **Router**: scores = softmax(x · W_router) over the experts; each token goes to its top-k
-//!   experts (ties to the lower id), weighted by its top-k scores renormalized to sum to one.
-//! - **Experts**: dropless token dispatch — each expert runs on exactly the tokens routed to it
-//!   (`select`), and its weighted outputs are added back at their tokens (`select_assign`).
+//! - **Router**: scores = softmax(x · W_router) over the experts, or an independent sigmoid per
+//!   expert (DeepSeek-V3); each token goes to its top-k experts by score plus the optional
+//!   score-correction bias (ties to the lower id), weighted by its top-k scores (without the
+//!   bias) renormalized to sum to one (sigmoid with k = 1: the raw score, as Megatron).
+//! - **Experts**: each expert runs on the tokens routed to it (`select`), and its weighted
+//!   outputs are added back at their tokens (`select_assign`). Dropless by default; with a
+//!   capacity factor an expert keeps at most ⌈factor·k·T/E⌉ of each sequence's T real tokens
+//!   (`balance.rs`), the others get weight zero (Megatron drops after renormalizing, so the
+//!   kept weights are not renormalized again).
+//! - **Shared expert** (optional): a SwiGLU MLP every token goes through, added to the routed
+//!   output.
 //! - **Auxiliary losses**: the sequence-wise load-balance loss (DeepSeek-V2; Megatron's
 //!   `seq_aux_loss`) α·Σ_e f_e·P_e per sequence, averaged over the global batch's sequences,
 //!   with f_e = E/(k·T)·(tokens of the sequence routed to e) — a count, no gradient — and
-//!   P_e = mean score of e over the sequence's T real tokens; and the router z-loss
-//!   β·mean(logsumexp(router logits)²) over the tokens the cross-entropy counts.
+//!   P_e = mean score of e over the sequence's T real tokens (sigmoid scores normalized over the
+//!   experts first, as Megatron); and the router z-loss β·mean(logsumexp(router logits)²) over
+//!   the tokens the cross-entropy counts.
+//! - **Score-correction bias** (optional): after every step each layer's bias moves by
+//!   1e-3 towards balance, b_e += rate·sign(mean load − load_e), the loads counted over the
+//!   whole global batch (`balance.rs`).
 //!
-//! The load balance is per sequence, not per microbatch or per rank, so it is the same number
-//! on every mesh: a sequence is never split by DP, PP or microbatches, and where SP or CP split
-//! it the per-sequence counts are all-reduced across the ranks that hold its parts.
+//! The load balance and the capacity are per sequence, not per microbatch or per rank, so they
+//! are the same on every mesh: a sequence is never split by DP, PP or microbatches, and where SP
+//! or CP split it the per-sequence counts are all-reduced (and the capacity's candidates
+//! all-gathered) across the ranks that hold its parts. (Megatron computes capacity per rank's
+//! tokens, which makes the dropped set depend on the layout; a parity check needs a definition
+//! that does not.)
 
-use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::activation::{log_softmax, sigmoid, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
+pub use meshparity_engine::replay::Decided;
+use meshparity_specs::RouterScore;
 
 use super::layers::swiglu;
 
@@ -30,30 +46,84 @@ pub type Choice = Vec<usize>;
 
 /// What routing decided for a block of tokens.
 pub struct Routed {
-    /// Router scores (softmax), [T, E].
+    /// Router scores (softmax or sigmoid), [T, E].
     pub scores: Tensor<2>,
     /// Router logits, [T, E] (for the z-loss).
     pub logits: Tensor<2>,
     /// Each token's top-k experts.
     pub choices: Vec<Choice>,
+    /// Which of each token's slots its expert kept (`None`: dropless, all of them).
+    pub kept: Option<Vec<Vec<bool>>>,
 }
 
-/// The router's scores and each token's top-k experts (or `replay`'s, when given).
+/// A layer's router settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Router<'a> {
+    pub score: RouterScore,
+    pub k: usize,
+    /// The layer's score-correction bias (selection only), one per expert.
+    pub bias: Option<&'a [f64]>,
+}
+
+/// Router logits → scores.
+pub fn scores(logits: Tensor<2>, f: RouterScore) -> Tensor<2> {
+    match f {
+        RouterScore::Softmax => softmax(logits, 1),
+        RouterScore::Sigmoid => sigmoid(logits),
+    }
+}
+
+/// Scores as the load-balance loss reads them: a distribution over the experts (sigmoid
+/// scores normalized, as Megatron's `scores_for_aux_loss`).
+pub fn balance_scores(scores: Tensor<2>, f: RouterScore) -> Tensor<2> {
+    match f {
+        RouterScore::Softmax => scores,
+        RouterScore::Sigmoid => scores.clone() / (scores.sum_dim(1) + 1e-20),
+    }
+}
+
+/// What top-k selects by, per token row ([T, E] row-major): the scores plus the bias.
+pub fn selection(scores: &[f64], experts: usize, bias: Option<&[f64]>) -> Vec<f64> {
+    match bias {
+        None => scores.to_vec(),
+        Some(b) => scores
+            .chunks(experts)
+            .flat_map(|row| row.iter().zip(b).map(|(s, b)| s + b))
+            .collect(),
+    }
+}
+
+/// Whether top-k scores are renormalized: always for softmax, for sigmoid when k > 1.
+pub fn renormalizes(f: RouterScore, k: usize) -> bool {
+    f == RouterScore::Softmax || k > 1
+}
+
+/// The router's scores and each token's top-k experts (or `replay`'s, when given); the host
+/// selection values (scores plus bias) come back beside.
 ///
 /// # Shapes
 /// x: [T, H], router: [H, E]
-pub fn route(x: Tensor<2>, router: Tensor<2>, k: usize, replay: Option<&[Choice]>) -> Routed {
+pub fn route(
+    x: Tensor<2>,
+    router: Tensor<2>,
+    r: Router<'_>,
+    replay: Option<&[Choice]>,
+) -> (Routed, Vec<f64>) {
     let logits = x.matmul(router);
-    let scores = softmax(logits.clone(), 1);
+    let scores = scores(logits.clone(), r.score);
+    let e = scores.dims()[1];
+    let selected = selection(&values(&scores), e, r.bias);
     let choices = match replay {
         Some(c) => c.to_vec(),
-        None => top_k(&values(&scores), scores.dims()[1], k),
+        None => top_k(&selected, e, r.k),
     };
-    Routed {
+    let routed = Routed {
         scores,
         logits,
         choices,
-    }
+        kept: None,
+    };
+    (routed, selected)
 }
 
 /// Host values of a tensor, in f64.
@@ -82,18 +152,22 @@ pub fn top_k(scores: &[f64], experts: usize, k: usize) -> Vec<Choice> {
 /// An expert's MLP: (x, gate, up, down) → output ([`swiglu`], or a faulty one).
 pub type Mlp = fn(Tensor<3>, Tensor<2>, Tensor<2>, Tensor<2>) -> Tensor<3>;
 
-/// How the experts run: which MLP, and whether top-k scores are renormalized.
+/// How the experts run: which MLP, the router's score function, and whether top-k scores are
+/// renormalized.
 #[derive(Clone, Copy)]
 pub struct Dispatch {
     pub mlp: Mlp,
+    pub score: RouterScore,
     pub renormalize: bool,
 }
 
-impl Default for Dispatch {
-    fn default() -> Self {
+impl Dispatch {
+    /// The model's dispatch: SwiGLU experts, scores renormalized as [`renormalizes`] says.
+    pub fn of(score: RouterScore, k: usize) -> Self {
         Self {
             mlp: swiglu,
-            renormalize: true,
+            score,
+            renormalize: renormalizes(score, k),
         }
     }
 }
@@ -112,7 +186,12 @@ pub fn experts(
     let e = routed.scores.dims()[1];
     let k = routed.choices.first().map_or(0, Vec::len);
     let device = x.device();
-    let weights = slot_weights(routed.scores.clone(), &routed.choices, how.renormalize);
+    let weights = slot_weights(
+        routed.scores.clone(),
+        &routed.choices,
+        how.renormalize,
+        routed.kept.as_deref(),
+    );
     let mut out = x.zeros_like();
     for ex in 0..e {
         // (token, slot) pairs routed to this expert, in token order.
@@ -143,22 +222,43 @@ pub fn experts(
 }
 
 /// Each (token, slot)'s weight, [T·k, 1] in token-major order: the token's top-k scores,
-/// renormalized to sum to one (or as they are, when `renormalize` is off).
+/// renormalized to sum to one (or as they are, when `renormalize` is off), zero where `kept`
+/// says the expert dropped the slot.
 ///
 /// # Shapes
 /// scores: [T, E] → [T·k, 1]
-pub fn slot_weights(scores: Tensor<2>, choices: &[Choice], renormalize: bool) -> Tensor<2> {
+pub fn slot_weights(
+    scores: Tensor<2>,
+    choices: &[Choice],
+    renormalize: bool,
+    kept: Option<&[Vec<bool>]>,
+) -> Tensor<2> {
     let t = scores.dims()[0];
     let k = choices.first().map_or(0, Vec::len);
     let idx: Vec<i64> = choices.iter().flatten().map(|&i| i as i64).collect();
     let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [t, k]), &scores.device());
-    let picked = scores.gather(1, idx);
+    let picked = scores.clone().gather(1, idx);
     let weights = if renormalize {
         picked.clone() / picked.sum_dim(1)
     } else {
         picked
     };
-    weights.reshape([t * k, 1])
+    let weights = weights.reshape([t * k, 1]);
+    match kept {
+        None => weights,
+        Some(kept) => {
+            let mask: Vec<f64> = kept
+                .iter()
+                .flatten()
+                .map(|&x| f64::from(u8::from(x)))
+                .collect();
+            let mask = Tensor::<2>::from_data(
+                TensorData::new(mask, [t * k, 1]),
+                (&scores.device(), scores.dtype()),
+            );
+            weights * mask
+        }
+    }
 }
 
 /// Per-sequence expert counts: how many of each sequence's real tokens (position < length)
@@ -241,6 +341,13 @@ mod tests {
     fn top_k_is_best_first_with_ties_to_the_lower_id() {
         let scores = [0.1, 0.4, 0.4, 0.1, 0.7, 0.1, 0.1, 0.1];
         assert_eq!(top_k(&scores, 4, 2), vec![vec![1, 2], vec![0, 1]]);
+    }
+
+    #[test]
+    fn selection_adds_the_bias_per_expert() {
+        let s = selection(&[0.1, 0.2, 0.3, 0.4], 2, Some(&[1.0, 0.0]));
+        assert_eq!(top_k(&s, 2, 1), vec![vec![0], vec![0]]);
+        assert_eq!(top_k(&selection(&[0.1, 0.2], 2, None), 2, 1), vec![vec![1]]);
     }
 
     #[test]

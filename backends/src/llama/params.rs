@@ -37,6 +37,14 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
         match c.experts.filter(|_| c.family.has_experts()) {
             Some(experts) => {
                 out.push(p(n("mlp.router.weight"), &[h, experts as usize]));
+                if c.moe.expert_bias() {
+                    out.push(p(n("mlp.router.expert_bias"), &[experts as usize]));
+                }
+                if let Some(fs) = c.moe.shared_expert_ffn.map(|f| f as usize) {
+                    out.push(p(n("mlp.shared_expert.gate.weight"), &[h, fs]));
+                    out.push(p(n("mlp.shared_expert.up.weight"), &[h, fs]));
+                    out.push(p(n("mlp.shared_expert.down.weight"), &[fs, h]));
+                }
                 for e in 0..experts {
                     out.push(p(n(&format!("mlp.experts.{e}.gate.weight")), &[h, f]));
                     out.push(p(n(&format!("mlp.experts.{e}.up.weight")), &[h, f]));
@@ -53,6 +61,12 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
     out.push(p("norm.weight".into(), &[h]));
     out.push(p("output.weight".into(), &[h, v]));
     out
+}
+
+/// Whether a parameter is a buffer: state the model keeps and checkpoints but no gradient or
+/// optimizer touches (the router's score-correction bias, updated by its own rule).
+pub fn is_buffer(name: &str) -> bool {
+    name.ends_with(".expert_bias")
 }
 
 /// Parameters as tensors. Vectors are held as `[1, n]` so every parameter is a `Tensor<2>`.
@@ -76,7 +90,9 @@ impl Params {
             .into_iter()
             .map(|s| {
                 let n: usize = s.shape.iter().product();
-                let values: Vec<f64> = if s.shape.len() == 1 {
+                let values: Vec<f64> = if is_buffer(&s.name) {
+                    vec![0.0; n]
+                } else if s.shape.len() == 1 {
                     rng::uniform(seed, &s.name, n, 0.1)
                         .into_iter()
                         .map(|x| 1.0 + x)

@@ -15,7 +15,6 @@
 //! Every rank holds distinct tokens here (Megatron requires SP for MoE with TP and EP), so no
 //! token is dispatched twice. Backward runs the same moves transposed (`route.rs`).
 
-use burn::tensor::activation::softmax;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::collective::Comm;
@@ -23,7 +22,7 @@ use super::context::Experts;
 use super::route::{Exchange, Piece, Route};
 use super::stage::StageCtx;
 use super::tape::{Tape, Val};
-use crate::llama::moe::{self, Choice, Dispatch};
+use crate::llama::moe::{self, Choice, Decided, Dispatch};
 
 /// One row a rank sends: its token, its (token, slot) index and its expert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,7 +185,7 @@ fn rotated(route: &Route) -> Route {
 
 impl StageCtx<'_> {
     /// Layer `l`'s experts on every rank's tokens under expert parallelism: `hn` the tokens,
-    /// `logits` the router's, `choices` the experts they are dispatched to. The output per rank,
+    /// `logits` the router's, `decided` the experts they are dispatched to (and the slots kept). The output per rank,
     /// shaped like `hn`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn expert_parallel(
@@ -196,13 +195,14 @@ impl StageCtx<'_> {
         l: u32,
         hn: &[Val],
         logits: &[Val],
-        choices: &[Vec<Choice>],
+        decided: &[Decided],
         how: Dispatch,
         wrong_combine: bool,
     ) -> Vec<Val> {
         let e = self.model.experts.unwrap_or(1) as usize;
         let x = self.experts;
-        let plan = Plan::new(choices, e, x, wrong_combine);
+        let choices: Vec<Vec<Choice>> = decided.iter().map(|d| d.choices.clone()).collect();
+        let plan = Plan::new(&choices, e, x, wrong_combine);
         let n = self.ranks.len();
         let site = |s: &str| format!("layers.{l}.mlp.experts.{s}");
         let exchange = |s: &str, op, back_op, groups, route| Exchange {
@@ -287,8 +287,9 @@ impl StageCtx<'_> {
         tape.per_rank(&self.ranks, &[&combined, hn, logits], |i, v| {
             let [b, s, h] = v[1].dims();
             let sent = &plan.sent[i];
-            let scores = softmax(v[2].clone().reshape([b * s, e]), 1);
-            let weights = moe::slot_weights(scores, &choices[i], how.renormalize);
+            let scores = moe::scores(v[2].clone().reshape([b * s, e]), how.score);
+            let kept = decided[i].kept.as_deref();
+            let weights = moe::slot_weights(scores, &choices[i], how.renormalize, kept);
             let slots = int(sent.iter().map(|r| r.slot as i64).collect());
             let tokens = int(sent.iter().map(|r| r.token as i64).collect());
             let y: Tensor<2> = v[0].clone().squeeze_dim::<2>(0).narrow(0, 0, sent.len());

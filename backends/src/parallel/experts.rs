@@ -10,8 +10,7 @@
 //! Router and expert weights are replicated: under SP their gradients are partial per TP rank
 //! and are all-reduced across TP with the norm weights (`step.rs`).
 
-use burn::tensor::activation::softmax;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 
 use super::collective::Comm;
 use super::context::{Groups, Local};
@@ -20,8 +19,9 @@ use super::stage::LayerFaults;
 use super::stage::StageCtx;
 use super::tape::{Tape, Val};
 use crate::data::IGNORE;
+use crate::llama::balance;
 use crate::llama::layers::swiglu;
-use crate::llama::moe::{self, Choice, Dispatch, Routed};
+use crate::llama::moe::{self, Choice, Decided, Dispatch, Routed};
 
 /// One rank's routing of its tokens in one layer, as the routing level reads it.
 #[derive(Clone, Debug)]
@@ -48,6 +48,9 @@ pub struct MoeOut {
     pub load_balance: f64,
     /// Routing of the ranks holding distinct tokens.
     pub routing: Vec<RouteRecord>,
+    /// With a score-correction bias: each rank's (global rank, layer, tokens routed to each
+    /// expert), for the bias update after the step.
+    pub load: Vec<(usize, u32, Vec<f64>)>,
 }
 
 impl StageCtx<'_> {
@@ -104,15 +107,27 @@ impl StageCtx<'_> {
             .map(|i| self.token_positions(locals, i))
             .collect();
         // Routing is decided on the forward values, as a real router's top-k is.
+        let score = self.model.moe.router();
         let scores: Vec<Vec<f64>> = logits
             .iter()
-            .map(|&v| moe::values(&softmax(flat(tape.value(v)), 1)))
+            .map(|&v| moe::values(&moe::scores(flat(tape.value(v)), score)))
             .collect();
-        // The mesh's own top-k (what the routing level compares), and what it dispatches by:
-        // the reference's, when replayed.
-        let own: Vec<Vec<Choice>> = scores.iter().map(|s| moe::top_k(s, e, k)).collect();
+        // The mesh's own top-k (what the routing level compares), by scores plus the rank's
+        // copy of the bias, and what it dispatches by: the reference's, when replayed.
+        let selected: Vec<Vec<f64>> = scores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| moe::selection(s, e, self.bias(i, l).as_deref()))
+            .collect();
+        let own: Vec<Vec<Choice>> = selected.iter().map(|s| moe::top_k(s, e, k)).collect();
         let choices = self.dispatch_choices(l, rows, &tokens, &own);
         let counts = self.sequence_counts(comm, l, rows, &tokens, &choices, &lengths);
+        if self.model.moe.expert_bias() {
+            for (i, c) in choices.iter().enumerate() {
+                let load = balance::load(c, rows, &tokens[i].0, lengths[i], e);
+                out.load.push((self.ranks[i], l, load));
+            }
+        }
         let unnormalized = self.fault.is_some_and(|f| f.router_unnormalized(l));
         let how = Dispatch {
             mlp: if f.swiglu_wrong_operand {
@@ -120,22 +135,30 @@ impl StageCtx<'_> {
             } else {
                 swiglu
             },
-            renormalize: !unnormalized,
+            score,
+            renormalize: moe::renormalizes(score, k) && !unnormalized,
         };
+        let shape = (rows, tokens.as_slice(), lengths.as_slice());
+        let kept = self.kept(comm, tape, l, shape, &logits, &choices, how);
+        let decided: Vec<Decided> = choices
+            .into_iter()
+            .zip(kept)
+            .map(|(choices, kept)| Decided { choices, kept })
+            .collect();
         let y = if self.experts.parallel() {
             let wrong = self.fault.is_some_and(|f| f.ep_combine_permuted(l));
             if wrong {
                 comm.event(&name("experts.combine"), "rows returned one place off");
             }
-            self.expert_parallel(tape, comm, l, hn, &logits, &choices, how, wrong)
+            self.expert_parallel(tape, comm, l, hn, &logits, &decided, how, wrong)
         } else {
-            self.replicated_experts(tape, hn, &logits, &choices, l, how)
+            self.replicated_experts(tape, hn, &logits, &decided, l, how)
         };
         if unnormalized {
             comm.event(&name("router"), "top-k scores not renormalized");
         }
         let lb = tape.per_rank(&self.ranks, &[&logits], |i, v| {
-            let scores = softmax(flat(v[0].clone()), 1);
+            let scores = moe::balance_scores(moe::scores(flat(v[0].clone()), score), score);
             moe::load_balance(
                 scores,
                 &counts[i],
@@ -164,7 +187,7 @@ impl StageCtx<'_> {
                 first_row: self.first_rows[g.replica_of(i)],
                 rows,
                 positions: tokens[i].0.clone(),
-                scores: scores[i].clone(),
+                scores: selected[i].clone(),
                 choices: own[i].clone(),
             });
         }
@@ -180,7 +203,7 @@ impl StageCtx<'_> {
         tape: &mut Tape,
         hn: &[Val],
         logits: &[Val],
-        choices: &[Vec<Choice>],
+        decided: &[Decided],
         l: u32,
         how: Dispatch,
     ) -> Vec<Val> {
@@ -189,9 +212,10 @@ impl StageCtx<'_> {
             let flat = |t: Tensor<3>, d: usize| t.reshape([b * s, d]);
             let e = v[1].dims()[2];
             let routed = Routed {
-                scores: softmax(flat(v[1].clone(), e), 1),
+                scores: moe::scores(flat(v[1].clone(), e), how.score),
                 logits: flat(v[1].clone(), e),
-                choices: choices[i].clone(),
+                choices: decided[i].choices.clone(),
+                kept: decided[i].kept.clone(),
             };
             let expert = |x: usize| {
                 let n =
@@ -200,33 +224,6 @@ impl StageCtx<'_> {
             };
             moe::experts(flat(v[0].clone(), h), &routed, expert, how).reshape([b, s, h])
         })
-    }
-
-    /// The experts each rank's tokens are dispatched to: the reference's when replayed (looked
-    /// up by global row and position), else the rank's own top-k.
-    fn dispatch_choices(
-        &self,
-        l: u32,
-        rows: usize,
-        tokens: &[(Vec<usize>, std::ops::Range<usize>)],
-        own: &[Vec<Choice>],
-    ) -> Vec<Vec<Choice>> {
-        let Some(replay) = self.replay else {
-            return own.to_vec();
-        };
-        let seq = self.model.seq_len as usize;
-        let g = self.groups();
-        tokens
-            .iter()
-            .enumerate()
-            .map(|(i, (positions, _))| {
-                let first_row = self.first_rows[g.replica_of(i)];
-                (0..rows)
-                    .flat_map(|r| positions.iter().map(move |&p| (first_row + r) * seq + p))
-                    .map(|tok| replay[l as usize][tok].clone())
-                    .collect()
-            })
-            .collect()
     }
 
     /// Each rank's sequences' expert counts over all their tokens: local counts all-reduced
@@ -245,15 +242,11 @@ impl StageCtx<'_> {
         let counts: Vec<Tensor<1>> = (0..self.ranks.len())
             .map(|i| {
                 let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths[i], e);
-                let dtype = count_dtype(self.device);
+                let dtype = super::step::count_dtype(self.device);
                 Tensor::<1>::from_data(TensorData::new(c, [rows * e]), (self.device, dtype))
             })
             .collect();
-        let seq_groups = if self.sp {
-            self.groups().replica_groups()
-        } else {
-            self.groups().cp_rings()
-        };
+        let seq_groups = self.sequence_groups();
         let site = format!("layers.{l}.mlp.router.counts");
         let counts = Groups::each(&seq_groups, &self.ranks, counts, |r, p| {
             comm.all_reduce_sum(&format!("{site}.all_reduce"), r, p)
@@ -264,14 +257,5 @@ impl StageCtx<'_> {
             .collect();
         comm.trace_each(&site, &shown);
         counts.iter().map(moe::values).collect()
-    }
-}
-
-/// Expert counts are exact integers: f64 where the device has it, else f32 (exact below 2^24).
-fn count_dtype(device: &burn::tensor::Device) -> DType {
-    if device.supports_dtype(DType::F64) {
-        DType::F64
-    } else {
-        DType::F32
     }
 }

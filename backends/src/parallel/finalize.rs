@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 use super::collective::Comm;
 use super::step::MeshExec;
 use super::trace::{canon, Canon, Value};
+use crate::llama::is_buffer;
 use crate::sharding::{Placement, ShardingPlan};
 
 type Grads = Vec<IndexMap<String, Tensor<2>>>;
@@ -32,6 +33,7 @@ impl MeshExec<'_> {
             .enumerate()
             .map(|(r, p)| {
                 p.iter()
+                    .filter(|(n, _)| !is_buffer(n))
                     .map(|(n, t)| {
                         let g = acc[r].swap_remove(n).unwrap_or_else(|| t.zeros_like());
                         (n.clone(), g)
@@ -67,6 +69,7 @@ impl MeshExec<'_> {
                     // Replicated weights used on sequence shards: partial gradients per rank.
                     let norms = params[ranks[0]]
                         .keys()
+                        .filter(|n| !is_buffer(n))
                         .filter(|n| {
                             n.contains("norm")
                                 || n.contains(".router.")
@@ -81,6 +84,7 @@ impl MeshExec<'_> {
                 let group = self.dp_group(t, s);
                 let names: Vec<String> = params[group[0]]
                     .keys()
+                    .filter(|n| !is_buffer(n))
                     .filter(|n| !(experts_parallel && is_expert(n)))
                     .cloned()
                     .collect();
@@ -170,7 +174,7 @@ impl MeshExec<'_> {
         let tp = self.mesh.tp as usize;
         let sp = self.mesh.sp && tp > 1;
         let plan = ShardingPlan::llama(self.model, self.mesh);
-        for rule in &plan.rules {
+        for rule in plan.rules.iter().filter(|r| !is_buffer(&r.name)) {
             // Holders of each block, in rank order: its replicas.
             let mut holders: Vec<Vec<usize>> = Vec::new();
             for rank in 0..grads.len() {

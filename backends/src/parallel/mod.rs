@@ -3,6 +3,7 @@
 //!
 //! - `collective.rs` — the communicator: every call logged by site, faults injected there;
 //! - `experts.rs` — the moe family's routed MLP on a stage's ranks;
+//! - `router.rs` — the router's host-side decisions: own top-k, replay, capacity drops;
 //! - `dispatch.rs` — expert parallelism: tokens to their experts' ranks and back;
 //! - `finalize.rs` — gradient finalization: the TP, DP and expert-DP reductions;
 //! - `fault.rs` — the catalogued mutations and where each one acts;
@@ -25,6 +26,7 @@ mod finalize;
 pub mod pipeline;
 mod ring;
 pub mod route;
+mod router;
 pub mod schedule;
 pub mod stage;
 pub mod step;

@@ -4,7 +4,7 @@
 //! with a sub-communicator holding its mail), as the stages of a real pipeline run on their own
 //! devices.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use burn::tensor::Tensor;
@@ -18,7 +18,7 @@ use super::stage::{Leaves, StageCtx, StageOut};
 use super::step::{scalar, MeshExec};
 use super::trace::Canon;
 use crate::data::Batch;
-use crate::llama::moe::Choice;
+use crate::llama::moe::Decided;
 
 /// What one data-parallel replica (or a lockstep group of them) produced.
 pub(super) struct Replica {
@@ -28,6 +28,9 @@ pub(super) struct Replica {
     pub load_balance: f64,
     /// Routing of its tokens (moe), with each record's first global row.
     pub routing: Vec<(usize, RouteRecord)>,
+    /// With a score-correction bias: tokens each (global rank, layer) routed to each expert,
+    /// summed over the microbatches.
+    pub load: BTreeMap<(usize, u32), Vec<f64>>,
     /// Logits of its microbatches, replica by replica, in order.
     pub logits: Vec<Tensor<3>>,
     /// Accumulated gradients of its ranks.
@@ -38,7 +41,7 @@ pub(super) struct Replica {
 #[derive(Clone, Copy)]
 pub(super) struct StepInput<'a> {
     pub batch: &'a Batch,
-    pub replay: Option<&'a [Vec<Choice>]>,
+    pub replay: Option<&'a [Decided]>,
 }
 
 /// What every action of one replica shares.
@@ -47,8 +50,8 @@ struct Act<'a> {
     ds: Range<usize>,
     /// Sequences in the global batch.
     sequences: usize,
-    /// Routing to replay (moe), per layer and global token.
-    replay: Option<&'a [Vec<Choice>]>,
+    /// Routing to replay (moe), per layer, over the global batch's tokens.
+    replay: Option<&'a [Decided]>,
     /// Per microbatch: each replica's first global row of it.
     first_rows: Vec<Vec<usize>>,
     /// Each (replica, cp rank)'s loss normalizer.
@@ -105,6 +108,7 @@ impl MeshExec<'_> {
         let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
         let mut losses = vec![vec![0.0; mbs]; ds.len()];
         let (mut load_balance, mut routing) = (0.0, Vec::new());
+        let mut load: BTreeMap<(usize, u32), Vec<f64>> = BTreeMap::new();
         let mut logits: Vec<Vec<Option<Tensor<3>>>> = vec![vec![None; mbs]; ds.len()];
         let d = ds.start;
         for tick in ticks {
@@ -152,6 +156,10 @@ impl MeshExec<'_> {
                     } => {
                         load_balance += out.moe.load_balance;
                         routing.extend(out.moe.routing.drain(..).map(|r| (r.first_row, r)));
+                        for (rank, layer, counts) in out.moe.load.drain(..) {
+                            let sum = load.entry((rank, layer)).or_insert(vec![0.0; counts.len()]);
+                            sum.iter_mut().zip(counts).for_each(|(a, b)| *a += b);
+                        }
                         for (k, (l, lg)) in loss.into_iter().flatten().enumerate() {
                             losses[k][mb] = l;
                             logits[k][mb] = Some(lg);
@@ -177,6 +185,7 @@ impl MeshExec<'_> {
             loss: losses.iter().map(|l| l.iter().sum()).collect(),
             load_balance,
             routing,
+            load,
             logits: logits
                 .into_iter()
                 .flatten()

@@ -21,7 +21,7 @@ use super::tape::{Conj, Tape, Val};
 use super::trace::Canon;
 use crate::data::{Batch, IGNORE};
 use crate::llama::layers::{rms_norm, swiglu};
-use crate::llama::moe::Choice;
+use crate::llama::moe::Decided;
 
 /// A rank's parameter shards as autodiff leaves.
 pub type Leaves = IndexMap<String, Tensor<2>>;
@@ -42,8 +42,8 @@ pub struct StageCtx<'a> {
     pub sp: bool,
     /// Sequences in the global batch (the load-balance loss averages over them).
     pub sequences: usize,
-    /// Routing to replay (moe): per layer and global token.
-    pub replay: Option<&'a [Vec<Choice>]>,
+    /// Routing to replay (moe): per layer, over the global batch's tokens.
+    pub replay: Option<&'a [Decided]>,
     /// Each replica's first global row of this microbatch.
     pub first_rows: Vec<usize>,
     /// Every rank's leaves, indexed by global rank.
@@ -264,11 +264,39 @@ impl StageCtx<'_> {
                 &self.ranks,
                 &y,
             );
+            let y = match self.model.moe.shared_expert_ffn {
+                Some(_) => {
+                    let shared = self.tp_mlp(tape, comm, l, "mlp.shared_expert", &hn, f);
+                    tape.per_rank(&self.ranks, &[&y, &shared], |_, v| {
+                        v[0].clone() + v[1].clone()
+                    })
+                }
+                None => y,
+            };
             let out = tape.per_rank(&self.ranks, &[&x, &y], |_, v| v[0].clone() + v[1].clone());
             self.trace_stream(comm, tape, &name("out"), &out);
             return out;
         }
-        let hn = tape.collective(comm, self.enter(), &name("mlp.in"), &self.ranks, &hn);
+        let d = self.tp_mlp(tape, comm, l, "mlp", &hn, f);
+        let out = tape.per_rank(&self.ranks, &[&x, &d], |_, v| v[0].clone() + v[1].clone());
+        self.trace_stream(comm, tape, &name("out"), &out);
+        out
+    }
+
+    /// A tensor-parallel SwiGLU MLP (`PREFIX.gate/up/down.weight`: column-parallel gate and up,
+    /// row-parallel down) on the stream `hn`: the dense model's MLP, and the moe family's shared
+    /// expert (Megatron shards both over TP). Sites `PREFIX.in` and `PREFIX.down`.
+    fn tp_mlp(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        l: u32,
+        prefix: &str,
+        hn: &[Val],
+        f: LayerFaults,
+    ) -> Vec<Val> {
+        let name = |s: &str| format!("layers.{l}.{prefix}.{s}");
+        let hn = tape.collective(comm, self.enter(), &name("in"), &self.ranks, hn);
         let part = tape.per_rank(&self.ranks, &[&hn], |i, v| {
             let mlp = if f.swiglu_wrong_operand {
                 faulty::swiglu_wrong_operand
@@ -277,15 +305,12 @@ impl StageCtx<'_> {
             };
             mlp(
                 v[0].clone(),
-                self.w(i, &name("mlp.gate.weight")),
-                self.w(i, &name("mlp.up.weight")),
-                self.w(i, &name("mlp.down.weight")),
+                self.w(i, &name("gate.weight")),
+                self.w(i, &name("up.weight")),
+                self.w(i, &name("down.weight")),
             )
         });
-        let d = tape.collective(comm, self.leave(), &name("mlp.down"), &self.ranks, &part);
-        let out = tape.per_rank(&self.ranks, &[&x, &d], |_, v| v[0].clone() + v[1].clone());
-        self.trace_stream(comm, tape, &name("out"), &out);
-        out
+        tape.collective(comm, self.leave(), &name("down"), &self.ranks, &part)
     }
 
     /// The computation faults that hit layer `l` on this group, each on record as an event.

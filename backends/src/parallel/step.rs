@@ -6,6 +6,8 @@
 //! Megatron does for token-level losses), so every replica and microbatch contributes on the
 //! oracle's scale and gradients are summed, not averaged.
 
+use std::collections::BTreeMap;
+
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use indexmap::IndexMap;
 use meshparity_specs::{MeshConfig, ModelConfig};
@@ -18,7 +20,7 @@ use super::schedule::{simulate, stage_orders};
 use super::stage::Leaves;
 use super::trace::Value;
 use crate::data::Batch;
-use crate::llama::moe::Choice;
+use crate::llama::moe::Decided;
 
 /// What one step of a mesh (or of the oracle) yields.
 pub struct StepOutput {
@@ -32,6 +34,9 @@ pub struct StepOutput {
     pub logits: Tensor<3>,
     /// Finalized gradients per global rank (the oracle has one rank).
     pub grads: Vec<IndexMap<String, Tensor<2>>>,
+    /// With a score-correction bias: per global rank, each of its layers' load over the global
+    /// batch (tokens routed to each expert), for the bias update.
+    pub loads: Vec<BTreeMap<u32, Vec<f64>>>,
 }
 
 /// A mesh as the step executor sees it.
@@ -98,7 +103,7 @@ impl MeshExec<'_> {
         comm: &mut Comm,
         params: &[IndexMap<String, Tensor<2>>],
         batch: &Batch,
-        replay: Option<&[Vec<Choice>]>,
+        replay: Option<&[Decided]>,
     ) -> Result<StepOutput, String> {
         let m = self.mesh;
         let (dp, cp, pp, mbs) = (
@@ -166,12 +171,14 @@ impl MeshExec<'_> {
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
         let (mut load_balance, mut routing) = (0.0, Vec::new());
+        let mut local_loads = BTreeMap::new();
         for r in replicas {
             let (r, sub) = r?;
             comm.absorb(sub);
             replica_losses.extend(r.loss.iter().map(|&l| f64_tensor(l, self.device)));
             load_balance += r.load_balance;
             routing.extend(r.routing);
+            local_loads.extend(r.load);
             logits_rows.extend(r.logits);
             let mut held: Vec<_> = r.acc.into_iter().collect();
             held.sort_unstable_by_key(|(rank, _)| *rank);
@@ -197,13 +204,61 @@ impl MeshExec<'_> {
                 .remove(0),
         );
         let grads = self.finalize(comm, params, acc);
+        let loads = self.reduce_loads(comm, world, local_loads);
         Ok(StepOutput {
             loss,
             load_balance,
             routing,
             logits: Tensor::cat(logits_rows, 0),
             grads,
+            loads,
         })
+    }
+
+    /// Each layer's expert load over the global batch, on every rank of its stage: the ranks'
+    /// own counts all-reduced over the stage (Megatron's tensor × data × context-parallel
+    /// group; TP ranks without SP count the same tokens, which scales every expert's load alike
+    /// and leaves the sign update as it is).
+    fn reduce_loads(
+        &self,
+        comm: &mut Comm,
+        world: usize,
+        local: BTreeMap<(usize, u32), Vec<f64>>,
+    ) -> Vec<BTreeMap<u32, Vec<f64>>> {
+        let mut out = vec![BTreeMap::new(); world];
+        let mut layers: BTreeMap<u32, Vec<(usize, Vec<f64>)>> = BTreeMap::new();
+        for ((rank, layer), counts) in local {
+            layers.entry(layer).or_default().push((rank, counts));
+        }
+        for (layer, held) in layers {
+            let ranks: Vec<usize> = held.iter().map(|(r, _)| *r).collect();
+            let parts = held
+                .into_iter()
+                .map(|(_, c)| {
+                    let n = c.len();
+                    Tensor::<1>::from_data(
+                        TensorData::new(c, [n]),
+                        (self.device, count_dtype(self.device)),
+                    )
+                })
+                .collect();
+            let site = format!("layers.{layer}.mlp.router.expert_bias");
+            let summed = comm.all_reduce_sum(&format!("{site}.all_reduce"), &ranks, parts);
+            let mut shares = Vec::with_capacity(ranks.len());
+            for (rank, t) in ranks.into_iter().zip(summed) {
+                let load = crate::llama::moe::values(&t);
+                // Traced as shares of the total: the direction the bias moves by, the same
+                // whether TP copies counted their tokens once or tp times.
+                let total = load.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+                shares.push(Value {
+                    shape: vec![load.len()],
+                    data: load.iter().map(|x| x / total).collect(),
+                });
+                out[rank].insert(layer, load);
+            }
+            comm.trace_values(&format!("{site}.load"), shares);
+        }
+        out
     }
 }
 
@@ -211,12 +266,16 @@ impl MeshExec<'_> {
 /// else the widest float it has (WGSL and GLSL kernels have no f64), where token counts below
 /// 2^24 stay exact.
 fn f64_tensor(v: f64, device: &Device) -> Tensor<1> {
-    let dtype = if device.supports_dtype(DType::F64) {
+    Tensor::<1>::from_data(TensorData::new(vec![v], [1]), (device, count_dtype(device)))
+}
+
+/// Token counts' dtype: f64 where the device has it, else f32 (exact below 2^24).
+pub(super) fn count_dtype(device: &Device) -> DType {
+    if device.supports_dtype(DType::F64) {
         DType::F64
     } else {
         DType::F32
-    };
-    Tensor::<1>::from_data(TensorData::new(vec![v], [1]), (device, dtype))
+    }
 }
 
 /// The value of a one-element tensor.

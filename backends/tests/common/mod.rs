@@ -19,6 +19,7 @@ pub fn tiny() -> ModelConfig {
         experts: None,
         top_k: None,
         routing_replay: None,
+        moe: Default::default(),
         engine: None,
         params: Vec::new(),
     }
@@ -33,6 +34,22 @@ pub fn tiny_moe() -> ModelConfig {
         top_k: Some(2),
         ..tiny()
     }
+}
+
+/// The moe family's options all at once: sigmoid scores, the score-correction bias (updated
+/// after every step from the all-reduced load), a TP-sharded shared expert and a capacity
+/// factor that drops routed slots.
+#[allow(dead_code)]
+pub fn tiny_moe_options(policy: meshparity_specs::DropPolicy) -> ModelConfig {
+    let mut m = tiny_moe();
+    m.moe = meshparity_specs::MoeOptions {
+        router: Some(meshparity_specs::RouterScore::Sigmoid),
+        expert_bias: Some(true),
+        shared_expert_ffn: Some(16),
+        capacity_factor: Some(meshparity_specs::moe::CapacityFactor(1.0)),
+        drop_policy: Some(policy),
+    };
+    m
 }
 
 pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {

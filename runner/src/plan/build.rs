@@ -232,7 +232,7 @@ impl Plan {
                 .mutations
                 .selected
                 .iter()
-                .filter(|m| m.applies_to(model_config.family, &mesh))
+                .filter(|m| m.applies_to(model_config, &mesh))
                 .map(|m| m.name.to_owned())
                 .collect(),
         };

@@ -1,0 +1,169 @@
+//! The `moe` family's router and capacity options: what a `[models.NAME]` table of family
+//! `moe` may add beyond `experts` and `top_k`, each off (Mixtral-style softmax router, no
+//! shared expert, dropless) unless written.
+
+use std::hash::{Hash, Hasher};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::decode::{Ctx, Keyword, Table};
+use crate::diagnostic::Diagnostic;
+use crate::source::Loc;
+
+/// How router logits become scores (Megatron's `moe_router_score_function`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RouterScore {
+    /// softmax over the experts (Mixtral, DeepSeek-V2).
+    #[default]
+    Softmax,
+    /// An independent sigmoid per expert (DeepSeek-V3); the load-balance loss uses the scores
+    /// normalized over the experts.
+    Sigmoid,
+}
+
+impl Keyword for RouterScore {
+    const WHAT: &'static str = "router score function";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("softmax", RouterScore::Softmax),
+        ("sigmoid", RouterScore::Sigmoid),
+    ];
+}
+
+/// Which routed (token, expert) pairs an expert over its capacity drops (Megatron's
+/// `moe_token_drop_policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DropPolicy {
+    /// Keep the pairs with the highest router scores.
+    #[default]
+    Probs,
+    /// Keep the earliest tokens of the sequence.
+    Position,
+}
+
+impl Keyword for DropPolicy {
+    const WHAT: &'static str = "drop policy";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("probs", DropPolicy::Probs),
+        ("position", DropPolicy::Position),
+    ];
+}
+
+/// An expert capacity factor (> 0): a number that takes part in a model's identity, compared
+/// and hashed by its bits.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CapacityFactor(pub f64);
+
+impl PartialEq for CapacityFactor {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for CapacityFactor {}
+
+impl Hash for CapacityFactor {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+/// The `moe` options of a model configuration (all `None`: the defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MoeOptions {
+    /// Router score function (`None`: softmax).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterScore>,
+    /// A per-expert score-correction bias added to the scores for top-k selection only (not to
+    /// the weights), updated after every step by a fixed rate towards balanced load (DeepSeek-V3's
+    /// auxiliary-loss-free balancing; Megatron's `moe_router_enable_expert_bias`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_bias: Option<bool>,
+    /// Hidden size of a shared expert every token goes through beside its routed ones
+    /// (Megatron's `moe_shared_expert_intermediate_size`; `None`: no shared expert).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_ffn: Option<u32>,
+    /// Expert capacity per sequence: ⌈factor · k · tokens / experts⌉ (routed pairs over it are
+    /// dropped by `drop_policy`); `None`: dropless.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_factor: Option<CapacityFactor>,
+    /// With a capacity factor: which pairs are dropped (`None`: probs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_policy: Option<DropPolicy>,
+}
+
+/// The score-correction bias's update rate per step (Megatron's
+/// `moe_router_bias_update_rate` default).
+pub const BIAS_UPDATE_RATE: f64 = 1e-3;
+
+impl MoeOptions {
+    pub fn router(&self) -> RouterScore {
+        self.router.unwrap_or_default()
+    }
+
+    pub fn expert_bias(&self) -> bool {
+        self.expert_bias == Some(true)
+    }
+
+    /// The capacity factor and drop policy, when tokens may be dropped.
+    pub fn capacity(&self) -> Option<(f64, DropPolicy)> {
+        self.capacity_factor
+            .map(|c| (c.0, self.drop_policy.unwrap_or_default()))
+    }
+}
+
+/// The moe keys of a `[models.NAME]` table, checked where they are written: each only for
+/// family `moe` (`family` says which), `drop_policy` only beside `capacity_factor`.
+pub fn decode(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'_, '_>,
+    moe: bool,
+    unmoe: &mut Vec<(&'static str, Loc)>,
+) -> MoeOptions {
+    let router = t.keyword::<RouterScore>(cx, "router");
+    let expert_bias = t.bool(cx, "expert_bias");
+    let shared = t.positive(cx, "shared_expert_ffn");
+    let factor = t.limit(cx, "capacity_factor");
+    let policy = t.keyword::<DropPolicy>(cx, "drop_policy");
+    let written = [
+        router.as_ref().map(|v| ("router", &v.loc)),
+        expert_bias.as_ref().map(|v| ("expert_bias", &v.loc)),
+        shared.as_ref().map(|v| ("shared_expert_ffn", &v.loc)),
+        factor.as_ref().map(|v| ("capacity_factor", &v.loc)),
+        policy.as_ref().map(|v| ("drop_policy", &v.loc)),
+    ];
+    if !moe {
+        unmoe.extend(written.into_iter().flatten().map(|(k, l)| (k, l.clone())));
+        return MoeOptions::default();
+    }
+    if let Some(f) = factor.as_ref().filter(|f| f.value <= 0.0) {
+        cx.error(
+            Diagnostic::error(
+                &f.loc,
+                format!("`{}.capacity_factor` must be greater than 0", t.path),
+            )
+            .label("no expert could take a token")
+            .help("1.0 gives each expert its balanced share; leave it out for dropless routing"),
+        );
+    }
+    if let (Some(p), None) = (&policy, &factor) {
+        cx.error(
+            Diagnostic::error(
+                &p.loc,
+                format!("`{}.drop_policy` without `capacity_factor`", t.path),
+            )
+            .label("nothing is dropped without a capacity")
+            .help("add `capacity_factor = 1.25` (say), or remove `drop_policy`"),
+        );
+    }
+    MoeOptions {
+        router: router.map(|r| r.value),
+        expert_bias: expert_bias.map(|b| b.value),
+        shared_expert_ffn: shared.map(|s| s.value),
+        capacity_factor: factor.map(|f| CapacityFactor(f.value)),
+        drop_policy: policy.map(|p| p.value),
+    }
+}
