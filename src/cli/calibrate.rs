@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use meshparity_reports::calibration;
+use meshparity_reports::{calibration, files};
 use meshparity_runner::calibrate::{self, Config, Options};
 use meshparity_runner::Plan;
 use meshparity_specs::{DType, Keyword, Optimizer};
@@ -45,6 +45,10 @@ pub struct Args {
     /// Print the JSON to stdout instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Also add the calibration as a section of this run directory's report.html (a run of the
+    /// same spec: its results.json is read before the sweep starts).
+    #[arg(long, value_name = "RUN_DIR")]
+    report: Option<PathBuf>,
 }
 
 /// More seeds than a sweep can hold in memory (one work item each per unit and configuration)
@@ -82,6 +86,17 @@ pub fn run(args: &Args) -> u8 {
         eprintln!("error: --seeds must be between 1 and {MAX_SEEDS}");
         return exit::SPEC_ERROR;
     }
+    // The run whose report gains the section is read first: a typo must not cost the sweep.
+    let run = match &args.report {
+        Some(dir) => match super::report::read(&dir.join(files::RESULTS)) {
+            Ok(r) => Some((dir, r)),
+            Err(e) => {
+                eprintln!("error: --report: {e}");
+                return exit::SPEC_ERROR;
+            }
+        },
+        None => None,
+    };
     let spec = &loaded.spec;
     let plan = Plan::build(spec);
     let selection = plan.select(&filter, args.select.partition);
@@ -164,6 +179,15 @@ pub fn run(args: &Args) -> u8 {
             eprintln!("error: writing {}: {e}", path.display());
             return exit::INFRA_ERROR;
         }
+    }
+    if let Some((dir, results)) = &run {
+        let path = dir.join(files::HTML);
+        let page = meshparity_reports::html::html_with_calibration(results, &report);
+        if let Err(e) = meshparity_reports::write::atomic(&path, page.as_bytes()) {
+            eprintln!("error: writing {}: {e}", path.display());
+            return exit::INFRA_ERROR;
+        }
+        eprintln!("added the calibration to {}", path.display());
     }
     if args.json {
         println!("{}", String::from_utf8_lossy(&json));

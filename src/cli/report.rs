@@ -35,7 +35,7 @@ pub struct Args {
     html_link: Option<String>,
 }
 
-fn read(path: &Path) -> Result<RunResults, String> {
+pub(crate) fn read(path: &Path) -> Result<RunResults, String> {
     let results: RunResults = meshparity_files::read(path, meshparity_files::Limit::JSON)
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))

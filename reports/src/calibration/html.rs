@@ -7,9 +7,12 @@ use serde::Serialize;
 use super::{short, Calibration, Reading};
 
 const PAGE: &str = include_str!("../../templates/calibration.hbs");
+/// The headroom, margin and limits tables (and errors): the page's body, and the calibration
+/// section of a run's report.
+pub(crate) const TABLES: &str = include_str!("../../templates/calibration_tables.hbs");
 
 #[derive(Serialize)]
-struct View {
+pub(crate) struct View {
     title: String,
     summary: String,
     clean: bool,
@@ -63,8 +66,18 @@ fn reading(r: Option<&Reading>) -> Cell {
 }
 
 pub fn html(c: &Calibration) -> String {
+    let mut hb = Handlebars::new();
+    hb.register_template_string("page", PAGE)
+        .expect("the calibration template parses");
+    hb.register_partial("calibration_tables", TABLES)
+        .expect("the calibration tables parse");
+    hb.render("page", &view(c)).expect("the view renders")
+}
+
+/// What the templates show of a calibration.
+pub(crate) fn view(c: &Calibration) -> View {
     let last = c.first_seed + c.seeds.saturating_sub(1);
-    let view = View {
+    View {
         title: format!("meshparity calibration: {}", c.spec),
         summary: format!(
             "seeds {}..={last}, configurations: {}; {} correct run(s), {} false positive(s); \
@@ -151,9 +164,5 @@ pub fn html(c: &Calibration) -> String {
                 )
             })
             .collect(),
-    };
-    let mut hb = Handlebars::new();
-    hb.register_template_string("page", PAGE)
-        .expect("the calibration template parses");
-    hb.render("page", &view).expect("the view renders")
+    }
 }

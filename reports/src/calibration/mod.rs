@@ -3,7 +3,7 @@
 //! self-contained HTML page (`html.rs`) and as JSON (`calibration.json`, this model serialized;
 //! `format_version` is bumped on incompatible changes). docs/calibrate.md documents the fields.
 
-mod html;
+pub(crate) mod html;
 mod text;
 
 pub use html::html;

@@ -1,0 +1,138 @@
+//! `meshparity calibrate` as a user runs it: progress in a CI log, and the calibration added to
+//! a run's own report.html.
+
+mod common;
+
+use std::process::Command;
+
+fn meshparity() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshparity"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+#[test]
+fn a_calibration_becomes_a_section_of_the_runs_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let filters = ["-f", "mesh=dp2"];
+    let (code, _) = common::run_in_repo(
+        &[&["examples/quickstart.toml"], &filters[..]].concat(),
+        &run,
+    );
+    assert_eq!(code, Some(0));
+    let before = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(!before.contains("id=\"calibration\""));
+    let out = meshparity()
+        .args(["calibrate", "examples/quickstart.toml", "--seeds", "2"])
+        .args(filters)
+        .arg("--out")
+        .arg(dir.path().join("cal"))
+        .arg("--report")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Not a terminal: a line per finished seed run, with the time so far.
+    assert!(
+        stderr.contains("calibrating: 2/2 seed runs, 0m"),
+        "{stderr}"
+    );
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    let section = &page[page
+        .find("<section id=\"calibration\">")
+        .expect("a section")..];
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(
+        section.contains("2 correct run(s), 0 false positive(s)"),
+        "{section}"
+    );
+    for table in ["headroom", "margin", "limits"] {
+        assert!(
+            section.contains(&format!("<table class=\"{table}\">")),
+            "{table}"
+        );
+    }
+    assert!(
+        section.contains("dp-skip-grad-all-reduce"),
+        "the margin rows name the bugs"
+    );
+    // The run's jobs are still all there.
+    assert_eq!(
+        page.matches("<details class=\"job\"").count(),
+        before.matches("<details class=\"job\"").count()
+    );
+    // A real browser builds the section's tables from the page (CI installs chromium).
+    if let Some(dom) = dom(&run.join("report.html")) {
+        let section = &dom[dom
+            .find("id=\"calibration\"")
+            .expect("the section in the DOM")..];
+        assert!(
+            section.contains("<table class=\"margin\"><thead>"),
+            "{section}"
+        );
+        assert!(section.contains("dp-skip-grad-all-reduce"));
+    }
+}
+
+/// The DOM Chromium builds from `page`, or `None` (said) where no chromium runs.
+fn dom(page: &std::path::Path) -> Option<String> {
+    let usable = Command::new("chromium")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !usable {
+        assert!(std::env::var_os("CI").is_none(), "CI installs chromium");
+        eprintln!("skipped the browser check: apt-get install chromium");
+        return None;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[test]
+fn a_report_that_cannot_be_read_stops_the_calibration_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = meshparity()
+        .args([
+            "calibrate",
+            "examples/quickstart.toml",
+            "--seeds",
+            "50",
+            "--report",
+        ])
+        .arg(dir.path().join("no-such-run"))
+        .arg("--out")
+        .arg(dir.path().join("cal"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: --report:") && stderr.contains("results.json"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("calibrating:"),
+        "nothing was swept: {stderr}"
+    );
+}
