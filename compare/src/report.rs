@@ -127,6 +127,12 @@ pub struct MetricResult {
     /// signal / envelope.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_num")]
     pub ratio: Option<f64>,
+    /// Mean over the compared steps, each side: what a performance figure (step time, memory,
+    /// throughput) is read by, base beside feature.
+    #[serde(serialize_with = "num")]
+    pub reference_mean: f64,
+    #[serde(serialize_with = "num")]
+    pub candidate_mean: f64,
     pub verdict: Verdict,
 }
 

@@ -21,6 +21,7 @@ pub mod junit;
 pub mod markdown;
 pub mod merge;
 pub mod model;
+pub mod performance;
 pub mod view;
 pub mod write;
 

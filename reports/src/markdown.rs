@@ -2,7 +2,7 @@
 //! that did not pass with its reason, linked to its section of the HTML report.
 
 use crate::model::{RunResults, Status};
-use crate::view::anchor;
+use crate::view::{anchor, figure};
 
 /// `html` is where the HTML report will be reachable from the reader (a relative path or URL).
 pub fn markdown(results: &RunResults, html: &str) -> String {
@@ -36,6 +36,24 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
                 anchor(j),
                 j.status.as_str(),
                 escape(&j.summary)
+            ));
+        }
+        out.push('\n');
+    }
+    let perf = crate::performance::rows(results);
+    if !perf.is_empty() {
+        out.push_str(
+            "### Performance (reported, not gated)\n\n| job | metric | reference | candidate | ratio |\n|---|---|---:|---:|---:|\n",
+        );
+        for r in perf {
+            out.push_str(&format!(
+                "| [{}]({html}#{}) | {} | {} | {} | {} |\n",
+                escape(&r.job),
+                r.anchor,
+                escape(&r.metric),
+                figure(r.reference),
+                figure(r.candidate),
+                r.ratio.map_or_else(|| "—".into(), |x| format!("{x:.3}×"))
             ));
         }
         out.push('\n');

@@ -25,6 +25,18 @@ pub struct Page {
     pub run_seconds: String,
     /// What a large run's page leaves out, and where to find it.
     pub condensed: Option<String>,
+    /// Performance figures, reference beside candidate (reported, never gated).
+    pub performance: Vec<PerfView>,
+}
+
+#[derive(Serialize)]
+pub struct PerfView {
+    pub job: String,
+    pub anchor: String,
+    pub metric: String,
+    pub reference: String,
+    pub candidate: String,
+    pub ratio: String,
 }
 
 /// Past this many jobs the page condenses: matrix cells show counts per status instead of one
@@ -431,6 +443,26 @@ pub fn page(results: &RunResults) -> Page {
         jobs,
         run_seconds: format!("{:.1}", results.meta.seconds),
         condensed,
+        performance: crate::performance::rows(results)
+            .into_iter()
+            .map(|r| PerfView {
+                job: clean(&r.job),
+                anchor: r.anchor,
+                metric: clean(&r.metric),
+                reference: figure(r.reference),
+                candidate: figure(r.candidate),
+                ratio: r.ratio.map_or_else(|| "—".into(), |x| format!("{x:.3}×")),
+            })
+            .collect(),
+    }
+}
+
+/// A performance figure: four significant digits.
+pub(crate) fn figure(x: f64) -> String {
+    if x != 0.0 && (x.abs() >= 1e5 || x.abs() < 1e-3) {
+        format!("{x:.3e}")
+    } else {
+        format!("{}", (x * 1e4).round() / 1e4)
     }
 }
 

@@ -100,6 +100,16 @@ fn grid_failures_and_curves_render_in_chromium() {
     );
     let failures = r.count(Status::Failed) + r.count(Status::Error) + r.count(Status::Timeout);
     assert_eq!(dom.matches("id=\"failure-job-").count(), failures);
+    // Performance figures side by side, linked to their job; gated metrics are not figures.
+    let perf = &dom[dom
+        .find("<table class=\"performance\">")
+        .expect("the table")..];
+    let perf = &perf[..perf.find("</table>").unwrap()];
+    assert!(
+        perf.contains("<td>step_time_s</td><td>0.25</td><td>0.3</td><td>1.200×</td>"),
+        "{perf}"
+    );
+    assert!(!perf.contains("<td>loss</td>"), "{perf}");
 }
 
 #[test]

@@ -299,6 +299,7 @@ fn metric(
             failing.push(s);
         }
     }
+    let mean = |c: &Curve| steps.iter().map(|s| c.steps[s][name]).sum::<f64>() / steps.len() as f64;
     let mut result = MetricResult {
         name: name.to_owned(),
         gated,
@@ -310,6 +311,8 @@ fn metric(
         envelope: None,
         signal: None,
         ratio: None,
+        reference_mean: mean(a),
+        candidate_mean: mean(b),
         verdict: Verdict::Match,
     };
     if mode == CurveMode::NoiseFloor {

@@ -144,7 +144,9 @@ pub fn results(hostile: bool) -> RunResults {
     );
     curve.detail = level(
         "curve",
-        json!({ "comparisons": [{ "what": "losses", "passed": true, "compared": 4, "reference": "a", "candidate": "b", "report": {} }],
+        json!({ "comparisons": [{ "what": "losses", "passed": true, "compared": 4, "reference": "a", "candidate": "b", "report": { "metrics": [
+                    { "name": "loss", "gated": true, "reference_mean": 4.55, "candidate_mean": 4.55 },
+                    { "name": format!("step_time_s{evil}"), "gated": false, "reference_mean": 0.25, "candidate_mean": 0.3 } ] } }],
                            "losses": { "reference": [4.9, 4.7, 4.4, 4.2], "candidate": [4.9, 4.7, 4.4, 4.2] }, "collectives": 120 }),
     );
     jobs.push(curve);
