@@ -387,7 +387,9 @@ fn the_jax_example_passes_and_catches_its_bugs() {
     assert_eq!(results["jobs"].as_array().unwrap().len(), 12);
     // The program's step times, base beside feature, reported and not gated.
     let summary = std::fs::read_to_string(out.path().join("variants/summary.md")).unwrap();
-    let perf = &summary[summary.find("### Performance").expect("a performance table")..];
+    let perf = &summary[summary
+        .find("### Performance")
+        .expect("a performance table")..];
     assert!(perf.contains("| step_time_s |"), "{perf}");
 }
 

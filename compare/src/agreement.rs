@@ -33,6 +33,18 @@ pub fn decode(dtype: TensorDtype, b: &[u8]) -> Option<f64> {
     })
 }
 
+/// The top-two margin, relative to max(1, |top logit|), at or under which a row's argmax is a
+/// near-tie in `dtype`: 8 machine epsilons, as the routing level's (bf16 6.25e-2, f16 7.8e-3,
+/// f32 9.5e-7, f64 1.8e-15).
+pub fn tie_margin(dtype: TensorDtype) -> f64 {
+    8.0 * match dtype {
+        TensorDtype::BF16 => 2f64.powi(-7),
+        TensorDtype::F16 => 2f64.powi(-10),
+        TensorDtype::F32 => f64::from(f32::EPSILON),
+        _ => f64::EPSILON,
+    }
+}
+
 /// Indices of the k largest values, largest first, ties to the lower index.
 fn top_k(row: &[f64], k: usize) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..row.len()).collect();
@@ -47,6 +59,11 @@ pub struct LogitAgreement {
     pub rows: u64,
     /// Fraction of rows whose argmax agrees.
     pub top1: f64,
+    /// Rows whose reference top-two margin exceeds the dtype's round-off ([`tie_margin`]): the
+    /// rows whose argmax is decided, not a near-tie any reduction order may flip.
+    pub decided_rows: u64,
+    /// Fraction of decided rows whose argmax agrees (1 when none is decided).
+    pub top1_decided: f64,
     /// Mean over rows of |top-k(ref) ∩ top-k(cand)| / k.
     pub topk: f64,
     pub k: usize,
@@ -66,17 +83,35 @@ pub fn logits(
     let k = k.clamp(1, vocab);
     let (a, b) = (row_values(dtype, reference), row_values(dtype, candidate));
     let rows = a.len() / vocab;
-    let (agree, overlap) = a
+    let tie = tie_margin(dtype);
+    let (agree, overlap, decided, decided_agree) = a
         .par_chunks(vocab)
         .zip(b.par_chunks(vocab))
         .map(|(ra, rb)| {
-            let (ta, tb) = (top_k(ra, k), top_k(rb, k));
-            let common = ta.iter().filter(|i| tb.contains(i)).count();
-            ((ta[0] == tb[0]) as u64, common as f64 / k as f64)
+            let (ta, tb) = (top_k(ra, k.max(2).min(vocab)), top_k(rb, k));
+            let common = ta.iter().take(k).filter(|i| tb.contains(i)).count();
+            let same = (ta[0] == tb[0]) as u64;
+            let margin = ta.get(1).map_or(f64::INFINITY, |&j| ra[ta[0]] - ra[j]);
+            let decided = margin > tie * ra[ta[0]].abs().max(1.0);
+            (
+                same,
+                common as f64 / k as f64,
+                decided as u64,
+                same * decided as u64,
+            )
         })
-        .reduce(|| (0, 0.0), |x, y| (x.0 + y.0, x.1 + y.1));
+        .reduce(
+            || (0, 0.0, 0, 0),
+            |x, y| (x.0 + y.0, x.1 + y.1, x.2 + y.2, x.3 + y.3),
+        );
     Some(LogitAgreement {
         rows: rows as u64,
+        decided_rows: decided,
+        top1_decided: if decided == 0 {
+            1.0
+        } else {
+            decided_agree as f64 / decided as f64
+        },
         top1: if rows == 0 {
             1.0
         } else {
@@ -165,6 +200,24 @@ mod tests {
         assert_eq!(r.rows, 2);
         assert_eq!(r.top1, 0.5);
         assert_eq!(r.topk, 0.75);
+        // Both rows decided in f32 (margins 0.4 and 0.1 ≫ 8 ε): the flip in row 1 counts.
+        assert_eq!((r.decided_rows, r.top1_decided), (2, 0.5));
+    }
+
+    /// A near-tie — the reference's top two within the dtype's round-off — is reported, not
+    /// gated: in bf16 (8 ε = 6.25e-2) row 1's margin 0.05 is a tie, row 0's 0.4 is not.
+    #[test]
+    fn top1_decided_leaves_near_ties_out() {
+        let bf16s = |v: &[f32]| -> Vec<u8> {
+            v.iter()
+                .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                .collect()
+        };
+        let a = bf16s(&[0.5, 0.1, 0.9, 0.0, 0.75, 0.1, 0.2, 0.8]);
+        let b = bf16s(&[0.1, 0.5, 0.9, 0.0, 0.8, 0.1, 0.2, 0.75]);
+        let r = logits(TensorDtype::BF16, &[2, 4], &a, &b, 2).unwrap();
+        assert_eq!(r.top1, 0.5);
+        assert_eq!((r.decided_rows, r.top1_decided), (1, 1.0));
     }
 
     #[test]

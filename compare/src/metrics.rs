@@ -123,6 +123,7 @@ impl TensorMetrics {
             "relative_l2" => self.relative_l2,
             "cosine" => self.cosine,
             "top1" => self.logits?.top1,
+            "top1_decided" => self.logits?.top1_decided,
             "topk" => self.logits?.topk,
             "overlap" => self.routing?.overlap,
             "mismatch" => self.routing?.mismatch,

@@ -252,7 +252,10 @@ fn apply<'a>(
 
 /// Whether a metric is a lower bound (cosine, agreement) rather than an upper one.
 pub fn is_minimum(metric: &str) -> bool {
-    matches!(metric, "cosine" | "top1" | "topk" | "overlap")
+    matches!(
+        metric,
+        "cosine" | "top1" | "top1_decided" | "topk" | "overlap"
+    )
 }
 
 /// `k` for top-k agreement from the profile or settings (default 5).

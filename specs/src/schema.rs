@@ -308,7 +308,8 @@ enum ExactKeyword {
 }
 
 /// Metric limits. Which keys a level accepts: forward: atol rtol max_abs max_rel mean_abs_pct
-/// relative_l2 cosine top1 topk k; routing: overlap mismatch; curve: mode rel
+/// relative_l2 cosine top1 top1_decided topk k; routing: overlap mismatch failing_microbatches;
+/// curve: mode rel
 /// allowed_failing_steps investigate fail; oracle: the forward ones but top1/topk/k, plus
 /// layer_average.
 #[derive(JsonSchema)]
@@ -324,6 +325,9 @@ struct Limits {
     cosine: Option<f64>,
     /// Minimum fraction of tokens whose top-1 logit agrees.
     top1: Option<f64>,
+    /// Minimum top-1 agreement over the tokens whose reference top-two margin exceeds the
+    /// dtype's round-off (near-ties reported apart).
+    top1_decided: Option<f64>,
     /// Minimum top-k agreement.
     topk: Option<f64>,
     k: Option<f64>,

@@ -44,6 +44,7 @@ pub fn limit_keys(level: Level) -> &'static [&'static str] {
             "relative_l2",
             "cosine",
             "top1",
+            "top1_decided",
             "topk",
             "k",
         ],
@@ -393,7 +394,10 @@ fn decode_limits(
 
 /// Fractions (cosine, agreement, overlap) live in [0, 1].
 fn check_range(cx: &mut Ctx<'_>, key: &str, x: &Located<f64>) {
-    let fraction = matches!(key, "cosine" | "top1" | "topk" | "overlap" | "mismatch");
+    let fraction = matches!(
+        key,
+        "cosine" | "top1" | "top1_decided" | "topk" | "overlap" | "mismatch"
+    );
     if fraction && x.value > 1.0 {
         cx.error(
             Diagnostic::error(

@@ -23,7 +23,7 @@ pub struct Args {
     profile: String,
     /// Limits instead of the profile's: KEY=VALUE[,KEY=VALUE]. What -t names is exactly what is
     /// gated (atol/rtol not named are 0). Checkpoints: atol, rtol, max_abs, max_rel,
-    /// mean_abs_pct, relative_l2, cosine, top1, topk, k, overlap, mismatch; curves: rel,
+    /// mean_abs_pct, relative_l2, cosine, top1, top1_decided, topk, k, overlap, mismatch; curves: rel,
     /// allowed_failing_steps, investigate, fail.
     #[arg(long, short = 't', value_name = "KEY=VALUE,...")]
     tolerance: Vec<String>,
@@ -106,7 +106,7 @@ fn refuse_inapplicable(args: &Args, tol: &Tolerance, curve: bool) -> Result<(), 
                 if curve {
                     CURVE_KEYS.join(", ")
                 } else {
-                    "atol, rtol, max_abs, max_rel, mean_abs_pct, relative_l2, cosine, top1, topk, k, overlap, mismatch".into()
+                    "atol, rtol, max_abs, max_rel, mean_abs_pct, relative_l2, cosine, top1, top1_decided, topk, k, overlap, mismatch".into()
                 }
             )));
         }
