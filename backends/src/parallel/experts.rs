@@ -15,6 +15,7 @@ use burn::tensor::{Tensor, TensorData};
 use super::collective::Comm;
 use super::context::{Groups, Local};
 use super::faulty;
+use super::router::Tokens;
 use super::stage::LayerFaults;
 use super::stage::StageCtx;
 use super::tape::{Tape, Val};
@@ -106,21 +107,8 @@ impl StageCtx<'_> {
         let tokens: Vec<(Vec<usize>, std::ops::Range<usize>)> = (0..self.ranks.len())
             .map(|i| self.token_positions(locals, i))
             .collect();
-        // Routing is decided on the forward values, as a real router's top-k is.
         let score = self.model.moe.router();
-        let scores: Vec<Vec<f64>> = logits
-            .iter()
-            .map(|&v| moe::values(&moe::scores(flat(tape.value(v)), score)))
-            .collect();
-        // The mesh's own top-k (what the routing level compares), by scores plus the rank's
-        // copy of the bias, and what it dispatches by: the reference's, when replayed.
-        let selected: Vec<Vec<f64>> = scores
-            .iter()
-            .enumerate()
-            .map(|(i, s)| moe::selection(s, e, self.bias(i, l).as_deref()))
-            .collect();
-        let own: Vec<Vec<Choice>> = selected.iter().map(|s| moe::top_k(s, e, k)).collect();
-        let choices = self.dispatch_choices(l, rows, &tokens, &own);
+        let (selected, own, choices) = self.decide(tape, l, rows, &tokens, &logits);
         let counts = self.sequence_counts(comm, l, rows, &tokens, &choices, &lengths);
         if self.model.moe.expert_bias() {
             for (i, c) in choices.iter().enumerate() {
@@ -170,16 +158,7 @@ impl StageCtx<'_> {
             )
             .reshape([1, 1, 1])
         });
-        let z = tape.per_rank(&self.ranks, &[&logits], |i, v| {
-            let local = &locals[g.local_of(i)].batch;
-            let span = &tokens[i].1;
-            let keep: Vec<f64> = (0..rows)
-                .flat_map(|r| span.clone().map(move |p| (r, p)))
-                .map(|(r, p)| f64::from(u8::from(local.targets[r * local.seq_len + p] != IGNORE)))
-                .collect();
-            let keep = self.constant(keep, [rows * span.len()]);
-            moe::z_loss(flat(v[0].clone()), keep, normalizers[g.local_of(i)]).reshape([1, 1, 1])
-        });
+        let z = self.z_losses(tape, locals, &tokens, &logits, normalizers);
         for i in (0..self.ranks.len()).filter(|&i| self.distinct(i)) {
             out.load_balance += moe::values(&tape.value(lb[i]))[0];
             out.routing.push(RouteRecord {
@@ -197,6 +176,31 @@ impl StageCtx<'_> {
 }
 
 impl StageCtx<'_> {
+    /// Each rank's router z-loss over the tokens its cross-entropy counts.
+    fn z_losses(
+        &self,
+        tape: &mut Tape,
+        locals: &[Local],
+        tokens: &Tokens,
+        logits: &[Val],
+        normalizers: &[f64],
+    ) -> Vec<Val> {
+        let g = self.groups();
+        let rows = locals[0].batch.batch;
+        tape.per_rank(&self.ranks, &[logits], |i, v| {
+            let local = &locals[g.local_of(i)].batch;
+            let span = &tokens[i].1;
+            let keep: Vec<f64> = (0..rows)
+                .flat_map(|r| span.clone().map(move |p| (r, p)))
+                .map(|(r, p)| f64::from(u8::from(local.targets[r * local.seq_len + p] != IGNORE)))
+                .collect();
+            let keep = self.constant(keep, [rows * span.len()]);
+            let [b, s, e] = v[0].dims();
+            let logits = v[0].clone().reshape([b * s, e]);
+            moe::z_loss(logits, keep, normalizers[g.local_of(i)]).reshape([1, 1, 1])
+        })
+    }
+
     /// Every rank runs every expert on its own tokens (expert parallelism 1).
     fn replicated_experts(
         &self,

@@ -49,9 +49,41 @@ impl StageCtx<'_> {
         (0..rows).flat_map(move |r| positions.iter().map(move |&p| (first_row + r) * seq + p))
     }
 
+    /// Layer `l`'s routing on every rank, decided on the forward values as a real router's
+    /// top-k is: what top-k selected by (scores plus the rank's copy of the bias), the rank's
+    /// own top-k (what the routing level compares) and the experts it dispatches to (the
+    /// reference's, when replayed).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn decide(
+        &self,
+        tape: &Tape,
+        l: u32,
+        rows: usize,
+        tokens: &Tokens,
+        logits: &[Val],
+    ) -> (Vec<Vec<f64>>, Vec<Vec<Choice>>, Vec<Vec<Choice>>) {
+        let (e, k) = (
+            self.model.experts.unwrap_or(1) as usize,
+            self.model.top_k.unwrap_or(1) as usize,
+        );
+        let selected: Vec<Vec<f64>> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let v = tape.value(v);
+                let [b, s, _] = v.dims();
+                let scores = moe::scores(v.reshape([b * s, e]), self.model.moe.router());
+                moe::selection(&moe::values(&scores), e, self.bias(i, l).as_deref())
+            })
+            .collect();
+        let own: Vec<Vec<Choice>> = selected.iter().map(|s| moe::top_k(s, e, k)).collect();
+        let choices = self.dispatch_choices(l, rows, tokens, &own);
+        (selected, own, choices)
+    }
+
     /// The experts each rank's tokens are dispatched to: the reference's when replayed (looked
     /// up by global row and position), else the rank's own top-k.
-    pub(super) fn dispatch_choices(
+    fn dispatch_choices(
         &self,
         l: u32,
         rows: usize,
