@@ -28,7 +28,7 @@ fn the_release_sweeps_expert_and_context_parallel_moe_cells_pass() {
         "ep-expert-grad-sync-skipped",
         "cp-stale-kv-chunk",
         "moe-capacity-local-tokens",
-        "moe-expert-bias-local-load",
+        "moe-expert-bias-one-rank",
     ] {
         assert!(mutations.contains(&bug), "{bug} not in the partition");
     }

@@ -260,7 +260,7 @@ fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, l
 fn phase(path: &str) -> &'static str {
     if path.contains(".bwd.") {
         "backward"
-    } else if path.starts_with("grad.") || path.ends_with(".expert_bias.load") {
+    } else if path.starts_with("grad.") || path.contains(".expert_bias") {
         "gradients"
     } else {
         "forward"
@@ -274,6 +274,8 @@ fn what(path: &str) -> &'static str {
         "activation received from the previous stage"
     } else if ends(".expert_bias.load") {
         "expert load moving the score-correction bias (shares of the global batch's tokens)"
+    } else if ends(".expert_bias") {
+        "score-correction bias after the step's update"
     } else if path.starts_with("loss.tokens") {
         "loss normalizer: the global token count"
     } else if path.starts_with("grad.") && ends(".accumulated") {

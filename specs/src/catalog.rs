@@ -43,7 +43,7 @@ pub enum Id {
     ExpertGradDenseGroup,
     ExpertGradSyncSkipped,
     CapacityLocalTokens,
-    ExpertBiasLocalLoad,
+    ExpertBiasOneRank,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -242,10 +242,10 @@ pub const CATALOG: &[Mutation] = &[
         "expert capacity is decided on each rank's own tokens (Megatron's per-rank capacity) instead of each whole sequence's: where SP or CP split a sequence, other routed slots are dropped than on one device",
         &[Experts, Capacity, SplitSequences], Forward, "layers.0.mlp.combine.fwd.in",
         &["MoE: token dropping that depends on the layout (capacity from local token counts)"]),
-    m(ExpertBiasLocalLoad, "moe-expert-bias-local-load",
-        "the score-correction bias moves by each rank's own expert load instead of the load all-reduced over the global batch: ranks' biases drift apart and from the single-device one",
-        &[Experts, ExpertBias, DistinctTokens], Gradients, "layers.0.mlp.router.expert_bias.load",
-        &["MoE: auxiliary-loss-free bias updated from local instead of global token counts"]),
+    m(ExpertBiasOneRank, "moe-expert-bias-one-rank",
+        "the score-correction bias is moved on the first rank of each stage only (an update outside the optimizer guarded by a rank check): the other replicas keep the old bias and drift apart",
+        &[Experts, ExpertBias, StageRanks], Gradients, "layers.0.mlp.router.expert_bias",
+        &["MoE: state updated outside the optimizer (the auxiliary-loss-free bias) on one replica only"]),
 ];
 
 /// Published classes that no entry reproduces.

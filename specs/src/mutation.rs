@@ -36,8 +36,8 @@ pub enum Needs {
     Edp,
     /// Expert-data-parallel groups that are not the dense data-parallel groups (ep·etp ≠ tp).
     ExpertGroups,
-    /// Ranks holding different tokens: dp > 1, or sequences split (SP, CP).
-    DistinctTokens,
+    /// More than one rank per pipeline stage (replicas of a stage's replicated state).
+    StageRanks,
     /// A moe model with a capacity factor (tokens may be dropped).
     Capacity,
     /// A moe model with the score-correction bias.
@@ -66,7 +66,7 @@ impl Needs {
             // On a stage's ranks, the dense dp groups are the residues mod tp, the edp groups
             // those mod ep·etp: the same partition exactly when the moduli are equal.
             Needs::ExpertGroups => m.ep * m.etp > 1 && m.ep * m.etp != m.tp,
-            Needs::DistinctTokens => m.dp > 1 || (m.sp && m.tp > 1) || m.cp > 1,
+            Needs::StageRanks => m.world_size() / u64::from(m.pp.max(1)) > 1,
             // Properties of the model: see `Mutation::applies_to`.
             Needs::Capacity | Needs::ExpertBias => true,
         }
@@ -88,7 +88,7 @@ impl Needs {
         "split-sequences",
         "edp",
         "expert-groups",
-        "distinct-tokens",
+        "stage-ranks",
         "capacity",
         "expert-bias",
     ];
@@ -109,7 +109,7 @@ impl Needs {
             "split-sequences" => Needs::SplitSequences,
             "edp" => Needs::Edp,
             "expert-groups" => Needs::ExpertGroups,
-            "distinct-tokens" => Needs::DistinctTokens,
+            "stage-ranks" => Needs::StageRanks,
             "capacity" => Needs::Capacity,
             "expert-bias" => Needs::ExpertBias,
             _ => return None,
@@ -132,9 +132,7 @@ impl Needs {
             Needs::SplitSequences => "sp with tp > 1, or cp > 1",
             Needs::Edp => "expert-dp > 1 (dp·tp·cp > ep·etp)",
             Needs::ExpertGroups => "expert-dp groups unlike the dense dp groups (ep·etp ≠ tp)",
-            Needs::DistinctTokens => {
-                "ranks holding different tokens (dp > 1, sp with tp > 1, or cp > 1)"
-            }
+            Needs::StageRanks => "more than one rank per pipeline stage",
             Needs::Capacity => "a moe model with capacity_factor",
             Needs::ExpertBias => "a moe model with expert_bias",
         }

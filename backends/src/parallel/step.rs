@@ -204,7 +204,7 @@ impl MeshExec<'_> {
                 .remove(0),
         );
         let grads = self.finalize(comm, params, acc);
-        let loads = self.reduce_loads(comm, world, local_loads);
+        let loads = self.reduce_loads(comm, params, local_loads);
         Ok(StepOutput {
             loss,
             load_balance,
@@ -215,17 +215,18 @@ impl MeshExec<'_> {
         })
     }
 
-    /// Each layer's expert load over the global batch, on every rank of its stage: the ranks'
-    /// own counts all-reduced over the stage (Megatron's tensor × data × context-parallel
-    /// group; TP ranks without SP count the same tokens, which scales every expert's load alike
-    /// and leaves the sign update as it is).
+    /// Each layer's expert load over the global batch, on every rank of its stage that moves
+    /// its bias by it: the ranks' own counts all-reduced over the stage (Megatron's tensor ×
+    /// data × context-parallel group; TP ranks without SP count the same tokens, which scales
+    /// every expert's load alike and leaves the sign update as it is). Traced: the load as
+    /// shares of the total, and each rank's bias after the update.
     fn reduce_loads(
         &self,
         comm: &mut Comm,
-        world: usize,
+        params: &[IndexMap<String, Tensor<2>>],
         local: BTreeMap<(usize, u32), Vec<f64>>,
     ) -> Vec<BTreeMap<u32, Vec<f64>>> {
-        let mut out = vec![BTreeMap::new(); world];
+        let mut out = vec![BTreeMap::new(); params.len()];
         let mut layers: BTreeMap<u32, Vec<(usize, Vec<f64>)>> = BTreeMap::new();
         for ((rank, layer), counts) in local {
             layers.entry(layer).or_default().push((rank, counts));
@@ -244,21 +245,36 @@ impl MeshExec<'_> {
                 .collect();
             let site = format!("layers.{layer}.mlp.router.expert_bias");
             let summed = comm.all_reduce_sum(&format!("{site}.all_reduce"), &ranks, parts);
-            let mut shares = Vec::with_capacity(ranks.len());
-            for (rank, t) in ranks.into_iter().zip(summed) {
+            // The catalogued bug: only the stage's first rank moves its bias.
+            let one_rank = comm.fault().is_some_and(|f| f.bias_one_rank(layer));
+            if one_rank && ranks.len() > 1 {
+                comm.event(&site, "moved on the stage's first rank only");
+            }
+            let (mut shares, mut next) = (Vec::new(), Vec::new());
+            for (j, (rank, t)) in ranks.into_iter().zip(summed).enumerate() {
                 let load = crate::llama::moe::values(&t);
-                // Traced as shares of the total: the direction the bias moves by, the same
-                // whether TP copies counted their tokens once or tp times.
                 let total = load.iter().sum::<f64>().max(f64::MIN_POSITIVE);
-                shares.push(Value {
-                    shape: vec![load.len()],
-                    data: load.iter().map(|x| x / total).collect(),
-                });
+                shares.push(values(load.iter().map(|x| x / total).collect()));
+                let bias = crate::llama::moe::values(&params[rank][&site]);
+                if one_rank && j > 0 {
+                    next.push(values(bias));
+                    continue;
+                }
+                next.push(values(crate::llama::balance::update_bias(&bias, &load)));
                 out[rank].insert(layer, load);
             }
             comm.trace_values(&format!("{site}.load"), shares);
+            comm.trace_values(&site, next);
         }
         out
+    }
+}
+
+/// A traced vector.
+fn values(data: Vec<f64>) -> Value {
+    Value {
+        shape: vec![data.len()],
+        data,
     }
 }
 
