@@ -53,6 +53,20 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
+    // The shared expert is a tensor-parallel MLP like the dense one.
+    if let Some(shared) = &model.shared_expert_ffn {
+        rule(
+            divides(shared.value, tp),
+            format!(
+                "shared_expert_ffn ({}) is not divisible by tp ({tp})",
+                shared.value
+            ),
+            "the shared expert is split across tp ranks like the dense MLP",
+            &mesh.tp.loc,
+            &shared.loc,
+            "model",
+        );
+    }
     let cp = mesh.cp.value;
     if mesh.sp.value {
         let (shards, of) = if cp > 1 {

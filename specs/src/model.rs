@@ -82,6 +82,8 @@ pub struct Model {
     pub top_k: Option<Located<u32>>,
     pub routing_replay: Option<Located<bool>>,
     pub moe: MoeOptions,
+    /// Where `shared_expert_ffn` is written (mesh rules point at it).
+    pub shared_expert_ffn: Option<Located<u32>>,
     /// `None`: the run's default dtype.
     pub dtype: Option<Located<DType>>,
     /// `None`: the run's device.
@@ -124,7 +126,7 @@ impl Model {
         let routing_replay = t.bool(cx, "routing_replay");
         let is_moe = family.as_ref().is_some_and(|f| f.value.has_experts());
         let mut unmoe = Vec::new();
-        let moe = crate::moe::decode(cx, &mut t, is_moe, &mut unmoe);
+        let (moe, shared_expert_ffn) = crate::moe::decode(cx, &mut t, is_moe, &mut unmoe);
         let dtype = t.keyword::<DType>(cx, "dtype");
         let device = t.device(cx, "device");
         let engine = t.string(cx, "engine");
@@ -184,6 +186,7 @@ impl Model {
             top_k,
             routing_replay,
             moe,
+            shared_expert_ffn,
             dtype,
             device,
             engine,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decode::{Ctx, Keyword, Table};
 use crate::diagnostic::Diagnostic;
-use crate::source::Loc;
+use crate::source::{Loc, Located};
 
 /// How router logits become scores (Megatron's `moe_router_score_function`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -116,13 +116,14 @@ impl MoeOptions {
 }
 
 /// The moe keys of a `[models.NAME]` table, checked where they are written: each only for
-/// family `moe` (`family` says which), `drop_policy` only beside `capacity_factor`.
+/// family `moe` (`family` says which), `drop_policy` only beside `capacity_factor`. The shared
+/// expert's size comes back located too: mesh rules (divisible by tp) point at it.
 pub fn decode(
     cx: &mut Ctx<'_>,
     t: &mut Table<'_, '_>,
     moe: bool,
     unmoe: &mut Vec<(&'static str, Loc)>,
-) -> MoeOptions {
+) -> (MoeOptions, Option<Located<u32>>) {
     let router = t.keyword::<RouterScore>(cx, "router");
     let expert_bias = t.bool(cx, "expert_bias");
     let shared = t.positive(cx, "shared_expert_ffn");
@@ -137,7 +138,7 @@ pub fn decode(
     ];
     if !moe {
         unmoe.extend(written.into_iter().flatten().map(|(k, l)| (k, l.clone())));
-        return MoeOptions::default();
+        return (MoeOptions::default(), None);
     }
     if let Some(f) = factor.as_ref().filter(|f| f.value <= 0.0) {
         cx.error(
@@ -159,11 +160,12 @@ pub fn decode(
             .help("add `capacity_factor = 1.25` (say), or remove `drop_policy`"),
         );
     }
-    MoeOptions {
+    let options = MoeOptions {
         router: router.map(|r| r.value),
         expert_bias: expert_bias.map(|b| b.value),
-        shared_expert_ffn: shared.map(|s| s.value),
+        shared_expert_ffn: shared.as_ref().map(|s| s.value),
         capacity_factor: factor.map(|f| CapacityFactor(f.value)),
         drop_policy: policy.map(|p| p.value),
-    }
+    };
+    (options, shared)
 }

@@ -309,3 +309,17 @@ fn moe_options_load_into_the_model_config() {
         Some((1.25, meshparity_specs::DropPolicy::Position))
     );
 }
+
+/// The shared expert is TP-sharded like the dense MLP: a size tp does not divide is refused at
+/// the mesh, pointing at the model's key, before anything runs.
+#[test]
+fn a_shared_expert_tp_cannot_split_is_refused_where_it_is_written() {
+    let heads =
+        heads_of("[models.m]\nfamily = \"moe\"\nshared_expert_ffn = 33\n\n[meshes.tp2]\ntp = 2\n");
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.contains("shared_expert_ffn (33) is not divisible by tp (2)")),
+        "{heads:?}"
+    );
+}
