@@ -6,7 +6,7 @@ use meshparity_engine::{files, replay, Description, Engine, EngineError, Manifes
 use meshparity_specs::{DType, Field, Level, MeshConfig, ModelConfig, Unsupported};
 
 use crate::device::{self, Adapter, DeviceError};
-use crate::levels::{self, Setup};
+use crate::levels::{self, Roundtrip, Setup};
 use crate::parallel::Fault;
 use crate::support;
 use crate::train;
@@ -113,11 +113,11 @@ impl Engine for Backend {
             return self.reference(req);
         };
         let fault = fault(&setup, req)?;
-        let roundtrip = req
-            .levels
-            .contains(&Level::Roundtrip)
-            .then_some(req.reference)
-            .flatten();
+        let roundtrip = match req.reference {
+            _ if !req.levels.contains(&Level::Roundtrip) => Roundtrip::No,
+            Some(dir) => Roundtrip::Reference(dir),
+            None => Roundtrip::OwnSeed,
+        };
         let len = req.length();
         let replay = replay(req)?;
         self.on_device(|| {
@@ -172,8 +172,7 @@ impl Engine for Backend {
 /// The reference's routing, for a moe model's mesh runs and traces to replay (none for dense
 /// models, a model with `routing_replay = false`, or a reference that recorded none).
 fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
-    let wanted = req.model.family.has_experts() && req.model.routing_replay != Some(false);
-    let Some(dir) = req.reference.filter(|_| wanted) else {
+    let Some(dir) = req.reference.filter(|_| req.model.replays_routing()) else {
         return Ok(None);
     };
     let path = dir.join(files::ROUTING_REPLAY);

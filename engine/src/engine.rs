@@ -25,7 +25,10 @@ pub struct RunRequest<'a> {
     pub mutation: Option<&'a str>,
     /// The reference's artifact directory (mesh runs, and traces): the roundtrip level converts
     /// its seed checkpoint to the mesh's shards and back; an engine may replay what the
-    /// reference recorded (the burn engine replays its MoE routing).
+    /// reference recorded (the burn engine replays its MoE routing). `None` for a mesh run the
+    /// planner starts beside the reference (a built-in dense model): the engine then makes the
+    /// seed checkpoint itself, from the same seed, and the roundtrip judge still compares it
+    /// with the reference's file.
     pub reference: Option<&'a Path>,
     /// Where the artifacts go; created if missing.
     pub out: &'a Path,

@@ -196,14 +196,82 @@ fn models_with_equal_configs_share_one_reference_job() {
         .collect();
     assert_eq!(refs.len(), 2, "a and a-again share; b has its own");
     assert_eq!(refs[0].models, vec!["a", "a-again"]);
-    // Both models' checks hang off the shared reference.
+    // Both models' first levels (2 models × 2 meshes) hang off the shared reference.
     let shared = plan.node(refs[0].id).unwrap();
     let dependents: Vec<_> = plan
         .jobs()
         .filter(|(n, _)| plan.dependencies(*n).contains(&shared))
-        .map(|(_, j)| j.name.clone())
+        .map(|(_, j)| j)
         .collect();
     assert_eq!(dependents.len(), 4, "{dependents:?}");
+    assert!(dependents
+        .iter()
+        .all(|j| matches!(j.kind, JobKind::Check { .. }) && j.model() != "b"));
+}
+
+/// A dense model's meshes train beside their reference (the built-in engine makes the seed
+/// checkpoint itself); a moe model's replay the reference's routing, so they wait for it.
+/// Every level waits for both.
+#[test]
+fn only_trainings_that_read_the_reference_wait_for_it() {
+    let spec = spec_from(
+        r#"
+[models.dense]
+layers = 2
+
+[models.routed]
+family = "moe"
+experts = 4
+top_k = 2
+
+[models.unreplayed]
+family = "moe"
+experts = 4
+top_k = 2
+routing_replay = false
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+levels = ["roundtrip", "forward", "oracle"]
+
+[mutations]
+select = ["all"]
+"#,
+    );
+    let plan = Plan::build(&spec);
+    // Whether `n` comes after a job `want` picks, directly or through others.
+    let after = |n, want: fn(&JobKind) -> bool| {
+        let mut stack = plan.dependencies(n);
+        while let Some(d) = stack.pop() {
+            if want(&plan.graph[d].kind) {
+                return true;
+            }
+            stack.extend(plan.dependencies(d));
+        }
+        false
+    };
+    let reference = |k: &JobKind| *k == JobKind::Reference;
+    let train = |k: &JobKind| matches!(k, JobKind::Train { .. });
+    for (node, job) in plan.jobs() {
+        match &job.kind {
+            JobKind::Train { .. } => {
+                assert_eq!(plan.dependencies(node).is_empty(), job.model() != "routed");
+                assert_eq!(
+                    after(node, reference),
+                    job.model() == "routed",
+                    "{}",
+                    job.name
+                );
+            }
+            JobKind::Check { .. } | JobKind::Mutation { .. } => {
+                assert!(after(node, reference), "{}", job.name);
+                assert!(after(node, train), "{}", job.name);
+            }
+            _ => {}
+        }
+    }
 }
 
 #[test]

@@ -66,6 +66,15 @@ pub struct ModelConfig {
     pub params: Vec<(String, String)>,
 }
 
+impl ModelConfig {
+    /// Whether its mesh runs replay the reference's routing decisions, so need the
+    /// reference's artifacts before they can train (a moe model, unless `routing_replay =
+    /// false`).
+    pub fn replays_routing(&self) -> bool {
+        self.family.has_experts() && self.routing_replay != Some(false)
+    }
+}
+
 /// A model as written, every field located for messages.
 #[derive(Clone, Debug)]
 pub struct Model {

@@ -18,7 +18,7 @@ use meshparity_engine::{checkpoint, Description, Shards};
 use meshparity_specs::{DType, ModelConfig, Training};
 
 pub use reference::reference;
-pub use run::run;
+pub use run::{run, Roundtrip};
 
 use crate::train::RunError;
 

@@ -15,15 +15,25 @@ use crate::parallel::Fault;
 use crate::sharding::{Placement, ShardingPlan, Shards};
 use crate::train;
 
-/// Train `mesh` for `len` and write its artifacts; with `reference`, also convert the
-/// reference's seed checkpoint to this mesh's shards and back (the roundtrip level). `replay`
-/// is the reference's routing (moe), replayed.
+/// Whether a mesh run also does the roundtrip level's conversion, and of which seed checkpoint.
+#[derive(Clone, Copy, Debug)]
+pub enum Roundtrip<'a> {
+    No,
+    /// The reference's `seed.safetensors` in this directory.
+    Reference(&'a Path),
+    /// The same checkpoint made here from the seed (a mesh training beside its reference).
+    OwnSeed,
+}
+
+/// Train `mesh` for `len` and write its artifacts; with a `conversion`, also convert a seed
+/// checkpoint to this mesh's shards and back (the roundtrip level). `replay` is the
+/// reference's routing (moe), replayed.
 pub fn run(
     setup: &Setup<'_>,
     mesh: &MeshConfig,
     len: Length,
     fault: Option<Fault>,
-    reference: Option<&Path>,
+    conversion: Roundtrip<'_>,
     replay: Option<&train::Replay>,
     out: &Path,
 ) -> Result<Manifest, LevelError> {
@@ -38,8 +48,17 @@ pub fn run(
     };
     let mut written = Vec::new();
     let mut altered = Vec::new();
-    if let Some(reference) = reference {
-        let seed = checkpoint::load(&reference.join(files::SEED))?;
+    let seed = match conversion {
+        Roundtrip::No => None,
+        Roundtrip::Reference(dir) => Some(checkpoint::load(&dir.join(files::SEED))?),
+        Roundtrip::OwnSeed => Some(train::seed_checkpoint(
+            setup.model,
+            setup.training.seed,
+            setup.device,
+            setup.burn_dtype(),
+        )),
+    };
+    if let Some(seed) = seed {
         let save_fault = fault.and_then(Fault::save).filter(|_| mesh.tp > 1);
         let back = roundtrip(&plan, &seed, out, save_fault)?;
         if let Some(f) = save_fault {

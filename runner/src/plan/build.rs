@@ -194,7 +194,9 @@ impl Plan {
         let kind = JobKind::Train {
             levels: levels.clone(),
         };
-        let train = self.add(base(id, format!("{prefix}/train"), kind), &[reference]);
+        let waits = trains_on_reference(model_config, spec);
+        let train_deps: &[NodeIndex] = if waits { &[reference] } else { &[] };
+        let train = self.add(base(id, format!("{prefix}/train"), kind), train_deps);
         let mut prev = train;
         for l in &cell.levels {
             let id = JobId::of(&Identity::Check {
@@ -214,7 +216,9 @@ impl Plan {
             );
             job.tolerance = Some(l.table.to_owned());
             job.limits = Some(l.limits.clone());
-            prev = self.add(job, &[prev, train]);
+            // The first level waits for the reference too (the train job may not have).
+            let after = if prev == train { reference } else { prev };
+            prev = self.add(job, &[after, train]);
         }
         if !cell.mutations {
             return;
@@ -282,4 +286,14 @@ impl Plan {
         deps.sort();
         deps
     }
+}
+
+/// Whether a mesh's training reads its reference's artifacts, so must wait for it: a user's
+/// program may be handed the reference's seed checkpoint (`{{seed_checkpoint}}`), and a moe
+/// model's meshes replay the reference's routing. The built-in engine makes the seed
+/// checkpoint itself from the seed, so a dense model's meshes train beside their reference
+/// (on a machine with free slots, the run's length is the longest training, not the
+/// reference's plus a mesh's); its levels still wait for both.
+fn trains_on_reference(model: &ModelConfig, spec: &Spec) -> bool {
+    spec.engine_of(model).is_some() || model.replays_routing()
 }

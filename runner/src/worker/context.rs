@@ -63,10 +63,13 @@ impl Context<'_> {
             JobKind::Train { levels } if self.job.variant.is_some() => {
                 self.engine.run(&self.request(levels, &tmp))?
             }
+            // Planned beside its reference (see the planner), it makes its own seed.
             JobKind::Train { levels } => {
-                let reference = self.reference_dir()?;
+                let reference = dependency(self.plan, self.node, |j| j.kind == JobKind::Reference)
+                    .map(|job| self.dir_of(job))
+                    .transpose()?;
                 let req = RunRequest {
-                    reference: Some(&reference),
+                    reference: reference.as_deref(),
                     ..self.request(levels, &tmp)
                 };
                 self.engine.run(&req)?
