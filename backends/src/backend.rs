@@ -96,6 +96,11 @@ impl Engine for Backend {
         support::supports(model, mesh, dtype)
     }
 
+    /// A run trains as many steps as its levels need (a forward-only run one step).
+    fn runs_to_length(&self) -> bool {
+        true
+    }
+
     fn mutations(&self) -> Vec<String> {
         Fault::all().map(|f| f.name().to_owned()).collect()
     }

@@ -70,6 +70,75 @@ pub fn check(
     })
 }
 
+/// [`check`] for a mutation run, stopping at its first catch: the levels are judged in stages
+/// of growing run length — those a one-step run answers (roundtrip, forward, routing), then
+/// those within `oracle_steps` (oracle), then the rest (curve) — and a longer run is trained
+/// only when every level so far passed. Most bugs show in the first step's logits or gradients,
+/// so most mutation runs train one or two steps instead of `steps`; a bug only the curve
+/// catches costs the shorter runs more. An engine whose runs do not follow the asked length
+/// ([`Engine::runs_to_length`]) is judged on one whole run. The outcomes are those of the last stage run (a run
+/// caught early lists only the levels judged up to its catch).
+pub fn check_until_caught(
+    engine: &dyn Engine,
+    req: &RunRequest<'_>,
+    levels: &[(Level, Limits)],
+    reference: &Path,
+    judged: &Path,
+) -> Result<Checked, CheckError> {
+    let steps = |l: Level| {
+        RunRequest {
+            levels: &[l],
+            ..*req
+        }
+        .length()
+        .steps
+        .max(1)
+    };
+    if !engine.runs_to_length() {
+        return check(engine, req, levels, reference, judged);
+    }
+    let mut stages: Vec<usize> = levels.iter().map(|(l, _)| steps(*l)).collect();
+    stages.sort_unstable();
+    stages.dedup();
+    let start = Instant::now();
+    let mut checked = None;
+    for (i, &until) in stages.iter().enumerate() {
+        let now: Vec<(Level, Limits)> = levels
+            .iter()
+            .filter(|(l, _)| steps(*l) <= until)
+            .cloned()
+            .collect();
+        let asked: Vec<Level> = now.iter().map(|(l, _)| *l).collect();
+        if i > 0 {
+            // The previous stage passed: a longer run, from a clean directory.
+            let _ = std::fs::remove_dir_all(req.out);
+            let _ = std::fs::remove_dir_all(judged);
+        }
+        let stage = check(
+            engine,
+            &RunRequest {
+                levels: &asked,
+                ..*req
+            },
+            &now,
+            reference,
+            judged,
+        )?;
+        let caught = stage.outcomes.iter().any(|o| !o.passed);
+        checked = Some(stage);
+        if caught {
+            break;
+        }
+    }
+    let Some(last) = checked else {
+        return check(engine, req, levels, reference, judged);
+    };
+    Ok(Checked {
+        seconds: start.elapsed().as_secs_f64(),
+        ..last
+    })
+}
+
 /// Where `req`'s run first leaves the reference: both traced by `engine` into `dir`
 /// (`reference/`, `run/`) and compared site by site. `None` when the engine cannot trace.
 pub fn localize(

@@ -8,6 +8,8 @@
 //!   built-in limits;
 //! - every mutation the engine offers that applies to a mesh is caught there, and altered
 //!   something (was injected at all);
+//! - an engine whose runs train only as long as asked catches each mutation judged in stages
+//!   as on one whole run, by levels that fail there too;
 //! - a missing artifact is a judge error naming the file, never a pass;
 //! - (optionally) two reference runs are bit-identical, for engines that promise it.
 
@@ -16,9 +18,10 @@ use std::path::Path;
 use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Training};
 
 use crate::artifact::{files, Manifest};
-use crate::check::check;
+use crate::check::{check, check_until_caught};
 use crate::engine::{Engine, RunRequest};
 use crate::judge::{Judge, JudgeError};
+use crate::mutation::MutationOutcome;
 
 /// What to run the suite on.
 pub struct Setup<'a> {
@@ -122,12 +125,46 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
                     if !m.caught {
                         failures.push(format!("{tag}: mutation `{name}`: {}", m.summary()));
                     }
+                    if engine.runs_to_length() {
+                        let staged = dir.join(format!("staged-{i}-{name}"));
+                        failures.extend(
+                            staged_agrees(engine, &req, setup.levels, &reference, &staged, &m)
+                                .map(|f| format!("{tag}: mutation `{name}`: {f}")),
+                        );
+                    }
                 }
                 Err(e) => failures.push(format!("{tag}: mutation `{name}`: {e}")),
             }
         }
     }
     failures
+}
+
+/// An engine whose shorter runs are the prefixes of longer ones ([`Engine::runs_to_length`])
+/// must give a mutation judged in stages ([`check_until_caught`]) the verdict of one whole
+/// run, caught by levels that fail there too.
+fn staged_agrees(
+    engine: &dyn Engine,
+    req: &RunRequest<'_>,
+    levels: &[(Level, Limits)],
+    reference: &Path,
+    dir: &Path,
+    whole: &MutationOutcome,
+) -> Option<String> {
+    let run = dir.join("run");
+    let req = RunRequest { out: &run, ..*req };
+    let staged = match check_until_caught(engine, &req, levels, reference, dir) {
+        Ok(c) => c.mutation(whole.mutation.as_str()),
+        Err(e) => return Some(format!("judged in stages: {e}")),
+    };
+    let agrees = staged.caught == whole.caught
+        && staged.caught_by.iter().all(|l| whole.caught_by.contains(l));
+    (!agrees).then(|| {
+        format!(
+            "judged in stages: caught {} by {:?}; one whole run: caught {} by {:?}",
+            staged.caught, staged.caught_by, whole.caught, whole.caught_by
+        )
+    })
 }
 
 /// A second reference run must write the same bytes.

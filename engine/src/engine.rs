@@ -121,6 +121,14 @@ pub trait Engine {
         true
     }
 
+    /// Whether a run trains only as long as its levels need ([`RunRequest::length`]), so a
+    /// shorter run is cheaper. A user's program runs its own step count whatever is asked, so
+    /// the command engine says no and a mutation is judged on one whole run
+    /// ([`crate::check_until_caught`]).
+    fn runs_to_length(&self) -> bool {
+        false
+    }
+
     /// Mutation names this engine can inject.
     fn mutations(&self) -> Vec<String>;
 

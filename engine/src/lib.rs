@@ -33,7 +33,9 @@ pub mod tensor;
 pub mod update;
 
 pub use artifact::{files, ArtifactError, Manifest};
-pub use check::{check, checkpoint_site, localize, CheckError, Checked, ReferenceTrace};
+pub use check::{
+    check, check_until_caught, checkpoint_site, localize, CheckError, Checked, ReferenceTrace,
+};
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};
 pub use finding::Finding;
 pub use gate::Gate;

@@ -133,6 +133,8 @@ pub fn run(args: &Args) -> u8 {
         scratch: args.out.join("scratch"),
         mutation_seeds: args.mutation_seeds,
         localize: true,
+        // The table's margins are each mutation's strongest signal over every level.
+        first_catch: false,
     };
     let start = Instant::now();
     // On a terminal one line redrawn in place; in a CI log or a pipe one line per finished seed

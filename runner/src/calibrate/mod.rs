@@ -95,4 +95,8 @@ pub struct Options {
     pub mutation_seeds: Option<u64>,
     /// Localize every mutation run (the detection table's site column).
     pub localize: bool,
+    /// Judge each mutation run only up to the stage that catches it
+    /// ([`meshparity_engine::check_until_caught`]): most runs then train one or two steps, and
+    /// a margin is that of the levels judged, not of every level.
+    pub first_catch: bool,
 }

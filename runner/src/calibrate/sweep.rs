@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use meshparity_engine::{check, Gate, Outcome, ReferenceTrace, RunRequest};
+use meshparity_engine::{check, check_until_caught, Gate, Outcome, ReferenceTrace, RunRequest};
 use meshparity_specs::{DType, Level, Spec};
 use rayon::prelude::*;
 
@@ -92,6 +92,7 @@ pub fn sweep(
                     .mutation_seeds
                     .is_none_or(|n| seed - opts.first_seed < n),
                 localize: opts.localize,
+                first_catch: opts.first_catch,
             };
             let out = run_unit(spec, engines, (c, what), unit, seed, &dir);
             let _ = std::fs::remove_dir_all(&dir);
@@ -107,6 +108,7 @@ pub fn sweep(
 struct Runs {
     mutations: bool,
     localize: bool,
+    first_catch: bool,
 }
 
 fn run_unit(
@@ -205,7 +207,14 @@ fn run_unit(
                 ..req
             };
             let mut s = sample(mesh, mutation);
-            match check(engine.as_ref(), &req, &mesh.levels, &reference, &here) {
+            // A mutation run stops at its first catch; a correct run is judged at every level.
+            let judged = match mutation {
+                Some(_) if what.first_catch => {
+                    check_until_caught(engine.as_ref(), &req, &mesh.levels, &reference, &here)
+                }
+                _ => check(engine.as_ref(), &req, &mesh.levels, &reference, &here),
+            };
+            match judged {
                 Ok(c) => {
                     s.levels = c.outcomes.iter().map(LevelSample::of).collect();
                     s.injected = !c.manifest.altered.is_empty();
