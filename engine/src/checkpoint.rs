@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use indexmap::IndexMap;
+pub use meshparity_compare::safetensors::sync_to_disk;
 use meshparity_compare::safetensors::{write, TensorData};
 use meshparity_compare::{Checkpoint, InputError};
 

@@ -8,4 +8,4 @@ mod read;
 mod write;
 
 pub use read::{SafetensorsFile, TensorView};
-pub use write::{write, TensorData};
+pub use write::{sync_to_disk, write, TensorData};

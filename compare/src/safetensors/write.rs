@@ -2,8 +2,22 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::dtype::TensorDtype;
+
+/// Whether [`write`] flushes each file to disk before renaming it into place.
+static SYNC: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`write`] flushes each file to disk (`fsync`) before renaming it into place, for this
+/// whole process; on by default, since a run's artifacts are its evidence and must survive a
+/// machine crash beside the result that cites them. Either way a reader never sees a torn file
+/// (the rename), and a killed process loses nothing (the page cache outlives it). A calibration
+/// sweep turns it off: its scratch files are judged and deleted within a second, and flushing
+/// them was a quarter of the sweep's wall time (quickstart, 2 seeds: 20.2 s → 14.7 s).
+pub fn sync_to_disk(on: bool) {
+    SYNC.store(on, Ordering::Relaxed);
+}
 
 /// One tensor to write.
 pub struct TensorData<'a> {
@@ -65,7 +79,10 @@ pub fn write(
         for t in tensors {
             f.write_all(t.bytes)?;
         }
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        let f = f.into_inner().map_err(|e| e.into_error())?;
+        if SYNC.load(Ordering::Relaxed) {
+            f.sync_all()?;
+        }
     }
     std::fs::rename(&tmp, path)
 }

@@ -72,6 +72,8 @@ pub fn sweep(
         path: opts.scratch.display().to_string(),
         source,
     })?;
+    // Scratch: every run's files are judged and removed within a second (for the whole process).
+    meshparity_engine::checkpoint::sync_to_disk(false);
     let mut items = Vec::new();
     for (c, us) in units.iter().enumerate() {
         for (u, unit) in us.iter().enumerate() {
