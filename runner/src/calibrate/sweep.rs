@@ -72,8 +72,9 @@ pub fn sweep(
         path: opts.scratch.display().to_string(),
         source,
     })?;
-    // Scratch: every run's files are judged and removed within a second (for the whole process).
-    meshparity_engine::checkpoint::sync_to_disk(false);
+    // Scratch: every run's files are judged and removed within a second. The switch is the
+    // process's; it is put back when the sweep ends.
+    let synced = meshparity_engine::checkpoint::sync_to_disk(false);
     let mut items = Vec::new();
     for (c, us) in units.iter().enumerate() {
         for (u, unit) in us.iter().enumerate() {
@@ -102,6 +103,7 @@ pub fn sweep(
             out
         })
         .collect();
+    meshparity_engine::checkpoint::sync_to_disk(synced);
     Ok(samples)
 }
 
