@@ -1,4 +1,4 @@
-//! The GPU backend end to end: the quickstart on `--device gpu`, every level and mutation
+//! The GPU backend end to end: the quickstart on `--device gpu`, every level and every mutation
 //! passing with the GPU tolerance table, and the device recorded for every job.
 //!
 //! Built only with `--features gpu` (CI: `cargo test --profile gpu --features gpu --test gpu`,
@@ -56,7 +56,12 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let quickstart = Path::new("examples/quickstart.toml");
-    let (code, log, r) = run(quickstart, &["--device", "gpu"], &dir);
+    // Every level on every mesh; the mutations on the two meshes that between them take every
+    // one the quickstart injects (dp2-tp2-pp2: dp, tp, pp, microbatches; tp2-sp: sequence
+    // parallelism). The other meshes' mutations repeat those bugs on fewer dimensions: on the
+    // software adapter they would double the test's time (CI's budget) and add no code path.
+    let only_two = "name!=*/dp2/mutation*,*/tp2/mutation*,*/pp2/mutation*";
+    let (code, log, r) = run(quickstart, &["--device", "gpu", "-f", only_two], &dir);
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(r["meta"]["backend"], "burn-wgpu");
     let name = gpu["name"].as_str().unwrap();
@@ -66,15 +71,15 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         r["meta"]
     );
     let jobs = r["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 92);
-    let mut mutations = 0;
+    assert_eq!(jobs.len(), 61);
+    let mut mutations = std::collections::BTreeSet::new();
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j}");
         assert_eq!(j["device"], "gpu", "{j}");
         assert!(j["adapter"].as_str().unwrap().contains(name), "{j}");
         assert!(j["reproduce"].as_str().unwrap().contains("--device gpu"));
         if j["kind"] == "mutation" {
-            mutations += 1;
+            mutations.insert(j["detail"]["mutation"].as_str().unwrap().to_owned());
             assert!(
                 !j["detail"]["caught_by"].as_array().unwrap().is_empty(),
                 "{j}"
@@ -82,7 +87,8 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
             assert_eq!(j["detail"]["localized_as_injected"], true, "{j}");
         }
     }
-    assert_eq!(mutations, 66);
+    // Every dense mutation in the catalog that applies to the quickstart's meshes.
+    assert_eq!(mutations.len(), 22, "{mutations:?}");
     // The JUnit and HTML reports name the adapter too.
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="device" value="gpu""#));
