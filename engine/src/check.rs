@@ -110,9 +110,12 @@ pub fn check_until_caught(
             .collect();
         let asked: Vec<Level> = now.iter().map(|(l, _)| *l).collect();
         if i > 0 {
-            // The previous stage passed: a longer run, from a clean directory.
+            // The previous stage passed: a longer run, from a clean directory. Only what the
+            // stages wrote goes: `judged` may hold the caller's own files (a runner job's).
             let _ = std::fs::remove_dir_all(req.out);
-            let _ = std::fs::remove_dir_all(judged);
+            for (level, _) in levels {
+                let _ = std::fs::remove_dir_all(judged.join(level.as_str()));
+            }
         }
         let stage = check(
             engine,
@@ -159,11 +162,26 @@ pub struct ReferenceTrace {
 }
 
 impl ReferenceTrace {
+    /// A trace to be made in `dir` on first use.
     pub fn new(dir: PathBuf) -> Self {
         Self {
             dir,
             traced: OnceLock::new(),
         }
+    }
+
+    /// A trace another job already made, complete, in `dir` (the runner's jobs share one per
+    /// reference: published by an atomic rename, so a directory that exists is whole).
+    pub fn made(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            traced: OnceLock::from(true),
+        }
+    }
+
+    /// Whether the trace is in its directory: made here or found made.
+    pub fn is_made(&self) -> bool {
+        self.traced.get() == Some(&true)
     }
 
     /// Trace `req`'s run into `run` and compare it site by site with the reference (traced

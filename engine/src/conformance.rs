@@ -153,10 +153,22 @@ fn staged_agrees(
 ) -> Option<String> {
     let run = dir.join("run");
     let req = RunRequest { out: &run, ..*req };
+    // A caller's own file beside the judged levels (a runner job's record) must outlive the
+    // stages.
+    let theirs = dir.join("callers-file");
+    if std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&theirs, b"kept"))
+        .is_err()
+    {
+        return Some("cannot make a scratch file".into());
+    }
     let staged = match check_until_caught(engine, &req, levels, reference, dir) {
         Ok(c) => c.mutation(whole.mutation.as_str()),
         Err(e) => return Some(format!("judged in stages: {e}")),
     };
+    if !theirs.is_file() {
+        return Some("judged in stages: removed a file it did not write".into());
+    }
     let agrees = staged.caught == whole.caught
         && staged.caught_by.iter().all(|l| whole.caught_by.contains(l));
     (!agrees).then(|| {

@@ -180,7 +180,10 @@ impl Context<'_> {
         ))
     }
 
-    /// Train the mesh with the bug injected and judge it at every level of its cell.
+    /// Train the mesh with the bug injected and judge it at the levels of its cell, in stages
+    /// of growing run length up to the first that catches it
+    /// ([`meshparity_engine::check_until_caught`]): the job's verdict is the whole run's (the
+    /// conformance suite holds engines to that), and most bugs are caught after one step.
     pub fn mutation(&self, mutation: &str) -> Result<WorkerResult, WorkerError> {
         let reference = self.reference_dir()?;
         let levels = level_limits(self.plan, self.node);
@@ -191,16 +194,31 @@ impl Context<'_> {
             reference: Some(&reference),
             ..self.request(&names, &run)
         };
-        let checked =
-            meshparity_engine::check(self.engine, &req, &levels, &reference, &self.args.out)?;
+        let checked = meshparity_engine::check_until_caught(
+            self.engine,
+            &req,
+            &levels,
+            &reference,
+            &self.args.out,
+        )?;
         let mut o = checked.mutation(mutation);
         let trace = self.args.out.join("trace");
-        let traced = meshparity_engine::ReferenceTrace::new(trace.join("reference"));
+        let shared = self.shared_trace_dir(&reference, &req);
+        let traced = match &shared {
+            Some(dir) if dir.is_dir() => meshparity_engine::ReferenceTrace::made(dir.clone()),
+            _ => meshparity_engine::ReferenceTrace::new(trace.join("reference")),
+        };
         let found = locate_mutation(self.engine, &req, &o, &traced, &trace.join("run"));
         let found = found.unwrap_or_else(|e| {
             eprintln!("localizing the mutation: {e}");
             None
         });
+        if let Some(dir) = shared.filter(|d| !d.is_dir() && traced.is_made()) {
+            // The first of the run's mutation jobs to trace the reference hands it to the rest;
+            // a rename onto a directory another job published first fails, and this job's
+            // copy stays its own.
+            let _ = std::fs::rename(trace.join("reference"), dir);
+        }
         if let Some(l) = found {
             o.localized(l);
         }
@@ -210,6 +228,18 @@ impl Context<'_> {
             o.seconds,
             Finding::Mutation(o),
         ))
+    }
+
+    /// Where this run's mutation jobs share the trace of their reference (`reference`): one
+    /// per reference and run length, in the run's scratch directory, so the reference is
+    /// traced once per run instead of once per mutation. `None` when the directory has no name
+    /// to key it by.
+    fn shared_trace_dir(&self, reference: &Path, req: &RunRequest<'_>) -> Option<PathBuf> {
+        let name = reference.file_name()?.to_string_lossy();
+        let steps = RunRequest { mesh: None, ..*req }.length().steps;
+        let dir = self.args.scratch.join(format!("trace-{name}-{steps}"));
+        std::fs::create_dir_all(&self.args.scratch).ok()?;
+        Some(dir)
     }
 
     /// Where a failed level's mesh run first leaves the reference: the roundtrip level's
