@@ -7,9 +7,11 @@
 //! ([`write_atomic`]), and a run directory is held by one process at a time ([`Lock`]).
 
 mod atomic;
+mod flush;
 mod lock;
 mod regular;
 
 pub use atomic::{temp_sibling, write_atomic, write_replace};
+pub use flush::flush_filesystems;
 pub use lock::{Lock, LockError};
 pub use regular::{open, read, read_to_string, Limit};

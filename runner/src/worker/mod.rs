@@ -196,6 +196,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         loaded = Some(load(args)?);
     }
     std::fs::create_dir_all(&args.out).map_err(io("creating", &args.out))?;
+    // Everything this job writes is flushed to disk once, before its result (below), instead
+    // of file by file.
+    meshparity_engine::checkpoint::sync_to_disk(false);
     let spec = loaded.as_ref().map(|l| &l.spec);
     let target = Target {
         spec,
@@ -223,6 +226,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         JobKind::Mutation { mutation, .. } => ctx.mutation(mutation)?,
     };
     result.adapter = adapter;
+    // The artifacts and records the result cites reach the disk before it exists.
+    meshparity_files::flush_filesystems(&[&args.out, &args.cache, &args.scratch])
+        .map_err(io("flushing to disk", &args.out))?;
     let path = args.out.join(RESULT_FILE);
     let bytes = serde_json::to_vec_pretty(&result).expect("results serialize");
     // Read by the runner a moment later; what must survive a crash is its record in
