@@ -1,8 +1,8 @@
 //! The GPU backend end to end: the quickstart on `--device gpu`, every level and every mutation
 //! passing with the GPU tolerance table, and the device recorded for every job.
 //!
-//! Built only with `--features gpu` (CI: `cargo test --profile gpu --features gpu --test gpu`,
-//! on Mesa's software Vulkan adapter when the machine has no GPU).
+//! Built only with `--features gpu` (CI: `cargo test --profile ci-gpu --features gpu --test
+//! gpu`, on Mesa's software adapter when the machine has no GPU).
 #![cfg(feature = "gpu")]
 
 use std::path::Path;
