@@ -203,7 +203,7 @@ impl Context<'_> {
         )?;
         let mut o = checked.mutation(mutation);
         let trace = self.args.out.join("trace");
-        let shared = self.shared_trace_dir(&reference, &req);
+        let shared = self.shared_trace_dir(&reference);
         let traced = match &shared {
             Some(dir) if dir.is_dir() => meshparity_engine::ReferenceTrace::made(dir.clone()),
             _ => meshparity_engine::ReferenceTrace::new(trace.join("reference")),
@@ -230,16 +230,14 @@ impl Context<'_> {
         ))
     }
 
-    /// Where this run's mutation jobs share the trace of their reference (`reference`): one
-    /// per reference and run length, in the run's scratch directory, so the reference is
-    /// traced once per run instead of once per mutation. `None` when the directory has no name
-    /// to key it by.
-    fn shared_trace_dir(&self, reference: &Path, req: &RunRequest<'_>) -> Option<PathBuf> {
+    /// Where this run's mutation jobs share the trace of their reference (`reference`, whose
+    /// directory name is its content key; the trace's length is the reference's, whatever the
+    /// mesh), in the run's scratch directory, so the reference is traced once per run instead
+    /// of once per mutation. `None` when the directory has no name to key it by.
+    fn shared_trace_dir(&self, reference: &Path) -> Option<PathBuf> {
         let name = reference.file_name()?.to_string_lossy();
-        let steps = RunRequest { mesh: None, ..*req }.length().steps;
-        let dir = self.args.scratch.join(format!("trace-{name}-{steps}"));
         std::fs::create_dir_all(&self.args.scratch).ok()?;
-        Some(dir)
+        Some(self.args.scratch.join(format!("trace-{name}")))
     }
 
     /// Where a failed level's mesh run first leaves the reference: the roundtrip level's
