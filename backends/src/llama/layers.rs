@@ -180,14 +180,26 @@ fn expand_kv(t: Tensor<4>, group: usize) -> Tensor<4> {
         .reshape([b, n * group, s, d])
 }
 
+/// x·W for every token, as one [B·S, H]×[H, O] product. The batched [B, S, H]×[1, H, O] form
+/// runs B products of S rows each and, backward, materializes a [B, H, O] weight gradient and
+/// sums it over B: on a 4-layer hidden-512 llama one training step took 20% longer that way.
+///
+/// # Shapes
+/// x: [B, S, H], w: [H, O] → [B, S, O]
+pub fn linear(x: Tensor<3>, w: Tensor<2>) -> Tensor<3> {
+    let [b, s, h] = x.dims();
+    let o = w.dims()[1];
+    x.reshape([b * s, h]).matmul(w).reshape([b, s, o])
+}
+
 /// SwiGLU MLP: (silu(x·Wg) ⊙ x·Wu)·Wd.
 ///
 /// # Shapes
 /// x: [B, S, H], gate/up: [H, F], down: [F, H] → [B, S, H]
 pub fn swiglu(x: Tensor<3>, gate: Tensor<2>, up: Tensor<2>, down: Tensor<2>) -> Tensor<3> {
-    let g = silu(x.clone().matmul(gate.unsqueeze()));
-    let u = x.matmul(up.unsqueeze());
-    (g * u).matmul(down.unsqueeze())
+    let g = silu(linear(x.clone(), gate));
+    let u = linear(x, up);
+    linear(g * u, down)
 }
 
 /// Sum of token cross-entropies (not a mean: normalization is the caller's, by the *global*

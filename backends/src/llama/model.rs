@@ -4,7 +4,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use meshparity_specs::ModelConfig;
 
 use super::balance;
-use super::layers::{attention, attention_mask, cross_entropy_sum, rms_norm, rope, swiglu};
+use super::layers::{attention, attention_mask, cross_entropy_sum, linear, rms_norm, rope, swiglu};
 use super::moe::{self, Decided};
 use super::params::Params;
 use crate::data::{Batch, IGNORE};
@@ -59,12 +59,12 @@ pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> F
         let w = |name: &str| p.get(&format!("layers.{l}.{name}"));
         let hn = rms_norm(x.clone(), w("attn_norm.weight"));
         let heads = |t: Tensor<3>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
-        let q = heads(hn.clone().matmul(w("attn.q.weight").unsqueeze()), nq);
-        let k = heads(hn.clone().matmul(w("attn.k.weight").unsqueeze()), nkv);
-        let v = heads(hn.matmul(w("attn.v.weight").unsqueeze()), nkv);
+        let q = heads(linear(hn.clone(), w("attn.q.weight")), nq);
+        let k = heads(linear(hn.clone(), w("attn.k.weight")), nkv);
+        let v = heads(linear(hn, w("attn.v.weight")), nkv);
         let a = attention(rope(q, 0), rope(k, 0), v, mask.clone());
         let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
-        x = x + a.matmul(w("attn.o.weight").unsqueeze());
+        x = x + linear(a, w("attn.o.weight"));
         let hn = rms_norm(x.clone(), w("mlp_norm.weight"));
         x = x + match aux.as_mut() {
             Some(aux) => moe_mlp(c, p, l, hn, batch, aux),
@@ -77,7 +77,7 @@ pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> F
         };
     }
     let x = rms_norm(x, p.get("norm.weight"));
-    let logits = x.matmul(p.get("output.weight").unsqueeze());
+    let logits = linear(x, p.get("output.weight"));
     let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets);
     Forward {
         logits,

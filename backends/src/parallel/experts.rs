@@ -21,7 +21,7 @@ use super::stage::StageCtx;
 use super::tape::{Tape, Val};
 use crate::data::IGNORE;
 use crate::llama::balance;
-use crate::llama::layers::swiglu;
+use crate::llama::layers::{linear, swiglu};
 use crate::llama::moe::{self, Choice, Decided, Dispatch, Routed};
 
 /// One rank's routing of its tokens in one layer, as the routing level reads it.
@@ -97,8 +97,7 @@ impl StageCtx<'_> {
             t.reshape([b * s, d])
         };
         let logits = tape.per_rank(&self.ranks, &[hn], |i, v| {
-            v[0].clone()
-                .matmul(self.w(i, &name("router.weight")).unsqueeze())
+            linear(v[0].clone(), self.w(i, &name("router.weight")))
         });
         let rows = locals[0].batch.batch;
         let lengths: Vec<&[usize]> = (0..self.ranks.len())

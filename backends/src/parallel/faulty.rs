@@ -6,7 +6,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::Tensor;
 
 use super::fault::{NormFault, WRONG_EPS};
-use crate::llama::layers::{rope_at, NORM_EPS};
+use crate::llama::layers::{linear, rope_at, NORM_EPS};
 
 /// RMSNorm with the wrong epsilon or the wrong power.
 pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>, fault: NormFault) -> Tensor<3> {
@@ -26,10 +26,10 @@ pub fn swiglu_wrong_operand(
     up: Tensor<2>,
     down: Tensor<2>,
 ) -> Tensor<3> {
-    let g = silu(x.clone().matmul(gate.unsqueeze()));
-    let u = x.matmul(up.unsqueeze());
+    let g = silu(linear(x.clone(), gate));
+    let u = linear(x, up);
     let wrong = g.clone() * g.clone().detach() - (g.clone() * g.clone()).detach();
-    (g.detach() * u + wrong).matmul(down.unsqueeze())
+    linear(g.detach() * u + wrong, down)
 }
 
 /// RoPE whose backward returns its two half-gradients swapped: the value of `rope(x)`, the

@@ -18,7 +18,7 @@ use super::faulty;
 use super::stage::{LayerFaults, StageCtx};
 use super::tape::{Conj, Tape, Val};
 use crate::llama::layers::{
-    attention, attention_block, attention_mask, attention_mask_at, merge_blocks, rope_at,
+    attention, attention_block, attention_mask, attention_mask_at, linear, merge_blocks, rope_at,
 };
 
 /// [B, S, N·D] → [B, N, S, D]
@@ -62,7 +62,7 @@ impl StageCtx<'_> {
         hn: &[Val],
         f: LayerFaults,
     ) -> Vec<Val> {
-        let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}")).unsqueeze();
+        let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}"));
         let (nq, nkv, hd) = self.head_dims();
         let g = self.groups();
         // One mask per replica (their rows' lengths differ).
@@ -75,13 +75,13 @@ impl StageCtx<'_> {
             let (b, s) = (local.batch.batch, local.batch.seq_len);
             let mask = masks[g.local_of(i)].clone();
             let h = v[0].clone();
-            let q = heads(h.clone().matmul(w(i, "attn.q.weight")), nq, hd);
-            let k = heads(h.clone().matmul(w(i, "attn.k.weight")), nkv, hd);
-            let v = heads(h.matmul(w(i, "attn.v.weight")), nkv, hd);
+            let q = heads(linear(h.clone(), w(i, "attn.q.weight")), nq, hd);
+            let k = heads(linear(h.clone(), w(i, "attn.k.weight")), nkv, hd);
+            let v = heads(linear(h, w(i, "attn.v.weight")), nkv, hd);
             let rot = |t| Self::rotate(t, &local.positions, f);
             let a = attention(rot(q), rot(k), v, mask);
             let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
-            a.matmul(w(i, "attn.o.weight"))
+            linear(a, w(i, "attn.o.weight"))
         })
     }
 
@@ -95,14 +95,14 @@ impl StageCtx<'_> {
         hn: &[Val],
         f: LayerFaults,
     ) -> Vec<Val> {
-        let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}")).unsqueeze();
+        let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}"));
         let (nq, nkv, hd) = self.head_dims();
         let (g, cp) = (self.groups(), self.cp);
         // Each rank's own K (rotated at its positions) and V, packed: [B, S, 2·Nkv·D].
         let kv = tape.per_rank(&self.ranks, &[hn], |i, v| {
             let h = v[0].clone();
-            let k = heads(h.clone().matmul(w(i, "attn.k.weight")), nkv, hd);
-            let v = heads(h.matmul(w(i, "attn.v.weight")), nkv, hd);
+            let k = heads(linear(h.clone(), w(i, "attn.k.weight")), nkv, hd);
+            let v = heads(linear(h, w(i, "attn.v.weight")), nkv, hd);
             let k = Self::rotate(k, &locals[g.local_of(i)].positions, f);
             Tensor::cat(vec![flat(k), flat(v)], 2)
         });
@@ -119,7 +119,7 @@ impl StageCtx<'_> {
         tape.per_rank(&self.ranks, &inputs, |i, v| {
             let (c, local) = (g.cp_of(i), &locals[g.local_of(i)]);
             let (b, s) = (local.batch.batch, local.batch.seq_len);
-            let q = heads(v[0].clone().matmul(w(i, "attn.q.weight")), nq, hd);
+            let q = heads(linear(v[0].clone(), w(i, "attn.q.weight")), nq, hd);
             let q = Self::rotate(q, &local.positions, f);
             let blocks: Vec<(Tensor<4>, Tensor<4>)> = (0..cp)
                 .map(|j| {
@@ -142,9 +142,7 @@ impl StageCtx<'_> {
             } else {
                 merge_blocks(blocks)
             };
-            flat(a)
-                .reshape([b, s, nq * hd])
-                .matmul(w(i, "attn.o.weight"))
+            linear(flat(a).reshape([b, s, nq * hd]), w(i, "attn.o.weight"))
         })
     }
 }

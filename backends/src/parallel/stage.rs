@@ -20,7 +20,7 @@ use super::faulty;
 use super::tape::{Conj, Tape, Val};
 use super::trace::Canon;
 use crate::data::{Batch, IGNORE};
-use crate::llama::layers::{rms_norm, swiglu};
+use crate::llama::layers::{linear, rms_norm, swiglu};
 use crate::llama::moe::Decided;
 
 /// A rank's parameter shards as autodiff leaves.
@@ -365,7 +365,7 @@ impl StageCtx<'_> {
         });
         let hn = tape.collective(comm, self.enter(), "output.in", &self.ranks, &hn);
         let logits = tape.per_rank(&self.ranks, &[&hn], |i, v| {
-            v[0].clone().matmul(self.w(i, "output.weight").unsqueeze())
+            linear(v[0].clone(), self.w(i, "output.weight"))
         });
         let maxes: Vec<Tensor<3>> = logits.iter().map(|&v| tape.value(v).max_dim(2)).collect();
         let shift = Groups::each(&g.tp_groups(), &self.ranks, maxes, |r, p| {
