@@ -1,23 +1,36 @@
-//! Which jobs may start: dependency counts and a ready set, so an event costs the jobs it
-//! touches, not a scan of the whole run (a 100,000-job sweep would otherwise spend its time
-//! re-checking jobs that cannot start).
+//! Which jobs may start, and in what order: dependency counts and a ready set, so an event
+//! costs the jobs it touches, not a scan of the whole run (a 100,000-job sweep would otherwise
+//! spend its time re-checking jobs that cannot start).
+//!
+//! Ready jobs start longest critical path first: a job's path is its own cost plus the longest
+//! path among the jobs that wait for it, so trainings (which judge jobs wait for) start before
+//! judges, and a run ends when its longest chain does. In plan order, the four judges of one
+//! mesh started before the next mesh's training whenever a slot freed: a 4-mesh hidden-512
+//! llama run left a core idle for a sixth of its length.
 
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
-/// Jobs by their index in the run's order (plan order, which is also the start priority).
+/// A ready job's place in the start order: longest critical path first, then plan order.
+type Key = (Reverse<u64>, usize);
+
+/// Jobs by their index in the run's order (plan order).
 pub struct Ready {
     /// Unfinished dependencies of each job.
     pending: Vec<usize>,
     dependents: Vec<Vec<usize>>,
-    /// Jobs whose dependencies all passed, not yet started, lowest index first.
-    ready: BTreeSet<usize>,
+    /// Critical-path length of each job.
+    path: Vec<u64>,
+    /// Jobs whose dependencies all passed, not yet started, in start order.
+    ready: BTreeSet<Key>,
     /// Jobs a dependency of which did not pass, with its index: they are skipped, not run.
     blocked: Vec<(usize, usize)>,
 }
 
 impl Ready {
-    /// `deps[i]`: the indices job `i` depends on (within the run).
-    pub fn new(deps: &[Vec<usize>]) -> Self {
+    /// `deps[i]`: the indices job `i` depends on (within the run); `cost[i]`: job `i`'s rough
+    /// cost (any unit, the same for every job).
+    pub fn new(deps: &[Vec<usize>], cost: &[u64]) -> Self {
         let mut dependents = vec![Vec::new(); deps.len()];
         for (i, ds) in deps.iter().enumerate() {
             for &d in ds {
@@ -25,18 +38,27 @@ impl Ready {
             }
         }
         let pending: Vec<usize> = deps.iter().map(Vec::len).collect();
-        let ready = (0..deps.len()).filter(|&i| pending[i] == 0).collect();
+        let path = critical_paths(&dependents, cost);
+        let ready = (0..deps.len())
+            .filter(|&i| pending[i] == 0)
+            .map(|i| (Reverse(path[i]), i))
+            .collect();
         Self {
             pending,
             dependents,
+            path,
             ready,
             blocked: Vec::new(),
         }
     }
 
+    fn key(&self, i: usize) -> Key {
+        (Reverse(self.path[i]), i)
+    }
+
     /// Job `i` is done before it ran (carried over from the run it resumes).
     pub fn carried(&mut self, i: usize, passed: bool) {
-        self.ready.remove(&i);
+        self.ready.remove(&self.key(i));
         self.done(i, passed);
     }
 
@@ -46,7 +68,7 @@ impl Ready {
             if passed {
                 self.pending[k] -= 1;
                 if self.pending[k] == 0 {
-                    self.ready.insert(k);
+                    self.ready.insert(self.key(k));
                 }
             } else {
                 self.blocked.push((k, i));
@@ -54,24 +76,53 @@ impl Ready {
         }
     }
 
-    /// The ready jobs, in order; [`Ready::started`] takes one out.
+    /// The ready jobs, in start order; [`Ready::started`] takes one out.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.ready.iter().copied()
+        self.ready.iter().map(|&(_, i)| i)
     }
 
-    /// The first ready job at or after `i`.
-    pub fn first_from(&self, i: usize) -> Option<usize> {
-        self.ready.range(i..).next().copied()
+    /// The first ready job after `i` in start order (the first of all for `None`): a cursor
+    /// that stays valid while jobs start and become ready.
+    pub fn next_after(&self, i: Option<usize>) -> Option<usize> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = i.map_or(Unbounded, |i| Excluded(self.key(i)));
+        self.ready.range((from, Unbounded)).next().map(|&(_, i)| i)
     }
 
     pub fn started(&mut self, i: usize) {
-        self.ready.remove(&i);
+        self.ready.remove(&self.key(i));
     }
 
     /// Jobs blocked by a dependency that did not pass, with that dependency, once each.
     pub fn take_blocked(&mut self) -> Vec<(usize, usize)> {
         std::mem::take(&mut self.blocked)
     }
+}
+
+/// Each job's cost plus the longest critical path among its dependents, for a DAG given by
+/// its dependents (jobs on a cycle, which a plan never has, count their own cost only).
+fn critical_paths(dependents: &[Vec<usize>], cost: &[u64]) -> Vec<u64> {
+    let n = dependents.len();
+    // Reverse topological order: a job once every job that waits for it is done.
+    let mut waiting: Vec<usize> = dependents.iter().map(Vec::len).collect();
+    let mut dependencies = vec![Vec::new(); n];
+    for (d, ks) in dependents.iter().enumerate() {
+        for &k in ks {
+            dependencies[k].push(d);
+        }
+    }
+    let mut path: Vec<u64> = cost.to_vec();
+    let mut stack: Vec<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    while let Some(k) = stack.pop() {
+        for &d in &dependencies[k] {
+            path[d] = path[d].max(cost[d] + path[k]);
+            waiting[d] -= 1;
+            if waiting[d] == 0 {
+                stack.push(d);
+            }
+        }
+    }
+    path
 }
 
 #[cfg(test)]
@@ -81,7 +132,7 @@ mod tests {
     #[test]
     fn dependents_become_ready_when_all_dependencies_pass_and_blocked_when_one_fails() {
         // 0 → 1, 0 → 2, {1, 2} → 3
-        let mut r = Ready::new(&[vec![], vec![0], vec![0], vec![1, 2]]);
+        let mut r = Ready::new(&[vec![], vec![0], vec![0], vec![1, 2]], &[1; 4]);
         assert_eq!(r.iter().collect::<Vec<_>>(), [0]);
         r.started(0);
         r.done(0, true);
@@ -94,5 +145,26 @@ mod tests {
         assert_eq!(r.iter().count(), 0);
         assert_eq!(r.take_blocked(), [(3, 2)]);
         assert!(r.take_blocked().is_empty());
+    }
+
+    #[test]
+    fn the_longest_critical_path_starts_first_then_plan_order() {
+        // Two trainings (cost 8): 0 with a chain of two judges after it (1 → 2), 3 with one (4);
+        // 5 is a lone judge. 0's path is 10, 3's 9, 5's 1.
+        let deps = [vec![], vec![0], vec![1], vec![], vec![3], vec![]];
+        let cost = [8, 1, 1, 8, 1, 1];
+        assert_eq!(
+            critical_paths(&Ready::new(&deps, &cost).dependents, &cost),
+            [10, 2, 1, 9, 1, 1]
+        );
+        let mut r = Ready::new(&deps, &cost);
+        assert_eq!(r.iter().collect::<Vec<_>>(), [0, 3, 5]);
+        assert_eq!(r.next_after(None), Some(0));
+        assert_eq!(r.next_after(Some(0)), Some(3));
+        r.started(0);
+        r.done(0, true);
+        // Judge 1 (path 2) now goes before the lone judge 5 (path 1), after training 3.
+        assert_eq!(r.iter().collect::<Vec<_>>(), [3, 1, 5]);
+        assert_eq!(r.next_after(Some(3)), Some(1));
     }
 }

@@ -92,13 +92,14 @@ pub async fn execute(
         done_tx,
     );
     let slots = Slots::new(opts, order.iter().map(|n| plan.graph[*n].device));
+    let costs: Vec<u64> = order.iter().map(|n| plan.graph[*n].kind.cost()).collect();
     let mut run = Run {
         plan,
         opts,
         roles: selection.jobs.iter().map(|(_, r)| *r).collect(),
         states: order.iter().map(|_| State::Waiting).collect(),
         attempts: order.iter().map(|_| Vec::new()).collect(),
-        ready: Ready::new(&deps),
+        ready: Ready::new(&deps, &costs),
         running: BTreeSet::new(),
         executor,
         store: Store::open(&opts.run_dir)?,
@@ -233,9 +234,9 @@ impl Run<'_> {
         }
         // Walk the ready set from a cursor (not a copy of it: tens of thousands of jobs can be
         // ready at once) and stop as soon as no slot is free.
-        let mut cursor = 0;
-        while let Some(i) = self.ready.first_from(cursor) {
-            cursor = i + 1;
+        let mut cursor = None;
+        while let Some(i) = self.ready.next_after(cursor) {
+            cursor = Some(i);
             if !self.slots.take(&self.plan.graph[self.order[i]]) {
                 if self.slots.full() {
                     break;

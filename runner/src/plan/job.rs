@@ -66,6 +66,15 @@ pub enum JobKind {
 }
 
 impl JobKind {
+    /// Rough cost, in judge jobs, for the start order: a training (reference, mesh or
+    /// mutation) runs the model for several steps; a judge reads files and compares them.
+    pub fn cost(&self) -> u64 {
+        match self {
+            JobKind::Check { .. } => 1,
+            _ => 8,
+        }
+    }
+
     /// The word filters match with `level=`: the level, `reference`, `train` or `mutation`.
     pub fn level_name(&self) -> &'static str {
         match self {
