@@ -45,13 +45,35 @@ pub fn tie_margin(dtype: TensorDtype) -> f64 {
     }
 }
 
-/// Indices of the k largest values, largest first, ties to the lower index.
+/// Indices of the k largest values, largest first, ties to the lower index: one pass keeping
+/// the k best so far (a vocabulary-wide sort per row took half of a forward judge's time).
 fn top_k(row: &[f64], k: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..row.len()).collect();
-    idx.sort_by(|&i, &j| row[j].total_cmp(&row[i]).then(i.cmp(&j)));
-    idx.truncate(k);
-    idx
+    // `i` goes before `j`: larger, or as large and earlier (a total order: indices differ).
+    let before = |i: usize, j: usize| row[i].total_cmp(&row[j]).then(j.cmp(&i)).is_gt();
+    if k > TOP_K_SCAN {
+        let mut idx: Vec<usize> = (0..row.len()).collect();
+        let k = k.min(idx.len());
+        if k < idx.len() {
+            idx.select_nth_unstable_by(k, |&i, &j| before(j, i).cmp(&before(i, j)));
+        }
+        idx.truncate(k);
+        idx.sort_unstable_by(|&i, &j| before(j, i).cmp(&before(i, j)));
+        return idx;
+    }
+    let mut top: Vec<usize> = Vec::with_capacity(k + 1);
+    for i in 0..row.len() {
+        if top.len() == k && !before(i, top[k - 1]) {
+            continue;
+        }
+        let at = top.partition_point(|&t| before(t, i));
+        top.insert(at, i);
+        top.truncate(k);
+    }
+    top
 }
+
+/// Up to this k, [`top_k`] keeps a sorted list in one pass; above, it selects then sorts.
+const TOP_K_SCAN: usize = 32;
 
 /// Logits agreement over rows of the last dimension.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -184,6 +206,33 @@ pub fn routing(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn top_k_is_the_sorted_order_with_ties_to_the_lower_index() {
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        for len in [1usize, 2, 7, 64, 300] {
+            // Few distinct values, so ties are common; a NaN and infinities as well.
+            let mut row: Vec<f64> = (0..len)
+                .map(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    (rng % 9) as f64 - 4.0
+                })
+                .collect();
+            if len > 5 {
+                row[1] = f64::NAN;
+                row[3] = f64::INFINITY;
+                row[4] = f64::NEG_INFINITY;
+            }
+            let mut sorted: Vec<usize> = (0..len).collect();
+            sorted.sort_by(|&i, &j| row[j].total_cmp(&row[i]).then(i.cmp(&j)));
+            for k in [1, 2, 5, 32, 33, 100, len] {
+                let k = k.min(len);
+                assert_eq!(super::top_k(&row, k), sorted[..k], "len {len} k {k}");
+            }
+        }
+    }
+
     use super::*;
 
     fn f32s(v: &[f32]) -> Vec<u8> {

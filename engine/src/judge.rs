@@ -14,6 +14,7 @@ use crate::artifact::{files, ArtifactError, Manifest};
 use crate::checkpoint;
 use crate::gate::Gate;
 use crate::outcome::{Comparison, Losses, Outcome};
+use crate::seal::verify_file;
 use crate::update::updates;
 
 /// Why a level could not be judged (as opposed to judged and failed).
@@ -23,6 +24,8 @@ pub enum JudgeError {
     Artifact(#[from] ArtifactError),
     #[error(transparent)]
     Input(#[from] InputError),
+    #[error(transparent)]
+    Damaged(#[from] crate::seal::SealError),
     #[error("writing {path}: {source}")]
     Io {
         path: String,
@@ -145,11 +148,14 @@ impl Sides<'_> {
         }
     }
 
-    /// The reference's `a` and the run's `b`, both required.
-    fn paths(&self, a: &str, b: &str) -> Result<(PathBuf, PathBuf), ArtifactError> {
+    /// The reference's `a` and the run's `b`, both required, and intact where their
+    /// directories are sealed.
+    fn paths(&self, a: &str, b: &str) -> Result<(PathBuf, PathBuf), JudgeError> {
         let level = self.level.as_str();
         self.reference.require(self.judge.reference, a, level)?;
         self.run.require(self.judge.run, b, level)?;
+        verify_file(self.judge.reference, self.reference, a)?;
+        verify_file(self.judge.run, self.run, b)?;
         Ok((self.judge.reference.join(a), self.judge.run.join(b)))
     }
 
@@ -181,6 +187,9 @@ impl Sides<'_> {
 
     fn curve(&self) -> Result<(Comparison, Losses), JudgeError> {
         let (a, b) = self.paths(files::CURVE, files::CURVE)?;
+        if let Some(d) = self.judge.baseline2 {
+            verify_file(d, &Manifest::read(d)?, files::CURVE)?;
+        }
         let baseline2 = self.judge.baseline2.map(|d| d.join(files::CURVE));
         let mode = match &baseline2 {
             Some(_) if !self.limits.exact => Some(meshparity_specs::CurveMode::NoiseFloor),
@@ -231,6 +240,7 @@ impl Sides<'_> {
         if !self.reference.has(files::SEED) {
             return self.compare("weights", &reference, &run);
         }
+        verify_file(self.judge.reference, self.reference, files::SEED)?;
         let seed = checkpoint::load(&self.judge.reference.join(files::SEED))?;
         let a = self.judge.out.join(files::REFERENCE_UPDATES);
         let b = self.judge.out.join(files::UPDATES);

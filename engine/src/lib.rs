@@ -43,5 +43,5 @@ pub use judge::{Judge, JudgeError};
 pub use locate::{locate, Localization, TraceError, TraceIndex};
 pub use mutation::MutationOutcome;
 pub use outcome::{Comparison, Losses, Outcome};
-pub use seal::{seal, verify, SealError};
+pub use seal::{seal, sealed, verify, verify_file, SealError};
 pub use tensor::{HostTensor, Shards};

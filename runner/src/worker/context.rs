@@ -298,7 +298,10 @@ impl Context<'_> {
     }
 
     /// The artifacts of `job`, which must come from the adapter this job runs on: a GPU mesh
-    /// judged against a CPU oracle would measure the kernels, not the mesh.
+    /// judged against a CPU oracle would measure the kernels, not the mesh. Their content
+    /// hashes are checked before anything reads them: all of them for an engine run (an
+    /// engine may read any file of its reference), for a judge only those of the files its
+    /// level reads, as the judge reads them ([`meshparity_engine::verify_file`]).
     fn dir_of(&self, job: &Job) -> Result<PathBuf, WorkerError> {
         let dir = self.artifact_dir(job);
         let Some(found) = recorded_adapter(&dir) else {
@@ -314,7 +317,12 @@ impl Context<'_> {
                 here: self.adapter.to_owned(),
             });
         }
-        meshparity_engine::verify(&dir).map_err(|e| WorkerError::Damaged {
+        let checked = if matches!(self.job.kind, JobKind::Check { .. }) {
+            meshparity_engine::sealed(&dir).map(|_| ())
+        } else {
+            meshparity_engine::verify(&dir).map(|_| ())
+        };
+        checked.map_err(|e| WorkerError::Damaged {
             job: job.name.clone(),
             why: e.to_string(),
         })?;
