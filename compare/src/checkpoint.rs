@@ -24,13 +24,17 @@ impl Checkpoint {
         if path.to_string_lossy().ends_with(".json") {
             return Self::open_index(path);
         }
-        let file = SafetensorsFile::open(path)?;
+        Ok(Self::of_file(SafetensorsFile::open(path)?))
+    }
+
+    /// A checkpoint of one file already open (e.g. held in memory).
+    pub fn of_file(file: SafetensorsFile) -> Self {
         let names = file.tensors.keys().map(|n| (n.clone(), 0)).collect();
-        Ok(Self {
-            path: path.to_owned(),
+        Self {
+            path: file.path.clone(),
             files: vec![file],
             names,
-        })
+        }
     }
 
     fn open_dir(dir: &Path) -> Result<Self, InputError> {
@@ -129,6 +133,11 @@ impl Checkpoint {
             files,
             names,
         })
+    }
+
+    /// The files the checkpoint is read from.
+    pub fn files(&self) -> &[SafetensorsFile] {
+        &self.files
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

@@ -11,7 +11,18 @@ use meshparity_compare::{Checkpoint, InputError};
 use crate::tensor::HostTensor;
 
 pub fn save(path: &Path, tensors: &IndexMap<String, HostTensor>) -> std::io::Result<()> {
-    let data: Vec<TensorData<'_>> = tensors
+    write(path, &data(tensors), METADATA)
+}
+
+/// The bytes [`save`] would write.
+pub fn encode(tensors: &IndexMap<String, HostTensor>) -> std::io::Result<Vec<u8>> {
+    meshparity_compare::safetensors::encode(&data(tensors), METADATA)
+}
+
+const METADATA: &[(&str, &str)] = &[("format", "meshparity")];
+
+fn data(tensors: &IndexMap<String, HostTensor>) -> Vec<TensorData<'_>> {
+    tensors
         .iter()
         .map(|(name, t)| TensorData {
             name,
@@ -19,8 +30,7 @@ pub fn save(path: &Path, tensors: &IndexMap<String, HostTensor>) -> std::io::Res
             shape: &t.shape,
             bytes: &t.bytes,
         })
-        .collect();
-    write(path, &data, &[("format", "meshparity")])
+        .collect()
 }
 
 pub fn load(path: &Path) -> Result<IndexMap<String, HostTensor>, InputError> {

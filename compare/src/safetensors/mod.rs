@@ -8,4 +8,4 @@ mod read;
 mod write;
 
 pub use read::{SafetensorsFile, TensorView};
-pub use write::{sync_to_disk, write, TensorData};
+pub use write::{encode, sync_to_disk, write, TensorData};

@@ -21,10 +21,11 @@ pub struct TensorEntry {
     pub range: Range<usize>,
 }
 
-/// A memory-mapped, validated safetensors file.
+/// A validated safetensors file: memory-mapped, or held in memory before (or instead of)
+/// being written.
 pub struct SafetensorsFile {
     pub path: PathBuf,
-    map: Mmap,
+    map: Bytes,
     pub tensors: IndexMap<String, TensorEntry>,
     pub metadata: IndexMap<String, String>,
 }
@@ -57,10 +58,28 @@ impl SafetensorsFile {
             parse(&map).map_err(|reason| InputError::safetensors(path, reason))?;
         Ok(Self {
             path: path.to_owned(),
-            map,
+            map: Bytes::Mapped(map),
             tensors,
             metadata,
         })
+    }
+
+    /// The file whose bytes are `bytes` (as [`crate::safetensors::encode`] makes them), to be
+    /// known by `path`, where it is written if at all.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, InputError> {
+        let (tensors, metadata) =
+            parse(&bytes).map_err(|reason| InputError::safetensors(path, reason))?;
+        Ok(Self {
+            path: path.to_owned(),
+            map: Bytes::Owned(bytes),
+            tensors,
+            metadata,
+        })
+    }
+
+    /// The file's bytes, header included.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
     }
 
     pub fn view(&self, name: &str) -> Option<TensorView<'_>> {
@@ -75,6 +94,23 @@ impl SafetensorsFile {
     /// Total bytes of tensor data.
     pub fn data_bytes(&self) -> usize {
         self.tensors.values().map(|e| e.range.len()).sum()
+    }
+}
+
+/// Where a file's bytes live.
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
     }
 }
 

@@ -30,13 +30,22 @@ pub struct TensorData<'a> {
     pub bytes: &'a [u8],
 }
 
-/// Write tensors in the given order, atomically (temp file + rename), header padded to 8 bytes
-/// like the reference implementation so the data section is aligned.
-pub fn write(
-    path: &Path,
-    tensors: &[TensorData<'_>],
-    metadata: &[(&str, &str)],
-) -> std::io::Result<()> {
+/// The whole file [`write`] would write, in memory: for a comparison that writes its inputs
+/// only when someone will need them ([`crate::SafetensorsFile::from_bytes`] reads it back).
+pub fn encode(tensors: &[TensorData<'_>], metadata: &[(&str, &str)]) -> std::io::Result<Vec<u8>> {
+    let text = header(tensors, metadata)?;
+    let data: usize = tensors.iter().map(|t| t.bytes.len()).sum();
+    let mut out = Vec::with_capacity(8 + text.len() + data);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+    for t in tensors {
+        out.extend_from_slice(t.bytes);
+    }
+    Ok(out)
+}
+
+/// The JSON header, padded so the data section starts 8-byte aligned.
+fn header(tensors: &[TensorData<'_>], metadata: &[(&str, &str)]) -> std::io::Result<String> {
     let mut header = serde_json::Map::new();
     if !metadata.is_empty() {
         let meta = metadata
@@ -74,6 +83,17 @@ pub fn write(
     while !(8 + text.len()).is_multiple_of(8) {
         text.push(' ');
     }
+    Ok(text)
+}
+
+/// Write tensors in the given order, atomically (temp file + rename), header padded to 8 bytes
+/// like the reference implementation so the data section is aligned.
+pub fn write(
+    path: &Path,
+    tensors: &[TensorData<'_>],
+    metadata: &[(&str, &str)],
+) -> std::io::Result<()> {
+    let text = header(tensors, metadata)?;
     let tmp = path.with_extension("safetensors.tmp");
     {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
@@ -115,5 +135,33 @@ mod tests {
             std::fs::read(&unsynced).unwrap()
         );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    /// What `encode` holds in memory is the file `write` writes, and reads back the same.
+    #[test]
+    fn encoded_bytes_are_the_written_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b): (Vec<u8>, Vec<u8>) = ((0..24u8).collect(), (0..16u8).collect());
+        let t = [
+            TensorData {
+                name: "w",
+                dtype: TensorDtype::F32,
+                shape: &[2, 3],
+                bytes: &a,
+            },
+            TensorData {
+                name: "u",
+                dtype: TensorDtype::F64,
+                shape: &[2],
+                bytes: &b,
+            },
+        ];
+        let path = dir.path().join("w.safetensors");
+        write(&path, &t, &[("format", "x")]).unwrap();
+        let bytes = encode(&t, &[("format", "x")]).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        let f = crate::safetensors::SafetensorsFile::from_bytes(&path, bytes).unwrap();
+        assert_eq!(f.view("u").unwrap().bytes, &b[..]);
+        assert_eq!(f.metadata["format"], "x");
     }
 }
