@@ -5,7 +5,8 @@
 //! again (a hidden-512 llama's dp2 job: 512,000 page faults, 4.35 s); with mimalloc as it
 //! comes, freed memory is still returned after a second and faulted back in (3.8 s); kept, the job
 //! takes 3.3 s with 2,300 faults, and the 4-mesh run of that model 24.0 s → 21.2 s (2 cores).
-//! A job is one process that ends when its run does, so memory kept is never memory lost.
+//! A job is one process that ends when its run does, so memory kept is never memory lost; a
+//! long in-process sweep (`calibrate`) keeps its peak and reuses it.
 
 use libmimalloc_sys::{mi_option_set, mi_option_t};
 

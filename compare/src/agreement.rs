@@ -206,6 +206,8 @@ pub fn routing(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn top_k_is_the_sorted_order_with_ties_to_the_lower_index() {
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
@@ -228,12 +230,10 @@ mod tests {
             sorted.sort_by(|&i, &j| row[j].total_cmp(&row[i]).then(i.cmp(&j)));
             for k in [1, 2, 5, 32, 33, 100, len] {
                 let k = k.min(len);
-                assert_eq!(super::top_k(&row, k), sorted[..k], "len {len} k {k}");
+                assert_eq!(top_k(&row, k), sorted[..k], "len {len} k {k}");
             }
         }
     }
-
-    use super::*;
 
     fn f32s(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()

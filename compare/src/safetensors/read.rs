@@ -54,24 +54,21 @@ impl SafetensorsFile {
         // SAFETY: the map is read-only; a file truncated by another process while mapped would
         // fault, which is the same contract every mmap-based checkpoint reader has.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| InputError::io(path, e))?;
-        let (tensors, metadata) =
-            parse(&map).map_err(|reason| InputError::safetensors(path, reason))?;
-        Ok(Self {
-            path: path.to_owned(),
-            map: Bytes::Mapped(map),
-            tensors,
-            metadata,
-        })
+        Self::parsed(path, Bytes::Mapped(map))
     }
 
     /// The file whose bytes are `bytes` (as [`crate::safetensors::encode`] makes them), to be
     /// known by `path`, where it is written if at all.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, InputError> {
+        Self::parsed(path, Bytes::Owned(bytes))
+    }
+
+    fn parsed(path: &Path, map: Bytes) -> Result<Self, InputError> {
         let (tensors, metadata) =
-            parse(&bytes).map_err(|reason| InputError::safetensors(path, reason))?;
+            parse(&map).map_err(|reason| InputError::safetensors(path, reason))?;
         Ok(Self {
             path: path.to_owned(),
-            map: Bytes::Owned(bytes),
+            map,
             tensors,
             metadata,
         })
