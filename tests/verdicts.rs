@@ -15,6 +15,11 @@ use meshparity_runner::calibrate::{self, Config, Options};
 use meshparity_runner::{Engines, Filter, Plan, Target};
 use meshparity_specs::{DType, Optimizer};
 
+/// The binary's allocator (src/alloc.rs): the sweeps make millions of small tensors, and with
+/// glibc's malloc allocating and freeing them was a tenth of the test's time.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The built-in engine, as the binary hands it to the runner.
 struct Builtin;
 
