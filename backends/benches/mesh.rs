@@ -72,6 +72,7 @@ fn main() {
     let len = Length {
         steps,
         weights_after: 2,
+        backward: true,
     };
     // The same model with every MLP a top-2 mixture of 4 experts.
     let moe = ModelConfig {

@@ -148,6 +148,7 @@ impl Engine for Backend {
         let len = Length {
             steps: req.length().steps.clamp(1, crate::parallel::trace::STEPS),
             weights_after: 0,
+            backward: true,
         };
         let replay = replay(req)?;
         let probe = train::Probe {

@@ -237,6 +237,7 @@ pub fn mesh(
         mesh,
         device,
         dtype,
+        backward: len.backward,
     };
     let mut comm = Comm::new(fault);
     let mut traced = Vec::new();
@@ -272,6 +273,10 @@ pub fn mesh(
         }
         if first.is_none() {
             first = Some((logits_host(logits), host_ranks(&params, &grads)));
+        }
+        if !len.backward {
+            // The first step's forward was all that was asked: no gradients, no update.
+            break;
         }
         for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
             opt.step(p, g);

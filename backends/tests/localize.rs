@@ -25,6 +25,7 @@ const MESHES: &[&str] = &[
 const LEN: Length = Length {
     steps: 2,
     weights_after: 0,
+    backward: true,
 };
 
 fn burn_dtype(dtype: SpecDType) -> DType {

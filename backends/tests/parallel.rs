@@ -12,6 +12,7 @@ use meshparity_specs::{DropPolicy, ModelConfig, Optimizer};
 const LEN: Length = Length {
     steps: 3,
     weights_after: 2,
+    backward: true,
 };
 
 fn worst(plan: &ShardingPlan, oracle: &Record, run: &Record) -> (f64, f64, f64, f64) {
@@ -159,4 +160,37 @@ fn moe_options_match_the_oracle_in_f64() {
 fn moe_options_match_the_oracle_in_f32_with_adamw() {
     let m = tiny_moe_options(DropPolicy::Position);
     check_model(m, DType::F32, Optimizer::Adamw, MOE_MESHES, 1e-5);
+}
+
+/// A run asked only for the first step's forward (a mutation run's first stage) skips the
+/// backward pass, and what it records of that step is bit for bit what a whole run records.
+#[test]
+fn a_forward_only_run_records_the_whole_runs_first_step() {
+    let dev = Device::flex();
+    let t = training(11, Optimizer::Adamw);
+    let forward = Length {
+        steps: 1,
+        weights_after: 0,
+        backward: false,
+    };
+    let models = [(tiny(), MESHES), (tiny_moe(), MOE_MESHES)];
+    for (m, meshes) in models {
+        for name in meshes {
+            let mesh = mesh(name);
+            let run = |len| train::mesh(&m, &mesh, &t, len, Default::default(), &dev, DType::F32);
+            let (whole, first) = (run(LEN).unwrap(), run(forward).unwrap());
+            assert_eq!(first.logits, whole.logits, "{name}: logits");
+            assert_eq!(first.losses, whole.losses[..1], "{name}: loss");
+            assert_eq!(first.routing.len(), whole.routing.len(), "{name}: routing");
+            for (a, b) in first.routing.iter().zip(&whole.routing) {
+                assert_eq!(a.choices, b.choices, "{name}: routing");
+            }
+            assert!(first.grads.iter().all(|g| g.is_empty()), "{name}: no grads");
+            assert!(first.weights.is_none(), "{name}: no weights");
+            assert!(
+                first.collectives < whole.collectives,
+                "{name}: the backward's collectives were not skipped"
+            );
+        }
+    }
 }

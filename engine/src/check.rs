@@ -74,10 +74,15 @@ pub fn check(
 /// of growing run length — those a one-step run answers (roundtrip, forward, routing), then
 /// those within `oracle_steps` (oracle), then the rest (curve) — and a longer run is trained
 /// only when every level so far passed. Most bugs show in the first step's logits or gradients,
-/// so most mutation runs train one or two steps instead of `steps`; a bug only the curve
-/// catches costs the shorter runs more. An engine whose runs do not follow the asked length
-/// ([`Engine::runs_to_length`]) is judged on one whole run. The outcomes are those of the last stage run (a run
-/// caught early lists only the levels judged up to its catch).
+/// so most mutation runs train one or two steps instead of `steps` (the first stage's run is
+/// the first step's forward pass alone: [`Length::backward`]); a catalogued bug of the backward
+/// pass or gradient finalization starts at the first stage that can see it ([`first_stage`]);
+/// a bug only the curve catches costs the shorter runs more. An engine whose runs do not follow
+/// the asked length ([`Engine::runs_to_length`]) is judged on one whole run. The outcomes are
+/// those of the last stage run (a run caught early lists only the levels judged up to its
+/// catch).
+///
+/// [`Length::backward`]: crate::Length::backward
 pub fn check_until_caught(
     engine: &dyn Engine,
     req: &RunRequest<'_>,
@@ -102,14 +107,15 @@ pub fn check_until_caught(
     stages.dedup();
     let start = Instant::now();
     let mut checked = None;
-    for (i, &until) in stages.iter().enumerate() {
+    let first = first_stage(req.mutation, levels, &stages, steps);
+    for (i, &until) in stages.iter().enumerate().skip(first) {
         let now: Vec<(Level, Limits)> = levels
             .iter()
             .filter(|(l, _)| steps(*l) <= until)
             .cloned()
             .collect();
         let asked: Vec<Level> = now.iter().map(|(l, _)| *l).collect();
-        if i > 0 {
+        if i > first {
             // The previous stage passed: a longer run, from a clean directory. Only what the
             // stages wrote goes: `judged` may hold the caller's own files (a runner job's).
             let _ = std::fs::remove_dir_all(req.out);
@@ -140,6 +146,37 @@ pub fn check_until_caught(
         seconds: start.elapsed().as_secs_f64(),
         ..last
     })
+}
+
+/// The first of `stages` worth training for `mutation`. A catalogued bug of the backward pass or
+/// of gradient finalization cannot change the first step's forward, so the stages whose levels
+/// read only that (roundtrip, forward, routing) cannot catch it and are skipped. This saves the
+/// run, not the judging: the next stage's run is judged at those levels too, so the verdict and
+/// the first level that caught it are the same either way.
+fn first_stage(
+    mutation: Option<&str>,
+    levels: &[(Level, Limits)],
+    stages: &[usize],
+    steps: impl Fn(Level) -> usize,
+) -> usize {
+    use meshparity_specs::catalog::{self, Phase};
+    let after_backward = mutation
+        .and_then(catalog::find)
+        .is_some_and(|m| matches!(m.phase, Phase::Backward | Phase::Gradients));
+    if !after_backward {
+        return 0;
+    }
+    let first_step_only = |until: usize| {
+        levels
+            .iter()
+            .filter(|(l, _)| steps(*l) <= until)
+            .all(|(l, _)| matches!(l, Level::Roundtrip | Level::Forward | Level::Routing))
+    };
+    // The last stage always runs: a mesh asked for first-step levels only is still judged.
+    stages
+        .iter()
+        .position(|&until| !first_step_only(until))
+        .unwrap_or(stages.len().saturating_sub(1))
 }
 
 /// Where `req`'s run first leaves the reference: both traced by `engine` into `dir`
@@ -253,4 +290,47 @@ pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
         compared: c.compared as usize,
         sites: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps per level as a spec with `steps = 6`, `oracle_steps = 2` gives them.
+    fn steps(l: Level) -> usize {
+        match l {
+            Level::Roundtrip | Level::Forward | Level::Routing => 1,
+            Level::Oracle => 2,
+            Level::Curve => 6,
+        }
+    }
+
+    fn levels(ls: &[Level]) -> Vec<(Level, Limits)> {
+        ls.iter().map(|&l| (l, Limits::exact())).collect()
+    }
+
+    #[test]
+    fn only_bugs_after_the_forward_skip_the_first_step_stage() {
+        let all = levels(&[
+            Level::Roundtrip,
+            Level::Forward,
+            Level::Curve,
+            Level::Oracle,
+        ]);
+        let stages = [1, 2, 6];
+        let first = |m| first_stage(m, &all, &stages, steps);
+        assert_eq!(first(Some("tp-skip-input-grad-all-reduce")), 1, "backward");
+        assert_eq!(first(Some("dp-skip-grad-all-reduce")), 1, "gradients");
+        assert_eq!(first(Some("tp-skip-forward-all-reduce")), 0, "forward");
+        assert_eq!(first(Some("save-drops-tp-shards")), 0, "checkpoint");
+        assert_eq!(first(Some("an-engines-own-bug")), 0, "not catalogued");
+        assert_eq!(first(None), 0, "a correct run");
+    }
+
+    #[test]
+    fn a_mesh_with_first_step_levels_only_still_runs() {
+        let forward = levels(&[Level::Forward]);
+        let first = first_stage(Some("dp-skip-grad-all-reduce"), &forward, &[1], steps);
+        assert_eq!(first, 0);
+    }
 }

@@ -41,6 +41,10 @@ pub struct Length {
     pub steps: usize,
     /// Step after which the weights are recorded (0: not recorded).
     pub weights_after: usize,
+    /// Whether a level reads what a backward pass makes: gradients, updated weights, or any
+    /// loss after the first step's. Without one (roundtrip, forward and routing only: a mutation
+    /// run's first stage) an engine may run the first step's forward pass alone.
+    pub backward: bool,
 }
 
 impl RunRequest<'_> {
@@ -52,19 +56,25 @@ impl RunRequest<'_> {
             return Length {
                 steps: t.steps.max(t.oracle_steps).max(1) as usize,
                 weights_after: t.oracle_steps as usize,
+                backward: true,
             };
         }
         let mut len = Length {
             steps: 0,
             weights_after: 0,
+            backward: false,
         };
         for level in self.levels {
             match level {
                 Level::Forward | Level::Routing => len.steps = len.steps.max(1),
-                Level::Curve => len.steps = len.steps.max(t.steps as usize),
+                Level::Curve => {
+                    len.steps = len.steps.max(t.steps as usize);
+                    len.backward = true;
+                }
                 Level::Oracle => {
                     len.steps = len.steps.max(t.oracle_steps as usize).max(1);
                     len.weights_after = t.oracle_steps as usize;
+                    len.backward = true;
                 }
                 Level::Roundtrip => {}
             }

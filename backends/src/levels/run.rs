@@ -92,14 +92,16 @@ pub fn run(
             setup.burn_dtype(),
         )?;
         write_trained(setup, out, &rec, &mut written)?;
-        merged(
-            &plan,
-            &rec.grads,
-            out,
-            files::GRADS,
-            &mut written,
-            &mut manifest,
-        )?;
+        if len.backward {
+            merged(
+                &plan,
+                &rec.grads,
+                out,
+                files::GRADS,
+                &mut written,
+                &mut manifest,
+            )?;
+        }
         if let Some(w) = &rec.weights {
             merged(&plan, w, out, files::WEIGHTS, &mut written, &mut manifest)?;
         }

@@ -16,7 +16,7 @@ use super::collective::Comm;
 use super::context::{Experts, Local};
 use super::experts::RouteRecord;
 use super::pipeline::{Replica, StepInput};
-use super::schedule::{simulate, stage_orders};
+use super::schedule::{simulate, stage_orders, Action};
 use super::stage::Leaves;
 use super::trace::Value;
 use crate::data::Batch;
@@ -45,6 +45,10 @@ pub struct MeshExec<'a> {
     pub mesh: &'a MeshConfig,
     pub device: &'a Device,
     pub dtype: DType,
+    /// Whether a step runs its backward pass and gradient finalization. Without (a run whose
+    /// levels read only the first step's forward: a mutation run's first stage), a step is the
+    /// pipeline's forward actions alone and yields no gradients.
+    pub backward: bool,
 }
 
 impl MeshExec<'_> {
@@ -122,7 +126,13 @@ impl MeshExec<'_> {
                     .collect()
             })
             .collect();
-        let (ticks, _) = simulate(&stage_orders(m.schedule, pp, mbs))?;
+        let (mut ticks, _) = simulate(&stage_orders(m.schedule, pp, mbs))?;
+        if !self.backward {
+            for tick in &mut ticks {
+                tick.retain(|a| matches!(a, Action::Forward { .. }));
+            }
+            ticks.retain(|tick| !tick.is_empty());
+        }
 
         // The loss normalizer: counted tokens over the whole global batch, each (dp, cp) rank's
         // own count all-reduced over the data-parallel group (cp ranks in it).
@@ -203,8 +213,12 @@ impl MeshExec<'_> {
             comm.all_reduce_sum("loss.report.dp.all_reduce", &report_ranks, replica_losses)
                 .remove(0),
         );
-        let grads = self.finalize(comm, params, acc);
-        let loads = self.reduce_loads(comm, params, local_loads);
+        let (grads, loads) = if self.backward {
+            let grads = self.finalize(comm, params, acc);
+            (grads, self.reduce_loads(comm, params, local_loads))
+        } else {
+            (vec![IndexMap::new(); world], vec![BTreeMap::new(); world])
+        };
         Ok(StepOutput {
             loss,
             load_balance,
