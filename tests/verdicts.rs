@@ -2,7 +2,7 @@
 //! f64, AdamW and SGD, lr 1e-3 and 1e-2 — every correct mesh of the quickstart and of the dense
 //! cells of the full sweep passes every level with the built-in (and the sweep's `tight`)
 //! gates, and every catalogued mutation is caught on every mesh where it applies (on all 20
-//! seeds for the quickstart; on the first 2 for the full sweep's 19 dense meshes in CI, all 20
+//! seeds for the quickstart; on the first 8 for the full sweep's 19 dense meshes in CI, all 20
 //! on demand). Seeds start where the spec's do and are never chosen; the margins are printed
 //! (`--nocapture`), and `meshparity calibrate` runs the same sweep for any spec at any size.
 
@@ -41,11 +41,12 @@ const SEEDS: u64 = 20;
 /// (one or two steps for most; `first_catch`; 2 seeds, debug build: 174 s → 107 s), and the
 /// sweep's scratch files skip the flush to disk (21.2 → 14.8 s).
 const MUTATION_SEEDS: u64 = SEEDS;
-/// Seeds the full sweep's dense cells run their mutations on: the first 2 of the 20. Their
-/// 19 meshes take 2,976 mutation runs per seed (2.5 minutes on 2 cores), so all 20 seeds would
-/// take 50 minutes, which CI's 60-minute budget cannot hold beside the rest; all 20 run on
-/// demand (`cargo test --release --test verdicts -- --ignored`).
-const FULL_SWEEP_MUTATION_SEEDS: u64 = 2;
+/// Seeds the full sweep's dense cells run their mutations on: the first 8 of the 20. Their
+/// 19 meshes take 2,976 mutation runs per seed (about a minute on 2 cores, after the staging
+/// and sharing in `engine::check_until_caught_sharing`; 2.5 minutes before), so all 20 seeds
+/// would add 13 minutes to a CI run of ~47; all 20 run on demand (`cargo test --release --test
+/// verdicts -- --ignored`).
+const FULL_SWEEP_MUTATION_SEEDS: u64 = 8;
 
 fn sweep(spec: &str, filters: &[&str], seeds: u64, mutation_seeds: u64) -> Calibration {
     let loaded = meshparity_specs::load(&Path::new("examples").join(spec)).expect("valid");
@@ -99,7 +100,7 @@ fn quickstart_has_no_false_positive_and_catches_every_mutation() {
 }
 
 /// The dense cells of the release sweep, CP included (dense and dense-gqa on every dense mesh,
-/// with the sweep's `tight` f64 table): 20 seeds of correct runs, mutations on the first 2.
+/// with the sweep's `tight` f64 table): 20 seeds of correct runs, mutations on the first 8.
 /// `meshparity calibrate examples/full-sweep.toml -f model=dense,dense-gqa` runs the same
 /// sweep with any seeds (docs/verdicts.md has its figures).
 #[test]
@@ -116,9 +117,9 @@ fn full_sweep_dense_cells_have_no_false_positive_and_catch_every_mutation() {
 }
 
 /// The full sweep's dense cells with their mutations on all 20 seeds (59,520 mutation runs):
-/// 50 minutes on 2 cores, on demand: `cargo test --release --test verdicts -- --ignored`.
+/// ~30 minutes on 2 cores, on demand: `cargo test --release --test verdicts -- --ignored`.
 #[test]
-#[ignore = "50 minutes on 2 cores; run with --ignored"]
+#[ignore = "~30 minutes on 2 cores; run with --ignored"]
 fn full_sweep_dense_cells_catch_every_mutation_on_every_seed() {
     let c = sweep("full-sweep.toml", &["model=dense,dense-gqa"], SEEDS, SEEDS);
     assert_clean(&c);

@@ -25,6 +25,7 @@ pub enum CheckError {
 }
 
 /// A mesh run and what its levels found.
+#[derive(Clone, Debug)]
 pub struct Checked {
     pub manifest: Manifest,
     /// One outcome per level, in the order asked.
@@ -76,7 +77,7 @@ pub fn check(
 /// only when every level so far passed. Most bugs show in the first step's logits or gradients,
 /// so most mutation runs train one or two steps instead of `steps` (the first stage's run is
 /// the first step's forward pass alone: [`Length::backward`]); a catalogued bug of the backward
-/// pass or gradient finalization starts at the first stage that can see it ([`first_stage`]);
+/// pass or gradient finalization starts at the first stage that can see it (`first_stage`);
 /// a bug only the curve catches costs the shorter runs more. An engine whose runs do not follow
 /// the asked length ([`Engine::runs_to_length`]) is judged on one whole run. The outcomes are
 /// those of the last stage run (a run caught early lists only the levels judged up to its
@@ -89,6 +90,21 @@ pub fn check_until_caught(
     levels: &[(Level, Limits)],
     reference: &Path,
     judged: &Path,
+) -> Result<Checked, CheckError> {
+    let mut once = FirstStages::default();
+    check_until_caught_sharing(engine, req, levels, reference, judged, &mut once)
+}
+
+/// [`check_until_caught`] taking a first stage that is the first step's forward pass alone
+/// from `shared` when a request that differs only in optimizer and learning rate has judged it
+/// (and leaving it there for the next). That run reads neither, so the result is the same one.
+pub fn check_until_caught_sharing(
+    engine: &dyn Engine,
+    req: &RunRequest<'_>,
+    levels: &[(Level, Limits)],
+    reference: &Path,
+    judged: &Path,
+    shared: &mut FirstStages,
 ) -> Result<Checked, CheckError> {
     let steps = |l: Level| {
         RunRequest {
@@ -123,16 +139,13 @@ pub fn check_until_caught(
                 let _ = std::fs::remove_dir_all(judged.join(level.as_str()));
             }
         }
-        let stage = check(
-            engine,
-            &RunRequest {
-                levels: &asked,
-                ..*req
-            },
-            &now,
-            reference,
-            judged,
-        )?;
+        let stage_req = RunRequest {
+            levels: &asked,
+            ..*req
+        };
+        let stage = shared.get_or_check(&stage_req, &now, || {
+            check(engine, &stage_req, &now, reference, judged)
+        })?;
         let caught = stage.outcomes.iter().any(|o| !o.passed);
         checked = Some(stage);
         if caught {
@@ -146,6 +159,42 @@ pub fn check_until_caught(
         seconds: start.elapsed().as_secs_f64(),
         ..last
     })
+}
+
+/// First stages judged on the first step's forward pass alone, by what they ran: the request
+/// with its optimizer and learning rate left out, and the levels with their limits. A sweep
+/// over optimizers and learning rates keeps one per (model, dtype, seed) for its runs.
+#[derive(Default)]
+pub struct FirstStages {
+    kept: std::collections::HashMap<String, Checked>,
+}
+
+impl FirstStages {
+    fn get_or_check(
+        &mut self,
+        req: &RunRequest<'_>,
+        levels: &[(Level, Limits)],
+        check: impl FnOnce() -> Result<Checked, CheckError>,
+    ) -> Result<Checked, CheckError> {
+        if req.length().backward {
+            return check();
+        }
+        let training = meshparity_specs::Training {
+            optimizer: meshparity_specs::Optimizer::Sgd,
+            lr: 0.0,
+            ..req.training.clone()
+        };
+        let key = format!(
+            "{:?} {:?} {:?} {:?} {training:?} {levels:?}",
+            req.model, req.mesh, req.dtype, req.mutation
+        );
+        if let Some(c) = self.kept.get(&key) {
+            return Ok(c.clone());
+        }
+        let c = check()?;
+        self.kept.insert(key, c.clone());
+        Ok(c)
+    }
 }
 
 /// The first of `stages` worth training for `mutation`. A catalogued bug of the backward pass or
@@ -295,6 +344,7 @@ pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meshparity_specs::{Optimizer, Training};
 
     /// Steps per level as a spec with `steps = 6`, `oracle_steps = 2` gives them.
     fn steps(l: Level) -> usize {
@@ -325,6 +375,79 @@ mod tests {
         assert_eq!(first(Some("save-drops-tp-shards")), 0, "checkpoint");
         assert_eq!(first(Some("an-engines-own-bug")), 0, "not catalogued");
         assert_eq!(first(None), 0, "a correct run");
+    }
+
+    /// How many of `requests` `FirstStages` runs, in order.
+    fn runs(requests: &[(Training, &[Level])]) -> usize {
+        let model: meshparity_specs::ModelConfig = serde_json::from_value(serde_json::json!({
+            "family": "llama", "layers": 2, "hidden": 8, "heads": 2, "kv_heads": 2, "ffn": 16,
+            "vocab": 16, "seq_len": 4
+        }))
+        .expect("a model");
+        let mut shared = FirstStages::default();
+        let mut ran = 0;
+        for (training, asked) in requests {
+            let req = RunRequest {
+                model: &model,
+                training,
+                dtype: meshparity_specs::DType::F32,
+                mesh: Some(&meshparity_specs::MeshConfig::SINGLE),
+                levels: asked,
+                mutation: Some("tp-skip-forward-all-reduce"),
+                reference: None,
+                out: Path::new("unused"),
+            };
+            let limits = levels(asked);
+            let checked = shared.get_or_check(&req, &limits, || {
+                ran += 1;
+                Ok(Checked {
+                    manifest: Manifest::default(),
+                    outcomes: Vec::new(),
+                    seconds: 0.0,
+                })
+            });
+            assert!(checked.is_ok());
+        }
+        ran
+    }
+
+    #[test]
+    fn a_forward_only_stage_is_shared_across_optimizers_and_learning_rates_only() {
+        let t = Training {
+            seed: 1,
+            steps: 6,
+            oracle_steps: 2,
+            batch: 8,
+            optimizer: Optimizer::Adamw,
+            lr: 1e-3,
+        };
+        let sgd = Training {
+            optimizer: Optimizer::Sgd,
+            lr: 1e-2,
+            ..t.clone()
+        };
+        let seed2 = Training {
+            seed: 2,
+            ..t.clone()
+        };
+        let first: &[Level] = &[Level::Roundtrip, Level::Forward];
+        let oracle: &[Level] = &[Level::Roundtrip, Level::Forward, Level::Oracle];
+        assert_eq!(runs(&[(t.clone(), first), (sgd.clone(), first)]), 1);
+        assert_eq!(
+            runs(&[(t.clone(), first), (seed2, first)]),
+            2,
+            "another seed"
+        );
+        assert_eq!(
+            runs(&[(t.clone(), first), (t.clone(), &[Level::Forward])]),
+            2,
+            "levels"
+        );
+        assert_eq!(
+            runs(&[(t.clone(), oracle), (sgd, oracle)]),
+            2,
+            "a backward pass"
+        );
     }
 
     #[test]

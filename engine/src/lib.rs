@@ -34,7 +34,8 @@ pub mod update;
 
 pub use artifact::{files, ArtifactError, Manifest};
 pub use check::{
-    check, check_until_caught, checkpoint_site, localize, CheckError, Checked, ReferenceTrace,
+    check, check_until_caught, check_until_caught_sharing, checkpoint_site, localize, CheckError,
+    Checked, FirstStages, ReferenceTrace,
 };
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};
 pub use finding::Finding;

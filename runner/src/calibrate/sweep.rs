@@ -1,11 +1,14 @@
 //! Running the units over seeds and configurations, in this process and in parallel: one work
-//! item is (configuration, unit, seed) — a reference run and every mesh and mutation judged
-//! against it, in a scratch directory removed afterwards.
+//! item is a (model, dtype)'s units of every configuration on one seed — per unit, a reference
+//! run and every mesh and mutation judged against it, in a scratch directory removed
+//! afterwards.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use meshparity_engine::{check, check_until_caught, Gate, Outcome, ReferenceTrace, RunRequest};
+use meshparity_engine::{
+    check, check_until_caught_sharing, FirstStages, Gate, Outcome, ReferenceTrace, RunRequest,
+};
 use meshparity_specs::{DType, Level, Spec};
 use rayon::prelude::*;
 
@@ -75,21 +78,28 @@ pub fn sweep(
     // Scratch: every run's files are judged and removed within a second. The switch is the
     // process's; it is put back when the sweep ends.
     let synced = meshparity_engine::checkpoint::sync_to_disk(false);
-    let mut items = Vec::new();
+    // One work item: a (model, dtype)'s units of every configuration, on one seed, run one
+    // after the other so that they share the mutation runs' forward-only first stages.
+    let mut groups: Vec<((&str, DType), Vec<Member>)> = Vec::new();
     for (c, us) in units.iter().enumerate() {
         for (u, unit) in us.iter().enumerate() {
-            let last = opts.first_seed.saturating_add(opts.seeds);
-            for seed in opts.first_seed..last {
-                items.push((c, u, unit, seed));
+            let key = (unit.model.as_str(), unit.dtype);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, g)) => g.push((c, u, unit)),
+                None => groups.push((key, vec![(c, u, unit)])),
             }
         }
     }
+    let last = opts.first_seed.saturating_add(opts.seeds);
+    let items: Vec<(&[Member], u64)> = groups
+        .iter()
+        .flat_map(|(_, g)| (opts.first_seed..last).map(move |seed| (g.as_slice(), seed)))
+        .collect();
     let done = AtomicUsize::new(0);
     let total = items.len();
     let samples = items
         .par_iter()
-        .flat_map_iter(|&(c, u, unit, seed)| {
-            let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
+        .flat_map_iter(|&(group, seed)| {
             let what = Runs {
                 mutations: opts
                     .mutation_seeds
@@ -97,8 +107,21 @@ pub fn sweep(
                 localize: opts.localize,
                 first_catch: opts.first_catch,
             };
-            let out = run_unit(spec, engines, (c, what), unit, seed, &dir);
-            let _ = std::fs::remove_dir_all(&dir);
+            let mut shared = FirstStages::default();
+            let mut out = Vec::new();
+            for &(c, u, unit) in group {
+                let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
+                out.extend(run_unit(
+                    spec,
+                    engines,
+                    (c, what),
+                    unit,
+                    seed,
+                    &dir,
+                    &mut shared,
+                ));
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
             out
         })
@@ -106,6 +129,9 @@ pub fn sweep(
     meshparity_engine::checkpoint::sync_to_disk(synced);
     Ok(samples)
 }
+
+/// A unit of one configuration in a work item: (configuration index, unit index, unit).
+type Member<'a> = (usize, usize, &'a Unit);
 
 /// What one unit's seed runs besides the correct meshes.
 #[derive(Clone, Copy)]
@@ -122,6 +148,7 @@ fn run_unit(
     unit: &Unit,
     seed: u64,
     dir: &Path,
+    shared: &mut FirstStages,
 ) -> Vec<Sample> {
     let mut training = unit.training.clone();
     training.seed = seed;
@@ -213,9 +240,14 @@ fn run_unit(
             let mut s = sample(mesh, mutation);
             // A mutation run stops at its first catch; a correct run is judged at every level.
             let judged = match mutation {
-                Some(_) if what.first_catch => {
-                    check_until_caught(engine.as_ref(), &req, &mesh.levels, &reference, &here)
-                }
+                Some(_) if what.first_catch => check_until_caught_sharing(
+                    engine.as_ref(),
+                    &req,
+                    &mesh.levels,
+                    &reference,
+                    &here,
+                    shared,
+                ),
                 _ => check(engine.as_ref(), &req, &mesh.levels, &reference, &here),
             };
             match judged {
