@@ -18,10 +18,11 @@ use std::path::Path;
 use meshparity_specs::{DType, Level, Limits, MeshConfig, ModelConfig, Training};
 
 use crate::artifact::{files, Manifest};
-use crate::check::{check, check_until_caught};
+use crate::check::check;
 use crate::engine::{Engine, RunRequest};
 use crate::judge::{Judge, JudgeError};
 use crate::mutation::MutationOutcome;
+use crate::stages::check_until_caught;
 
 /// What to run the suite on.
 pub struct Setup<'a> {

@@ -29,14 +29,12 @@ pub mod outcome;
 pub mod replay;
 pub mod routing;
 pub mod seal;
+pub mod stages;
 pub mod tensor;
 pub mod update;
 
 pub use artifact::{files, ArtifactError, Manifest};
-pub use check::{
-    check, check_until_caught, check_until_caught_sharing, checkpoint_site, localize, CheckError,
-    Checked, FirstStages, ReferenceTrace,
-};
+pub use check::{check, checkpoint_site, localize, CheckError, Checked, ReferenceTrace};
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};
 pub use finding::Finding;
 pub use gate::Gate;
@@ -45,4 +43,5 @@ pub use locate::{locate, Localization, TraceError, TraceIndex};
 pub use mutation::MutationOutcome;
 pub use outcome::{Comparison, Losses, Outcome};
 pub use seal::{seal, sealed, verify, verify_file, SealError};
+pub use stages::{check_until_caught, check_until_caught_sharing, FirstStages};
 pub use tensor::{HostTensor, Shards};
