@@ -8,26 +8,18 @@
 //! A job is one process that ends when its run does, so memory kept is never memory lost; a
 //! long in-process sweep (`calibrate`) keeps its peak and reuses it.
 
-use libmimalloc_sys::{mi_option_set, mi_option_t};
+mod purge;
+
+pub use purge::keep_freed_memory;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// `mi_option_purge_delay` in mimalloc 3's `mi_option_e` (include/mimalloc.h): milliseconds
-/// before freed memory is returned; -1 never. The Rust bindings do not name it.
-const PURGE_DELAY: mi_option_t = 15;
-
-/// Keep freed memory for the rest of the process.
-pub fn keep_freed_memory() {
-    // SAFETY: setting an option is a plain store mimalloc reads on its next purge.
-    unsafe { mi_option_set(PURGE_DELAY, -1) }
-}
 
 /// The purge delay in force (for the test that `PURGE_DELAY` names that option).
 #[cfg(test)]
 fn purge_delay() -> std::ffi::c_long {
     // SAFETY: reading an option has no precondition.
-    unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) }
+    unsafe { libmimalloc_sys::mi_option_get(purge::PURGE_DELAY) }
 }
 
 #[cfg(test)]

@@ -21,13 +21,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// As the binary does (src/alloc.rs), keep freed memory rather than hand it back to the kernel
 /// and fault it in again, zeroed, a second later: the sweeps free and reallocate the same sizes
-/// all the time.
-fn keep_freed_memory() {
-    /// `mi_option_purge_delay` (src/alloc.rs tests that this is the option).
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    // SAFETY: setting an option is a plain store mimalloc reads on its next purge.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
-}
+/// all the time (one full-sweep seed: 93 s mean over three runs against 100 s over four, within
+/// this VM's spread).
+#[path = "../src/alloc/purge.rs"]
+mod purge;
 
 /// The built-in engine, as the binary hands it to the runner.
 struct Builtin;
@@ -56,7 +53,7 @@ const MUTATION_SEEDS: u64 = SEEDS;
 const FULL_SWEEP_MUTATION_SEEDS: u64 = SEEDS;
 
 fn sweep(spec: &str, filters: &[&str], seeds: u64, mutation_seeds: u64) -> Calibration {
-    keep_freed_memory();
+    purge::keep_freed_memory();
     let loaded = meshparity_specs::load(&Path::new("examples").join(spec)).expect("valid");
     let spec = &loaded.spec;
     let plan = Plan::build(spec);
