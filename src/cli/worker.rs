@@ -35,6 +35,10 @@ pub struct Args {
     /// Every job on this device (the runner's `--device`).
     #[arg(long)]
     device: Option<meshparity_specs::Device>,
+    /// Compute threads: the CPU slots the runner gave this job (default: every core, or
+    /// RAYON_NUM_THREADS, which wins when set).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 pub fn run(args: &Args) -> u8 {
@@ -69,6 +73,7 @@ pub fn run(args: &Args) -> u8 {
         no_cache: args.no_cache,
         attempt: args.attempt,
         device: args.device,
+        threads: args.threads,
     };
     match worker::run(&wa, &crate::engines::Builtin) {
         Ok(r) => {

@@ -281,6 +281,10 @@ impl Run<'_> {
         if let Some(device) = self.opts.device {
             args.extend(["--device".into(), device.to_string()]);
         }
+        if job.device.is_cpu() {
+            // Jobs side by side share the cores as their slots do (worker/threads.rs).
+            args.extend(["--threads".into(), self.slots.weight(job).to_string()]);
+        }
         let (cpus, gpus, own_ranks) = executor::resources(job);
         let launch = Launch {
             index: i,

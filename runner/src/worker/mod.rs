@@ -8,6 +8,8 @@
 //! - `context.rs` — the job's work on its engine (engine runs, judging, mutations).
 
 mod context;
+mod pages;
+pub mod threads;
 
 use std::path::{Path, PathBuf};
 
@@ -68,6 +70,8 @@ pub struct WorkerArgs {
     pub attempt: u32,
     /// `--device`, as the runner was given it: the plan is rebuilt the same way.
     pub device: Option<Device>,
+    /// The CPU slots the runner gave this job ([`threads`]).
+    pub threads: Option<usize>,
 }
 
 /// What a worker found.
@@ -191,6 +195,11 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         return Err(WorkerError::UnknownJob(args.job));
     }
     crate::testing::inject(args, &job.name)?;
+    threads::size_pool(args.threads);
+    // A user's program would inherit the setting; every other job computes in this process.
+    if job.model_config.engine.is_none() || matches!(job.kind, JobKind::Check { .. }) {
+        pages::base_pages_only();
+    }
     // A user's program (its `[engines]`, its `[variants]`) is described by the spec itself.
     if loaded.is_none() && (job.model_config.engine.is_some() || job.variant.is_some()) {
         loaded = Some(load(args)?);
