@@ -9,7 +9,7 @@
 
 mod context;
 mod pages;
-pub mod threads;
+mod threads;
 
 use std::path::{Path, PathBuf};
 

@@ -4,8 +4,8 @@
 //! kernel then zeroes 2 MiB at the first touch of any byte of one, even when the job uses a
 //! few KiB of it (the allocator's free lists touch every block of a fresh page). A training
 //! job's memory is used once per process, so that zeroing was most of its system time: the
-//! hidden-512 4-mesh run (2 cores) spent 5.3–6.7 s CPU in the kernel with huge pages and
-//! 3.6–3.9 s without, its GEMMs no slower (user time the same; docs/engines.md).
+//! hidden-512 4-mesh run (2 cores) spent 6.5–7.7 s CPU in the kernel with huge pages and
+//! 3.6–3.8 s without, its GEMMs no slower (user time the same; docs/engines.md).
 //!
 //! Per process and inherited by children, so the worker sets it only for jobs that compute in
 //! the worker itself (the built-in engine's runs, every judge): never in the runner, nor for a
