@@ -136,6 +136,11 @@ pub fn oracle(
             }
             None => ce.clone(),
         };
+        if step > 0 && !len.backward_at(step) {
+            // The last step's loss is all a run reads of it ([`Length::backward_at`]).
+            losses.push(scalar(ce.inner()));
+            break;
+        }
         let g = loss.backward();
         let grads: IndexMap<String, Tensor<2>> = leaves
             .tensors
@@ -232,7 +237,7 @@ pub fn mesh(
         .iter()
         .map(|_| Optimizer::new(training.optimizer, training.lr))
         .collect();
-    let exec = MeshExec {
+    let mut exec = MeshExec {
         model,
         mesh,
         device,
@@ -246,7 +251,10 @@ pub fn mesh(
     let mut first: Option<(HostTensor, Vec<Shards>)> = None;
     let mut weights = None;
     for step in 0..len.steps {
-        comm.set_tracing(probe.trace && step < trace::STEPS);
+        let traced_step = probe.trace && step < trace::STEPS;
+        comm.set_tracing(traced_step);
+        // A traced step keeps its backward: localization compares the backward's sites too.
+        exec.backward = len.backward_at(step) || (len.backward && traced_step);
         let StepOutput {
             loss,
             logits,
@@ -274,8 +282,9 @@ pub fn mesh(
         if first.is_none() {
             first = Some((logits_host(logits), host_ranks(&params, &grads)));
         }
-        if !len.backward {
-            // The first step's forward was all that was asked: no gradients, no update.
+        if !exec.backward {
+            // This step's forward was all that was asked (the first step's forward level, or
+            // the last step's loss): no gradients, no update.
             break;
         }
         for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {

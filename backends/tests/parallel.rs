@@ -194,3 +194,43 @@ fn a_forward_only_run_records_the_whole_runs_first_step() {
         }
     }
 }
+
+/// A run whose weights are recorded before its last step skips that step's backward pass and
+/// update (nothing reads them), and every loss, gradient and weight it records is bit for bit
+/// what the same run with the last backward records.
+#[test]
+fn the_last_steps_unread_backward_is_skipped_and_changes_nothing() {
+    let dev = Device::flex();
+    let t = training(5, Optimizer::Adamw);
+    let whole = Length {
+        weights_after: LEN.steps,
+        ..LEN
+    };
+    assert!(!LEN.backward_at(LEN.steps - 1) && whole.backward_at(LEN.steps - 1));
+    let same = |name: &str, a: &Record, b: &Record, weights: &Record| {
+        assert_eq!(a.logits, b.logits, "{name}: logits");
+        assert_eq!(a.losses, b.losses, "{name}: every step's loss");
+        assert_eq!(a.load_balance, b.load_balance, "{name}: load balance");
+        assert_eq!(a.grads, b.grads, "{name}: first-step gradients");
+        assert_eq!(
+            a.weights, weights.weights,
+            "{name}: weights after two steps"
+        );
+    };
+    let models = [(tiny(), MESHES), (tiny_moe(), MOE_MESHES)];
+    for (m, meshes) in models {
+        let two = Length { steps: 2, ..LEN };
+        let oracle = |len| train::oracle(&m, &t, len, &dev, DType::F32);
+        same("oracle", &oracle(LEN), &oracle(whole), &oracle(two));
+        for name in meshes {
+            let mesh = mesh(name);
+            let run = |len| train::mesh(&m, &mesh, &t, len, Default::default(), &dev, DType::F32);
+            let (skipped, full) = (run(LEN).unwrap(), run(whole).unwrap());
+            same(name, &skipped, &full, &run(two).unwrap());
+            assert!(
+                skipped.collectives < full.collectives,
+                "{name}: the last step's backward collectives were not skipped"
+            );
+        }
+    }
+}

@@ -47,6 +47,18 @@ pub struct Length {
     pub backward: bool,
 }
 
+impl Length {
+    /// Whether step `step` (from 0) needs its backward pass and update: the first step's
+    /// gradients are an artifact, a later step's loss depends on every update before it, and
+    /// the weights are recorded after `weights_after` steps. The last step's update is none of
+    /// these unless the weights are recorded after it, so its forward (its loss) is all a run
+    /// needs of it: a 4-step run saves a sixth of its arithmetic, and every artifact is the same
+    /// to the bit.
+    pub fn backward_at(&self, step: usize) -> bool {
+        self.backward && (step == 0 || step + 1 < self.steps || step + 1 == self.weights_after)
+    }
+}
+
 impl RunRequest<'_> {
     /// Steps this run must train: the reference runs long enough for every level; a mesh run
     /// only as long as its levels need.
@@ -153,5 +165,26 @@ pub trait Engine {
     /// trace.
     fn trace(&self, _req: &RunRequest<'_>) -> Result<bool, EngineError> {
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Length;
+
+    #[test]
+    fn only_the_last_step_of_a_run_whose_weights_come_earlier_skips_its_backward() {
+        let len = |steps, weights_after, backward| Length {
+            steps,
+            weights_after,
+            backward,
+        };
+        let at = |l: Length| (0..l.steps).map(|s| l.backward_at(s)).collect::<Vec<_>>();
+        assert_eq!(at(len(4, 2, true)), [true, true, true, false]);
+        assert_eq!(at(len(4, 4, true)), [true; 4]);
+        assert_eq!(at(len(4, 0, true)), [true, true, true, false]);
+        // One step: its gradients are an artifact.
+        assert_eq!(at(len(1, 0, true)), [true]);
+        assert_eq!(at(len(1, 0, false)), [false]);
     }
 }
