@@ -93,13 +93,17 @@ pub async fn execute(
     );
     let slots = Slots::new(opts, order.iter().map(|n| plan.graph[*n].device));
     let costs: Vec<u64> = order.iter().map(|n| plan.graph[*n].kind.cost()).collect();
+    let widths: Vec<usize> = order
+        .iter()
+        .map(|n| slots.weight(&plan.graph[*n]))
+        .collect();
     let mut run = Run {
         plan,
         opts,
         roles: selection.jobs.iter().map(|(_, r)| *r).collect(),
         states: order.iter().map(|_| State::Waiting).collect(),
         attempts: order.iter().map(|_| Vec::new()).collect(),
-        ready: Ready::new(&deps, &costs),
+        ready: Ready::new(&deps, &costs, &widths),
         running: BTreeSet::new(),
         executor,
         store: Store::open(&opts.run_dir)?,
