@@ -7,6 +7,7 @@
 //! - `ready.rs` — dependency counts: which jobs may start;
 //! - `signals.rs` — SIGINT/SIGTERM as a cancellation level;
 //! - `slots.rs` — how many jobs run at once on the CPU and on each GPU;
+//! - `worker_argv.rs` — the worker's command line for one attempt;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
 //! - `run_dir.rs` — run directories: unique, locked, tied to their spec;
@@ -25,6 +26,7 @@ pub mod signals;
 pub mod slots;
 pub mod store;
 pub mod verdict;
+mod worker_argv;
 
 pub use options::{RunOptions, Timeouts};
 pub use scheduler::{execute, Execution};

@@ -26,6 +26,7 @@ use super::ready::Ready;
 use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
+use super::worker_argv;
 
 use crate::plan::job_file::{JobFile, JOB_FILE};
 use crate::plan::{Job, Plan, Role, Selection};
@@ -261,35 +262,16 @@ impl Run<'_> {
         let job_file = dir.join(JOB_FILE);
         let written = std::fs::create_dir_all(&dir)
             .and_then(|_| JobFile::of(self.plan, self.order[i], &self.opts.spec).write(&job_file));
-        let mut args = vec![
-            "worker".to_owned(),
-            "--spec".into(),
-            self.opts.spec.display().to_string(),
-            "--job".into(),
-            job.id.to_string(),
-            "--out".into(),
-            dir.display().to_string(),
-            "--cache".into(),
-            self.opts.cache_dir.display().to_string(),
-            "--scratch".into(),
-            self.opts.run_dir.join("artifacts").display().to_string(),
-            "--attempt".into(),
-            attempt.to_string(),
-        ];
-        if written.is_ok() {
-            args.extend(["--job-file".into(), job_file.display().to_string()]);
-        }
-        if self.opts.no_cache {
-            args.push("--no-cache".into());
-        }
-        if let Some(device) = self.opts.device {
-            args.extend(["--device".into(), device.to_string()]);
-        }
-        if job.device.is_cpu() {
-            // Jobs side by side share the cores as their slots do (worker/threads.rs).
-            args.extend(["--threads".into(), self.slots.weight(job).to_string()]);
-        }
         let (cpus, gpus, own_ranks) = executor::resources(job);
+        let args = worker_argv::args(&worker_argv::Attempt {
+            opts: self.opts,
+            job,
+            dir: &dir,
+            attempt,
+            job_file: written.is_ok().then_some(job_file.as_path()),
+            slots: self.slots.weight(job),
+            cpus,
+        });
         let launch = Launch {
             index: i,
             attempt,
