@@ -7,12 +7,15 @@
 //! - `plan/` — spec → job DAG, selection;
 //! - `exec/` — scheduling, processes, result store, progress;
 //! - `worker.rs` — one job in this process, the unit a process (or cluster node) runs;
-//! - `testing.rs` — fault injection for the runner's own tests.
+//! - `testing.rs` — fault injection for the runner's own tests, compiled only with the
+//!   `test-faults` feature (the workspace's dev-dependencies turn it on; a build users run never
+//!   has it).
 
 pub mod calibrate;
 pub mod engines;
 pub mod exec;
 pub mod plan;
+#[cfg(feature = "test-faults")]
 pub mod testing;
 pub mod worker;
 

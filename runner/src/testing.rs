@@ -6,7 +6,9 @@
 //! the first attempt only: a flaky job), `sleep:SECS` (wait, then do the job: a job still
 //! running when its runner dies), `noop` (pass at once without computing: the
 //! scheduler-overhead bench).
-//! Unset in normal use; documented here only.
+//! Compiled only with the `test-faults` feature, which the workspace's dev-dependencies turn on:
+//! a binary from `cargo build`, `cargo run` or `cargo install` has no such switch, so a stray
+//! variable in a user's environment cannot turn every job green (tests/test-faults-absent.sh).
 
 use globset::Glob;
 

@@ -194,6 +194,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
     if job.id != args.job {
         return Err(WorkerError::UnknownJob(args.job));
     }
+    #[cfg(feature = "test-faults")]
     crate::testing::inject(args, &job.name)?;
     threads::size_pool(args.threads);
     // A user's program would inherit the setting; every other job computes in this process.
