@@ -13,6 +13,7 @@
 pub mod checkout;
 pub mod collect;
 pub mod log;
+pub mod output;
 pub mod process;
 pub mod template;
 pub mod trace;

@@ -1,11 +1,13 @@
 //! Running the program: the rendered argv (or `sh -c` line), its environment and working
-//! directory; output teed line by line to this worker's stderr (so a runner that kills a hung
-//! job still has the program's last words) and to `program.log` beside the artifacts.
+//! directory; its output kept within bounds in `program.log` beside the artifacts, the first of
+//! it passed on to this worker's stderr ([`crate::output`]).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
+
+use crate::output::{pump, BoundedLog, Caps};
 
 /// The log the program's stdout and stderr go to, in its output directory.
 pub const LOG: &str = "program.log";
@@ -54,7 +56,8 @@ pub enum ProcessError {
 /// Run `inv` to completion, its output logged into `out`.
 pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     let log_path = out.join(LOG);
-    let log = std::fs::File::create(&log_path).map_err(|source| ProcessError::Io {
+    let caps = Caps::default();
+    let log = BoundedLog::create(&log_path, caps).map_err(|source| ProcessError::Io {
         path: log_path.display().to_string(),
         source,
     })?;
@@ -73,7 +76,7 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
             cwd: inv.cwd.display().to_string(),
             source,
         })?;
-    let tees: Vec<_> = [
+    let pumps: Vec<_> = [
         child
             .stdout
             .take()
@@ -87,7 +90,7 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     .flatten()
     .map(|stream| {
         let log = Arc::clone(&log);
-        std::thread::spawn(move || tee(stream, &log))
+        std::thread::spawn(move || pump(stream, &log, caps))
     })
     .collect();
     let status = child.wait().map_err(|source| ProcessError::Spawn {
@@ -95,8 +98,17 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
         cwd: inv.cwd.display().to_string(),
         source,
     })?;
-    for t in tees {
-        let _ = t.join();
+    for p in pumps {
+        let _ = p.join();
+    }
+    // Both pumps are joined: the log is this thread's alone (a pump that panicked poisoned
+    // it, and its lines so far are what there is).
+    if let Ok(log) = Arc::try_unwrap(log) {
+        let log = log.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+        log.finish().map_err(|source| ProcessError::Io {
+            path: log_path.display().to_string(),
+            source,
+        })?;
     }
     if status.success() {
         return Ok(());
@@ -115,27 +127,13 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     })
 }
 
-fn tee(stream: Box<dyn Read + Send>, log: &Mutex<std::fs::File>) {
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
-        let _ = std::io::stderr().write_all(&line);
-        if let Ok(mut f) = log.lock() {
-            let _ = f.write_all(&line);
-        }
-        line.clear();
-    }
-}
-
-/// The last `n` lines of a log, or a note that there were none.
+/// The last `n` lines of a log ([`meshparity_files::tail`]), or a note that there were none.
 pub fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = meshparity_files::tail(path, n);
     if lines.is_empty() {
         return "  (no output)".into();
     }
-    lines[lines.len().saturating_sub(n)..]
+    lines
         .iter()
         .map(|l| format!("  | {l}"))
         .collect::<Vec<_>>()

@@ -7,11 +7,15 @@
 //! ([`write_atomic`]), and a run directory is held by one process at a time ([`Lock`]).
 
 mod atomic;
+mod create;
 mod flush;
 mod lock;
 mod regular;
+mod tail;
 
 pub use atomic::{temp_sibling, write_atomic, write_replace};
+pub use create::{create, write};
 pub use flush::flush_filesystems;
 pub use lock::{Lock, LockError};
 pub use regular::{open, read, read_to_string, Limit};
+pub use tail::{tail, TAIL_LINE, TAIL_WINDOW};

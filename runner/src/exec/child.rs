@@ -54,16 +54,12 @@ impl Finished {
     pub fn log_tail(&self, lines: usize) -> String {
         let mut out = String::new();
         for (label, path) in [("stderr", &self.stderr), ("stdout", &self.stdout)] {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let all: Vec<&str> = text.lines().collect();
-            if all.is_empty() {
+            let last = meshparity_files::tail(path, lines);
+            if last.is_empty() {
                 continue;
             }
-            out.push_str(&format!(
-                "--- {label} (last {} lines) ---\n",
-                lines.min(all.len())
-            ));
-            for l in &all[all.len().saturating_sub(lines)..] {
+            out.push_str(&format!("--- {label} (last {} lines) ---\n", last.len()));
+            for l in &last {
                 out.push_str(l);
                 out.push('\n');
             }

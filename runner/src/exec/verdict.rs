@@ -64,8 +64,8 @@ pub fn verdict(f: &Finished, dir: &Path, timeout: Duration) -> Verdict {
 /// The worker's last `error:` line on stderr (its panic hook writes one), else the last
 /// non-empty line.
 fn last_error_line(f: &Finished) -> Option<String> {
-    let text = std::fs::read_to_string(&f.stderr).ok()?;
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // The worker writes its error last: the end of its log holds it.
+    let lines = meshparity_files::tail(&f.stderr, 200);
     let line = lines
         .iter()
         .rev()
