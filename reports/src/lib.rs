@@ -35,6 +35,22 @@ pub mod files {
     pub const MARKDOWN: &str = "summary.md";
 }
 
+/// A byte count for people: `812 B`, `4.2 kB`, `18.0 GB` (powers of 1000, as `du --si`).
+pub fn size(bytes: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < units.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
 /// Write every format into `dir` (atomically, each file).
 pub fn write_all(results: &RunResults, dir: &std::path::Path) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(results).expect("results serialize");
@@ -45,4 +61,14 @@ pub fn write_all(results: &RunResults, dir: &std::path::Path) -> std::io::Result
         &dir.join(files::MARKDOWN),
         markdown::markdown(results, files::HTML).as_bytes(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_as_du_si_prints_them() {
+        assert_eq!(super::size(812), "812 B");
+        assert_eq!(super::size(4_200), "4.2 kB");
+        assert_eq!(super::size(18_000_000_000), "18.0 GB");
+    }
 }

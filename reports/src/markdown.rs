@@ -64,8 +64,12 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
             "{skipped} job(s) skipped because a dependency did not pass.\n\n"
         ));
     }
+    let disk = m
+        .disk_bytes
+        .map(|b| format!(" · run directory {}", crate::size(b)))
+        .unwrap_or_default();
     out.push_str(&format!(
-        "<sub>{} · {} ({}) · seed {} · {:.1} s · meshparity {}</sub>\n",
+        "<sub>{} · {} ({}) · seed {} · {:.1} s{disk} · meshparity {}</sub>\n",
         escape(&m.host),
         escape(&m.backend),
         escape(&m.device),

@@ -46,6 +46,12 @@ pub fn merge(shards: Vec<RunResults>) -> Result<RunResults, MergeError> {
         // Shards run side by side: the merged run took as long as the slowest.
         meta.seconds = meta.seconds.max(m.seconds);
         meta.interrupted |= m.interrupted;
+        if i > 0 {
+            meta.disk_bytes = match (meta.disk_bytes, m.disk_bytes) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
         if m.started < meta.started {
             meta.started = m.started.clone();
         }

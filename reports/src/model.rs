@@ -146,6 +146,10 @@ pub struct RunMeta {
     pub seconds: f64,
     pub interrupted: bool,
     pub run_dir: String,
+    /// Bytes the run directory held when the run ended, before its reports (merged shards:
+    /// the sum of theirs). Reported, since a run keeps only what its reports cite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

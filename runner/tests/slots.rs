@@ -37,6 +37,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         timeouts: Timeouts::default(),
         grace: Duration::from_secs(1),
         no_cache: false,
+        keep_artifacts: false,
         executor: Default::default(),
     }
 }

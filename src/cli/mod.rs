@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use meshparity_runner::exec::console;
+use meshparity_runner::say;
 use meshparity_specs::{Device, Loaded, SpecError};
 
 use crate::exit;
@@ -116,13 +118,13 @@ pub fn load_spec(path: &Path, device: Option<Device>) -> Option<Loaded> {
     match loaded {
         Ok(loaded) => {
             if !loaded.warnings.is_empty() {
-                eprint!("{}", loaded.warnings.render(color()));
+                console::stderr(format_args!("{}", loaded.warnings.render(color())));
             }
             Some(loaded)
         }
         Err(SpecError::Invalid(diags)) => {
-            eprint!("{}", diags.render(color()));
-            eprintln!(
+            console::stderr(format_args!("{}", diags.render(color())));
+            say!(
                 "{}: {} error(s), {} warning(s)",
                 path.display(),
                 diags.error_count(),
@@ -131,7 +133,7 @@ pub fn load_spec(path: &Path, device: Option<Device>) -> Option<Loaded> {
             None
         }
         Err(e @ SpecError::Read { .. }) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             None
         }
     }
@@ -147,8 +149,8 @@ pub fn supported(
     match crate::engines::check_support(loaded, selection) {
         Ok(()) => true,
         Err(SpecError::Invalid(diags)) => {
-            eprint!("{}", diags.render(color()));
-            eprintln!(
+            console::stderr(format_args!("{}", diags.render(color())));
+            say!(
                 "{}: {} error(s), {} warning(s)",
                 path.display(),
                 diags.error_count(),
@@ -157,7 +159,7 @@ pub fn supported(
             false
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             false
         }
     }

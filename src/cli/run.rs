@@ -9,7 +9,7 @@ use meshparity_reports::{JobRecord, RunResults, Status, FORMAT_VERSION};
 use meshparity_runner::exec::executor::{slurm::SlurmConfig, ExecutorKind};
 use meshparity_runner::exec::run_dir::RunDir;
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
-use meshparity_runner::Plan;
+use meshparity_runner::{say, Plan};
 
 use crate::exit;
 
@@ -45,6 +45,12 @@ pub struct Args {
     /// Recompute reference artifacts even when cached.
     #[arg(long)]
     no_cache: bool,
+    /// Keep every file jobs write: localization traces, mutated runs' shards and weights.
+    /// By default a judged job keeps only the files its result cites (the compared pair behind
+    /// each `meshparity compare` command), and the run drops its shared reference traces at
+    /// the end.
+    #[arg(long)]
+    keep_artifacts: bool,
     /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
     resume: Option<PathBuf>,
@@ -122,19 +128,19 @@ pub fn run(args: &Args) -> u8 {
     let filter = match args.select.filter() {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             return exit::SPEC_ERROR;
         }
     };
     let timeouts = match Timeouts::parse(&args.timeout) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             return exit::SPEC_ERROR;
         }
     };
     if !(args.grace >= 0.0 && args.grace <= exec::options::MAX_SECONDS) {
-        eprintln!(
+        say!(
             "error: --grace must be a number of seconds between 0 and {} (30 days)",
             exec::options::MAX_SECONDS
         );
@@ -147,7 +153,7 @@ pub fn run(args: &Args) -> u8 {
     let plan = Plan::build(spec);
     let selection = plan.select(&filter, args.select.partition);
     if selection.is_empty() {
-        eprintln!("nothing selected: no job matches the filters and partition");
+        say!("nothing selected: no job matches the filters and partition");
         return exit::NOTHING_SELECTED;
     }
     if !super::supported(&args.spec, &loaded, Some((&plan, &selection))) {
@@ -161,14 +167,14 @@ pub fn run(args: &Args) -> u8 {
     let adapters = match exec::meta::engines(&crate::engines::Builtin, spec, jobs) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             return exit::SPEC_ERROR;
         }
     };
     let executor = match executor(args, spec) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             return exit::SPEC_ERROR;
         }
     };
@@ -179,13 +185,13 @@ pub fn run(args: &Args) -> u8 {
     };
     if let ExecutorKind::Slurm(_) = &executor {
         if let Some(warning) = exec::executor::slurm::local_only(&run_dir.path) {
-            eprintln!("warning: {warning}");
+            say!("warning: {warning}");
         }
     }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: cannot find this executable to launch workers: {e}");
+            say!("error: cannot find this executable to launch workers: {e}");
             return exit::INFRA_ERROR;
         }
     };
@@ -209,6 +215,7 @@ pub fn run(args: &Args) -> u8 {
         timeouts,
         grace: Duration::from_secs_f64(args.grace),
         no_cache: args.no_cache,
+        keep_artifacts: args.keep_artifacts,
         executor,
     };
     let mut meta = exec::meta::collect(
@@ -220,7 +227,7 @@ pub fn run(args: &Args) -> u8 {
     );
     let start = Instant::now();
     let live = !args.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    eprintln!(
+    say!(
         "running {} job(s) from {} in {}",
         selection.jobs.len(),
         args.spec.display(),
@@ -229,24 +236,25 @@ pub fn run(args: &Args) -> u8 {
     let execution = match exec::block_on(exec::execute(&plan, &selection, &opts, previous, live)) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: writing results in {}: {e}", opts.run_dir.display());
+            say!("error: writing results in {}: {e}", opts.run_dir.display());
             return exit::INFRA_ERROR;
         }
     };
     meta.finished = exec::meta::now();
     meta.seconds = start.elapsed().as_secs_f64();
     meta.interrupted = execution.interrupted;
+    meta.disk_bytes = Some(run_dir.finish(args.keep_artifacts));
     let results = RunResults {
         format_version: FORMAT_VERSION,
         meta,
         jobs: execution.records,
     };
     if let Err(e) = meshparity_reports::write_all(&results, &opts.run_dir) {
-        eprintln!("error: writing reports in {}: {e}", opts.run_dir.display());
+        say!("error: writing reports in {}: {e}", opts.run_dir.display());
         return exit::INFRA_ERROR;
     }
-    print!("{}", summary(&results));
-    eprintln!(
+    meshparity_runner::exec::console::stdout(format_args!("{}", summary(&results)));
+    say!(
         "reports: {0}/report.html, {0}/junit.xml, {0}/summary.md, {0}/results.json",
         opts.run_dir.display()
     );
@@ -261,7 +269,7 @@ fn claim(
     output: &Path,
 ) -> Result<(RunDir, HashMap<String, JobRecord>), u8> {
     let fail = |e: &dyn std::fmt::Display| {
-        eprintln!("error: {e}");
+        say!("error: {e}");
         exit::SPEC_ERROR
     };
     let Some(dir) = &args.resume else {
@@ -340,8 +348,13 @@ fn summary(r: &RunResults) -> String {
         .filter(|s| r.count(**s) > 0)
         .map(|s| format!("{} {}", r.count(*s), s.as_str()))
         .collect();
+    let disk = r
+        .meta
+        .disk_bytes
+        .map(|b| format!("; run directory {}", meshparity_reports::size(b)))
+        .unwrap_or_default();
     out.push_str(&format!(
-        "\n{} job(s) in {:.1}s: {}\n",
+        "\n{} job(s) in {:.1}s: {}{disk}\n",
         r.jobs.len(),
         r.meta.seconds,
         counts.join(", ")

@@ -30,6 +30,10 @@ pub struct Args {
     scratch: Option<PathBuf>,
     #[arg(long)]
     no_cache: bool,
+    /// Keep every file the job wrote (traces, a mutated run's shards), not only those its
+    /// result cites.
+    #[arg(long)]
+    keep_artifacts: bool,
     #[arg(long, default_value_t = 1)]
     attempt: u32,
     /// Every job on this device (the runner's `--device`).
@@ -71,6 +75,7 @@ pub fn run(args: &Args) -> u8 {
         scratch: args.scratch.clone().unwrap_or_else(|| args.cache.clone()),
         cache: args.cache.clone(),
         no_cache: args.no_cache,
+        keep_artifacts: args.keep_artifacts,
         attempt: args.attempt,
         device: args.device,
         threads: args.threads,

@@ -244,6 +244,7 @@ pub fn results(hostile: bool) -> RunResults {
             seconds: 5.0,
             interrupted: false,
             run_dir: "run".into(),
+            disk_bytes: None,
         },
         jobs,
     }

@@ -73,6 +73,7 @@ pub fn collect(
         seconds: 0.0,
         interrupted: false,
         run_dir: run_dir.display().to_string(),
+        disk_bytes: None,
     }
 }
 

@@ -12,9 +12,11 @@
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
 //! - `run_dir.rs` — run directories: unique, locked, tied to their spec;
 //! - `progress.rs` — live bar or plain lines;
+//! - `console.rs` — lines to stdout/stderr that never fail the run when the reader goes away;
 //! - `meta.rs` — what the run was (spec hash, host, commit, backend).
 
 pub mod child;
+pub mod console;
 pub mod executor;
 pub mod meta;
 pub mod options;

@@ -27,6 +27,9 @@ pub struct RunOptions {
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
     pub no_cache: bool,
+    /// `--keep-artifacts`: judged jobs keep every file they wrote (traces, mutated runs), and
+    /// the run its shared reference traces; otherwise only what a report cites stays.
+    pub keep_artifacts: bool,
     /// Where attempts run.
     pub executor: super::executor::ExecutorKind,
 }

@@ -62,14 +62,14 @@ impl Progress {
                 }
                 bar.inc(1);
             }
-            Progress::Lines => eprintln!("{line}"),
+            Progress::Lines => crate::say!("{line}"),
         }
     }
 
     pub fn note(&self, msg: &str) {
         match self {
             Progress::Bar { bar, .. } => bar.println(msg),
-            Progress::Lines => eprintln!("{msg}"),
+            Progress::Lines => crate::say!("{msg}"),
         }
     }
 

@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 /// The spec files a run was made from, with their hashes, in the run directory.
 pub const SPEC_FILES: &str = "spec-files.json";
 
+/// The run's scratch directory inside it: artifacts of engines whose runs are never reused, and
+/// the reference traces its mutation jobs share.
+pub const SCRATCH: &str = "artifacts";
+
 /// A run directory this process holds.
 #[derive(Debug)]
 pub struct RunDir {
@@ -44,6 +48,16 @@ struct SpecFile {
 }
 
 impl RunDir {
+    /// End of the run: drop the reference traces its mutation jobs shared (read by them only;
+    /// every localization is in the results) unless `keep_artifacts`, and measure what the
+    /// directory holds.
+    pub fn finish(&self, keep_artifacts: bool) -> u64 {
+        if !keep_artifacts {
+            crate::worker::drop_shared_traces(&self.path.join(SCRATCH));
+        }
+        disk_use(&self.path)
+    }
+
     /// A new directory `OUTPUT/NAME-STAMP`, or `…-2`, `…-3` when another run took that name.
     pub fn create_unique(output: &Path, name: &str, stamp: &str) -> Result<RunDir, RunDirError> {
         let create = |path: &Path, source| RunDirError::Create {
@@ -136,4 +150,19 @@ fn spec_files(spec: &Spec) -> Vec<SpecFile> {
             blake3: blake3::hash(f.text.as_bytes()).to_hex().to_string(),
         })
         .collect()
+}
+
+/// Bytes allocated on disk below `path` (as `du`), links not followed.
+pub fn disk_use(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let mut total = meta.blocks() * 512;
+    if meta.is_dir() {
+        if let Ok(entries) = std::fs::read_dir(path) {
+            total += entries.flatten().map(|e| disk_use(&e.path())).sum::<u64>();
+        }
+    }
+    total
 }

@@ -303,6 +303,10 @@ impl Run<'_> {
         cancelled: bool,
     ) -> std::io::Result<()> {
         let dir = self.job_dir(i, attempt);
+        if !self.opts.keep_artifacts {
+            let scratch = self.opts.run_dir.join(super::run_dir::SCRATCH);
+            crate::worker::clean_up_partial(&dir, &[&self.opts.cache_dir, &scratch]);
+        }
         let timeout = self.opts.timeouts.for_job(self.job(i));
         let exit = f.exit_text();
         let Verdict {

@@ -37,7 +37,10 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
         "--cache".into(),
         opts.cache_dir.display().to_string(),
         "--scratch".into(),
-        opts.run_dir.join("artifacts").display().to_string(),
+        opts.run_dir
+            .join(super::run_dir::SCRATCH)
+            .display()
+            .to_string(),
         "--attempt".into(),
         a.attempt.to_string(),
     ];
@@ -46,6 +49,9 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
     }
     if opts.no_cache {
         args.push("--no-cache".into());
+    }
+    if opts.keep_artifacts {
+        args.push("--keep-artifacts".into());
     }
     if let Some(device) = opts.device {
         args.extend(["--device".into(), device.to_string()]);

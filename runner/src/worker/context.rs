@@ -56,8 +56,9 @@ impl Context<'_> {
             }
         }
         // Build beside the final place and rename, so a half-written run is never reused.
-        let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
+        let tmp = super::partial::dir_for(&dir);
         let _ = std::fs::remove_dir_all(&tmp);
+        super::partial::begin(&self.args.out, &tmp);
         let manifest = match &self.job.kind {
             // A variant's run has no world-size-1 reference: it is one.
             JobKind::Train { levels } if self.job.variant.is_some() => {
@@ -106,7 +107,9 @@ impl Context<'_> {
             serde_json::to_vec_pretty(&result).expect("results serialize"),
         )
         .map_err(io("writing", &marker))?;
-        if !publish(&tmp, &dir, reusable && damaged_free(&dir, self.adapter))? {
+        let published = publish(&tmp, &dir, reusable && damaged_free(&dir, self.adapter))?;
+        super::partial::end(&self.args.out);
+        if !published {
             // Another run published the same entry first, intact: judge that one, so every
             // job of both runs reads one set of files.
             return Ok(self.reused(&dir));
@@ -237,7 +240,11 @@ impl Context<'_> {
     fn shared_trace_dir(&self, reference: &Path) -> Option<PathBuf> {
         let name = reference.file_name()?.to_string_lossy();
         std::fs::create_dir_all(&self.args.scratch).ok()?;
-        Some(self.args.scratch.join(format!("trace-{name}")))
+        Some(
+            self.args
+                .scratch
+                .join(format!("{}{name}", super::prune::SHARED_TRACE)),
+        )
     }
 
     /// Where a failed level's mesh run first leaves the reference: the roundtrip level's

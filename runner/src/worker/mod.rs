@@ -5,10 +5,14 @@
 //! directory, cache directory — and everything it found is in `result.json` in the output
 //! directory. Exit status: 0 passed, 1 failed, 2 could not run the job.
 //!
-//! - `context.rs` — the job's work on its engine (engine runs, judging, mutations).
+//! - `context.rs` — the job's work on its engine (engine runs, judging, mutations);
+//! - `prune.rs` — what a judged job keeps on disk (the files its result cites);
+//! - `partial.rs` — a half-built artifact directory named, so the runner removes it.
 
 mod context;
 mod pages;
+mod partial;
+mod prune;
 mod threads;
 
 use std::path::{Path, PathBuf};
@@ -19,6 +23,8 @@ use meshparity_specs::Device;
 use serde::{Deserialize, Serialize};
 
 use context::Context;
+pub use partial::clean_up as clean_up_partial;
+pub use prune::drop_shared_traces;
 
 use crate::engines::{Engines, Target};
 use crate::plan::job_file::JobFile;
@@ -66,6 +72,9 @@ pub struct WorkerArgs {
     /// [`Engine::cacheable`]: meshparity_engine::Engine::cacheable
     pub scratch: PathBuf,
     pub no_cache: bool,
+    /// Keep every file a judged job wrote; otherwise only those its result cites stay
+    /// ([`prune`]).
+    pub keep_artifacts: bool,
     /// 1 for the first try; retries count up.
     pub attempt: u32,
     /// `--device`, as the runner was given it: the plan is rebuilt the same way.
@@ -236,6 +245,10 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         JobKind::Mutation { mutation, .. } => ctx.mutation(mutation)?,
     };
     result.adapter = adapter;
+    if matches!(job.kind, JobKind::Check { .. } | JobKind::Mutation { .. }) && !args.keep_artifacts
+    {
+        prune::prune(&args.out, result.detail.as_ref());
+    }
     // The artifacts and records the result cites reach the disk before it exists.
     meshparity_files::flush_filesystems(&[&args.out, &args.cache, &args.scratch])
         .map_err(io("flushing to disk", &args.out))?;

@@ -1,0 +1,326 @@
+//! What a user's program, a user's terminal or the run's own bulk can do to a run, on the real
+//! binary: a reader that goes away loses no result, a job ended half-way leaves no half-built
+//! artifacts, and a run keeps on disk only what its reports cite (issue 32).
+
+#[macro_use]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// One mesh, every level, two mutations that are caught and localized (a trace each).
+const SPEC: &str = concat!(
+    r#"
+[run]
+name = "small"
+seed = 7
+steps = 2
+batch = 4
+output = "out"
+"#,
+    tiny_model!(),
+    r#"
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["tiny"]
+levels = ["roundtrip", "forward", "curve", "oracle"]
+
+[mutations]
+select = ["dp-skip-grad-all-reduce", "dp-local-loss-normalization"]
+"#
+);
+
+/// Nothing here may take long; a hang fails the test instead of blocking CI.
+const PATIENCE: Duration = Duration::from_secs(180);
+
+fn meshparity(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("meshparity").unwrap();
+    c.current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("MESHPARITY_TEST_FAULT")
+        .timeout(PATIENCE);
+    c
+}
+
+fn fixture(spec: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+    dir
+}
+
+/// Every file below `dir`, links not followed.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+fn results(run: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
+}
+
+/// `run … 2>&1 | head -c 10`: the reader leaves after ten bytes; the run still computes every
+/// job, writes its results and reports, and exits with its own code.
+#[test]
+fn a_reader_that_goes_away_loses_no_result() {
+    let fx = fixture(SPEC);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_meshparity"))
+        .current_dir(fx.path())
+        .env_remove("MESHPARITY_TEST_FAULT")
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Both pipes closed before the runner's first line.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let r = results(&fx.path().join("run"));
+    let jobs = r["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 8);
+    assert!(jobs.iter().all(|j| j["status"] == "passed"), "{r:#}");
+    for report in ["junit.xml", "report.html", "summary.md"] {
+        assert!(fx.path().join("run").join(report).is_file(), "{report}");
+    }
+}
+
+/// A judged job keeps the files its failed comparisons name (what its summary's `meshparity
+/// compare` command reads) and its records; traces, a mutated run's shards and weights go, and
+/// so does the reference trace its mutations shared. `--keep-artifacts` keeps all of it. The
+/// summary says what the run directory holds.
+#[test]
+fn a_run_keeps_what_its_reports_cite_and_says_its_size() {
+    let fx = fixture(SPEC);
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "lean"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("; run directory "), "{stdout}");
+    let lean = fx.path().join("lean");
+    let r = results(&lean);
+    assert!(r["meta"]["disk_bytes"].as_u64().unwrap() > 0);
+    let summary = std::fs::read_to_string(lean.join("summary.md")).unwrap();
+    assert!(summary.contains("run directory"), "{summary}");
+
+    let kept = files(&lean.join("jobs"));
+    let names: Vec<String> = kept.iter().map(|p| p.display().to_string()).collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("/trace/") || n.contains("/shards/")),
+        "{names:#?}"
+    );
+    assert!(files(&lean.join("artifacts")).is_empty());
+    // Each mutation's failed comparisons still name files that are there.
+    for job in r["jobs"].as_array().unwrap() {
+        if !job["name"].as_str().unwrap().contains("/mutation[") {
+            continue;
+        }
+        let mut cited = 0;
+        for level in job["detail"]["levels"].as_array().unwrap() {
+            for c in level["comparisons"].as_array().unwrap() {
+                if c["passed"] == false && c["reproduce"].as_str().is_some_and(|s| !s.is_empty()) {
+                    for side in ["reference", "candidate"] {
+                        let path = Path::new(c[side].as_str().unwrap());
+                        assert!(path.is_file(), "{} cites {}", job["name"], path.display());
+                        cited += 1;
+                    }
+                }
+            }
+        }
+        assert!(cited > 0, "{} cites no file", job["name"]);
+    }
+
+    let full = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "full"])
+        .arg("--keep-artifacts")
+        .output()
+        .unwrap();
+    assert_eq!(full.status.code(), Some(0));
+    let all = files(&fx.path().join("full/jobs"));
+    assert!(
+        all.len() > kept.len() + 10,
+        "{} vs {}",
+        all.len(),
+        kept.len()
+    );
+    assert!(all
+        .iter()
+        .any(|p| p.display().to_string().contains("/trace/")));
+    // The same verdicts, word for word but for the run directory's name (the second run's
+    // engine runs reuse the first's cached artifacts).
+    let verdicts = |r: &Value, dir: &str| -> Vec<(String, String)> {
+        r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["detail"].get("artifacts").is_none())
+            .map(|j| {
+                let summary = j["summary"].as_str().unwrap().replace(dir, "RUN");
+                (j["status"].as_str().unwrap().to_owned(), summary)
+            })
+            .collect()
+    };
+    let full = results(&fx.path().join("full"));
+    assert_eq!(verdicts(&r, "/lean/"), verdicts(&full, "/full/"));
+}
+
+/// A command engine's program that never ends is killed at its timeout; the directory its
+/// worker was building the run's artifacts in goes with it.
+#[test]
+fn a_job_ended_at_its_timeout_leaves_no_partial_directory() {
+    let spec = r#"
+[run]
+name = "cmd"
+seed = 3
+steps = 2
+batch = 2
+
+[engines.prog]
+kind = "command"
+program = "sh"
+args = ["-c", "echo started >&2; exec sleep 600"]
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = ["curve"]
+"#;
+    let fx = fixture(spec);
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .args(["--timeout", "2", "--grace", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let r = results(&fx.path().join("run"));
+    assert_eq!(r["jobs"][0]["status"], "timeout", "{r:#}");
+    let left: Vec<String> = std::fs::read_dir(fx.path().join("run/artifacts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!left.iter().any(|n| n.contains(".partial-")), "{left:?}");
+}
+
+/// A command engine with one program, on dp2, at the curve level.
+fn command_spec(args: &str) -> String {
+    format!(
+        r#"
+[run]
+name = "cmd"
+seed = 3
+steps = 2
+batch = 2
+
+[engines.prog]
+kind = "command"
+program = "sh"
+args = {args}
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = ["curve"]
+"#
+    )
+}
+
+fn disk_use(dir: &Path) -> u64 {
+    files(dir)
+        .iter()
+        .map(|p| std::fs::symlink_metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// `yes` for the whole timeout: the run directory keeps the log's first and last megabytes,
+/// with the cut said, never the gigabytes the program printed.
+#[test]
+fn a_program_that_floods_its_output_leaves_a_bounded_log() {
+    let fx = fixture(&command_spec(r#"["-c", "yes 'flood flood flood flood'"]"#));
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .args(["--timeout", "4", "--grace", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let run = fx.path().join("run");
+    let r = results(&run);
+    assert_eq!(r["jobs"][0]["status"], "timeout", "{r:#}");
+    let size = disk_use(&run);
+    assert!(size < 40 << 20, "run directory {size} bytes");
+    // The program's log came out of the half-built artifacts, its last words kept.
+    let logs: Vec<PathBuf> = files(&run.join("jobs"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("program.log")
+        })
+        .collect();
+    assert!(!logs.is_empty(), "{:?}", files(&run));
+    let stderr = files(&run.join("jobs"))
+        .into_iter()
+        .find(|p| p.ends_with("stderr.log"))
+        .unwrap();
+    let text = std::fs::read_to_string(stderr).unwrap();
+    assert!(text.len() < 1 << 20, "stderr.log {} bytes", text.len());
+    assert!(text.contains("the program's output goes on in"), "{text}");
+}
+
+/// One 50 MB line without a newline, then a failure: the line is cut where it is kept, and
+/// the job's error quotes a bounded tail.
+#[test]
+fn an_endless_line_is_cut_and_the_error_stays_small() {
+    let fx = fixture(&command_spec(
+        r#"["-c", "head -c 50000000 /dev/zero | tr '\\0' x; exit 1"]"#,
+    ));
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let run = fx.path().join("run");
+    let size = disk_use(&run);
+    assert!(size < 2 << 20, "run directory {size} bytes");
+    let r = results(&run);
+    let job = &r["jobs"][0];
+    assert_eq!(job["status"], "error", "{job:#}");
+    let record = serde_json::to_string(job).unwrap();
+    assert!(record.len() < 64 * 1024, "record {} bytes", record.len());
+    assert!(
+        record.contains("bytes cut from lines longer than"),
+        "{record}"
+    );
+}
