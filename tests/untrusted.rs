@@ -324,3 +324,115 @@ fn an_endless_line_is_cut_and_the_error_stays_small() {
         "{record}"
     );
 }
+
+/// A curve the program links to a file it never wrote is refused, not judged; a link it plants
+/// under the name meshparity writes (`curve.jsonl`) is replaced, never written through.
+#[test]
+fn links_in_the_programs_output_are_neither_read_nor_written_through() {
+    let fx = tempfile::tempdir().unwrap();
+    let outside = fx.path().join("outside.jsonl");
+    std::fs::write(&outside, "{\"step\": 1, \"loss\": 1.0}\n").unwrap();
+    let plant = |link_as: &str| {
+        format!(
+            r#"["-c", "ln -s {} {link_as}; echo '{{\"step\": 1, \"loss\": 2.0}}' > own.jsonl"]"#,
+            outside.display()
+        )
+    };
+    // The program's curve is a link.
+    let spec = command_spec(&plant("m.jsonl")).replace(
+        "[models.m]",
+        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"m.jsonl\" }\n\n[models.m]",
+    );
+    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "linked"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let r = results(&fx.path().join("linked"));
+    let record = serde_json::to_string(&r["jobs"][0]).unwrap();
+    assert!(record.contains("is a symbolic link"), "{record}");
+
+    // A link under the contract's own name: replaced, the file outside untouched.
+    let spec = command_spec(&plant("curve.jsonl")).replace(
+        "[models.m]",
+        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"own.jsonl\" }\n\n[models.m]",
+    );
+    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "planted"])
+        .output()
+        .unwrap();
+    let r = results(&fx.path().join("planted"));
+    assert_eq!(r["jobs"][0]["status"], "passed", "{:#}", r["jobs"][0]);
+    assert_eq!(out.status.code(), Some(0));
+    let kept = std::fs::read_to_string(&outside).unwrap();
+    assert_eq!(kept, "{\"step\": 1, \"loss\": 1.0}\n");
+}
+
+/// A run directory whose name a shell would run reaches `shell = true` templates quoted, and a
+/// template cannot undo the quoting with quotes of its own (refused by validate).
+#[test]
+fn a_run_directory_name_never_reaches_a_shell() {
+    let body = |out: &str| {
+        format!(
+            r#"
+[run]
+name = "cmd"
+steps = 2
+
+[engines.prog]
+kind = "command"
+program = "echo"
+shell = true
+args = [{out}, "; echo '{{\"step\": 1, \"loss\": 1}}' > m.jsonl"]
+cwd = "{{{{out_dir}}}}"
+artifacts = {{ curve = "m.jsonl" }}
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = ["curve"]
+"#
+        )
+    };
+    let fx = fixture(&body("\"{{out_dir}}\""));
+    let out = meshparity(fx.path())
+        .args([
+            "run",
+            "spec.toml",
+            "--no-progress",
+            "--run-dir",
+            "r$(touch pwned)",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pwned: Vec<PathBuf> = files(fx.path())
+        .into_iter()
+        .filter(|p| p.file_name().unwrap() == "pwned")
+        .collect();
+    assert!(pwned.is_empty(), "{pwned:?}");
+
+    let fx = fixture(&body("\"'{{out_dir}}'\""));
+    let out = meshparity(fx.path())
+        .args(["validate", "spec.toml"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("spec.toml:10:11") && err.contains("inside '…' quotes"),
+        "{err}"
+    );
+}

@@ -32,6 +32,13 @@ pub enum CollectError {
         message: String,
         argv: String,
     },
+    #[error("`{path}` (artifacts.{key}) {why}; command: {argv}")]
+    Escapes {
+        path: String,
+        key: &'static str,
+        why: &'static str,
+        argv: String,
+    },
     #[error(transparent)]
     Log(#[from] log::LogError),
     #[error("writing {path}: {source}")]
@@ -72,7 +79,10 @@ pub fn collect(
         })?;
         let dst = out.join(contract);
         if src != dst {
-            std::fs::copy(&src, &dst).map_err(io(&dst))?;
+            // Never through a link the program planted under the contract's name.
+            let mut to = meshparity_files::create(&dst).map_err(io(&dst))?;
+            let mut from = std::fs::File::open(&src).map_err(io(&src))?;
+            std::io::copy(&mut from, &mut to).map_err(io(&dst))?;
         }
         written.push(contract.to_owned());
     }
@@ -107,13 +117,15 @@ pub fn collect(
     if let Some(steps) = steps {
         let path = out.join(files::CURVE);
         let lines: String = steps.iter().map(line).collect();
-        std::fs::write(&path, lines).map_err(io(&path))?;
+        meshparity_files::write(&path, lines.as_bytes()).map_err(io(&path))?;
         written.push(files::CURVE.to_owned());
     }
     Ok(written)
 }
 
-/// The program's file `name` (relative to its output directory), which must exist.
+/// The program's file `name` (relative to its output directory), which must exist as a regular
+/// file the program wrote there: not a link (the program could point it anywhere, and a job
+/// would pass on a file it never wrote), and not anywhere outside `out` once resolved.
 fn found(
     out: &Path,
     name: &str,
@@ -121,6 +133,23 @@ fn found(
     argv: &str,
 ) -> Result<std::path::PathBuf, CollectError> {
     let path = out.join(name);
+    let linked = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+    let resolved = std::fs::canonicalize(&path).ok();
+    let root = std::fs::canonicalize(out).ok();
+    let inside = matches!((&resolved, &root), (Some(p), Some(r)) if p.starts_with(r));
+    if (linked || !inside) && path.exists() {
+        return Err(CollectError::Escapes {
+            path: path.display().to_string(),
+            key,
+            why: if linked {
+                "is a symbolic link: an artifact must be a regular file the program writes \
+                 inside {{out_dir}}"
+            } else {
+                "resolves to a file outside {{out_dir}} (through a linked directory)"
+            },
+            argv: argv.to_owned(),
+        });
+    }
     if path.is_file() {
         return Ok(path);
     }

@@ -111,11 +111,11 @@ impl CommandEngine {
         for (k, v) in self.def.env.iter().chain(extra_env) {
             env.push((
                 k.clone(),
-                r.render(&format!("env.{k}"), &v.value).map_err(t)?,
+                r.render_plain(&format!("env.{k}"), &v.value).map_err(t)?,
             ));
         }
         let cwd = match &self.def.cwd {
-            Some(c) => base.join(r.render("cwd", &c.value).map_err(t)?),
+            Some(c) => base.join(r.render_plain("cwd", &c.value).map_err(t)?),
             None => base,
         };
         Ok(Invocation { argv, env, cwd })

@@ -104,7 +104,9 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     // Both pumps are joined: the log is this thread's alone (a pump that panicked poisoned
     // it, and its lines so far are what there is).
     if let Ok(log) = Arc::try_unwrap(log) {
-        let log = log.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let log = log
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         log.finish().map_err(|source| ProcessError::Io {
             path: log_path.display().to_string(),
             source,

@@ -1,12 +1,13 @@
-//! The values a command engine's templates see, and rendering them. Handlebars in strict mode:
-//! a template naming a value that does not exist is an error that lists the ones that do,
-//! never an empty string passed to the program.
+//! The values a command engine's templates see, and rendering them
+//! ([`meshparity_specs::template`]: `{{name}}` and nothing else). Strict: a template naming a
+//! value that does not exist is an error that lists the ones that do, never an empty string
+//! passed to the program.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use handlebars::Handlebars;
 use meshparity_engine::RunRequest;
+use meshparity_specs::template::{parse, Piece};
 use meshparity_specs::Keyword;
 
 /// Why a template did not render.
@@ -87,47 +88,56 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
 }
 
 /// Renders templates over one job's values.
-pub struct Renderer<'a> {
-    hb: Handlebars<'a>,
+pub struct Renderer {
     values: BTreeMap<String, String>,
+    /// Values are shell-quoted as they are inserted (the rendered text goes to `sh -c`).
+    shell: bool,
 }
 
-impl Renderer<'_> {
+impl Renderer {
     /// `shell`: values are shell-quoted as they are inserted (the rendered text goes to `sh -c`).
     pub fn new(values: BTreeMap<String, String>, shell: bool) -> Self {
-        let mut hb = Handlebars::new();
-        hb.set_strict_mode(true);
-        if shell {
-            hb.register_escape_fn(shell_quote);
-        } else {
-            hb.register_escape_fn(handlebars::no_escape);
-        }
-        Self { hb, values }
+        Self { values, shell }
     }
 
+    /// A word of the command: under `shell = true`, values shell-quoted.
     pub fn render(&self, what: &str, template: &str) -> Result<String, TemplateError> {
-        self.hb
-            .render_template(template, &self.values)
-            .map_err(|e| TemplateError {
-                what: what.to_owned(),
-                template: template.to_owned(),
-                message: match unknown(&e) {
-                    Some(name) => format!(
-                        "unknown value `{name}` (known: {})",
-                        self.values.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                    None => e.to_string(),
-                },
-            })
+        self.render_as(what, template, self.shell)
     }
-}
 
-/// The variable a strict-mode render failed on.
-fn unknown(e: &handlebars::RenderError) -> Option<String> {
-    let text = e.to_string();
-    let start = text.find("Some(\"")? + 6;
-    let end = text[start..].find('"')? + start;
-    Some(text[start..end].to_owned())
+    /// A value no shell reads (an environment variable, the working directory): values as
+    /// they are, whatever `shell` says (quoted, a directory name would have its quotes in it).
+    pub fn render_plain(&self, what: &str, template: &str) -> Result<String, TemplateError> {
+        self.render_as(what, template, false)
+    }
+
+    fn render_as(&self, what: &str, template: &str, shell: bool) -> Result<String, TemplateError> {
+        let fail = |message: String| TemplateError {
+            what: what.to_owned(),
+            template: template.to_owned(),
+            message,
+        };
+        let mut out = String::with_capacity(template.len());
+        for piece in parse(template).map_err(|e| fail(e.message))? {
+            match piece {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Value(name) => {
+                    let Some(v) = self.values.get(name) else {
+                        return Err(fail(format!(
+                            "unknown value `{name}` (known: {})",
+                            self.values.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )));
+                    };
+                    if shell {
+                        out.push_str(&shell_quote(v));
+                    } else {
+                        out.push_str(v);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// A shell word: as is when it is plain, else single-quoted.

@@ -153,7 +153,7 @@ impl EngineDef {
         let mutations = mutations(cx, &mut t, &name.value);
         let loc = t.loc.clone();
         t.finish(cx);
-        Some(EngineDef {
+        let def = EngineDef {
             name,
             program: program?,
             args,
@@ -163,7 +163,9 @@ impl EngineDef {
             artifacts,
             mutations,
             loc,
-        })
+        };
+        crate::engine_checks::check(cx, &def);
+        Some(def)
     }
 }
 

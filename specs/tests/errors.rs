@@ -323,3 +323,26 @@ fn a_shared_expert_tp_cannot_split_is_refused_where_it_is_written() {
         "{heads:?}"
     );
 }
+
+#[test]
+fn command_engine_values_a_job_could_not_use() {
+    assert_reports(
+        "tests/broken/engine-values.toml",
+        &[
+            "tests/broken/engine-values.toml:4:11: `program` is empty",
+            "tests/broken/engine-values.toml:5:19: template: `{{{` is not supported",
+            "tests/broken/engine-values.toml:5:36: template: `{{#` is not supported",
+            "tests/broken/engine-values.toml:5:60: a NUL byte cannot be passed to a program",
+            "environment variable name `A=B` holds `=`",
+            "environment variable name `` is empty",
+            "artifact path `../../etc/passwd` climbs out with `..`",
+            "artifact path `/tmp/logits.safetensors` is absolute",
+            "log pattern `step (?P<step>\\d+)`: has no named group `loss`",
+            "mutation name `bad\\nname` holds a control character",
+            "template: `{{ no such }}` is not a value name",
+            "tests/broken/engine-values.toml:17:27: template: `{{out_dir}}` stands inside '…' quotes",
+            "template: `{{seed}}` stands inside \"…\" quotes",
+            "log pattern `(unclosed`",
+        ],
+    );
+}
