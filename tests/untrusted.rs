@@ -436,3 +436,58 @@ levels = ["curve"]
         "{err}"
     );
 }
+
+/// 100,000 exclude rules on one line, each an error: a bounded report (the first errors with a
+/// window of their line, the rest counted), no panic past column 65,535, no gigabytes.
+#[test]
+fn a_spec_with_a_huge_line_of_errors_gets_a_bounded_report() {
+    let rules: Vec<String> = (0..100_000)
+        .map(|i| format!("{{ mesh = \"nope{i}\" }}"))
+        .collect();
+    let spec = concat!(
+        "[run]\nname = \"long\"\n",
+        tiny_model!(),
+        "[meshes.dp2]\ndp = 2\n"
+    )
+    .to_owned()
+        + "[[matrix]]\nmodels = [\"tiny\"]\nlevels = [\"forward\"]\nexclude = ["
+        + &rules.join(", ")
+        + "]\n";
+    let fx = fixture(&spec);
+    for cmd in ["validate", "plan", "run"] {
+        let out = meshparity(fx.path())
+            .args([cmd, "spec.toml"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{cmd}: {}",
+            &err[..err.len().min(2000)]
+        );
+        assert!(err.len() < 100_000, "{cmd}: {} bytes of errors", err.len());
+        assert!(err.contains("100000 error(s)"), "{cmd}");
+        assert!(err.contains("and 199950 more"), "{cmd}");
+        assert!(
+            err.contains("characters long: shown around the column"),
+            "{cmd}"
+        );
+    }
+}
+
+/// An include of a file that is not TOML text is refused without quoting it: the environment
+/// of `/proc/self/environ` never reaches the error.
+#[test]
+fn an_include_that_is_not_text_is_refused_unquoted() {
+    let fx = fixture("include = [\"/proc/self/environ\"]\n[run]\nname = \"x\"\n");
+    let out = meshparity(fx.path())
+        .env("MESHPARITY_PROBE_SECRET", "hunter2")
+        .args(["validate", "spec.toml"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a spec file"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}

@@ -88,6 +88,13 @@ impl Diagnostic {
             Severity::Warning => "warning",
         };
         let mut out = format!("{kind}: {}: {}\n", self.loc.position(), self.message);
+        if let Some(excerpt) = long_line_excerpt(&self.loc) {
+            out.push_str(&excerpt);
+            if let Some(help) = &self.help {
+                out.push_str(&format!("  help: {help}\n"));
+            }
+            return out;
+        }
         let mut block = String::new();
         if handler
             .render_report(
@@ -110,6 +117,54 @@ impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.loc.position(), self.message)
     }
+}
+
+/// Lines longer than this are shown as a window around the column, not whole: a spec with
+/// 100,000 rules on one line repeated that 1.5 MB line in every error (gigabytes of output,
+/// then an out-of-memory kill), and miette's renderer panics past column 65,535.
+pub const LONG_LINE: usize = 240;
+
+/// Characters of a long line shown on each side of the problem.
+const WINDOW: usize = 60;
+
+/// For a location on a line longer than [`LONG_LINE`] bytes: that line cut to a window around
+/// the location, with its span marked. `None` for an ordinary line (miette renders it).
+fn long_line_excerpt(loc: &Loc) -> Option<String> {
+    let text = &loc.file.text;
+    let start = loc.range.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    if line_end - line_start <= LONG_LINE {
+        return None;
+    }
+    let line = &text[line_start..line_end];
+    let at = start - line_start;
+    let span = loc.range.end.min(line_end).saturating_sub(start).max(1);
+    let before: Vec<char> = line[..at].chars().rev().take(WINDOW).collect();
+    let marked: String = line[at..].chars().take(span.min(WINDOW)).collect();
+    let marked_len = marked.chars().count().max(1);
+    let after: String = line[at..].chars().skip(marked_len).take(WINDOW).collect();
+    let head = if before.len() < line[..at].chars().count() {
+        "…"
+    } else {
+        ""
+    };
+    let tail = if line_end > start + marked.len() + after.len() {
+        "…"
+    } else {
+        ""
+    };
+    let before: String = before.into_iter().rev().collect();
+    let pad = head.chars().count() + before.chars().count();
+    let (n, _) = loc.file.line_col(start);
+    let gutter = " ".repeat(n.to_string().len());
+    Some(format!(
+        "{gutter} │ (line {n} is {} characters long: shown around the column)\n{n} │ \
+         {head}{before}{marked}{after}{tail}\n{gutter} · {}{}\n",
+        line.chars().count(),
+        " ".repeat(pad),
+        "─".repeat(marked_len)
+    ))
 }
 
 /// The excerpt without miette's header (`× message`, possibly wrapped over several lines):
@@ -204,6 +259,9 @@ impl miette::Diagnostic for Note<'_> {
     }
 }
 
+/// Diagnostics rendered at most by [`Diagnostics::render`].
+pub const MAX_RENDERED: usize = 50;
+
 /// Ordered collection of problems from every loading pass.
 #[derive(Clone, Debug, Default)]
 pub struct Diagnostics {
@@ -253,10 +311,11 @@ impl Diagnostics {
             .dedup_by(|a, b| a.message == b.message && a.loc == b.loc);
     }
 
-    /// Every diagnostic rendered, then a one-line count.
+    /// The diagnostics rendered, the first [`MAX_RENDERED`] of them (the rest counted): a
+    /// spec with thousands of errors wrote hundreds of megabytes.
     pub fn render(&self, color: bool) -> String {
         let mut out = String::new();
-        for d in &self.items {
+        for d in self.items.iter().take(MAX_RENDERED) {
             out.push_str(&d.render(color));
             for (text, loc) in &d.related {
                 let note = Note {
@@ -272,10 +331,21 @@ impl Diagnostics {
                 .with_width(100)
                 .with_links(false);
                 out.push_str(&format!("note: {}: {text}\n", loc.position()));
+                if let Some(excerpt) = long_line_excerpt(loc) {
+                    out.push_str(&excerpt);
+                    continue;
+                }
                 let mut block = String::new();
                 let _ = handler.render_report(&mut block, &note);
                 out.push_str(without_header(&block));
             }
+        }
+        let more = self.items.len().saturating_sub(MAX_RENDERED);
+        if more > 0 {
+            out.push_str(&format!(
+                "… and {more} more; the first {MAX_RENDERED} are shown (fix those and validate \
+                 again)\n"
+            ));
         }
         out
     }

@@ -89,6 +89,13 @@ pub fn load_with(path: &Path, files: &dyn Files) -> Result<Loaded, SpecError> {
 }
 
 pub fn load_text(path: &Path, text: String, files: &dyn Files) -> Result<Loaded, SpecError> {
+    if let Some(at) = control_char(&text) {
+        // Nothing of its content is quoted: it may be anything (`/proc/self/environ`).
+        let empty = SourceFile::new(path, String::new());
+        let mut diags = Diagnostics::default();
+        diags.push(not_a_spec(&Loc::new(&empty, 0..0), path, at));
+        return Err(SpecError::Invalid(diags));
+    }
     let mut loader = Loader {
         files,
         diags: Diagnostics::default(),
@@ -134,6 +141,27 @@ struct Loader<'f> {
     /// Files already loaded (a diamond include loads a file once).
     seen: Vec<PathBuf>,
     syntax_errors: bool,
+}
+
+/// The byte offset of the first control character TOML forbids (all but tab, newline and
+/// carriage return): a file that has one is not a spec, whatever else it holds.
+fn control_char(text: &str) -> Option<usize> {
+    text.bytes()
+        .position(|b| (b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) || b == 0x7f)
+}
+
+/// A file that is not a spec, said without quoting any of it: an include of
+/// `/proc/self/environ` printed the environment, secrets included, in its syntax errors.
+fn not_a_spec(at: &Loc, path: &Path, byte: usize) -> Diagnostic {
+    Diagnostic::error(
+        at,
+        format!(
+            "`{}` is not a spec file: it holds a control character at byte {byte}, which TOML \
+             does not allow (its content is not shown)",
+            path.display()
+        ),
+    )
+    .help("a spec and its includes are TOML text files")
 }
 
 fn normalize(p: &Path) -> PathBuf {
@@ -220,6 +248,11 @@ impl Loader<'_> {
                 continue;
             }
             match self.files.read(&path) {
+                Ok(text) if control_char(&text).is_some() => {
+                    self.syntax_errors = true;
+                    let at = control_char(&text).unwrap_or(0);
+                    self.diags.push(not_a_spec(&inc.loc, &path, at));
+                }
                 Ok(text) => self.visit(SourceFile::new(path, text), Some(&inc.loc)),
                 Err(e) => {
                     // Like a syntax error: the spec without that file is not the spec, and

@@ -38,7 +38,15 @@ pub fn pattern(pattern: &str) -> Result<Regex, LogError> {
         .map_or(pattern, |(_, re)| re);
     let re = Regex::new(source).map_err(|e| LogError::Pattern {
         pattern: pattern.to_owned(),
-        message: e.to_string(),
+        // The regex crate draws its error over several lines (the pattern, a caret, the
+        // reason); its last line is the reason.
+        message: e
+            .to_string()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned(),
     })?;
     for group in ["step", "loss"] {
         if !re.capture_names().flatten().any(|n| n == group) {
