@@ -117,6 +117,22 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
+/// Whether a worker whose command line holds `needle` ignores SIGTERM already (its fault set
+/// it): an interrupt sent before then would end it like any job.
+fn ignores_sigterm(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let ignored = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or(0);
+        cmd.contains(needle) && cmd.contains("worker") && ignored & (1 << (libc::SIGTERM - 1)) != 0
+    })
+}
+
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
@@ -420,9 +436,7 @@ fn a_job_that_ignores_sigterm_is_killed_after_the_grace_period_or_a_second_inter
     let mut child = spawn_run(&fx, "*/tp2/forward=hang-ignore-term", &["--grace", "600"]);
     let run_dir = fx.run_dir().display().to_string();
     wait_for("the stubborn job", Duration::from_secs(120), || {
-        processes_mentioning(&run_dir)
-            .iter()
-            .any(|c| c.contains("tp2_forward"))
+        ignores_sigterm("tp2_forward")
     });
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     std::thread::sleep(Duration::from_millis(700));

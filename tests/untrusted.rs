@@ -491,3 +491,111 @@ fn an_include_that_is_not_text_is_refused_unquoted() {
     assert!(err.contains("is not a spec file"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .chars()
+            .all(|c| c.is_ascii_digit())
+        {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(marker) {
+            out.push(cmd);
+        }
+    }
+    out
+}
+
+/// Wait up to `secs` for no process with `marker` to be left.
+fn gone_within(marker: &str, secs: u64) -> Vec<String> {
+    let t = std::time::Instant::now();
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() || t.elapsed() > Duration::from_secs(secs) {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A program that starts a child in a session of its own and one in the background that keeps
+/// its output open, then writes its curve and exits: judged when it exits (not at the
+/// timeout), and nothing it started outlives the job.
+#[test]
+fn a_program_is_judged_when_it_exits_and_leaves_nothing_running() {
+    let fx = fixture(&command_spec(
+        r#"["-c", "setsid sleep 617.1 & sleep 617.2 & echo '{\"step\": 1, \"loss\": 1}' > m.jsonl"]"#,
+    )
+    .replace(
+        "[models.m]",
+        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"m.jsonl\" }\n\n[models.m]",
+    ));
+    let t = std::time::Instant::now();
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .args(["--timeout", "60"])
+        .output()
+        .unwrap();
+    let r = results(&fx.path().join("run"));
+    assert_eq!(out.status.code(), Some(0), "{r:#}");
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    assert_eq!(gone_within("617.", 5), Vec::<String>::new());
+}
+
+/// A program ended at its timeout: what it moved to a session of its own goes too.
+#[test]
+fn a_timed_out_program_leaves_nothing_running() {
+    let fx = fixture(&command_spec(
+        r#"["-c", "setsid sleep 618.1 & exec sleep 618.2"]"#,
+    ));
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .args(["--timeout", "2", "--grace", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(gone_within("618.", 5), Vec::<String>::new());
+}
+
+/// `kill -9` of the runner while a command job runs: within 5 s no process of the job is left,
+/// the program, its background child and its own-session child included.
+#[test]
+fn a_killed_runner_leaves_no_process_of_its_jobs() {
+    let fx = fixture(&command_spec(
+        r#"["-c", "setsid sleep 619.1 & sleep 619.2 & exec sleep 619.3"]"#,
+    ));
+    let mut runner = std::process::Command::new(env!("CARGO_BIN_EXE_meshparity"))
+        .current_dir(fx.path())
+        .env_remove("MESHPARITY_TEST_FAULT")
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while processes_with("619.").len() < 3 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the program never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    assert_eq!(gone_within("619.", 5), Vec::<String>::new());
+}

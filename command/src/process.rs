@@ -3,6 +3,7 @@
 //! it passed on to this worker's stderr ([`crate::output`]).
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -63,7 +64,12 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     })?;
     let log = Arc::new(Mutex::new(log));
     eprintln!("meshparity: running {}", inv.display());
-    let mut child = Command::new(&inv.argv[0])
+    let mut command = Command::new(&inv.argv[0]);
+    // SAFETY: child_setup makes only async-signal-safe calls, as pre_exec requires.
+    unsafe {
+        command.pre_exec(|| meshparity_procs::child_setup());
+    }
+    let mut child = command
         .args(&inv.argv[1..])
         .envs(inv.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&inv.cwd)
@@ -97,7 +103,11 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
         argv: inv.display(),
         cwd: inv.cwd.display().to_string(),
         source,
-    })?;
+    });
+    // The program is judged when it exits: what it left running (a background child holding
+    // its output open, one in a session of its own) ends now, and its pipes close with it.
+    meshparity_procs::kill_descendants();
+    let status = status?;
     for p in pumps {
         let _ = p.join();
     }

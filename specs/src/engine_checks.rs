@@ -37,7 +37,7 @@ pub fn check(cx: &mut Ctx<'_>, def: &EngineDef) {
         envs.extend(&m.env);
     }
     for (key, value) in envs {
-        env_key(cx, key, value);
+        env_key(cx, key, value, false);
         plain.push(value);
     }
     for t in words {
@@ -79,13 +79,19 @@ fn template_value(cx: &mut Ctx<'_>, t: &Located<String>, shell: bool) {
     }
 }
 
-fn env_key(cx: &mut Ctx<'_>, key: &str, value: &Located<String>) {
+/// An environment variable's name: never empty, `=` or NUL; `shell_name` (a batch script
+/// exports it) also letters, digits and `_`, not starting with a digit.
+pub(crate) fn env_key(cx: &mut Ctx<'_>, key: &str, value: &Located<String>, shell_name: bool) {
+    let identifier = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     let why = if key.is_empty() {
         Some("is empty")
     } else if key.contains('=') {
         Some("holds `=`")
     } else if key.contains('\0') {
         Some("holds a NUL byte")
+    } else if shell_name && !identifier {
+        Some("is not a shell variable name")
     } else {
         None
     };

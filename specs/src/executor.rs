@@ -56,7 +56,8 @@ pub struct ExecutorDef {
     pub account: Option<String>,
     pub qos: Option<String>,
     pub sbatch_args: Vec<String>,
-    /// Variables set for every job, beside the submitting environment (`--export=ALL,K=V`).
+    /// Variables set for every job, beside the submitting environment (exported by the batch
+    /// script; names are checked like a command engine's).
     pub env: Vec<(String, String)>,
     pub tasks: Tasks,
     /// Jobs submitted and not finished, at most (Slurm).
@@ -83,7 +84,10 @@ impl ExecutorDef {
                 .unwrap_or_default(),
             env: crate::engine::string_table(cx, &mut t, "env")
                 .into_iter()
-                .map(|(k, v)| (k, v.value))
+                .map(|(k, v)| {
+                    crate::engine_checks::env_key(cx, &k, &v, true);
+                    (k, v.value)
+                })
                 .collect(),
             tasks: t
                 .keyword::<Tasks>(cx, "tasks")

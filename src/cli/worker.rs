@@ -46,7 +46,10 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> u8 {
-    worker::die_with_parent();
+    let parent = std::env::var(worker::PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok());
+    meshparity_procs::guard(parent);
     // After the default report (and any backtrace), one line the runner can quote.
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

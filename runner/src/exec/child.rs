@@ -2,7 +2,7 @@
 //! a cancellation with SIGTERM to the whole group and SIGKILL after a grace period.
 //!
 //! The child asks the kernel to kill it if the runner dies (PR_SET_PDEATHSIG, set by the worker
-//! itself as it starts, see [`crate::worker::die_with_parent`]), so even a `kill -9` of the
+//! itself as it starts, see [`meshparity_procs::guard`]), so even a `kill -9` of the
 //! runner leaves no job process behind. The runner spawns from one thread (a current-thread
 //! runtime), which is what the death signal is tied to. No code runs between fork and exec, so
 //! the standard library can use `posix_spawn`: forking a runner that holds a 100,000-job plan
@@ -120,6 +120,7 @@ pub async fn run(
         }
     };
     let pgid = child.id().map(|p| p as i32);
+    let _live = pgid.map(Live::new);
     if *cancel.borrow() > 0 {
         end_group(&mut child, pgid, Duration::ZERO).await;
         return finished(Ending::Cancelled);
@@ -157,11 +158,38 @@ pub async fn run(
             Ending::Cancelled
         }
     };
-    // Whatever the worker left behind in its group goes too.
+    // Whatever the worker left behind in its group goes too, and what left the group (a new
+    // session) came back to this subreaper when the worker died: it goes, live workers spared.
     if let Some(g) = pgid {
         signal_group(g, libc::SIGKILL);
     }
+    drop(_live);
+    let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+    meshparity_procs::kill_tree(std::process::id() as i32, Some(&|p| live.contains(&p)));
     finished(ending)
+}
+
+/// Workers running now, by pid: spared when what an ended attempt left behind is killed.
+static LIVE: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// A worker in [`LIVE`] while this lives.
+struct Live(i32);
+
+impl Live {
+    fn new(pid: i32) -> Self {
+        if let Ok(mut l) = LIVE.lock() {
+            l.push(pid);
+        }
+        Live(pid)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Ok(mut l) = LIVE.lock() {
+            l.retain(|p| *p != self.0);
+        }
+    }
 }
 
 fn signal_group(pgid: i32, sig: i32) {

@@ -83,6 +83,9 @@ pub async fn execute(
                 .collect()
         })
         .collect();
+    // What a worker's processes leave behind when it is ended comes back here to be ended too
+    // (child.rs).
+    meshparity_procs::become_subreaper();
     let (cancel_tx, cancel_rx) = watch::channel(super::signals::received());
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let executor = executor::open(
@@ -128,6 +131,9 @@ pub async fn execute(
 
     let signals = tokio::spawn(super::signals::watch(cancel_tx));
     let mut withdrawn = false;
+    // One receiver for the whole loop: a fresh clone each turn had not seen the interrupt and
+    // woke at once, so the loop spun (and printed its note) until the running jobs ended.
+    let mut rx = cancel_rx.clone();
     loop {
         let cancelled = *cancel_rx.borrow() > 0;
         if !cancelled && !run.stopped() {
@@ -140,7 +146,6 @@ pub async fn execute(
         if run.running.is_empty() {
             break;
         }
-        let mut rx = cancel_rx.clone();
         tokio::select! {
             Some(done) = done_rx.recv() => {
                 run.slots.release(&plan.graph[run.order[done.index]]);

@@ -30,27 +30,9 @@ use crate::engines::{Engines, Target};
 use crate::plan::job_file::JobFile;
 use crate::plan::{Job, JobId, JobKind, Plan};
 
-/// The runner's pid, given to each worker it starts (see [`die_with_parent`]).
+/// The runner's pid, given to each worker it starts: the worker dies with it
+/// ([`meshparity_procs::guard`]).
 pub const PARENT_ENV: &str = "MESHPARITY_PARENT_PID";
-
-/// Ask the kernel to kill this worker when the runner that started it dies, and exit at once
-/// if it already has (it may die between the spawn and this call). Called first thing by the
-/// worker; a worker started by hand (no [`PARENT_ENV`]) is left alone.
-pub fn die_with_parent() {
-    let Some(parent) = std::env::var(PARENT_ENV)
-        .ok()
-        .and_then(|p| p.parse::<i32>().ok())
-    else {
-        return;
-    };
-    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid touch no memory of ours.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::getppid() != parent {
-            std::process::exit(3);
-        }
-    }
-}
 
 /// The result file a worker leaves in its output directory.
 pub const RESULT_FILE: &str = "result.json";

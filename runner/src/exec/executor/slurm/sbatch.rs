@@ -45,7 +45,7 @@ pub async fn adopt_or_submit(
     }
     let _ = std::fs::remove_file(l.dir.join(EXIT_FILE));
     let script = l.dir.join(SCRIPT);
-    std::fs::write(&script, script_text(exe, l))
+    std::fs::write(&script, script_text(exe, l, &config.env))
         .map_err(|e| format!("writing {}: {e}", script.display()))?;
     let args = sbatch_args(config, l, &script);
     let out = Command::new("sbatch")
@@ -71,7 +71,14 @@ pub async fn adopt_or_submit(
     Ok(id)
 }
 
-fn script_text(exe: &Path, l: &Launch) -> String {
+/// The batch script: `[executor] env` exported (each value quoted; passed as sbatch's
+/// `--export=ALL,K=V` list, a value with a comma was split into variables of its own —
+/// `B = "x,LD_PRELOAD=…"` set `LD_PRELOAD`), then the worker, then its exit code recorded.
+fn script_text(exe: &Path, l: &Launch, env: &[(String, String)]) -> String {
+    let exports: String = env
+        .iter()
+        .map(|(k, v)| format!("export {k}={}\n", quote(v)))
+        .collect();
     let argv: Vec<String> = std::iter::once(exe.display().to_string())
         .chain(l.args.iter().cloned())
         .map(|a| quote(&a))
@@ -81,7 +88,7 @@ fn script_text(exe: &Path, l: &Launch) -> String {
     format!(
         "#!/bin/sh\n\
          # meshparity job {name} ({id}), attempt {attempt}\n\
-         {argv}\n\
+         {exports}{argv}\n\
          code=$?\n\
          printf '%s\\n' \"$code\" > {tmp} && mv {tmp} {exit}\n\
          exit \"$code\"\n",
@@ -116,10 +123,6 @@ fn sbatch_args(config: &SlurmConfig, l: &Launch, script: &Path) -> Vec<String> {
                 args.push(format!("--gpus={}", l.gpus));
             }
         }
-    }
-    if !config.env.is_empty() {
-        let vars: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        args.push(format!("--export=ALL,{}", vars.join(",")));
     }
     for (flag, value) in [
         ("partition", &config.partition),
@@ -158,8 +161,31 @@ mod tests {
             gpus: 0,
             own_ranks: None,
         };
-        let s = script_text(Path::new("/bin/meshparity"), &l);
+        let env = [
+            ("NCCL_DEBUG".to_owned(), "WARN".to_owned()),
+            ("B".to_owned(), "x,LD_PRELOAD=/tmp/evil.so".to_owned()),
+        ];
+        let s = script_text(Path::new("/bin/meshparity"), &l, &env);
         assert!(s.starts_with("#!/bin/sh\n"), "{s}");
+        assert!(s.contains("\nexport NCCL_DEBUG=WARN\n"), "{s}");
+        // What sh makes of the exports: one variable B, whole; no LD_PRELOAD.
+        let exports: String = s
+            .lines()
+            .filter(|l| l.starts_with("export "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let out = std::process::Command::new("sh")
+            .env_remove("LD_PRELOAD")
+            .args([
+                "-c",
+                &format!("{exports}\nprintf '%s|%s' \"$B\" \"${{LD_PRELOAD-unset}}\""),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "x,LD_PRELOAD=/tmp/evil.so|unset"
+        );
         assert!(s.contains("'/x/$(touch y).toml'"), "{s}");
         assert!(s.contains("exit \"$code\""), "{s}");
         let config = SlurmConfig {
@@ -172,10 +198,7 @@ mod tests {
         assert!(a.contains(&"--time=2:05".to_owned()), "{a:?}");
         assert!(a.contains(&"--cpus-per-task=2".to_owned()), "{a:?}");
         assert!(a.contains(&"--partition=gpu".to_owned()), "{a:?}");
-        assert!(
-            a.contains(&"--export=ALL,NCCL_DEBUG=WARN".to_owned()),
-            "{a:?}"
-        );
+        assert!(!a.iter().any(|x| x.starts_with("--export")), "{a:?}");
         assert_eq!(a[a.len() - 2..], ["--exclusive", "/runs/job.sh"]);
         // A program on 4 GPUs that runs its ranks with srun: four tasks of one GPU each.
         let program = Launch {
