@@ -599,3 +599,33 @@ fn a_killed_runner_leaves_no_process_of_its_jobs() {
     runner.wait().unwrap();
     assert_eq!(gone_within("619.", 5), Vec::<String>::new());
 }
+
+/// `--resume` after the cache was cleared: the passed trainings whose artifacts are gone run
+/// again, and the jobs that need them pass; a directory that is not a run is refused untouched.
+#[test]
+fn resume_recomputes_what_a_cleared_cache_lost() {
+    let fx = fixture(SPEC);
+    let first = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .args(["--timeout", "forward=0.001"])
+        .output()
+        .unwrap();
+    assert_eq!(first.status.code(), Some(3));
+    std::fs::remove_dir_all(fx.path().join("out/cache")).unwrap();
+    let resumed = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--resume", "run"])
+        .output()
+        .unwrap();
+    let r = results(&fx.path().join("run"));
+    assert_eq!(resumed.status.code(), Some(0), "{r:#}");
+    assert!(r["jobs"].as_array().unwrap().iter().all(|j| j["status"] == "passed"));
+
+    let not_a_run = fx.path().join("notes");
+    std::fs::create_dir(&not_a_run).unwrap();
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--resume", "notes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read_dir(&not_a_run).unwrap().count(), 0, "nothing written");
+}

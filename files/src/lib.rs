@@ -16,6 +16,6 @@ mod tail;
 pub use atomic::{temp_sibling, write_atomic, write_replace};
 pub use create::{create, write};
 pub use flush::flush_filesystems;
-pub use lock::{Lock, LockError};
+pub use lock::{Lock, LockError, LOCK_FILE};
 pub use regular::{open, read, read_to_string, Limit};
 pub use tail::{tail, TAIL_LINE, TAIL_WINDOW};

@@ -287,6 +287,16 @@ fn claim(
             dir.display()
         )));
     }
+    // Nothing is written into a directory that is not a run (its lock file would be); a run
+    // whose runner holds it but has not written its log yet has its lock file.
+    let has = |name: &str| dir.join(name).exists();
+    if !has(store::RESULTS_LOG) && !has(meshparity_files::LOCK_FILE) {
+        return Err(fail(&format!(
+            "cannot resume {}: it has no {} (is it a run directory?)",
+            dir.display(),
+            store::RESULTS_LOG
+        )));
+    }
     // The lock first: a runner that holds the directory may not have written its log yet.
     let run_dir = RunDir::open(dir).map_err(|e| fail(&e))?;
     if !dir.join(store::RESULTS_LOG).is_file() {
@@ -299,12 +309,14 @@ fn claim(
     if !args.resume_force {
         run_dir.check_spec(spec).map_err(|e| fail(&e))?;
     }
-    let previous = store::load(dir).map_err(|e| {
+    let mut previous = store::load(dir).map_err(|e| {
         fail(&format!(
             "cannot resume {}: {e} (is it a run directory?)",
             dir.display()
         ))
     })?;
+    // An engine run whose artifacts are gone (a cleared cache) runs again.
+    previous.retain(|_, r| store::still_usable(r));
     run_dir.record_spec(spec).map_err(|e| fail(&e))?;
     Ok((run_dir, previous))
 }

@@ -86,6 +86,18 @@ fn drop_torn_line(file: &File) -> std::io::Result<()> {
 
 /// The last record of every job in a run directory's log. A torn last line (the runner was
 /// killed mid-write) is ignored.
+/// Whether a passed record can stand in a resumed run: an engine run's (reference, training)
+/// only while the artifacts it wrote are still there. A cleared cache otherwise left every
+/// check of the resumed run failing with "run that job first", on every retry.
+pub fn still_usable(r: &JobRecord) -> bool {
+    match &r.detail {
+        Some(meshparity_engine::Finding::Artifacts(a)) => {
+            Path::new(&a.artifacts).join(crate::worker::RESULT_FILE).is_file()
+        }
+        _ => true,
+    }
+}
+
 pub fn load(run_dir: &Path) -> std::io::Result<HashMap<String, JobRecord>> {
     let bytes = meshparity_files::read(&run_dir.join(RESULTS_LOG), meshparity_files::Limit::JSON)?;
     // Lossy: a torn line may end inside a character; it is dropped below either way.
