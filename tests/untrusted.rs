@@ -618,7 +618,11 @@ fn resume_recomputes_what_a_cleared_cache_lost() {
         .unwrap();
     let r = results(&fx.path().join("run"));
     assert_eq!(resumed.status.code(), Some(0), "{r:#}");
-    assert!(r["jobs"].as_array().unwrap().iter().all(|j| j["status"] == "passed"));
+    assert!(r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|j| j["status"] == "passed"));
 
     let not_a_run = fx.path().join("notes");
     std::fs::create_dir(&not_a_run).unwrap();
@@ -627,5 +631,43 @@ fn resume_recomputes_what_a_cleared_cache_lost() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(std::fs::read_dir(&not_a_run).unwrap().count(), 0, "nothing written");
+    assert_eq!(
+        std::fs::read_dir(&not_a_run).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}
+
+/// A plan over the job cap is refused before it is built; absurd step counts are spec errors.
+#[test]
+fn plans_and_runs_have_stated_caps() {
+    let fx = fixture(SPEC);
+    for cmd in ["plan", "run"] {
+        let out = meshparity(fx.path())
+            .args([cmd, "spec.toml", "--max-jobs", "5"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("plans up to 8 jobs, over the cap of 5"),
+            "{cmd}: {err}"
+        );
+    }
+    for (bad, want) in [
+        ("steps = 1000000000", "at most 1000000 steps"),
+        (
+            "steps = 2\noracle_steps = 3",
+            "`run.oracle_steps` (3) is more than the run's steps (2)",
+        ),
+    ] {
+        let fx = fixture(&SPEC.replace("steps = 2", bad));
+        let out = meshparity(fx.path())
+            .args(["validate", "spec.toml"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
 }

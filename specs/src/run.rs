@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::decode::{Ctx, Keyword, Table};
 use crate::device::Device;
+use crate::diagnostic::Diagnostic;
 use crate::dtype::DType;
 use crate::source::{Loc, Located};
 
@@ -64,6 +65,8 @@ pub struct RunSettings {
 pub mod defaults {
     pub const SEED: u64 = 1234;
     pub const STEPS: u32 = 4;
+    /// The most training steps a spec may ask for (`steps = 1e9` ran until the timeout).
+    pub const MAX_STEPS: u32 = 1_000_000;
     pub const ORACLE_STEPS: u32 = 2;
     pub const BATCH: u32 = 8;
     pub const LR: f64 = 1e-3;
@@ -102,10 +105,40 @@ impl RunSettings {
         if let Some(d) = t.keyword::<DType>(cx, "dtype") {
             run.dtype = d;
         }
-        if let Some(s) = t.positive(cx, "steps") {
+        let steps = t.positive(cx, "steps");
+        if let Some(s) = &steps {
+            if s.value > defaults::MAX_STEPS {
+                cx.error(
+                    Diagnostic::error(
+                        &s.loc,
+                        format!(
+                            "`run.steps` is {}; at most {} steps are checked",
+                            s.value,
+                            defaults::MAX_STEPS
+                        ),
+                    )
+                    .help("parity shows in the first few steps; the curve level needs tens"),
+                );
+            }
             run.training.steps = s.value;
         }
         if let Some(s) = t.positive(cx, "oracle_steps") {
+            if s.value > run.training.steps {
+                cx.error(
+                    Diagnostic::error(
+                        &s.loc,
+                        format!(
+                            "`run.oracle_steps` ({}) is more than the run's steps ({}{})",
+                            s.value,
+                            run.training.steps,
+                            if steps.is_some() { "" } else { ", the default" }
+                        ),
+                    )
+                    .help(
+                        "the oracle level compares weights after oracle_steps of the run's steps",
+                    ),
+                );
+            }
             run.training.oracle_steps = s.value;
         }
         if let Some(b) = t.positive(cx, "batch") {

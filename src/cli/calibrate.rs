@@ -98,6 +98,9 @@ pub fn run(args: &Args) -> u8 {
         None => None,
     };
     let spec = &loaded.spec;
+    if args.select.check_size(spec).is_err() {
+        return exit::SPEC_ERROR;
+    }
     let plan = Plan::build(spec);
     let selection = plan.select(&filter, args.select.partition);
     if selection.is_empty() {

@@ -93,9 +93,19 @@ pub struct SelectArgs {
     /// devices`), whatever the spec says. Jobs and tolerance tables follow the device.
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<Device>,
+    /// Refuse a spec that plans more jobs than N (counted from its matrix before planning).
+    #[arg(long, value_name = "N", default_value_t = meshparity_runner::plan::size::MAX_JOBS)]
+    pub max_jobs: u64,
 }
 
 impl SelectArgs {
+    /// `Err` (printed) when the spec plans more jobs than `--max-jobs`.
+    pub fn check_size(&self, spec: &meshparity_specs::Spec) -> Result<(), ()> {
+        meshparity_runner::plan::size::check(spec, self.max_jobs).map_err(|e| {
+            say!("error: {e}");
+        })
+    }
+
     /// The parsed filter, or the message to print.
     pub fn filter(&self) -> Result<meshparity_runner::Filter, String> {
         meshparity_runner::Filter::parse(&self.filter).map_err(|e| e.to_string())

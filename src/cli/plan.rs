@@ -36,6 +36,9 @@ pub fn run(args: &Args) -> u8 {
     let Some(loaded) = super::load_spec(&args.spec, args.select.device) else {
         return exit::SPEC_ERROR;
     };
+    if args.select.check_size(&loaded.spec).is_err() {
+        return exit::SPEC_ERROR;
+    }
     let plan = Plan::build(&loaded.spec);
     let sel = plan.select(&filter, args.select.partition);
     if !super::supported(&args.spec, &loaded, Some((&plan, &sel))) {

@@ -18,6 +18,12 @@ pub fn run(args: &Args) -> u8 {
     for path in &args.specs {
         match super::load_spec(path, None).filter(|l| super::supported(path, l, None)) {
             Some(loaded) => {
+                let cap = meshparity_runner::plan::size::MAX_JOBS;
+                if let Err(e) = meshparity_runner::plan::size::check(&loaded.spec, cap) {
+                    eprintln!("{}: error: {e}", super::display(path));
+                    code = exit::SPEC_ERROR;
+                    continue;
+                }
                 let plan = Plan::build(&loaded.spec);
                 let cells = loaded.spec.cells().len();
                 let selected = plan.select(&Filter::default(), None);

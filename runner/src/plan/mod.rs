@@ -6,6 +6,7 @@
 //! - `build.rs` — matrix cells → reference, level and mutation jobs, and their edges;
 //! - `filter.rs`, `partition.rs` — `--filter` and `--partition`;
 //! - `select.rs` — filter, then partition, then the dependencies of what remains;
+//! - `size.rs` — how many jobs a spec plans, capped before the plan is built;
 //! - `render/` — the plan as text, Graphviz dot and JSON.
 //!
 //! Lifecycle: `Plan::build(&spec)` once per run; `plan.select(&filter, partition)` picks the
@@ -22,6 +23,7 @@ pub mod job_file;
 mod partition;
 pub mod render;
 mod select;
+pub mod size;
 mod variants;
 
 pub use build::Plan;
