@@ -111,7 +111,8 @@ fn merged_shards_report_every_job_once() {
         ])
         .args(["--out", "merged"])
         .assert()
-        .code(0);
+        // As the unsharded run: its failing check is an error (exit 3).
+        .code(3);
     let merged = counts(&p.join("merged/junit.xml"));
     assert_eq!(merged, whole);
     assert!(
@@ -141,4 +142,66 @@ fn merged_shards_report_every_job_once() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("from one spec"));
+
+    // A missing or doubled shard is not a run: refused, saying which.
+    for (shards, want) in [
+        (&["s1", "s2"][..], "shard(s) 3 of `hash:…/3` are missing"),
+        (
+            &["s1", "s2", "s1", "s3"][..],
+            "shards 1 and 3 are both `hash:1/3`",
+        ),
+    ] {
+        let files: Vec<String> = shards.iter().map(|s| format!("{s}/results.json")).collect();
+        let out = meshparity(p)
+            .args(["report", "--merge"])
+            .args(&files)
+            .args(["--out", "y"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{shards:?}: {err}");
+        assert!(err.contains(want), "{shards:?}: {err}");
+    }
+}
+
+/// Two runs that both judged a job, differently: the merge keeps the worse verdict and says
+/// so, in whichever order the files are given.
+#[test]
+fn shards_that_disagree_keep_the_worse_verdict_in_any_order() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    std::fs::write(p.join("spec.toml"), SPEC).unwrap();
+    for (dir, fault) in [("good", "*=noop"), ("bad", "*/dp2/forward=exit:1;*=noop")] {
+        Command::cargo_bin("meshparity")
+            .unwrap()
+            .current_dir(p)
+            .env("MESHPARITY_TEST_FAULT", fault)
+            .args(["run", "spec.toml", "--no-progress", "--run-dir", dir])
+            .args(["-f", "mesh=dp2"])
+            .output()
+            .unwrap();
+    }
+    for order in [["good", "bad"], ["bad", "good"]] {
+        let out = format!("m-{}", order[0]);
+        meshparity(p)
+            .args(["report", "--merge"])
+            .args(order.map(|s| format!("{s}/results.json")))
+            .args(["--out", &out])
+            .assert()
+            .code(3);
+        let merged: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(p.join(&out).join("results.json")).unwrap(),
+        )
+        .unwrap();
+        let job = merged["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"] == "tiny@f32/dp2/forward")
+            .unwrap()
+            .clone();
+        assert_eq!(job["status"], "error", "{order:?}");
+        let summary = job["summary"].as_str().unwrap();
+        assert!(summary.contains("shards disagree"), "{order:?}: {summary}");
+    }
 }

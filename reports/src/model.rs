@@ -150,6 +150,13 @@ pub struct RunMeta {
     /// the sum of theirs). Reported, since a run keeps only what its reports cite.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_bytes: Option<u64>,
+    /// The shard of the plan this run was (`--partition`, e.g. `hash:2/3`), for `report
+    /// --merge` to check that shards cover the plan once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// The `--filter`s the run selected with (shards of one run use the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -127,5 +127,9 @@ pub fn run(args: &Args) -> u8 {
         }
         println!("{}", path.display());
     }
+    // A merged run exits as the run would have: a CI step that merges failing shards fails.
+    if args.merge {
+        return super::run::code(&results);
+    }
     exit::OK
 }

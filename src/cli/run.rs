@@ -228,6 +228,8 @@ pub fn run(args: &Args) -> u8 {
         spec.run.training.seed,
         &opts.run_dir,
     );
+    meta.partition = args.select.partition.map(|p| p.to_string());
+    meta.filters = args.select.filter.clone();
     let start = Instant::now();
     let live = !args.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     say!(
@@ -324,7 +326,8 @@ fn claim(
     Ok((run_dir, previous))
 }
 
-fn code(r: &RunResults) -> u8 {
+/// The exit code of a run with these results (also `report --merge`'s).
+pub(crate) fn code(r: &RunResults) -> u8 {
     if r.meta.interrupted {
         exit::INTERRUPTED
     } else if r.count(Status::Failed) > 0 {

@@ -245,6 +245,8 @@ pub fn results(hostile: bool) -> RunResults {
             interrupted: false,
             run_dir: "run".into(),
             disk_bytes: None,
+            partition: None,
+            filters: Vec::new(),
         },
         jobs,
     }

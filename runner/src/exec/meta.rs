@@ -74,6 +74,8 @@ pub fn collect(
         interrupted: false,
         run_dir: run_dir.display().to_string(),
         disk_bytes: None,
+        partition: None,
+        filters: Vec::new(),
     }
 }
 
