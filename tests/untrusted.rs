@@ -671,3 +671,98 @@ fn plans_and_runs_have_stated_caps() {
         assert!(err.contains(want), "{err}");
     }
 }
+
+/// A variant's snapshot of a commit is sealed: one edited in the cache runs as the commit
+/// again (remade), and one emptied is remade, instead of running what is there.
+#[test]
+fn a_damaged_variant_snapshot_is_remade() {
+    let repo = tempfile::tempdir().unwrap();
+    let r = repo.path();
+    // The program's loss comes from a file of the commit.
+    std::fs::write(r.join("loss.txt"), "1.5\n").unwrap();
+    let spec = r#"[run]
+name = "variants"
+steps = 2
+output = "out"
+
+[engines.prog]
+kind = "command"
+program = "sh"
+args = ["-c", "for s in 1 2; do echo \"{\\\"step\\\": $s, \\\"loss\\\": $(cat loss.txt)}\"; done > \"$0/m.jsonl\"", "{{out_dir}}"]
+artifacts = { curve = "m.jsonl" }
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[variants.base]
+git = "HEAD"
+repeats = 2
+
+[variants.feature]
+
+[[matrix]]
+models = ["m"]
+levels = ["curve"]
+"#;
+    std::fs::write(r.join("spec.toml"), spec).unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .current_dir(r)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "base"]);
+    let run = |dir: &str| {
+        let out = meshparity(r)
+            .args(["run", "spec.toml", "--no-progress", "--run-dir", dir])
+            .output()
+            .unwrap();
+        (out.status.code(), results(&r.join(dir)))
+    };
+    let (code, first) = run("first");
+    assert_eq!(code, Some(0), "{first:#}");
+    let checkouts = r.join("out/cache/checkouts");
+    let snapshot = std::fs::read_dir(&checkouts)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .expect("a snapshot");
+    // Edited: the commit's loss would differ from the working tree's.
+    std::fs::write(snapshot.join("loss.txt"), "9.5\n").unwrap();
+    let (code, edited) = run("edited");
+    assert_eq!(
+        code,
+        Some(0),
+        "the edited snapshot ran as the commit: {edited:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(snapshot.join("loss.txt")).unwrap(),
+        "1.5\n"
+    );
+    // Emptied.
+    std::fs::remove_file(snapshot.join("loss.txt")).unwrap();
+    std::fs::remove_file(snapshot.join("spec.toml")).unwrap();
+    let (code, emptied) = run("emptied");
+    assert_eq!(code, Some(0), "{emptied:#}");
+    assert!(snapshot.join("loss.txt").is_file());
+}

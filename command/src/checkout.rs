@@ -2,6 +2,12 @@
 //! with `git archive` into the cache under the commit's hash. A commit never changes, so a
 //! snapshot is made once and shared by every job (and run) that needs it; it is built beside its
 //! final place and renamed in, so a half-written one is never used.
+//!
+//! A snapshot is sealed as cache entries are: the BLAKE3 of every file it holds goes into
+//! `<sha>.seal` beside it, and it is verified before each use. An edited file, a removed one or
+//! one added (a program planted beside the variant's own) makes it damaged; it is moved aside
+//! and made again. Before, an edited snapshot ran as that commit, and an emptied one was never
+//! rebuilt. Python's `__pycache__` directories are the one addition allowed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -62,6 +68,12 @@ pub fn checkout(
         .unwrap_or_default();
     let root =
         std::path::absolute(cache.join("checkouts").join(&sha)).map_err(|e| fail(e.to_string()))?;
+    if root.is_dir() && !intact(&root) {
+        let aside = meshparity_files::temp_sibling(&root);
+        if std::fs::rename(&root, &aside).is_ok() {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+    }
     if !root.is_dir() {
         let tmp = root.with_extension(format!("partial-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
@@ -86,6 +98,9 @@ pub fn checkout(
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(fail(format!("`git archive {sha}` | tar -x failed")));
         }
+        let seal = serde_json::to_vec(&hashes(&tmp)).expect("hashes serialize");
+        meshparity_files::write_atomic(&seal_of(&root), &seal)
+            .map_err(|e| fail(format!("sealing {}: {e}", root.display())))?;
         if std::fs::rename(&tmp, &root).is_err() {
             // Another job made it meanwhile: theirs is as good.
             let _ = std::fs::remove_dir_all(&tmp);
@@ -95,4 +110,52 @@ pub fn checkout(
         base: root.join(rel),
         root,
     })
+}
+
+/// Where the seal of the snapshot at `root` is kept: beside it, out of the program's sight.
+fn seal_of(root: &Path) -> PathBuf {
+    root.with_extension("seal")
+}
+
+/// Every file below `root` (but `__pycache__`) with its BLAKE3, by path relative to `root`.
+fn hashes(root: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                if e.file_name() != "__pycache__" {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            let hash = if kind.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap_or_default();
+                blake3::hash(target.as_os_str().as_encoded_bytes())
+            } else {
+                let Ok(bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                blake3::hash(&bytes)
+            };
+            out.insert(rel, hash.to_hex().to_string());
+        }
+    }
+    out
+}
+
+/// Whether the snapshot at `root` holds exactly what its seal says.
+fn intact(root: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(seal_of(root)) else {
+        return false;
+    };
+    serde_json::from_slice::<std::collections::BTreeMap<String, String>>(&bytes)
+        .is_ok_and(|sealed| sealed == hashes(root))
 }
