@@ -101,6 +101,7 @@ pub fn check_support(
         })
     };
     let spec = &loaded.spec;
+    variants_resolve(spec)?;
     loaded.check_support(keep, |cell| {
         let model = cell.model.config();
         let mesh = cell.mesh.config();
@@ -136,4 +137,31 @@ pub fn check_support(
             }
         }
     })
+}
+
+/// Every `git` variant names a commit of the repository that holds its spec (`run` would fail
+/// each of its jobs otherwise).
+fn variants_resolve(spec: &Spec) -> Result<(), SpecError> {
+    let mut diags = meshparity_specs::diagnostic::Diagnostics::default();
+    for v in spec.variants.values() {
+        let Some(rev) = &v.git else { continue };
+        let dir = rev.loc.path();
+        let dir = dir
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if let Err(e) = checkout::resolve(dir, &rev.value) {
+            diags.push(
+                meshparity_specs::diagnostic::Diagnostic::error(
+                    &rev.loc,
+                    format!("variant `{}`: git ref `{}`: {e}", v.name.value, rev.value),
+                )
+                .help("a git variant names a commit, branch or tag of the repository that holds the spec"),
+            );
+        }
+    }
+    if diags.has_errors() {
+        return Err(SpecError::Invalid(diags));
+    }
+    Ok(())
 }

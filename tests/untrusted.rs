@@ -766,3 +766,45 @@ levels = ["curve"]
     assert_eq!(code, Some(0), "{emptied:#}");
     assert!(snapshot.join("loss.txt").is_file());
 }
+
+/// A `git` variant whose ref does not resolve (or whose spec is in no repository) is a spec
+/// error at the variant's line, from `validate` on: `run` failed every job of it with exit 3.
+#[test]
+fn a_git_variant_that_does_not_resolve_is_a_spec_error() {
+    let spec = r#"[run]
+name = "v"
+
+[engines.prog]
+kind = "command"
+program = "true"
+artifacts = { curve = "m.jsonl" }
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[variants.base]
+git = "no-such-branch"
+
+[variants.feature]
+
+[[matrix]]
+models = ["m"]
+levels = ["curve"]
+"#;
+    let fx = fixture(spec); // a temporary directory: no repository at all
+    for cmd in ["validate", "run"] {
+        let out = meshparity(fx.path())
+            .args([cmd, "spec.toml"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("spec.toml:16:7") && err.contains("git ref `no-such-branch`"),
+            "{err}"
+        );
+    }
+}

@@ -45,6 +45,16 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// The top of the repository holding `dir` and the commit `rev` names there; what is wrong
+/// otherwise (no repository, no such commit), for `validate` to say at the variant's line.
+pub fn resolve(dir: &Path, rev: &str) -> Result<(PathBuf, String), String> {
+    let top = PathBuf::from(git(dir, &["rev-parse", "--show-toplevel"])?);
+    let top = std::fs::canonicalize(&top).unwrap_or(top);
+    let spec = format!("{rev}^{{commit}}");
+    let sha = git(&top, &["rev-parse", "--verify", "--end-of-options", &spec])?;
+    Ok((top, sha))
+}
+
 /// The snapshot of `rev` for an engine defined in `engine_dir`, made under `cache` if missing.
 pub fn checkout(
     variant: &str,
@@ -58,10 +68,7 @@ pub fn checkout(
     };
     let engine_dir = std::fs::canonicalize(engine_dir)
         .map_err(|e| fail(format!("{}: {e}", engine_dir.display())))?;
-    let top = PathBuf::from(git(&engine_dir, &["rev-parse", "--show-toplevel"]).map_err(fail)?);
-    let top = std::fs::canonicalize(&top).unwrap_or(top);
-    let spec = format!("{rev}^{{commit}}");
-    let sha = git(&top, &["rev-parse", "--verify", "--end-of-options", &spec]).map_err(fail)?;
+    let (top, sha) = resolve(&engine_dir, rev).map_err(fail)?;
     let rel = engine_dir
         .strip_prefix(&top)
         .map(Path::to_path_buf)
