@@ -470,29 +470,7 @@ levels = ["forward", "curve", "oracle"]
         python = root.join("python").display()
     );
     std::fs::write(r.join("spec.toml"), spec).unwrap();
-    let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git")
-            .current_dir(r)
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "commit.gpgsign=false",
-            ])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            ok.status.success(),
-            "{}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-    };
-    git(&["init", "-q"]);
-    git(&["add", "."]);
-    git(&["commit", "-qm", "base"]);
+    common::commit_all(r);
     let run = |dir: &str| -> (Option<i32>, Value) {
         let out = meshparity()
             .current_dir(r)

@@ -54,3 +54,25 @@ pub fn run_in_repo(args: &[&str], run: &std::path::Path) -> (Option<i32>, serde_
     let text = std::fs::read_to_string(run.join("results.json")).unwrap();
     (status.code(), serde_json::from_str(&text).unwrap())
 }
+
+/// Make `dir` a git repository with everything in it committed once.
+pub fn commit_all(dir: &std::path::Path) {
+    for args in [
+        &["init", "-q"][..],
+        &["add", "."],
+        &["commit", "-qm", "base"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .current_dir(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(["-c", "commit.gpgsign=false"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    }
+}
