@@ -115,3 +115,57 @@ fn a_failed_oracle_leaves_the_updates_its_reproduce_command_reads() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{cmd}: {out:?}");
 }
+
+/// Every job's reproduce line, pasted into a shell, selects exactly that job: a mutation job's
+/// name holds `[…]`, which the filter read as a glob class (nothing selected, exit 4).
+#[test]
+fn every_reproduce_line_selects_exactly_its_job() {
+    let spec = concat!(
+        "[run]\nname = \"rep\"\nsteps = 2\nbatch = 4\n",
+        tiny_model!(),
+        "[meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"forward\", \"oracle\"]\n\
+         [mutations]\nselect = [\"dp-skip-grad-all-reduce\"]\n"
+    );
+    let fx = tempfile::tempdir().unwrap();
+    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
+    Command::cargo_bin("meshparity")
+        .unwrap()
+        .current_dir(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .assert()
+        .code(0);
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.path().join("run/results.json")).unwrap())
+            .unwrap();
+    let exe = assert_cmd::cargo::cargo_bin("meshparity");
+    for job in r["jobs"].as_array().unwrap() {
+        let line = job["reproduce"].as_str().unwrap();
+        let args = line.trim_start_matches("meshparity run ");
+        // What the line selects, as `plan` lists it: the job and the dependencies it needs.
+        let out = StdCommand::new("sh")
+            .arg("-c")
+            .arg(format!("{} plan {args} --format json", exe.display()))
+            .current_dir(fx.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{line}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let selected: Vec<&str> = plan["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["role"] != "dependency")
+            .map(|j| j["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            selected,
+            [job["name"].as_str().unwrap()],
+            "{line}: {plan:#}"
+        );
+    }
+}

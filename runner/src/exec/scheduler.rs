@@ -393,7 +393,7 @@ impl Run<'_> {
                     .device
                     .map(|d| format!(" --device {d}"))
                     .unwrap_or_default(),
-                quote(&format!("name={}", job.name))
+                quote(&format!("name={}", crate::plan::exact(&job.name)))
             ),
             detail: None,
         }

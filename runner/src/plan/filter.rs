@@ -84,6 +84,20 @@ impl Filter {
     }
 }
 
+/// A glob that matches exactly `name`: its glob characters (`*?[]{}\`) escaped. A mutation
+/// job's name holds `[…]`, which a filter read as a character class, so the reproduce line
+/// `--filter 'name=…/mutation[dp-skip-grad-all-reduce]'` selected nothing (or failed to parse).
+pub fn exact(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for c in name.chars() {
+        if "*?[]{}\\".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn parse_clause(filter: &str) -> Result<Clause, FilterError> {
     let (key, negate, patterns) = match filter.split_once('=') {
         None => (Key::Name, false, filter),

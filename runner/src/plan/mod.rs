@@ -27,7 +27,7 @@ pub mod size;
 mod variants;
 
 pub use build::Plan;
-pub use filter::{Filter, FilterError};
+pub use filter::{exact, Filter, FilterError};
 pub use job::{Job, JobId, JobKind};
 pub use partition::{Partition, PartitionError};
 pub use select::{Role, Selection};
