@@ -811,3 +811,25 @@ fn compare_handles_a_curve_with_a_hundred_thousand_metrics() {
     );
     assert!(text.contains("0 of 100000 metrics fail"));
 }
+
+/// `--timeout KEY=SECS` whose KEY is no kind of job and matches no job is a usage error saying
+/// what KEY may be (`forwrd=1` was accepted and applied to nothing).
+#[test]
+fn a_timeout_rule_that_matches_nothing_is_refused() {
+    let fx = fixture(SPEC);
+    for (rule, hint) in [
+        ("forwrd=1", "did you mean `forward`?"),
+        ("foo=1", "a glob over job names"),
+    ] {
+        let out = meshparity(fx.path())
+            .args(["run", "spec.toml", "--no-progress", "--timeout", rule])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{rule}: {err}");
+        assert!(
+            err.contains("matches no job") && err.contains(hint),
+            "{rule}: {err}"
+        );
+    }
+}

@@ -154,6 +154,14 @@ pub fn run(args: &Args) -> u8 {
         return exit::SPEC_ERROR;
     }
     let plan = Plan::build(spec);
+    let jobs: Vec<&meshparity_runner::Job> = plan.graph.node_weights().collect();
+    let unmatched = timeouts.unmatched(&jobs);
+    if !unmatched.is_empty() {
+        for why in unmatched {
+            say!("error: {why}");
+        }
+        return exit::SPEC_ERROR;
+    }
     let selection = plan.select(&filter, args.select.partition);
     if selection.is_empty() {
         say!("nothing selected: no job matches the filters and partition");

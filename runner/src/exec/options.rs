@@ -87,6 +87,31 @@ impl Timeouts {
         Ok(t)
     }
 
+    /// The `--timeout KEY=SECS` items whose KEY is neither a kind of job nor a glob that
+    /// matches a job of the plan, each with what it should have been: `forwrd=1` was accepted
+    /// and applied to nothing.
+    pub fn unmatched(&self, jobs: &[&Job]) -> Vec<String> {
+        use meshparity_specs::Keyword;
+        let kinds: Vec<&str> = ["reference", "train", "mutation"]
+            .into_iter()
+            .chain(meshparity_specs::Level::ALL.iter().map(|(n, _)| *n))
+            .collect();
+        self.rules
+            .iter()
+            .filter(|(key, glob, _)| {
+                !kinds.contains(&key.as_str()) && !jobs.iter().any(|j| glob.is_match(&j.name))
+            })
+            .map(|(key, _, _)| {
+                format!(
+                    "--timeout `{key}=…` matches no job: KEY is a kind of job ({}) or a glob \
+                     over job names ({})",
+                    kinds.join(", "),
+                    meshparity_specs::suggest::did_you_mean(key, &kinds, "kind")
+                )
+            })
+            .collect()
+    }
+
     pub fn for_job(&self, job: &Job) -> Duration {
         let kind = job.kind.level_name();
         for (key, glob, d) in self.rules.iter().rev() {
