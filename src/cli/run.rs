@@ -35,8 +35,9 @@ pub struct Args {
     /// Stop starting jobs after N failures (N ≥ 1; 1 is --fail-fast).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_fail: Option<u64>,
-    /// Time limit: SECONDS for every job, or KEY=SECONDS for a level (reference, roundtrip,
-    /// forward, curve, oracle, mutation) or a job-name glob. Repeatable; later wins.
+    /// Time limit: SECONDS for every job, or KEY=SECONDS for a kind of job (reference, train,
+    /// roundtrip, forward, routing, curve, oracle, mutation) or a job-name glob that matches
+    /// some job. Repeatable; later wins.
     #[arg(long, value_name = "[KEY=]SECONDS")]
     timeout: Vec<String>,
     /// Seconds between SIGTERM and SIGKILL when a job is ended.
