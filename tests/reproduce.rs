@@ -11,6 +11,21 @@ use std::process::Command as StdCommand;
 use assert_cmd::Command;
 use serde_json::Value;
 
+/// `meshparity run` of `spec` in a new directory (into `run/`), which must exit `code`; the
+/// directory and the run's results.
+fn run_spec(spec: &str, code: i32) -> (tempfile::TempDir, Value) {
+    let fx = tempfile::tempdir().unwrap();
+    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
+    Command::cargo_bin("meshparity")
+        .unwrap()
+        .current_dir(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .assert()
+        .code(code);
+    let text = std::fs::read_to_string(fx.path().join("run/results.json")).unwrap();
+    (fx, serde_json::from_str(&text).unwrap())
+}
+
 /// The stored reproduce command quotes the spec path: pasted into a shell, a spec named
 /// `$(touch pwned).toml` is a file name, not a command.
 #[test]
@@ -68,17 +83,7 @@ fn a_failed_oracle_leaves_the_updates_its_reproduce_command_reads() {
          [[matrix]]\nmeshes = [\"dp2\"]\nlevels = [\"oracle\"]\n\
          [[matrix]]\nmeshes = [\"tp2\"]\nlevels = [\"oracle\"]\ntolerance = \"strict\"\n"
     );
-    let fx = tempfile::tempdir().unwrap();
-    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
-    Command::cargo_bin("meshparity")
-        .unwrap()
-        .current_dir(fx.path())
-        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
-        .assert()
-        .code(1);
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(fx.path().join("run/results.json")).unwrap())
-            .unwrap();
+    let (fx, r) = run_spec(spec, 1);
     let oracle = |mesh: &str| {
         r["jobs"]
             .as_array()
@@ -126,17 +131,7 @@ fn every_reproduce_line_selects_exactly_its_job() {
         "[meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"forward\", \"oracle\"]\n\
          [mutations]\nselect = [\"dp-skip-grad-all-reduce\"]\n"
     );
-    let fx = tempfile::tempdir().unwrap();
-    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
-    Command::cargo_bin("meshparity")
-        .unwrap()
-        .current_dir(fx.path())
-        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
-        .assert()
-        .code(0);
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(fx.path().join("run/results.json")).unwrap())
-            .unwrap();
+    let (fx, r) = run_spec(spec, 0);
     let exe = assert_cmd::cargo::cargo_bin("meshparity");
     for job in r["jobs"].as_array().unwrap() {
         let line = job["reproduce"].as_str().unwrap();
