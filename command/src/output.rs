@@ -53,6 +53,8 @@ pub struct BoundedLog {
     head_len: u64,
     /// The tail file in use and its length; the other holds the output before it.
     tail: Option<(usize, File, u64)>,
+    /// Bytes and lines in each tail file, counted as they are written.
+    in_tail: [(u64, u64); 2],
     /// Bytes and lines dropped from the middle (a tail file reused).
     cut: (u64, u64),
     /// Bytes cut from over-long lines.
@@ -69,6 +71,7 @@ impl BoundedLog {
             head: meshparity_files::create(path)?,
             head_len: 0,
             tail: None,
+            in_tail: [(0, 0); 2],
             cut: (0, 0),
             cut_in_lines: 0,
             forwarded: 0,
@@ -103,17 +106,18 @@ impl BoundedLog {
         if let Some(next) = switch {
             // The other file's bytes are the oldest kept: they are dropped now.
             let path = tail_file(&self.path, next);
-            if let Ok(old) = std::fs::read(&path) {
-                self.cut.0 += old.len() as u64;
-                self.cut.1 += old.iter().filter(|b| **b == b'\n').count() as u64;
-            }
+            let (bytes, lines) = std::mem::take(&mut self.in_tail[next]);
+            self.cut.0 += bytes;
+            self.cut.1 += lines;
             match meshparity_files::create(&path) {
                 Ok(f) => self.tail = Some((next, f, 0)),
                 Err(_) => return,
             }
         }
-        if let Some((_, f, len)) = &mut self.tail {
+        if let Some((i, f, len)) = &mut self.tail {
             *len += line.len() as u64;
+            self.in_tail[*i].0 += line.len() as u64;
+            self.in_tail[*i].1 += 1;
             let _ = f.write_all(line);
         }
     }
@@ -143,8 +147,7 @@ impl BoundedLog {
         };
         let older = tail_file(&self.path, 1 - current);
         let newer = tail_file(&self.path, current);
-        // Bytes of the older file the program wrote before the dropped middle are cut too when
-        // it was never reused: nothing is dropped until a file is reused.
+        // Nothing is cut until a tail file is reused.
         if self.cut.0 > 0 {
             writeln!(
                 self.head,

@@ -108,6 +108,10 @@ pub(crate) fn env_key(cx: &mut Ctx<'_>, key: &str, value: &Located<String>, shel
 
 fn mutation_name(cx: &mut Ctx<'_>, name: &Located<String>) {
     let n = &name.value;
+    // Job names, `--filter` patterns (split at commas) and directories carry it.
+    let odd = n
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(*c)));
     let why = if n.is_empty() {
         Some("is empty".to_owned())
     } else if n.len() > MAX_MUTATION_NAME {
@@ -118,7 +122,7 @@ fn mutation_name(cx: &mut Ctx<'_>, name: &Located<String>) {
     } else if n.chars().any(char::is_control) {
         Some("holds a control character".to_owned())
     } else {
-        None
+        odd.map(|c| format!("holds `{c}`: a mutation name is letters, digits, `-`, `_` and `.`"))
     };
     if let Some(why) = why {
         let shown: String = n

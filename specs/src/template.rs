@@ -79,11 +79,9 @@ pub fn parse(text: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
 /// For a `shell = true` template: the first value that stands inside quotes the template
 /// opened itself, which would undo meshparity's quoting of it.
 pub fn quoted_value(text: &str) -> Result<(), TemplateError> {
-    let pieces = parse(text)?;
     let mut quote: Option<char> = None;
-    let mut offset = 0;
     let mut escaped = false;
-    for piece in pieces {
+    for piece in parse(text)? {
         match piece {
             Piece::Text(t) => {
                 for c in t.chars() {
@@ -95,10 +93,12 @@ pub fn quoted_value(text: &str) -> Result<(), TemplateError> {
                         _ => {}
                     }
                 }
-                offset += t.len();
             }
             Piece::Value(name) => {
                 if let Some(q) = quote {
+                    // The name is a slice of `text`: its `{{` is the last one before it.
+                    let at = name.as_ptr() as usize - text.as_ptr() as usize;
+                    let offset = text[..at].rfind("{{").unwrap_or(0);
                     return Err(error(
                         offset,
                         format!(
@@ -109,7 +109,6 @@ pub fn quoted_value(text: &str) -> Result<(), TemplateError> {
                     ));
                 }
                 escaped = false;
-                offset += name.len() + 4;
             }
         }
     }
@@ -159,6 +158,9 @@ mod tests {
         for t in ["'{{v}}'", "\"{{v}}\"", "echo \"a {{v}} b\"", "x='{{v}}"] {
             assert!(quoted_value(t).is_err(), "{t}");
         }
+        // Located at its braces, whatever spacing came before.
+        let e = quoted_value("{{ a }} {{  b  }} '{{c}}'").unwrap_err();
+        assert_eq!(e.offset, 19);
         for t in [
             "{{v}}",
             "sh -c 'echo $1' sh {{v}}",

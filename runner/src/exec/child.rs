@@ -1,9 +1,11 @@
 //! One worker process: spawned in its own process group, logs to files, ended by a timeout or
 //! a cancellation with SIGTERM to the whole group and SIGKILL after a grace period.
 //!
-//! The child asks the kernel to kill it if the runner dies (PR_SET_PDEATHSIG, set by the worker
-//! itself as it starts, see [`meshparity_procs::guard`]), so even a `kill -9` of the
-//! runner leaves no job process behind. The runner spawns from one thread (a current-thread
+//! The child asks the kernel to signal it if the runner dies (PR_SET_PDEATHSIG, set by the
+//! worker itself as it starts, see [`meshparity_procs::guard`]) and then ends every process it
+//! started, so even a `kill -9` of the runner leaves no job process behind. The runner is a
+//! subreaper: what an ended worker's processes left outside its group comes back here and is
+//! ended with the attempt ([`meshparity_procs::end_strays`]). The runner spawns from one thread (a current-thread
 //! runtime), which is what the death signal is tied to. No code runs between fork and exec, so
 //! the standard library can use `posix_spawn`: forking a runner that holds a 100,000-job plan
 //! cost milliseconds per job.
@@ -165,7 +167,7 @@ pub async fn run(
     }
     drop(_live);
     let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-    meshparity_procs::kill_tree(std::process::id() as i32, Some(&|p| live.contains(&p)));
+    meshparity_procs::end_strays(&|p| live.contains(&p));
     finished(ending)
 }
 
