@@ -2,6 +2,8 @@
 
 #![allow(dead_code, unused_macros)]
 
+pub mod harness;
+
 /// The tiny llama every runner test trains: fast on two cores, divisible by every mesh the
 /// tests use (dp2, tp2, pp2). A macro so specs can be `concat!`-ed constants.
 macro_rules! tiny_model {

@@ -1,0 +1,123 @@
+//! What the tests of hostile programs and hostile inputs share (tests/programs.rs,
+//! tests/limits.rs): the real binary with a patience limit, a spec in a temporary directory,
+//! the files and processes a run leaves.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// Nothing here may take long; a hang fails the test instead of blocking CI.
+pub const PATIENCE: Duration = Duration::from_secs(180);
+
+pub fn meshparity(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("meshparity").unwrap();
+    c.current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("MESHPARITY_TEST_FAULT")
+        .timeout(PATIENCE);
+    c
+}
+
+pub fn fixture(spec: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+    dir
+}
+
+/// Every file below `dir`, links not followed.
+pub fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+pub fn results(run: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
+}
+
+/// A command engine with one program, on dp2, at the curve level.
+pub fn command_spec(args: &str) -> String {
+    format!(
+        r#"
+[run]
+name = "cmd"
+seed = 3
+steps = 2
+batch = 2
+
+[engines.prog]
+kind = "command"
+program = "sh"
+args = {args}
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[[matrix]]
+models = ["m"]
+levels = ["curve"]
+"#
+    )
+}
+
+pub fn disk_use(dir: &Path) -> u64 {
+    files(dir)
+        .iter()
+        .map(|p| std::fs::symlink_metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// Processes whose command line holds `marker`.
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .chars()
+            .all(|c| c.is_ascii_digit())
+        {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(marker) {
+            out.push(cmd);
+        }
+    }
+    out
+}
+
+/// Wait up to `secs` for no process with `marker` to be left.
+pub fn gone_within(marker: &str, secs: u64) -> Vec<String> {
+    let t = std::time::Instant::now();
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() || t.elapsed() > Duration::from_secs(secs) {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
