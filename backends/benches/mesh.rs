@@ -68,6 +68,7 @@ fn main() {
         batch: 8,
         optimizer: Optimizer::Adamw,
         lr: 1e-3,
+        clip_grad_norm: None,
     };
     let len = Length {
         steps,

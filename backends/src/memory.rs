@@ -121,6 +121,7 @@ mod tests {
             batch: 8,
             optimizer: meshparity_specs::Optimizer::Adamw,
             lr: 1e-3,
+            clip_grad_norm: None,
         }
     }
 

@@ -11,7 +11,7 @@ use crate::data::Batch;
 use crate::host::{HostTensor, Param};
 use crate::llama::{forward, is_buffer, specs, Params};
 use crate::optim::Optimizer;
-use crate::parallel::{step::scalar, trace, Comm, Fault, MeshExec, StepOutput};
+use crate::parallel::{clip, step::scalar, trace, Comm, Fault, MeshExec, StepOutput};
 use crate::sharding::{ShardingPlan, Shards};
 pub use meshparity_engine::replay::Decided;
 
@@ -32,8 +32,14 @@ pub struct Record {
     /// The reference's top-k experts of every step, layer and token (moe), which mesh runs
     /// replay (empty for mesh runs and dense models).
     pub replay: Replay,
-    /// Gradients of the first step, per rank (the oracle has one rank holding everything).
+    /// Gradients of the first step as the optimizer sees them (clipped where the run clips),
+    /// per rank (the oracle has one rank holding everything).
     pub grads: Vec<Shards>,
+    /// The global gradient norm before clipping, per step that ran its backward (as the last
+    /// rank computed it, where Megatron logs it).
+    pub grad_norms: Vec<f64>,
+    /// The first step's norm as each rank computed it (the oracle's one).
+    pub rank_norms: Vec<f64>,
     /// Weights after `weights_after` steps, per rank, if the run was that long: as the optimizer
     /// holds them (f32 master weights for half-precision models).
     pub weights: Option<Vec<Shards>>,
@@ -109,6 +115,7 @@ pub fn oracle(
     let mut rec = None::<Record>;
     let mut losses = Vec::with_capacity(len.steps);
     let (mut load_balance, mut routing, mut replay) = (Vec::new(), Vec::new(), Vec::new());
+    let mut grad_norms = Vec::new();
     let mut weights = None;
     for step in 0..len.steps {
         let b = batch(model, training, step);
@@ -142,7 +149,7 @@ pub fn oracle(
             break;
         }
         let g = loss.backward();
-        let grads: IndexMap<String, Tensor<2>> = leaves
+        let mut grads: IndexMap<String, Tensor<2>> = leaves
             .tensors
             .iter()
             .filter(|(n, _)| !is_buffer(n))
@@ -154,6 +161,9 @@ pub fn oracle(
             })
             .collect();
         losses.push(scalar(ce.inner()));
+        let norm = clip::global_norm(&grads);
+        clip::apply(&mut grads, norm, training.clip_grad_norm);
+        grad_norms.push(norm);
         if rec.is_none() {
             rec = Some(Record {
                 logits: logits_host(f.logits.inner()),
@@ -163,6 +173,8 @@ pub fn oracle(
                 microbatch: None,
                 replay: Vec::new(),
                 grads: vec![to_host(model, &grads)],
+                grad_norms: Vec::new(),
+                rank_norms: vec![norm],
                 weights: None,
                 collectives: 0,
                 altered: Vec::new(),
@@ -182,6 +194,7 @@ pub fn oracle(
     }
     let mut rec = rec.expect("a run has at least one step");
     rec.losses = losses;
+    rec.grad_norms = grad_norms;
     rec.load_balance = load_balance;
     rec.routing = routing;
     rec.replay = replay;
@@ -243,12 +256,14 @@ pub fn mesh(
         device,
         dtype,
         backward: len.backward,
+        clip_grad_norm: training.clip_grad_norm,
     };
     let mut comm = Comm::new(fault);
     let mut traced = Vec::new();
     let (mut load_balance, mut routing, mut microbatch) = (Vec::new(), Vec::new(), None);
     let mut losses = Vec::with_capacity(len.steps);
-    let mut first: Option<(HostTensor, Vec<Shards>)> = None;
+    let mut grad_norms = Vec::new();
+    let mut first: Option<(HostTensor, Vec<Shards>, Vec<f64>)> = None;
     let mut weights = None;
     for step in 0..len.steps {
         let traced_step = probe.trace && step < trace::STEPS;
@@ -259,6 +274,7 @@ pub fn mesh(
             loss,
             logits,
             grads,
+            grad_norms: rank_norms,
             load_balance: lb,
             routing: routed,
             loads,
@@ -280,13 +296,18 @@ pub fn mesh(
             }
         }
         if first.is_none() {
-            first = Some((logits_host(logits), host_ranks(&params, &grads)));
+            first = Some((
+                logits_host(logits),
+                host_ranks(&params, &grads),
+                rank_norms.clone(),
+            ));
         }
         if !exec.backward {
             // This step's forward was all that was asked (the first step's forward level, or
             // the last step's loss): no gradients, no update.
             break;
         }
+        grad_norms.push(*rank_norms.last().expect("a backward step has norms"));
         for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
             opt.step(p, g);
         }
@@ -305,7 +326,7 @@ pub fn mesh(
             weights = Some(host_ranks(&params, &held));
         }
     }
-    let (logits, grads) = first.expect("a run has at least one step");
+    let (logits, grads, rank_norms) = first.expect("a run has at least one step");
     Ok(Record {
         logits,
         losses,
@@ -314,6 +335,8 @@ pub fn mesh(
         microbatch,
         replay: Vec::new(),
         grads,
+        grad_norms,
+        rank_norms,
         weights,
         collectives: comm.calls().len(),
         altered: comm

@@ -190,6 +190,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         batch: 4,
         optimizer: Optimizer::Adamw,
         lr: 1e-3,
+        clip_grad_norm: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

@@ -49,6 +49,12 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("oracle_steps", t.oracle_steps.to_string());
     put("batch", t.batch.to_string());
     put("lr", format!("{}", t.lr));
+    // The largest global gradient norm a step keeps; 0 when the run does not clip (Megatron's
+    // `--clip-grad 0`).
+    put(
+        "clip_grad_norm",
+        format!("{}", t.clip_grad_norm.unwrap_or(0.0)),
+    );
     put("optimizer", t.optimizer.name().to_owned());
     put("dtype", req.dtype.to_string());
     put("out_dir", out.display().to_string());

@@ -195,20 +195,20 @@ impl Tolerance {
                 out.exact |= limits.exact;
                 out.layer_average = limits.layer_average.unwrap_or(false);
                 apply(
-                    &mut out,
+                    (&mut out, name),
                     &mut allclose_gated,
                     limits.metrics.iter().map(|(k, v)| (*k, *v)),
                 );
             }
         }
         apply(
-            &mut out,
+            (&mut out, name),
             &mut allclose_gated,
             self.settings.iter().map(|(k, v)| (k.as_str(), *v)),
         );
         if let Some(o) = self.overrides.iter().find(|o| o.matcher.is_match(name)) {
             apply(
-                &mut out,
+                (&mut out, name),
                 &mut allclose_gated,
                 o.settings.iter().map(|(k, v)| (k.as_str(), *v)),
             );
@@ -227,12 +227,20 @@ impl Tolerance {
 }
 
 fn apply<'a>(
-    out: &mut TensorLimits,
+    (out, name): (&mut TensorLimits, &str),
     allclose: &mut bool,
     settings: impl Iterator<Item = (&'a str, f64)>,
 ) {
     for (k, v) in settings {
         match k {
+            // The global gradient norm's own gate: its relative difference, on that one
+            // scalar (a norm summed over the wrong ranks is off by far less than the
+            // per-tensor gradient gates allow, and far more than round-off).
+            tolerance::GRAD_NORM if name == tolerance::GRAD_NORM => {
+                out.gates.retain(|(g, _)| g != "max_rel");
+                out.gates.push(("max_rel".to_owned(), v));
+            }
+            tolerance::GRAD_NORM => {}
             "atol" => {
                 out.atol = v;
                 *allclose = true;

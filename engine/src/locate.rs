@@ -7,11 +7,13 @@
 //! the dtype, with the microbatch whose rows diverge first. Nothing here knows how the values
 //! were computed, so a command engine's per-module traces are localized the same way.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use indexmap::IndexMap;
 use meshparity_compare::metrics::TensorMetrics;
 use meshparity_compare::scan::scan;
+use meshparity_specs::tolerance::{builtin_gate, GRAD_NORM};
 use meshparity_specs::DType;
 use serde::{Deserialize, Serialize};
 
@@ -166,7 +168,7 @@ impl Localization {
         }
         let copy = s.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
         format!(
-            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:.0e}",
+            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:e}",
             s.phase,
             s.site,
             s.what,
@@ -181,13 +183,29 @@ impl Localization {
 pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization, TraceError> {
     let (_, want) = read_trace(reference)?;
     let (index, got) = read_trace(run)?;
-    let limit = limit(dtype);
     let mut sites = Vec::new();
+    // Each step's first copy of the gradient norm: every rank's must equal it to the bit.
+    let mut norm_copy: HashMap<&str, &HostTensor> = HashMap::new();
     for e in &index.entries {
         let (Some(r), Some(c)) = (want.get(&e.like), got.get(&e.key)) else {
             continue;
         };
-        let value = relative_l2(r, c);
+        let mut value = relative_l2(r, c);
+        if e.like.ends_with(GRAD_NORM) {
+            // Copies of one all-reduced norm that differ: ranks clip by different norms, a
+            // bug whatever its size (a rank summing its own shards only).
+            let first = *norm_copy.entry(&e.like).or_insert(c);
+            if first.bytes != c.bytes {
+                value = f64::INFINITY;
+            }
+        }
+        // The gradient norm is one number summed over every gradient: its round-off is far
+        // below a tensor's, so it has its own limit (the oracle level's gate on it).
+        let limit = if e.like.ends_with(GRAD_NORM) {
+            builtin_gate(dtype).grad_norm
+        } else {
+            limit(dtype)
+        };
         sites.push(SiteRow {
             key: e.key.clone(),
             relative_l2: value,
@@ -260,7 +278,10 @@ fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, l
 fn phase(path: &str) -> &'static str {
     if path.contains(".bwd.") {
         "backward"
-    } else if path.starts_with("grad.") || path.contains(".expert_bias") {
+    } else if path.starts_with("grad.")
+        || path.starts_with("grad_norm")
+        || path.contains(".expert_bias")
+    {
         "gradients"
     } else {
         "forward"
@@ -276,6 +297,8 @@ fn what(path: &str) -> &'static str {
         "expert load moving the score-correction bias (shares of the global batch's tokens)"
     } else if ends(".expert_bias") {
         "score-correction bias after the step's update"
+    } else if path == GRAD_NORM {
+        "global gradient norm before clipping, as this rank computed it"
     } else if path.starts_with("loss.tokens") {
         "loss normalizer: the global token count"
     } else if path.starts_with("grad.") && ends(".accumulated") {

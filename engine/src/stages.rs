@@ -121,6 +121,7 @@ impl FirstStages {
         let training = meshparity_specs::Training {
             optimizer: meshparity_specs::Optimizer::Sgd,
             lr: 0.0,
+            clip_grad_norm: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -247,6 +248,7 @@ mod tests {
             batch: 8,
             optimizer: Optimizer::Adamw,
             lr: 1e-3,
+            clip_grad_norm: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

@@ -44,6 +44,9 @@ pub enum Id {
     ExpertGradSyncSkipped,
     CapacityLocalTokens,
     ExpertBiasOneRank,
+    ClipNormLocalShards,
+    ClipNormTpDuplicates,
+    ClipNormMissingEp,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -246,6 +249,18 @@ pub const CATALOG: &[Mutation] = &[
         "the score-correction bias is moved on the first rank of each stage only (an update outside the optimizer guarded by a rank check): the other replicas keep the old bias and drift apart",
         &[Experts, ExpertBias, StageRanks], Gradients, "layers.0.mlp.router.expert_bias",
         &["MoE: state updated outside the optimizer (the auxiliary-loss-free bias) on one replica only"]),
+    m(ClipNormLocalShards, "clip-norm-local-shards",
+        "the gradient norm (reported, and clipped by) is each rank's own shards' norm: the sum of squares is never all-reduced over the model-parallel ranks, so ranks clip by different norms",
+        &[ModelParallel], Gradients, "grad_norm",
+        &["sgl-project/SpecForge PR#663: FSDP clip_grad_norm_ over each rank's local shards"]),
+    m(ClipNormTpDuplicates, "clip-norm-tp-duplicates",
+        "parameters replicated over TP (norm weights) enter the gradient norm once per TP rank instead of once: the norm is inflated and clipping too strong",
+        &[Experts, TpReplicatedExperts], Gradients, "grad_norm",
+        &["NVIDIA-NeMo/RL PR#3788: TP-replicated gradients counted tp_size times in get_grad_norm", "ROCm/TransformerEngine PR#715: replicated weights marked tensor-parallel, grad norm inflated 1.36-1.52x"]),
+    m(ClipNormMissingEp, "clip-norm-missing-ep",
+        "the expert parameters' share of the gradient norm is reduced over the expert-TP and pipeline ranks but not the expert-parallel axis: each rank counts only its own experts",
+        &[Experts, Ep], Gradients, "grad_norm",
+        &["NVIDIA-NeMo/Automodel PR#3817: gradient-norm reduction missing the expert-parallel axis"]),
 ];
 
 /// Published classes that no entry reproduces.

@@ -42,6 +42,11 @@ pub enum Needs {
     Capacity,
     /// A moe model with the score-correction bias.
     ExpertBias,
+    /// Parameters split over ranks (tp, pp, ep or etp > 1): a rank's own gradients are not
+    /// the whole model's.
+    ModelParallel,
+    /// TP ranks holding whole copies of the experts (tp > 1, experts not split: ep·etp = 1).
+    TpReplicatedExperts,
 }
 
 impl Needs {
@@ -69,6 +74,8 @@ impl Needs {
             Needs::StageRanks => m.world_size() / u64::from(m.pp.max(1)) > 1,
             // Properties of the model: see `Mutation::applies_to`.
             Needs::Capacity | Needs::ExpertBias => true,
+            Needs::ModelParallel => [m.tp, m.pp, m.ep, m.etp].iter().any(|&n| n > 1),
+            Needs::TpReplicatedExperts => m.tp > 1 && m.ep * m.etp == 1,
         }
     }
 
@@ -91,6 +98,8 @@ impl Needs {
         "stage-ranks",
         "capacity",
         "expert-bias",
+        "model-parallel",
+        "tp-replicated-experts",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -112,6 +121,8 @@ impl Needs {
             "stage-ranks" => Needs::StageRanks,
             "capacity" => Needs::Capacity,
             "expert-bias" => Needs::ExpertBias,
+            "model-parallel" => Needs::ModelParallel,
+            "tp-replicated-experts" => Needs::TpReplicatedExperts,
             _ => return None,
         })
     }
@@ -135,6 +146,8 @@ impl Needs {
             Needs::StageRanks => "more than one rank per pipeline stage",
             Needs::Capacity => "a moe model with capacity_factor",
             Needs::ExpertBias => "a moe model with expert_bias",
+            Needs::ModelParallel => "parameters split over ranks (tp, pp, ep or etp > 1)",
+            Needs::TpReplicatedExperts => "experts replicated over TP (tp > 1, ep·etp = 1)",
         }
     }
 }

@@ -17,6 +17,7 @@ pub const KEYS: &[&str] = &[
     "batch",
     "optimizer",
     "lr",
+    "clip_grad_norm",
     "output",
     "device",
 ];
@@ -48,6 +49,11 @@ pub struct Training {
     pub batch: u32,
     pub optimizer: Optimizer,
     pub lr: f64,
+    /// Gradient clipping by the global L2 norm over every parameter (torch's
+    /// `clip_grad_norm_`, Megatron's `--clip-grad`); `None` clips nothing. Absent from the
+    /// serialized form when unset, so jobs without it keep their identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_grad_norm: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +91,7 @@ impl RunSettings {
                 batch: defaults::BATCH,
                 optimizer: Optimizer::Adamw,
                 lr: defaults::LR,
+                clip_grad_norm: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -150,6 +157,16 @@ impl RunSettings {
         }
         if let Some(lr) = t.limit(cx, "lr") {
             run.training.lr = lr.value;
+        }
+        if let Some(c) = t.limit(cx, "clip_grad_norm") {
+            if c.value > 0.0 {
+                run.training.clip_grad_norm = Some(c.value);
+            } else {
+                cx.error(
+                    Diagnostic::error(&c.loc, "`run.clip_grad_norm` is 0: every step would be zero")
+                        .help("leave the key out to train without clipping, or give the largest norm to keep (Megatron's default is 1.0)"),
+                );
+            }
         }
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;

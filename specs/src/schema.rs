@@ -105,6 +105,10 @@ struct Run {
     optimizer: Option<Optimizer>,
     /// Learning rate (default 1e-3).
     lr: Option<f64>,
+    /// Clip gradients to this global L2 norm (over every parameter, as one device sees them);
+    /// default: no clipping. The norm before clipping is compared either way (`grad_norm`).
+    #[schemars(range(min = 0))]
+    clip_grad_norm: Option<f64>,
     /// Output directory for runs (default meshparity-out).
     output: Option<String>,
     /// Device of every model that sets none: cpu (default), gpu or gpu:N.
@@ -177,9 +181,10 @@ struct Model {
     device: Option<Device>,
 }
 
-/// A command engine: your program, its arguments as handlebars templates over the job's values
+/// A command engine: your program, its arguments as `{{name}}` templates over the job's values
 /// (dp tp pp cp ep etp sp microbatches schedule world_size seed steps oracle_steps batch lr
-/// optimizer dtype out_dir spec_dir mutation, the model's sizes and its own keys).
+/// clip_grad_norm optimizer dtype out_dir spec_dir mutation, the model's sizes and its own
+/// keys).
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 struct Engine {
@@ -311,7 +316,7 @@ enum ExactKeyword {
 /// relative_l2 cosine top1 top1_decided topk k; routing: overlap mismatch failing_microbatches;
 /// curve: mode rel
 /// allowed_failing_steps investigate fail; oracle: the forward ones but top1/topk/k, plus
-/// layer_average.
+/// layer_average and grad_norm.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 struct Limits {
@@ -344,6 +349,9 @@ struct Limits {
     fail: Option<f64>,
     /// Gate on per-layer averages of the metrics (per-tensor rows are still reported).
     layer_average: Option<bool>,
+    /// Oracle level: the largest relative difference of the first step's global gradient
+    /// norm (`grad_norm`, beside the gradients).
+    grad_norm: Option<f64>,
 }
 
 /// Limits for one level: `"exact"`, or per dtype.

@@ -31,6 +31,10 @@ pub const ELEMENTWISE_KEYS: &[&str] = &[
     "cosine",
 ];
 
+/// The oracle level's limit on the first step's global gradient norm (relative difference),
+/// and that norm's name beside the gradients.
+pub const GRAD_NORM: &str = "grad_norm";
+
 /// Metric keys accepted in a limits table, by level.
 pub fn limit_keys(level: Level) -> &'static [&'static str] {
     match level {
@@ -65,6 +69,7 @@ pub fn limit_keys(level: Level) -> &'static [&'static str] {
             "relative_l2",
             "cosine",
             "layer_average",
+            GRAD_NORM,
         ],
     }
 }
@@ -265,7 +270,10 @@ impl ToleranceTable {
                     layer_average: Some(half),
                     ..Limits::default()
                 }
-                .with(&[("mean_abs_pct", gate.oracle * widen)]),
+                .with(&[
+                    ("mean_abs_pct", gate.oracle * widen),
+                    (GRAD_NORM, gate.grad_norm * widen),
+                ]),
             );
         }
         Self {
@@ -294,6 +302,8 @@ pub struct BuiltinGate {
     pub forward: f64,
     pub curve: f64,
     pub oracle: f64,
+    /// The first step's global gradient norm, relative difference.
+    pub grad_norm: f64,
 }
 
 pub fn builtin_gate(dtype: DType) -> BuiltinGate {
@@ -302,21 +312,25 @@ pub fn builtin_gate(dtype: DType) -> BuiltinGate {
             forward: 1e-12,
             curve: 1e-12,
             oracle: 1e-8,
+            grad_norm: 1e-10,
         },
         DType::F32 => BuiltinGate {
             forward: 1e-4,
             curve: 2e-3,
             oracle: 2.0,
+            grad_norm: 2e-5,
         },
         DType::F16 => BuiltinGate {
             forward: 3e-2,
             curve: 3e-2,
             oracle: 10.0,
+            grad_norm: 1.5e-2,
         },
         DType::Bf16 => BuiltinGate {
             forward: 0.07,
             curve: 0.1,
             oracle: 12.0,
+            grad_norm: 1.5e-2,
         },
     }
 }

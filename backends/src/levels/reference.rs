@@ -7,6 +7,8 @@ use std::time::Instant;
 use indexmap::IndexMap;
 use meshparity_engine::{artifact, files, replay, routing, HostTensor, Length, Manifest};
 
+use meshparity_specs::tolerance::GRAD_NORM;
+
 use super::{io, save, LevelError, Setup};
 use crate::train::{self, Record};
 
@@ -30,7 +32,9 @@ pub fn reference(setup: &Setup<'_>, len: Length, dir: &Path) -> Result<Manifest,
         setup.burn_dtype(),
     );
     write_trained(setup, dir, &rec, &mut written)?;
-    save(dir, files::GRADS, &rec.grads[0], &mut written)?;
+    let mut grads = rec.grads[0].clone();
+    with_norm(&mut grads, &rec);
+    save(dir, files::GRADS, &grads, &mut written)?;
     if !rec.replay.is_empty() {
         let replay = replay::replay_artifact(&rec.replay);
         save(dir, files::ROUTING_REPLAY, &replay, &mut written)?;
@@ -91,12 +95,46 @@ pub(crate) fn write_trained(
     let steps = (setup.training.steps as usize).min(rec.losses.len());
     let path = dir.join(files::CURVE);
     let lb = &rec.load_balance[..steps.min(rec.load_balance.len())];
-    let extra: &[(&str, &[f64])] = if lb.is_empty() {
-        &[]
-    } else {
-        &[("lb_loss", lb)]
-    };
-    artifact::write_curve(&path, &rec.losses[..steps], extra).map_err(io(&path))?;
+    // The gradient norm of every step but the last: a run skips the last step's backward
+    // unless a level reads its update ([`Length::backward_at`]), which the reference and a
+    // curve-only mesh run decide differently.
+    let norms = &rec.grad_norms[..steps.saturating_sub(1).min(rec.grad_norms.len())];
+    let mut extra: Vec<(&str, &[f64])> = Vec::new();
+    if !lb.is_empty() {
+        extra.push(("lb_loss", lb));
+    }
+    if !norms.is_empty() {
+        extra.push((GRAD_NORM, norms));
+    }
+    artifact::write_curve(&path, &rec.losses[..steps], &extra).map_err(io(&path))?;
     written.push(files::CURVE.to_owned());
     Ok(())
+}
+
+/// The first step's global gradient norm (before clipping) beside the gradients, as `grad_norm`
+/// in f64: a norm summed over the wrong ranks shows here even where clipping leaves the
+/// gradients alone.
+pub(crate) fn with_norm(grads: &mut IndexMap<String, HostTensor>, rec: &Record) {
+    if let Some(norm) = rec.grad_norms.first() {
+        let t = HostTensor {
+            dtype: meshparity_compare::TensorDtype::F64,
+            shape: vec![1],
+            bytes: norm.to_le_bytes().to_vec(),
+        };
+        grads.insert(GRAD_NORM.to_owned(), t);
+    }
+}
+
+/// Why the ranks' gradient norms cannot be one norm: correct ranks all receive the same
+/// all-reduced sums, so any two that differ clip by different norms (a norm summed over some
+/// ranks only).
+pub(crate) fn norms_disagree(norms: &[f64]) -> Option<String> {
+    let first = *norms.first()?;
+    let (rank, other) = norms
+        .iter()
+        .enumerate()
+        .find(|(_, n)| n.to_bits() != first.to_bits())?;
+    Some(format!(
+        "`{GRAD_NORM}`: rank {rank} computed {other}, rank 0 computed {first}: the ranks clip by different norms"
+    ))
 }

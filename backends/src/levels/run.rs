@@ -93,17 +93,18 @@ pub fn run(
         )?;
         write_trained(setup, out, &rec, &mut written)?;
         if len.backward {
-            merged(
-                &plan,
-                &rec.grads,
-                out,
-                files::GRADS,
-                &mut written,
-                &mut manifest,
-            )?;
+            if let Some(why) = super::reference::norms_disagree(&rec.rank_norms) {
+                manifest.unmerged.insert(files::GRADS.to_owned(), why);
+            } else {
+                let to = (out, files::GRADS);
+                merged(&plan, &rec.grads, to, &mut written, &mut manifest, |full| {
+                    super::reference::with_norm(full, &rec)
+                })?;
+            }
         }
         if let Some(w) = &rec.weights {
-            merged(&plan, w, out, files::WEIGHTS, &mut written, &mut manifest)?;
+            let to = (out, files::WEIGHTS);
+            merged(&plan, w, to, &mut written, &mut manifest, |_| {})?;
         }
         manifest.steps = rec.losses.len();
         manifest.collectives = rec.collectives;
@@ -117,18 +118,21 @@ pub fn run(
     Ok(manifest)
 }
 
-/// Merge per-rank tensors and save them as `file`; replicas that disagree are recorded in the
-/// manifest, not an error.
+/// Merge per-rank tensors, `add` what goes beside them, and save them as `file`; replicas that
+/// disagree are recorded in the manifest, not an error.
 fn merged(
     plan: &ShardingPlan,
     ranks: &[Shards],
-    out: &Path,
-    file: &str,
+    (out, file): (&Path, &str),
     written: &mut Vec<String>,
     manifest: &mut Manifest,
+    add: impl FnOnce(&mut Shards),
 ) -> Result<(), LevelError> {
     match plan.merge(ranks) {
-        Ok(full) => save(out, file, &full, written),
+        Ok(mut full) => {
+            add(&mut full);
+            save(out, file, &full, written)
+        }
         Err(e) => {
             manifest.unmerged.insert(file.to_owned(), e.to_string());
             Ok(())

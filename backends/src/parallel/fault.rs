@@ -131,6 +131,8 @@ impl Fault {
                 Some(Alteration::Skip)
             }
             Id::WrongSendPeer if hit("pp.stage0.fwd.send") => Some(Alteration::Misroute),
+            // Each rank's own sum of squares, never reduced: the norm of its local shards.
+            Id::ClipNormLocalShards if hit("grad_norm.") => Some(Alteration::Skip),
             // The receive of the first ring step never lands: the buffer keeps the rank's own
             // chunk, used as if it were the previous rank's.
             Id::CpStaleKvChunk if hit("layers.0.attn.kv.ring1.fwd.") => Some(Alteration::Skip),
@@ -227,6 +229,16 @@ impl Fault {
         self.0 == Id::ExpertGradSyncSkipped
     }
 
+    /// Whether parameters replicated over TP enter the gradient norm on every TP rank.
+    pub fn norm_counts_tp_duplicates(self) -> bool {
+        self.0 == Id::ClipNormTpDuplicates
+    }
+
+    /// Whether the expert share of the gradient norm misses the expert-parallel axis.
+    pub fn norm_misses_ep(self) -> bool {
+        self.0 == Id::ClipNormMissingEp
+    }
+
     /// Whether `layer`'s RoPE backward swaps its outputs.
     pub fn rope_swapped(self, layer: u32) -> bool {
         self.0 == Id::RopeBackwardSwapped && layer == 0
@@ -260,6 +272,7 @@ mod tests {
             "pp.stage0.fwd.send",
             "layers.0.attn.kv.ring1.fwd.send_recv",
             "layers.0.mlp.router.counts.all_reduce",
+            "grad_norm.dense.all_reduce",
         ];
         for f in Fault::all() {
             let acts = sites.iter().any(|s| f.alter(s).is_some())
@@ -278,6 +291,8 @@ mod tests {
                 || f.expert_grad_sync_skipped()
                 || f.capacity_local(0)
                 || f.bias_one_rank(0)
+                || f.norm_counts_tp_duplicates()
+                || f.norm_misses_ep()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -6,6 +6,7 @@
 //! - `router.rs` — the router's host-side decisions: own top-k, replay, capacity drops;
 //! - `dispatch.rs` — expert parallelism: tokens to their experts' ranks and back;
 //! - `finalize.rs` — gradient finalization: the TP, DP and expert-DP reductions;
+//! - `clip.rs` — the global gradient norm over every shard, and clipping by it;
 //! - `fault.rs` — the catalogued mutations and where each one acts;
 //! - `context.rs` — context parallelism: zigzag chunks, TP × CP groups, global order;
 //! - `tape.rs` — segments between collectives, backward with Megatron's conjugates;
@@ -16,6 +17,7 @@
 //! - `pipeline.rs` — one replica's stages over its microbatches, tick by tick;
 //! - `step.rs` — one training step: DP replicas, gradient finalization.
 
+pub mod clip;
 pub mod collective;
 pub mod context;
 mod dispatch;

@@ -32,8 +32,12 @@ pub struct StepOutput {
     pub routing: Vec<(usize, RouteRecord)>,
     /// Logits over the whole batch, [B, S, V], gathered from every rank that computed them.
     pub logits: Tensor<3>,
-    /// Finalized gradients per global rank (the oracle has one rank).
+    /// Finalized gradients per global rank (the oracle has one rank), clipped where the run
+    /// clips.
     pub grads: Vec<IndexMap<String, Tensor<2>>>,
+    /// The global gradient norm before clipping, as each rank computed it (empty for a step
+    /// without backward). Correct ranks agree to the bit: each gets the same all-reduced sums.
+    pub grad_norms: Vec<f64>,
     /// With a score-correction bias: per global rank, each of its layers' load over the global
     /// batch (tokens routed to each expert), for the bias update.
     pub loads: Vec<BTreeMap<u32, Vec<f64>>>,
@@ -49,6 +53,8 @@ pub struct MeshExec<'a> {
     /// levels read only the first step's forward: a mutation run's first stage), a step is the
     /// pipeline's forward actions alone and yields no gradients.
     pub backward: bool,
+    /// `[run] clip_grad_norm`: the largest global gradient norm a step keeps.
+    pub clip_grad_norm: Option<f64>,
 }
 
 impl MeshExec<'_> {
@@ -213,11 +219,17 @@ impl MeshExec<'_> {
             comm.all_reduce_sum("loss.report.dp.all_reduce", &report_ranks, replica_losses)
                 .remove(0),
         );
-        let (grads, loads) = if self.backward {
-            let grads = self.finalize(comm, params, acc);
-            (grads, self.reduce_loads(comm, params, local_loads))
+        let (grads, loads, grad_norms) = if self.backward {
+            let mut grads = self.finalize(comm, params, acc);
+            let norms = self.clip(comm, &mut grads);
+            let loads = self.reduce_loads(comm, params, local_loads);
+            (grads, loads, norms)
         } else {
-            (vec![IndexMap::new(); world], vec![BTreeMap::new(); world])
+            (
+                vec![IndexMap::new(); world],
+                vec![BTreeMap::new(); world],
+                Vec::new(),
+            )
         };
         Ok(StepOutput {
             loss,
@@ -225,6 +237,7 @@ impl MeshExec<'_> {
             routing,
             logits: Tensor::cat(logits_rows, 0),
             grads,
+            grad_norms,
             loads,
         })
     }

@@ -60,6 +60,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         batch: 8,
         optimizer,
         lr: 1e-3,
+        clip_grad_norm: None,
     }
 }
 
