@@ -23,7 +23,7 @@ fn validate_accepts_the_examples() {
         .clone();
     let out = String::from_utf8(out).unwrap();
     assert!(
-        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 92 jobs)"),
+        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 96 jobs)"),
         "{out}"
     );
 }
@@ -91,18 +91,18 @@ fn validate_of_a_missing_file_is_a_spec_error() {
 fn plan_formats() {
     let text = stdout(meshparity().args(["plan", "examples/quickstart.toml"]));
     assert!(
-        text.starts_with("plan `quickstart` from examples/quickstart.toml: 92 of 92 jobs selected"),
+        text.starts_with("plan `quickstart` from examples/quickstart.toml: 96 of 96 jobs selected"),
         "{text}"
     );
     let json = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "json"]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["format_version"], 1);
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 92);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 96);
     let dot = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "dot"]));
     assert!(dot.starts_with("digraph \"quickstart\" {"));
     assert_eq!(
         dot.matches(" -> ").count(),
-        106,
+        110,
         "one edge into each training and mutation job, two into each level (its mesh's \
          training and the level before)"
     );
@@ -119,7 +119,7 @@ fn plan_filters_and_partitions() {
         "level=oracle",
     ]));
     assert!(
-        out.contains("1 of 92 jobs selected, 5 more as dependencies"),
+        out.contains("1 of 96 jobs selected, 5 more as dependencies"),
         "{out}"
     );
     let mut total = 0;
@@ -135,7 +135,7 @@ fn plan_filters_and_partitions() {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         total += v["selected"].as_u64().unwrap();
     }
-    assert_eq!(total, 92);
+    assert_eq!(total, 96);
 }
 
 #[test]
@@ -386,7 +386,7 @@ fn plan_on_a_gpu_uses_the_gpu_tolerance_table() {
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 92);
+    assert_eq!(jobs.len(), 96);
     for j in jobs {
         assert_eq!(j["device"], "gpu", "{j}");
         if let Some(t) = j.get("tolerance") {
