@@ -1,5 +1,5 @@
 //! CI's partition of the release sweep (`examples/full-sweep.toml`): the cells the whole sweep
-//! (1,530 jobs, ~7 min on 2 cores) is too slow to run beside the rest of CI for — the moe family
+//! (1,607 jobs, ~7 min on 2 cores) is too slow to run beside the rest of CI for — the moe family
 //! (softmax router, dropless; and DeepSeek-V3-style: sigmoid router with the score-correction
 //! bias, shared expert, capacity factor) on the expert-parallel meshes and on CP, every level
 //! and every mutation that applies — run as a user would and required to pass job for job.
