@@ -17,32 +17,9 @@ fn meshparity() -> Command {
     c
 }
 
-/// A spec with one command engine (`engine` is its table body) and one model on dp2.
+/// A spec with one command engine and one model on dp2.
 fn spec(engine: &str, model_keys: &str, levels: &str) -> String {
-    format!(
-        r#"
-[run]
-name = "cmd"
-seed = 3
-steps = 2
-batch = 2
-
-[engines.prog]
-kind = "command"
-{engine}
-
-[models.m]
-engine = "prog"
-{model_keys}
-
-[meshes.dp2]
-dp = 2
-
-[[matrix]]
-models = ["m"]
-levels = {levels}
-"#
-    )
+    common::harness::engine_spec(engine, model_keys, levels)
 }
 
 struct Run {
@@ -244,7 +221,7 @@ args = ["--tp", "{{tensor_parallel}}"]"#,
     );
     assert!(err.contains("unknown value `tensor_parallel`"), "{err}");
     assert!(
-        err.contains("(known: batch, cp, dp,"),
+        err.contains("(known: batch, clip_grad_norm, cp, dp,"),
         "lists what exists: {err}"
     );
 }

@@ -48,6 +48,16 @@ pub fn results(run: &Path) -> Value {
 
 /// A command engine with one program, on dp2, at the curve level.
 pub fn command_spec(args: &str) -> String {
+    engine_spec(
+        &format!("program = \"sh\"\nargs = {args}"),
+        "",
+        r#"["curve"]"#,
+    )
+}
+
+/// A spec with one command engine (`engine` is its table body after `kind`) and one model
+/// (`model_keys` added to it) on dp2, at `levels`.
+pub fn engine_spec(engine: &str, model_keys: &str, levels: &str) -> String {
     format!(
         r#"
 [run]
@@ -58,18 +68,18 @@ batch = 2
 
 [engines.prog]
 kind = "command"
-program = "sh"
-args = {args}
+{engine}
 
 [models.m]
 engine = "prog"
+{model_keys}
 
 [meshes.dp2]
 dp = 2
 
 [[matrix]]
 models = ["m"]
-levels = ["curve"]
+levels = {levels}
 "#
     )
 }

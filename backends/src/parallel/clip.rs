@@ -15,6 +15,8 @@
 //! below one (torch's and Megatron's formula). The norm is traced at `grad_norm` (one copy per
 //! rank) and reported from the last rank, where Megatron logs it.
 
+use std::collections::HashMap;
+
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use indexmap::IndexMap;
 
@@ -65,12 +67,11 @@ impl MeshExec<'_> {
     pub(super) fn clip(&self, comm: &mut Comm, grads: &mut Grads) -> Vec<f64> {
         let world = grads.len();
         let plan = ShardingPlan::llama(self.model, self.mesh);
-        let placement = |name: &str| {
-            plan.rules
-                .iter()
-                .find(|r| r.name == name)
-                .map(|r| r.placement)
-        };
+        let placement: HashMap<&str, Placement> = plan
+            .rules
+            .iter()
+            .map(|r| (r.name.as_str(), r.placement))
+            .collect();
         // The catalogued bug: TP-replicated parameters enter every TP rank's sum.
         let duplicates = comm.fault().is_some_and(|f| f.norm_counts_tp_duplicates());
         if duplicates && self.mesh.tp > 1 {
@@ -83,7 +84,7 @@ impl MeshExec<'_> {
         for (rank, held) in grads.iter().enumerate() {
             let tp0 = self.mesh.coord(rank).tp == 0;
             for (name, g) in held {
-                match placement(name) {
+                match placement.get(name.as_str()) {
                     Some(Placement::Expert { .. }) => experts[rank] += sum_sq(g),
                     Some(Placement::Replicated) if !tp0 && !duplicates => {}
                     _ => dense[rank] += sum_sq(g),
