@@ -55,3 +55,12 @@ impl Param for HostTensor {
         )
     }
 }
+
+/// Token counts' dtype: f64 where the device has it, else f32 (exact below 2^24).
+pub fn count_dtype(device: &Device) -> DType {
+    if device.supports_dtype(DType::F64) {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}

@@ -11,7 +11,9 @@ use crate::data::Batch;
 use crate::host::{HostTensor, Param};
 use crate::llama::{forward, is_buffer, specs, Params};
 use crate::optim::Optimizer;
-use crate::parallel::{clip, step::scalar, trace, Comm, Fault, MeshExec, StepOutput};
+use crate::parallel::{
+    clip, exec::scalar, trace, Comm, Fault, MeshExec, RouteRecord, StepOutput, Topology,
+};
 use crate::sharding::{ShardingPlan, Shards};
 pub use meshparity_engine::replay::Decided;
 
@@ -252,7 +254,7 @@ pub fn mesh(
         .collect();
     let mut exec = MeshExec {
         model,
-        mesh,
+        topo: Topology::new(mesh),
         device,
         dtype,
         backward: len.backward,
@@ -372,10 +374,7 @@ pub(crate) fn update_bias(params: &mut IndexMap<String, Tensor<2>>, layer: u32, 
 
 /// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,
 /// microbatch by microbatch): rows a record covers belong to its microbatch.
-fn microbatches(
-    rows: usize,
-    records: &[(usize, crate::parallel::experts::RouteRecord)],
-) -> Vec<usize> {
+fn microbatches(rows: usize, records: &[(usize, RouteRecord)]) -> Vec<usize> {
     let mut firsts: Vec<(usize, usize)> = records.iter().map(|(f, r)| (*f, r.rows)).collect();
     firsts.sort_unstable();
     firsts.dedup();
@@ -392,7 +391,7 @@ fn microbatches(
 fn assemble_routing(
     model: &ModelConfig,
     rows: usize,
-    records: Vec<(usize, crate::parallel::experts::RouteRecord)>,
+    records: Vec<(usize, RouteRecord)>,
 ) -> Vec<Routing> {
     let (s, e) = (model.seq_len as usize, model.experts.unwrap_or(1) as usize);
     let mut out: Vec<Routing> = (0..model.layers)

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use meshparity_backends::parallel::Topology;
 use meshparity_runner::plan::render;
 use meshparity_runner::Plan;
 
@@ -23,6 +24,11 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
+    /// Show every rank group of the spec's mesh MESH instead of the plan: which global ranks
+    /// form its tensor-, context-, data- and pipeline-parallel groups and the experts' groups
+    /// (text or json)
+    #[arg(long, value_name = "MESH")]
+    explain_mesh: Option<String>,
 }
 
 pub fn run(args: &Args) -> u8 {
@@ -39,6 +45,9 @@ pub fn run(args: &Args) -> u8 {
     if args.select.check_size(&loaded.spec).is_err() {
         return exit::SPEC_ERROR;
     }
+    if let Some(name) = &args.explain_mesh {
+        return explain_mesh(&loaded.spec, name, args.format);
+    }
     let plan = Plan::build(&loaded.spec);
     let sel = plan.select(&filter, args.select.partition);
     if !super::supported(&args.spec, &loaded, Some((&plan, &sel))) {
@@ -54,6 +63,47 @@ pub fn run(args: &Args) -> u8 {
     if sel.is_empty() {
         eprintln!("nothing selected: no job matches the filters and partition");
         return exit::NOTHING_SELECTED;
+    }
+    exit::OK
+}
+
+/// `--explain-mesh NAME`: the mesh's topology, every group in global ranks.
+fn explain_mesh(spec: &meshparity_specs::Spec, name: &str, format: Format) -> u8 {
+    let Some(mesh) = spec.meshes.get(name) else {
+        let names: Vec<&str> = spec.meshes.keys().map(String::as_str).collect();
+        eprintln!(
+            "error: --explain-mesh: the spec has no mesh `{name}`; {}",
+            meshparity_specs::suggest::did_you_mean(name, &names, "mesh")
+        );
+        return exit::SPEC_ERROR;
+    };
+    let config = mesh.config();
+    let explained = Topology::new(&config).explain();
+    match format {
+        Format::Text => {
+            println!(
+                "mesh `{name}` ({}): dp {} · tp {} · pp {} · cp {} · ep {} · etp {}",
+                mesh.loc.position(),
+                config.dp,
+                config.tp,
+                config.pp,
+                config.cp,
+                config.ep,
+                config.etp
+            );
+            print!("{}", explained.text());
+        }
+        Format::Json => {
+            let out = serde_json::json!({ "mesh": name, "config": config, "topology": explained });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&out).expect("plain data serializes")
+            );
+        }
+        Format::Dot => {
+            eprintln!("error: --explain-mesh prints text or json, not dot");
+            return exit::SPEC_ERROR;
+        }
     }
     exit::OK
 }

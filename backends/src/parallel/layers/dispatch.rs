@@ -17,12 +17,12 @@
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
-use super::collective::Comm;
-use super::context::Experts;
-use super::route::{Exchange, Piece, Route};
-use super::stage::StageCtx;
-use super::tape::{Tape, Val};
+use super::ctx::StageCtx;
 use crate::llama::moe::{self, Choice, Decided, Dispatch};
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::route::{Exchange, Piece, Route};
+use crate::parallel::comm::tape::{Tape, Val};
+use crate::parallel::topology::Experts;
 
 /// One row a rank sends: its token, its (token, slot) index and its expert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,16 +200,16 @@ impl StageCtx<'_> {
         wrong_combine: bool,
     ) -> Vec<Val> {
         let e = self.model.experts.unwrap_or(1) as usize;
-        let x = self.experts;
+        let x = self.topo.experts();
         let choices: Vec<Vec<Choice>> = decided.iter().map(|d| d.choices.clone()).collect();
         let plan = Plan::new(&choices, e, x, wrong_combine);
-        let n = self.ranks.len();
+        let n = self.group.ranks.len();
         let site = |s: &str| format!("layers.{l}.mlp.experts.{s}");
         let exchange = |s: &str, op, back_op, groups, route| Exchange {
             site: site(s),
             op,
             back_op,
-            ranks: self.ranks.clone(),
+            ranks: self.ranks().to_vec(),
             groups,
             route,
         };
@@ -217,7 +217,7 @@ impl StageCtx<'_> {
             let len = v.len();
             Tensor::<1, Int>::from_data(TensorData::new(v, [len]), self.device)
         };
-        let permuted = tape.per_rank(&self.ranks, &[hn], |i, v| {
+        let permuted = tape.per_rank(self.ranks(), &[hn], |i, v| {
             let [b, s, h] = v[0].dims();
             let tokens = plan.sent[i].iter().map(|r| r.token as i64).collect();
             let rows = v[0].clone().reshape([b * s, h]).select(0, int(tokens));
@@ -241,7 +241,7 @@ impl StageCtx<'_> {
             );
             rows = tape.exchange(comm, ex, &rows);
         }
-        let out = tape.per_rank(&self.ranks, &[&rows], |i, v| {
+        let out = tape.per_rank(self.ranks(), &[&rows], |i, v| {
             let input: Tensor<2> = v[0].clone().squeeze_dim(0);
             let mut out = input.clone() * 0.0;
             // Group index i is the rank's place in its stage in Megatron's order (the group
@@ -284,7 +284,7 @@ impl StageCtx<'_> {
             plan.combine.clone(),
         );
         let combined = tape.exchange(comm, from_a2a, &back);
-        tape.per_rank(&self.ranks, &[&combined, hn, logits], |i, v| {
+        tape.per_rank(self.ranks(), &[&combined, hn, logits], |i, v| {
             let [b, s, h] = v[1].dims();
             let sent = &plan.sent[i];
             let scores = moe::scores(v[2].clone().reshape([b * s, e]), how.score);

@@ -8,19 +8,19 @@
 
 use std::collections::BTreeMap;
 
-use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use indexmap::IndexMap;
-use meshparity_specs::{MeshConfig, ModelConfig};
 
-use super::collective::Comm;
-use super::context::{Experts, Local};
-use super::experts::RouteRecord;
 use super::pipeline::{Replica, StepInput};
 use super::schedule::{simulate, stage_orders, Action};
-use super::stage::Leaves;
-use super::trace::Value;
+use super::{count_dtype, f64_tensor, scalar, MeshExec};
 use crate::data::Batch;
 use crate::llama::moe::Decided;
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::trace::Value;
+use crate::parallel::context::Local;
+use crate::parallel::layers::ctx::Leaves;
+use crate::parallel::layers::experts::RouteRecord;
 
 /// What one step of a mesh (or of the oracle) yields.
 pub struct StepOutput {
@@ -43,69 +43,7 @@ pub struct StepOutput {
     pub loads: Vec<BTreeMap<u32, Vec<f64>>>,
 }
 
-/// A mesh as the step executor sees it.
-pub struct MeshExec<'a> {
-    pub model: &'a ModelConfig,
-    pub mesh: &'a MeshConfig,
-    pub device: &'a Device,
-    pub dtype: DType,
-    /// Whether a step runs its backward pass and gradient finalization. Without (a run whose
-    /// levels read only the first step's forward: a mutation run's first stage), a step is the
-    /// pipeline's forward actions alone and yields no gradients.
-    pub backward: bool,
-    /// `[run] clip_grad_norm`: the largest global gradient norm a step keeps.
-    pub clip_grad_norm: Option<f64>,
-}
-
 impl MeshExec<'_> {
-    /// The global rank of (tp, cp, dp, pp), by the project's one rank map.
-    pub(super) fn rank(&self, tp: usize, cp: usize, dp: usize, pp: usize) -> usize {
-        self.mesh.rank(meshparity_specs::Coord { tp, cp, dp, pp })
-    }
-
-    /// The expert layout (Megatron's etp-ep-edp order over each stage's ranks).
-    pub(super) fn experts(&self) -> Experts {
-        Experts {
-            ep: self.mesh.ep as usize,
-            etp: self.mesh.etp as usize,
-        }
-    }
-
-    /// Replicas that run in lockstep: all of them when tokens cross replicas (expert
-    /// parallelism), else one.
-    fn lockstep(&self) -> usize {
-        if self.experts().parallel() {
-            self.mesh.dp as usize
-        } else {
-            1
-        }
-    }
-
-    pub(super) fn tp_group(&self, cp: usize, dp: usize, pp: usize) -> Vec<usize> {
-        (0..self.mesh.tp as usize)
-            .map(|t| self.rank(t, cp, dp, pp))
-            .collect()
-    }
-
-    /// A stage's ranks in one replica: its TP groups, one per cp index ([`Groups`] order).
-    ///
-    /// [`Groups`]: super::context::Groups
-    pub(super) fn stage_group(&self, dp: usize, pp: usize) -> Vec<usize> {
-        (0..self.mesh.cp as usize)
-            .flat_map(|c| self.tp_group(c, dp, pp))
-            .collect()
-    }
-
-    /// The ranks that hold replicas of one TP shard of a stage: Megatron's data-parallel group
-    /// with the context-parallel ranks in it (each holds other tokens of the same rows), in
-    /// rank order.
-    pub(super) fn dp_group(&self, tp: usize, pp: usize) -> Vec<usize> {
-        (0..self.mesh.dp as usize)
-            .flat_map(|d| (0..self.mesh.cp as usize).map(move |c| (c, d)))
-            .map(|(c, d)| self.rank(tp, c, d, pp))
-            .collect()
-    }
-
     /// One step from the given per-rank parameters (no autodiff association), replaying
     /// `replay`'s routing (per layer, per global token) where given.
     pub fn step(
@@ -115,13 +53,8 @@ impl MeshExec<'_> {
         batch: &Batch,
         replay: Option<&[Decided]>,
     ) -> Result<StepOutput, String> {
-        let m = self.mesh;
-        let (dp, cp, pp, mbs) = (
-            m.dp as usize,
-            m.cp as usize,
-            m.pp as usize,
-            m.microbatches as usize,
-        );
+        let t = &self.topo;
+        let (dp, cp, pp, mbs) = (t.dp(), t.cp(), t.pp(), t.microbatches());
         let world = params.len();
         let rows = batch.batch / dp;
         let leaves: Vec<Leaves> = params
@@ -132,7 +65,7 @@ impl MeshExec<'_> {
                     .collect()
             })
             .collect();
-        let (mut ticks, _) = simulate(&stage_orders(m.schedule, pp, mbs))?;
+        let (mut ticks, _) = simulate(&stage_orders(t.mesh().schedule, pp, mbs))?;
         if !self.backward {
             for tick in &mut ticks {
                 tick.retain(|a| matches!(a, Action::Forward { .. }));
@@ -142,10 +75,7 @@ impl MeshExec<'_> {
 
         // The loss normalizer: counted tokens over the whole global batch, each (dp, cp) rank's
         // own count all-reduced over the data-parallel group (cp ranks in it).
-        let last_ranks: Vec<usize> = (0..dp)
-            .flat_map(|d| (0..cp).map(move |c| (c, d)))
-            .map(|(c, d)| self.rank(0, c, d, pp - 1))
-            .collect();
+        let last_ranks = t.loss_ranks();
         let counts: Vec<Tensor<1>> = (0..dp)
             .flat_map(|d| Local::split(&batch.rows(d * rows, rows), cp, 1))
             .map(|local| f64_tensor(local.batch.counted() as f64, self.device))
@@ -167,7 +97,7 @@ impl MeshExec<'_> {
         // within a replica.
         let fault = comm.fault();
         let tracing = comm.tracing();
-        let lock = self.lockstep();
+        let lock = t.lockstep();
         let replicas: Vec<Result<(Replica, Comm), String>> = {
             use rayon::prelude::*;
             normalizers
@@ -200,7 +130,7 @@ impl MeshExec<'_> {
             held.sort_unstable_by_key(|(rank, _)| *rank);
             let mut said = Vec::new();
             for (rank, mut grads) in held {
-                let d = m.coord(rank).dp;
+                let d = t.coord(rank).dp;
                 if let Some(scale) = fault.and_then(|f| f.replica_scale(d, dp, mbs)) {
                     if !said.contains(&d) {
                         said.push(d);
@@ -214,7 +144,7 @@ impl MeshExec<'_> {
                 acc[rank] = grads;
             }
         }
-        let report_ranks: Vec<usize> = (0..dp).map(|d| self.rank(0, 0, d, pp - 1)).collect();
+        let report_ranks = t.report_ranks();
         let loss = scalar(
             comm.all_reduce_sum("loss.report.dp.all_reduce", &report_ranks, replica_losses)
                 .remove(0),
@@ -303,28 +233,4 @@ fn values(data: Vec<f64>) -> Value {
         shape: vec![data.len()],
         data,
     }
-}
-
-/// A one-element tensor for token counts and reported losses: f64 where the device has it;
-/// else the widest float it has (WGSL and GLSL kernels have no f64), where token counts below
-/// 2^24 stay exact.
-fn f64_tensor(v: f64, device: &Device) -> Tensor<1> {
-    Tensor::<1>::from_data(TensorData::new(vec![v], [1]), (device, count_dtype(device)))
-}
-
-/// Token counts' dtype: f64 where the device has it, else f32 (exact below 2^24).
-pub(super) fn count_dtype(device: &Device) -> DType {
-    if device.supports_dtype(DType::F64) {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
-/// The value of a one-element tensor.
-pub fn scalar<const D: usize>(t: Tensor<D>) -> f64 {
-    t.into_data()
-        .convert::<f64>()
-        .try_to_vec::<f64>()
-        .expect("float data")[0]
 }

@@ -11,7 +11,8 @@
 
 use burn::tensor::Tensor;
 
-use super::context::{zigzag, Groups};
+use crate::parallel::context::zigzag;
+use crate::parallel::topology::Layout;
 
 /// A traced value, on the host in f64 (exact for every dtype the engine computes in).
 #[derive(Clone, Debug, PartialEq)]
@@ -51,13 +52,19 @@ pub enum Canon {
     Cat(usize),
 }
 
-/// The canonical value(s) of a group's tensors: `how` within each TP group, then (with
-/// `cp` > 1) the cp ranks' sequence chunks put back in global order.
-pub fn canon<const D: usize>(parts: &[Tensor<D>], how: Canon, cp: usize) -> Vec<Value> {
-    if cp == 1 {
-        return canon_tp(parts, how);
-    }
-    let g = Groups::of(parts.len(), cp, 1);
+/// The canonical value(s) of a group's tensors: `how` within each TP group, then (for one
+/// replica of a stage group with cp > 1) the cp ranks' sequence chunks put back in global
+/// order. Without a layout the parts are one group.
+pub fn canon<const D: usize>(
+    parts: &[Tensor<D>],
+    how: Canon,
+    layout: Option<Layout>,
+) -> Vec<Value> {
+    let g = match layout {
+        Some(g) if g.cp > 1 => g,
+        _ => return canon_tp(parts, how),
+    };
+    debug_assert_eq!(g.len(), parts.len(), "one replica's parts");
     // One TP group's value: copy `t`, or the group's merged value.
     let within = |group: &Vec<usize>, t: usize| -> Tensor<D> {
         let tp = group.iter().map(|&i| parts[i].clone());

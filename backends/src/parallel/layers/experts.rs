@@ -12,17 +12,17 @@
 
 use burn::tensor::{Tensor, TensorData};
 
-use super::collective::Comm;
-use super::context::{Groups, Local};
+use super::ctx::{LayerFaults, StageCtx};
 use super::faulty;
 use super::router::Tokens;
-use super::stage::LayerFaults;
-use super::stage::StageCtx;
-use super::tape::{Tape, Val};
 use crate::data::IGNORE;
 use crate::llama::balance;
 use crate::llama::layers::{linear, swiglu};
 use crate::llama::moe::{self, Choice, Decided, Dispatch, Routed};
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::tape::{Tape, Val};
+use crate::parallel::context::Local;
+use crate::parallel::topology::Layout;
 
 /// One rank's routing of its tokens in one layer, as the routing level reads it.
 #[derive(Clone, Debug)]
@@ -58,7 +58,7 @@ impl StageCtx<'_> {
     /// Whether group index `i` holds tokens no other rank of its cp group holds (without SP,
     /// the TP ranks hold copies and the first one speaks for them).
     fn distinct(&self, i: usize) -> bool {
-        self.sp || i.is_multiple_of(self.groups().tp)
+        self.topo.sp() || i.is_multiple_of(self.groups().tp)
     }
 
     /// Positions (within each row) of the tokens group index `i` holds, and the row-major
@@ -66,7 +66,7 @@ impl StageCtx<'_> {
     fn token_positions(&self, locals: &[Local], i: usize) -> (Vec<usize>, std::ops::Range<usize>) {
         let g = self.groups();
         let local = &locals[g.local_of(i)].positions;
-        if !self.sp {
+        if !self.topo.sp() {
             return (local.clone(), 0..local.len());
         }
         let n = local.len() / g.tp;
@@ -96,14 +96,14 @@ impl StageCtx<'_> {
             let [b, s, d] = t.dims();
             t.reshape([b * s, d])
         };
-        let logits = tape.per_rank(&self.ranks, &[hn], |i, v| {
+        let logits = tape.per_rank(self.ranks(), &[hn], |i, v| {
             linear(v[0].clone(), self.w(i, &name("router.weight")))
         });
         let rows = locals[0].batch.batch;
-        let lengths: Vec<&[usize]> = (0..self.ranks.len())
+        let lengths: Vec<&[usize]> = (0..self.group.ranks.len())
             .map(|i| locals[g.local_of(i)].batch.lengths.as_slice())
             .collect();
-        let tokens: Vec<(Vec<usize>, std::ops::Range<usize>)> = (0..self.ranks.len())
+        let tokens: Vec<(Vec<usize>, std::ops::Range<usize>)> = (0..self.group.ranks.len())
             .map(|i| self.token_positions(locals, i))
             .collect();
         let score = self.model.moe.router();
@@ -112,7 +112,7 @@ impl StageCtx<'_> {
         if self.model.moe.expert_bias() {
             for (i, c) in choices.iter().enumerate() {
                 let load = balance::load(c, rows, &tokens[i].0, lengths[i], e);
-                out.load.push((self.ranks[i], l, load));
+                out.load.push((self.group.ranks[i], l, load));
             }
         }
         let unnormalized = self.fault.is_some_and(|f| f.router_unnormalized(l));
@@ -132,7 +132,7 @@ impl StageCtx<'_> {
             .zip(kept)
             .map(|(choices, kept)| Decided { choices, kept })
             .collect();
-        let y = if self.experts.parallel() {
+        let y = if self.topo.experts().parallel() {
             let wrong = self.fault.is_some_and(|f| f.ep_combine_permuted(l));
             if wrong {
                 comm.event(&name("experts.combine"), "rows returned one place off");
@@ -144,7 +144,7 @@ impl StageCtx<'_> {
         if unnormalized {
             comm.event(&name("router"), "top-k scores not renormalized");
         }
-        let lb = tape.per_rank(&self.ranks, &[&logits], |i, v| {
+        let lb = tape.per_rank(self.ranks(), &[&logits], |i, v| {
             let scores = moe::balance_scores(moe::scores(flat(v[0].clone()), score), score);
             moe::load_balance(
                 scores,
@@ -158,7 +158,7 @@ impl StageCtx<'_> {
             .reshape([1, 1, 1])
         });
         let z = self.z_losses(tape, locals, &tokens, &logits, normalizers);
-        for i in (0..self.ranks.len()).filter(|&i| self.distinct(i)) {
+        for i in (0..self.group.ranks.len()).filter(|&i| self.distinct(i)) {
             out.load_balance += moe::values(&tape.value(lb[i]))[0];
             out.routing.push(RouteRecord {
                 layer: l,
@@ -186,7 +186,7 @@ impl StageCtx<'_> {
     ) -> Vec<Val> {
         let g = self.groups();
         let rows = locals[0].batch.batch;
-        tape.per_rank(&self.ranks, &[logits], |i, v| {
+        tape.per_rank(self.ranks(), &[logits], |i, v| {
             let local = &locals[g.local_of(i)].batch;
             let span = &tokens[i].1;
             let keep: Vec<f64> = (0..rows)
@@ -210,7 +210,7 @@ impl StageCtx<'_> {
         l: u32,
         how: Dispatch,
     ) -> Vec<Val> {
-        tape.per_rank(&self.ranks, &[hn, logits], |i, v| {
+        tape.per_rank(self.ranks(), &[hn, logits], |i, v| {
             let [b, s, h] = v[0].dims();
             let flat = |t: Tensor<3>, d: usize| t.reshape([b * s, d]);
             let e = v[1].dims()[2];
@@ -242,19 +242,19 @@ impl StageCtx<'_> {
         lengths: &[&[usize]],
     ) -> Vec<Vec<f64>> {
         let e = self.model.experts.unwrap_or(1) as usize;
-        let counts: Vec<Tensor<1>> = (0..self.ranks.len())
+        let counts: Vec<Tensor<1>> = (0..self.group.ranks.len())
             .map(|i| {
                 let c = moe::counts(&choices[i], rows, &tokens[i].0, lengths[i], e);
-                let dtype = super::step::count_dtype(self.device);
+                let dtype = crate::host::count_dtype(self.device);
                 Tensor::<1>::from_data(TensorData::new(c, [rows * e]), (self.device, dtype))
             })
             .collect();
         let seq_groups = self.sequence_groups();
         let site = format!("layers.{l}.mlp.router.counts");
-        let counts = Groups::each(&seq_groups, &self.ranks, counts, |r, p| {
+        let counts = Layout::each(&seq_groups, self.ranks(), counts, |r, p| {
             comm.all_reduce_sum(&format!("{site}.all_reduce"), r, p)
         });
-        let shown: Vec<Tensor<2>> = (0..self.ranks.len())
+        let shown: Vec<Tensor<2>> = (0..self.group.ranks.len())
             .filter(|&i| self.distinct(i))
             .map(|i| counts[i].clone().reshape([rows, e]))
             .collect();

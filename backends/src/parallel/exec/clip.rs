@@ -20,9 +20,9 @@ use std::collections::HashMap;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use indexmap::IndexMap;
 
-use super::collective::Comm;
-use super::step::{count_dtype, scalar, MeshExec};
-use super::trace::Value;
+use super::{count_dtype, scalar, MeshExec};
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::trace::Value;
 use crate::sharding::{Placement, ShardingPlan};
 
 /// Per-rank gradients.
@@ -66,7 +66,7 @@ impl MeshExec<'_> {
     /// it when the run clips.
     pub(super) fn clip(&self, comm: &mut Comm, grads: &mut Grads) -> Vec<f64> {
         let world = grads.len();
-        let plan = ShardingPlan::llama(self.model, self.mesh);
+        let plan = ShardingPlan::llama(self.model, self.topo.mesh());
         let placement: HashMap<&str, Placement> = plan
             .rules
             .iter()
@@ -74,7 +74,7 @@ impl MeshExec<'_> {
             .collect();
         // The catalogued bug: TP-replicated parameters enter every TP rank's sum.
         let duplicates = comm.fault().is_some_and(|f| f.norm_counts_tp_duplicates());
-        if duplicates && self.mesh.tp > 1 {
+        if duplicates && self.topo.tp() > 1 {
             comm.event(
                 "grad_norm",
                 "TP-replicated parameters counted on every TP rank",
@@ -82,7 +82,7 @@ impl MeshExec<'_> {
         }
         let (mut dense, mut experts) = (vec![0.0; world], vec![0.0; world]);
         for (rank, held) in grads.iter().enumerate() {
-            let tp0 = self.mesh.coord(rank).tp == 0;
+            let tp0 = self.topo.coord(rank).tp == 0;
             for (name, g) in held {
                 match placement.get(name.as_str()) {
                     Some(Placement::Expert { .. }) => experts[rank] += sum_sq(g),
@@ -91,8 +91,8 @@ impl MeshExec<'_> {
                 }
             }
         }
-        let dense = self.reduce_sums(comm, "grad_norm.dense", &self.model_groups(), dense);
-        let experts = if self.experts().parallel() {
+        let dense = self.reduce_sums(comm, "grad_norm.dense", &self.topo.model_groups(), dense);
+        let experts = if self.topo.experts().parallel() {
             let groups = self.expert_model_groups(comm);
             self.reduce_sums(comm, "grad_norm.experts", &groups, experts)
         } else {
@@ -114,46 +114,20 @@ impl MeshExec<'_> {
         norms
     }
 
-    /// The ranks holding different dense parts of the model: TP × PP of each (dp, cp) replica.
-    fn model_groups(&self) -> Vec<Vec<usize>> {
-        let m = self.mesh;
-        let (tp, cp, dp, pp) = (m.tp as usize, m.cp as usize, m.dp as usize, m.pp as usize);
-        (0..dp)
-            .flat_map(|d| (0..cp).map(move |c| (c, d)))
-            .map(|(c, d)| {
-                (0..pp)
-                    .flat_map(|s| (0..tp).map(move |t| (t, s)))
-                    .map(|(t, s)| self.rank(t, c, d, s))
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// The ranks holding different expert shards: expert-TP × EP × PP of each expert-dp index
-    /// (Megatron's expert-tensor-model-pipeline group). With the catalogued bug, the EP axis is
-    /// missing: expert-TP × PP of each (expert-dp, ep) index.
+    /// The ranks holding different expert shards ([`Topology::expert_model_groups`]); with
+    /// the catalogued bug, without the EP axis.
+    ///
+    /// [`Topology::expert_model_groups`]: super::Topology::expert_model_groups
     fn expert_model_groups(&self, comm: &mut Comm) -> Vec<Vec<usize>> {
-        let x = self.experts();
-        let missing_ep = comm.fault().is_some_and(|f| f.norm_misses_ep()) && x.ep > 1;
+        let missing_ep =
+            comm.fault().is_some_and(|f| f.norm_misses_ep()) && self.topo.experts().ep > 1;
         if missing_ep {
             comm.event(
                 "grad_norm.experts",
                 "expert norm not reduced over the expert-parallel axis",
             );
         }
-        let stages: Vec<Vec<usize>> = (0..self.mesh.pp as usize)
-            .map(|s| self.group(&(0..self.mesh.dp as usize), s))
-            .collect();
-        let block = x.ep * x.etp;
-        let width = if missing_ep { x.etp } else { block };
-        (0..stages[0].len() / width)
-            .map(|g| {
-                stages
-                    .iter()
-                    .flat_map(|ranks| (g * width..(g + 1) * width).map(|j| ranks[j]))
-                    .collect()
-            })
-            .collect()
+        self.topo.expert_model_groups(missing_ep)
     }
 
     /// Per-rank sums all-reduced over each of `groups` (which partition the ranks), at

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use burn::tensor::{Gradients, Tensor};
 
 use super::collective::Comm;
-use super::context::Groups;
 use super::route::{Exchange, Route};
 use super::trace::Canon;
+use crate::parallel::topology::Layout;
 
 /// A value on the tape: one tensor on one rank.
 pub type Val = usize;
@@ -58,7 +58,7 @@ enum Node {
         conj: Conj,
         site: String,
         ranks: Vec<usize>,
-        groups: Groups,
+        groups: Layout,
         inputs: Vec<Val>,
         outputs: Vec<Val>,
     },
@@ -151,7 +151,7 @@ impl Tape {
     }
 
     /// A collective over the group's values, recorded with its backward conjugate. The group
-    /// is a stage's TP × CP ranks ([`Groups`], from the communicator): TP collectives run on
+    /// is a stage's TP × CP ranks ([`Layout`], from the communicator): TP collectives run on
     /// each TP group, [`Conj::Ring`] on each CP ring.
     pub fn collective(
         &mut self,
@@ -161,7 +161,8 @@ impl Tape {
         ranks: &[usize],
         inputs: &[Val],
     ) -> Vec<Val> {
-        let groups = comm.groups(ranks.len());
+        let groups = comm.layout();
+        debug_assert_eq!(groups.len(), ranks.len(), "a stage group's ranks");
         let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
         let (traced, both) = conj.traced();
         if traced {
@@ -296,16 +297,16 @@ fn forward(
     conj: Conj,
     site: &str,
     ranks: &[usize],
-    groups: Groups,
+    groups: Layout,
     parts: Vec<Tensor<3>>,
 ) -> Vec<Tensor<3>> {
     if conj == Conj::Ring {
         let site = format!("{site}.fwd.send_recv");
-        return Groups::each(&groups.cp_rings(), ranks, parts, |r, p| {
+        return Layout::each(&groups.cp_rings(), ranks, parts, |r, p| {
             comm.ring_shift(&site, r, p, false)
         });
     }
-    Groups::each(&groups.tp_groups(), ranks, parts, |r, p| match conj {
+    Layout::each(&groups.tp_groups(), ranks, parts, |r, p| match conj {
         Conj::CopyToTp | Conj::Ring | Conj::Mark(_) => p,
         Conj::ReduceFromTp => comm.all_reduce_sum(&format!("{site}.fwd.all_reduce"), r, p),
         Conj::GatherFromSp(d) => comm.all_gather(&format!("{site}.fwd.all_gather"), r, p, d),
@@ -319,16 +320,16 @@ fn backward(
     conj: Conj,
     site: &str,
     ranks: &[usize],
-    groups: Groups,
+    groups: Layout,
     upstream: Vec<Tensor<3>>,
 ) -> Vec<Tensor<3>> {
     if conj == Conj::Ring {
         let site = format!("{site}.bwd.send_recv");
-        return Groups::each(&groups.cp_rings(), ranks, upstream, |r, g| {
+        return Layout::each(&groups.cp_rings(), ranks, upstream, |r, g| {
             comm.ring_shift(&site, r, g, true)
         });
     }
-    Groups::each(&groups.tp_groups(), ranks, upstream, |r, g| match conj {
+    Layout::each(&groups.tp_groups(), ranks, upstream, |r, g| match conj {
         Conj::CopyToTp => comm.all_reduce_sum(&format!("{site}.bwd.all_reduce"), r, g),
         Conj::ReduceFromTp | Conj::Ring | Conj::Mark(_) => g,
         Conj::GatherFromSp(d) => {

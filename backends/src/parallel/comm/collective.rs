@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use burn::tensor::Tensor;
 use serde::Serialize;
 
-use super::fault::{Alteration, Fault};
 use super::trace::{canon, Canon, Record};
+use crate::parallel::fault::{Alteration, Fault};
+use crate::parallel::topology::{Layout, StageGroup};
 
 /// One collective call, as recorded.
 #[derive(Clone, Debug, Serialize)]
@@ -41,13 +42,12 @@ pub struct Comm {
     /// The row block the work on this communicator computes (replica × microbatches + mb).
     block: Option<usize>,
     records: Vec<Record>,
-    /// Context-parallel ranks in the groups this communicator's work runs on
-    /// ([`super::context::Groups`]): TP collectives run per TP group, traces are put back in
-    /// global sequence order.
-    cp: usize,
-    /// Replicas in those groups (in lockstep under expert parallelism): each traces its own
-    /// row block, `stride` blocks after the previous one's.
-    replicas: usize,
+    /// The layout of the stage group this communicator's work runs on (from
+    /// [`Comm::split`]; none on a step's whole-mesh communicator): TP collectives run per TP
+    /// group, traces are put back in global sequence order, and each replica (several in
+    /// lockstep under expert parallelism) traces its own row block, `stride` blocks after the
+    /// previous one's.
+    layout: Option<Layout>,
     stride: usize,
 }
 
@@ -61,8 +61,7 @@ impl Comm {
             tracing: false,
             block: None,
             records: Vec::new(),
-            cp: 1,
-            replicas: 1,
+            layout: None,
             stride: 0,
         }
     }
@@ -83,20 +82,15 @@ impl Comm {
         self.tracing
     }
 
-    /// The layout of the groups this communicator's work runs on: `cp` context-parallel ranks
-    /// and `replicas` replicas whose row blocks are `stride` apart.
-    pub fn set_layout(&mut self, cp: usize, replicas: usize, stride: usize) {
-        (self.cp, self.replicas, self.stride) = (cp, replicas, stride);
-    }
-
-    /// The layout of a group of `n` ranks.
-    pub fn groups(&self, n: usize) -> super::context::Groups {
-        super::context::Groups::of(n, self.cp, self.replicas)
+    /// The layout of the stage group this communicator was split for.
+    pub fn layout(&self) -> Layout {
+        self.layout
+            .expect("layers run on a stage group's communicator (Comm::split)")
     }
 
     /// Each replica's parts of a group's tensors, with its row block.
     fn per_replica<'p, T>(&self, parts: &'p [T]) -> impl Iterator<Item = (Option<usize>, &'p [T])> {
-        let n = parts.len() / self.replicas;
+        let n = parts.len() / self.layout.map_or(1, |l| l.replicas);
         let (block, stride) = (self.block, self.stride);
         parts
             .chunks(n.max(1))
@@ -130,7 +124,7 @@ impl Comm {
                 site: site.to_owned(),
                 like: like.clone(),
                 block,
-                copies: canon(parts, how, self.cp),
+                copies: canon(parts, how, self.layout.map(Layout::replica)),
             })
             .collect();
         self.records.extend(records);
@@ -369,16 +363,17 @@ impl Comm {
         });
     }
 
-    /// A sub-communicator for work on `ranks` (a replica, a pipeline stage): the same fault,
-    /// the messages addressed to those ranks, an empty record.
-    pub fn split(&mut self, ranks: &[usize]) -> Comm {
+    /// A sub-communicator for a stage group's work: the same fault, the messages addressed to
+    /// the group's ranks, an empty record; its replicas' row blocks `stride` apart.
+    pub fn split(&mut self, group: &StageGroup, stride: usize) -> Comm {
         let mine: Vec<Address> = self
             .mailbox
             .keys()
-            .filter(|(to, _)| ranks.contains(to))
+            .filter(|(to, _)| group.ranks.contains(to))
             .cloned()
             .collect();
         let mut sub = self.fresh();
+        (sub.layout, sub.stride) = (Some(group.layout), stride);
         for key in mine {
             let t = self.mailbox.remove(&key).expect("listed keys are present");
             sub.mailbox.insert(key, t);

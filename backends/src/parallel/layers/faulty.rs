@@ -5,8 +5,8 @@
 use burn::tensor::activation::silu;
 use burn::tensor::Tensor;
 
-use super::fault::{NormFault, WRONG_EPS};
 use crate::llama::layers::{linear, rope_at, NORM_EPS};
+use crate::parallel::fault::{NormFault, WRONG_EPS};
 
 /// RMSNorm with the wrong epsilon or the wrong power.
 pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>, fault: NormFault) -> Tensor<3> {

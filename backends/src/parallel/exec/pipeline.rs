@@ -10,15 +10,16 @@ use std::ops::Range;
 use burn::tensor::Tensor;
 use indexmap::IndexMap;
 
-use super::collective::Comm;
-use super::context::{zigzag, Groups};
-use super::experts::RouteRecord;
 use super::schedule::Action;
-use super::stage::{Leaves, StageCtx, StageOut};
-use super::step::{scalar, MeshExec};
-use super::trace::Canon;
+use super::{scalar, MeshExec};
 use crate::data::Batch;
 use crate::llama::moe::Decided;
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::trace::Canon;
+use crate::parallel::context::zigzag;
+use crate::parallel::layers::ctx::{Leaves, StageCtx};
+use crate::parallel::layers::experts::RouteRecord;
+use crate::parallel::layers::stage::StageOut;
 
 /// What one data-parallel replica (or a lockstep group of them) produced.
 pub(super) struct Replica {
@@ -91,7 +92,7 @@ impl MeshExec<'_> {
     ) -> Result<Replica, String> {
         use rayon::prelude::*;
         let StepInput { batch, replay } = input;
-        let (dp, mbs) = (self.mesh.dp as usize, self.mesh.microbatches as usize);
+        let (dp, mbs) = (self.topo.dp(), self.topo.microbatches());
         let rows = batch.batch / dp;
         let mb_rows = rows / mbs;
         let first_rows: Vec<Vec<usize>> = (0..mbs)
@@ -121,8 +122,7 @@ impl MeshExec<'_> {
                         Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
                     ),
                 };
-                let mut sub = comm.split(&self.group(&ds, stage));
-                sub.set_layout(self.mesh.cp as usize, ds.len(), mbs);
+                let mut sub = comm.split(&self.topo.stage(ds.clone(), stage), mbs);
                 let mb = match action {
                     Action::Forward { mb, .. } | Action::Backward { mb, .. } => mb,
                 };
@@ -196,10 +196,8 @@ impl MeshExec<'_> {
     }
 
     /// A stage's ranks in replicas `ds` (their groups one after the other).
-    pub(super) fn group(&self, ds: &Range<usize>, stage: usize) -> Vec<usize> {
-        ds.clone()
-            .flat_map(|d| self.stage_group(d, stage))
-            .collect()
+    fn group(&self, ds: &Range<usize>, stage: usize) -> Vec<usize> {
+        self.topo.stage(ds.clone(), stage).ranks
     }
 
     /// One pipeline action of replicas `ctx.ds`.
@@ -210,18 +208,14 @@ impl MeshExec<'_> {
         action: Action,
         held: Option<StageOut>,
     ) -> Result<Done, String> {
-        let (ds, pp, mbs) = (
-            &ctx.ds,
-            self.mesh.pp as usize,
-            self.mesh.microbatches as usize,
-        );
+        let (ds, pp, mbs) = (&ctx.ds, self.topo.pp(), self.topo.microbatches());
         let d = ds.start;
         match action {
             Action::Forward { stage, mb } => {
                 let input = self.receive_activations(comm, stage, ds, mb, &ctx.micro[mb]);
                 if stage > 0 {
-                    let per = (self.model.layers / self.mesh.pp) as usize;
-                    let how = if self.mesh.sp && self.mesh.tp > 1 {
+                    let per = self.model.layers as usize / pp;
+                    let how = if self.topo.sp() {
                         Canon::Cat(1)
                     } else {
                         Canon::Copies
@@ -335,24 +329,13 @@ impl MeshExec<'_> {
             model: self.model,
             device: self.device,
             dtype: self.dtype,
-            stage,
-            stages: self.mesh.pp as usize,
-            ranks: self.group(ds, stage),
-            cp: self.mesh.cp as usize,
-            replicas: ds.len(),
-            experts: self.experts(),
-            sp: self.mesh.sp && self.mesh.tp > 1,
+            topo: &self.topo,
+            group: self.topo.stage(ds.clone(), stage),
             leaves,
             fault: None,
             sequences: 0,
             replay: None,
             first_rows: Vec::new(),
-            odd_rank: self.rank(
-                self.mesh.tp as usize - 1,
-                self.mesh.cp as usize - 1,
-                self.mesh.dp as usize - 1,
-                0,
-            ),
         }
     }
 
@@ -360,9 +343,8 @@ impl MeshExec<'_> {
     /// all-reduce over cp does) and its logits, vocab blocks joined and cp chunks put back in
     /// sequence order.
     fn gather_last(&self, out: &StageOut, replicas: usize) -> Vec<(f64, Tensor<3>)> {
-        let cp = self.mesh.cp as usize;
-        let groups = Groups::of(out.outputs.len(), cp, replicas);
-        let tp_groups = groups.tp_groups();
+        let cp = self.topo.cp();
+        let tp_groups = self.topo.layout(replicas).tp_groups();
         tp_groups
             .chunks(cp)
             .map(|replica| {
@@ -396,10 +378,9 @@ impl MeshExec<'_> {
         if stage == 0 {
             return Vec::new();
         }
-        let tp = self.mesh.tp as usize;
-        let local = micro.seq_len / self.mesh.cp as usize;
-        let seq = if self.mesh.sp && tp > 1 {
-            local / tp
+        let local = micro.seq_len / self.topo.cp();
+        let seq = if self.topo.sp() {
+            local / self.topo.tp()
         } else {
             local
         };

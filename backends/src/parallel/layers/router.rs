@@ -13,12 +13,12 @@ use std::ops::Range;
 
 use burn::tensor::Tensor;
 
-use super::collective::Comm;
-use super::context::Groups;
-use super::stage::StageCtx;
-use super::tape::{Tape, Val};
+use super::ctx::StageCtx;
 use crate::llama::balance::{self, Pair};
 use crate::llama::moe::{self, Choice, Dispatch};
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::tape::{Tape, Val};
+use crate::parallel::topology::Layout;
 
 /// Each rank's tokens: their positions within each row, and their span in the rank's local
 /// sequence.
@@ -108,7 +108,7 @@ impl StageCtx<'_> {
     /// The group indices holding parts of the same sequences: each replica's TP × CP ranks under
     /// SP, else each CP ring (the TP ranks hold copies).
     pub(super) fn sequence_groups(&self) -> Vec<Vec<usize>> {
-        if self.sp {
+        if self.topo.sp() {
             self.groups().replica_groups()
         } else {
             self.groups().cp_rings()
@@ -129,7 +129,7 @@ impl StageCtx<'_> {
         choices: &[Vec<Choice>],
         how: Dispatch,
     ) -> Vec<Kept> {
-        let n = self.ranks.len();
+        let n = self.group.ranks.len();
         let Some(cap) = self.model.moe.capacity() else {
             return vec![None; n];
         };
@@ -168,7 +168,7 @@ impl StageCtx<'_> {
             self.sequence_groups()
         };
         let site = format!("layers.{l}.mlp.router.capacity.all_gather");
-        let gathered = Groups::each(&groups, &self.ranks, weights, |r, p| {
+        let gathered = Layout::each(&groups, self.ranks(), weights, |r, p| {
             comm.all_gather(&site, r, p, 0)
         });
         let mut out = vec![None; n];

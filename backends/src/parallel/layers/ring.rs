@@ -12,14 +12,14 @@
 
 use burn::tensor::Tensor;
 
-use super::collective::Comm;
-use super::context::{positions, Local};
+use super::ctx::{LayerFaults, StageCtx};
 use super::faulty;
-use super::stage::{LayerFaults, StageCtx};
-use super::tape::{Conj, Tape, Val};
 use crate::llama::layers::{
     attention, attention_block, attention_mask, attention_mask_at, linear, merge_blocks, rope_at,
 };
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::tape::{Conj, Tape, Val};
+use crate::parallel::context::{positions, Local};
 
 /// [B, S, N·D] → [B, N, S, D]
 fn heads(t: Tensor<3>, n: usize, d: usize) -> Tensor<4> {
@@ -70,7 +70,7 @@ impl StageCtx<'_> {
             .iter()
             .map(|local| attention_mask(&local.batch.lengths, local.batch.seq_len, self.device))
             .collect();
-        tape.per_rank(&self.ranks, &[hn], |i, v| {
+        tape.per_rank(self.ranks(), &[hn], |i, v| {
             let local = &locals[g.local_of(i)];
             let (b, s) = (local.batch.batch, local.batch.seq_len);
             let mask = masks[g.local_of(i)].clone();
@@ -97,9 +97,9 @@ impl StageCtx<'_> {
     ) -> Vec<Val> {
         let w = |i: usize, s: &str| self.w(i, &format!("layers.{l}.{s}"));
         let (nq, nkv, hd) = self.head_dims();
-        let (g, cp) = (self.groups(), self.cp);
+        let (g, cp) = (self.groups(), self.topo.cp());
         // Each rank's own K (rotated at its positions) and V, packed: [B, S, 2·Nkv·D].
-        let kv = tape.per_rank(&self.ranks, &[hn], |i, v| {
+        let kv = tape.per_rank(self.ranks(), &[hn], |i, v| {
             let h = v[0].clone();
             let k = heads(linear(h.clone(), w(i, "attn.k.weight")), nkv, hd);
             let v = heads(linear(h, w(i, "attn.v.weight")), nkv, hd);
@@ -110,13 +110,13 @@ impl StageCtx<'_> {
         let mut kvs = vec![kv];
         for j in 1..cp {
             let site = format!("layers.{l}.attn.kv.ring{j}");
-            let next = tape.collective(comm, Conj::Ring, &site, &self.ranks, &kvs[j - 1]);
+            let next = tape.collective(comm, Conj::Ring, &site, self.ranks(), &kvs[j - 1]);
             kvs.push(next);
         }
         let inputs: Vec<&[Val]> = std::iter::once(hn)
             .chain(kvs.iter().map(Vec::as_slice))
             .collect();
-        tape.per_rank(&self.ranks, &inputs, |i, v| {
+        tape.per_rank(self.ranks(), &inputs, |i, v| {
             let (c, local) = (g.cp_of(i), &locals[g.local_of(i)]);
             let (b, s) = (local.batch.batch, local.batch.seq_len);
             let q = heads(linear(v[0].clone(), w(i, "attn.q.weight")), nq, hd);

@@ -7,10 +7,10 @@
 use burn::tensor::Tensor;
 use indexmap::IndexMap;
 
-use super::collective::Comm;
-use super::step::MeshExec;
-use super::trace::{canon, Canon, Value};
+use super::MeshExec;
 use crate::llama::is_buffer;
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::trace::{canon, Canon, Value};
 use crate::sharding::{Placement, ShardingPlan};
 
 type Grads = Vec<IndexMap<String, Tensor<2>>>;
@@ -53,19 +53,19 @@ impl MeshExec<'_> {
             }
         }
         self.trace_grads(comm, &grads, false);
-        let m = self.mesh;
-        let experts_parallel = self.experts().parallel();
-        let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && m.cp > 1;
+        let t = &self.topo;
+        let experts_parallel = t.experts().parallel();
+        let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && t.cp() > 1;
         if cp_skipped {
             comm.event(
                 "grad.dp_cp.all_reduce",
                 "reduced over dp only, cp ranks left out",
             );
         }
-        for s in 0..m.pp as usize {
-            for (c, d) in (0..m.dp as usize).flat_map(|d| (0..m.cp as usize).map(move |c| (c, d))) {
-                if m.sp && m.tp > 1 {
-                    let ranks = self.tp_group(c, d, s);
+        for s in 0..t.pp() {
+            for (c, d) in (0..t.dp()).flat_map(|d| (0..t.cp()).map(move |c| (c, d))) {
+                if t.sp() {
+                    let ranks = t.tp_group(c, d, s);
                     // Replicated weights used on sequence shards: partial gradients per rank.
                     let norms = params[ranks[0]]
                         .keys()
@@ -80,8 +80,8 @@ impl MeshExec<'_> {
                     reduce(comm, &mut grads, &ranks, norms, "tp");
                 }
             }
-            for t in 0..m.tp as usize {
-                let group = self.dp_group(t, s);
+            for tp in 0..t.tp() {
+                let group = t.dp_cp_group(tp, s);
                 let names: Vec<String> = params[group[0]]
                     .keys()
                     .filter(|n| !is_buffer(n))
@@ -89,9 +89,8 @@ impl MeshExec<'_> {
                     .cloned()
                     .collect();
                 if cp_skipped {
-                    for c in 0..m.cp as usize {
-                        let ranks: Vec<usize> =
-                            (0..m.dp as usize).map(|d| self.rank(t, c, d, s)).collect();
+                    for c in 0..t.cp() {
+                        let ranks = t.dp_group(tp, c, s);
                         reduce(comm, &mut grads, &ranks, names.clone(), "dp");
                     }
                 } else {
@@ -117,7 +116,8 @@ impl MeshExec<'_> {
             );
             return;
         }
-        let ranks = self.group(&(0..self.mesh.dp as usize), s);
+        let t = &self.topo;
+        let ranks = t.whole_stage(s).ranks;
         let n = ranks.len();
         if fault.is_some_and(|f| f.expert_grad_dense_group()) {
             comm.event(
@@ -126,9 +126,9 @@ impl MeshExec<'_> {
             );
             // The dense dp group (same tp index), each member's k-th expert tensor with the
             // others' k-th: flat gradient buffers summed position by position.
-            for t in 0..self.mesh.tp as usize {
+            for tp in 0..t.tp() {
                 let members: Vec<usize> = (0..n)
-                    .filter(|j| j % self.mesh.tp as usize == t)
+                    .filter(|j| j % t.tp() == tp)
                     .map(|j| ranks[j])
                     .collect();
                 let names: Vec<Vec<String>> = members
@@ -153,8 +153,7 @@ impl MeshExec<'_> {
             }
             return;
         }
-        for group in self.experts().edp_groups(n) {
-            let members: Vec<usize> = group.iter().map(|&j| ranks[j]).collect();
+        for members in t.edp_groups(s) {
             let names = grads[members[0]]
                 .keys()
                 .filter(|n| is_expert(n))
@@ -171,9 +170,8 @@ impl MeshExec<'_> {
         if !comm.tracing() {
             return;
         }
-        let tp = self.mesh.tp as usize;
-        let sp = self.mesh.sp && tp > 1;
-        let plan = ShardingPlan::llama(self.model, self.mesh);
+        let (tp, sp) = (self.topo.tp(), self.topo.sp());
+        let plan = ShardingPlan::llama(self.model, self.topo.mesh());
         for rule in plan.rules.iter().filter(|r| !is_buffer(&r.name)) {
             // Holders of each block, in rank order: its replicas.
             let mut holders: Vec<Vec<usize>> = Vec::new();
@@ -187,10 +185,10 @@ impl MeshExec<'_> {
             }
             let over_blocks = |per_block: Vec<Tensor<2>>| match rule.placement {
                 Placement::Split(dim) | Placement::Expert { dim, .. } => {
-                    canon(&per_block, Canon::Cat(dim), 1)
+                    canon(&per_block, Canon::Cat(dim), None)
                 }
-                Placement::Replicated if sp && !finalized => canon(&per_block, Canon::Sum, 1),
-                Placement::Replicated => canon(&per_block, Canon::Copies, 1),
+                Placement::Replicated if sp && !finalized => canon(&per_block, Canon::Sum, None),
+                Placement::Replicated => canon(&per_block, Canon::Copies, None),
             };
             // Replicated weights: the TP ranks are blocks of a partial sum or copies.
             let (blocks, copies) = match rule.placement {
@@ -200,7 +198,7 @@ impl MeshExec<'_> {
                             holders[0]
                                 .iter()
                                 .copied()
-                                .filter(|&r| self.mesh.coord(r).tp == t)
+                                .filter(|&r| self.topo.coord(r).tp == t)
                                 .collect()
                         })
                         .collect();

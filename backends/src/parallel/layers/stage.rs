@@ -8,51 +8,18 @@
 //! parallelism each TP group holds its cp rank's chunks of the sequence ([`Local`]) and
 //! attention runs around the ring (`ring.rs`).
 
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
-use indexmap::IndexMap;
-use meshparity_specs::ModelConfig;
+use burn::tensor::{Int, Tensor, TensorData};
 
-use super::collective::Comm;
-use super::context::{Experts, Groups, Local};
+use super::ctx::{LayerFaults, StageCtx};
 use super::experts::MoeOut;
-use super::fault::Fault;
 use super::faulty;
-use super::tape::{Conj, Tape, Val};
-use super::trace::Canon;
 use crate::data::{Batch, IGNORE};
 use crate::llama::layers::{linear, rms_norm, swiglu};
-use crate::llama::moe::Decided;
-
-/// A rank's parameter shards as autodiff leaves.
-pub type Leaves = IndexMap<String, Tensor<2>>;
-
-/// What a stage needs to know about itself.
-pub struct StageCtx<'a> {
-    pub model: &'a ModelConfig,
-    pub device: &'a Device,
-    pub dtype: DType,
-    pub stage: usize,
-    pub stages: usize,
-    /// Global ranks of this stage's replicas × CP × TP group, in [`Groups`] order (TP fastest).
-    pub ranks: Vec<usize>,
-    pub cp: usize,
-    /// Replicas in the group (all of them, in lockstep, when experts are parallel).
-    pub replicas: usize,
-    pub experts: Experts,
-    pub sp: bool,
-    /// Sequences in the global batch (the load-balance loss averages over them).
-    pub sequences: usize,
-    /// Routing to replay (moe): per layer, over the global batch's tokens.
-    pub replay: Option<&'a [Decided]>,
-    /// Each replica's first global row of this microbatch.
-    pub first_rows: Vec<usize>,
-    /// Every rank's leaves, indexed by global rank.
-    pub leaves: &'a [Leaves],
-    pub fault: Option<Fault>,
-    /// The global rank a single-rank computation fault hits (the last rank computing the first
-    /// layer).
-    pub odd_rank: usize,
-}
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::tape::{Conj, Tape, Val};
+use crate::parallel::comm::trace::Canon;
+use crate::parallel::context::Local;
+use crate::parallel::topology::Layout;
 
 /// What a stage produced for one microbatch.
 pub struct StageOut {
@@ -73,41 +40,15 @@ struct Micro<'a> {
     normalizers: &'a [f64],
 }
 
-/// Which computation faults act in one layer.
-#[derive(Clone, Copy, Default)]
-pub(super) struct LayerFaults {
-    norm: Option<super::fault::NormFault>,
-    residual: Option<f64>,
-    pub(super) swiglu_wrong_operand: bool,
-    pub(super) rope_swapped: bool,
-    pub(super) unweighted_merge: bool,
-}
-
 impl StageCtx<'_> {
-    pub(super) fn groups(&self) -> Groups {
-        Groups::of(self.ranks.len(), self.cp, self.replicas)
-    }
-
-    fn tp(&self) -> usize {
-        self.groups().tp
-    }
-
-    pub(super) fn w(&self, i: usize, name: &str) -> Tensor<2> {
-        self.leaves[self.ranks[i]][name].clone()
-    }
-
     fn layers(&self) -> std::ops::Range<u32> {
-        let per = self.model.layers / self.stages as u32;
-        self.stage as u32 * per..(self.stage as u32 + 1) * per
-    }
-
-    pub(super) fn constant<const D: usize>(&self, v: Vec<f64>, shape: [usize; D]) -> Tensor<D> {
-        Tensor::<D>::from_data(TensorData::new(v, shape), (self.device, self.dtype))
+        let per = self.model.layers / self.topo.pp() as u32;
+        self.group.stage as u32 * per..(self.group.stage as u32 + 1) * per
     }
 
     /// The canonical form of the residual stream (replicated, or sequence shards under SP).
     fn stream(&self) -> Canon {
-        if self.sp {
+        if self.topo.sp() {
             Canon::Cat(1)
         } else {
             Canon::Copies
@@ -125,7 +66,7 @@ impl StageCtx<'_> {
     /// Conjugate pair entering a TP region (`f` or SP all-gather) and leaving it (`g` or SP
     /// reduce-scatter).
     fn enter(&self) -> Conj {
-        if self.sp {
+        if self.topo.sp() {
             Conj::GatherFromSp(1)
         } else {
             Conj::CopyToTp
@@ -133,7 +74,7 @@ impl StageCtx<'_> {
     }
 
     fn leave(&self) -> Conj {
-        if self.sp {
+        if self.topo.sp() {
             Conj::ScatterToSp(1)
         } else {
             Conj::ReduceFromTp
@@ -150,9 +91,9 @@ impl StageCtx<'_> {
         normalizers: &[f64],
     ) -> StageOut {
         let mut tape = Tape::new();
-        let locals = Local::split(mb, self.cp, self.replicas);
+        let locals = Local::split(mb, self.topo.cp(), self.group.layout.replicas);
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
-        let mut x = if self.stage == 0 {
+        let mut x = if self.group.stage == 0 {
             self.embed(&mut tape, comm, &locals)
         } else {
             inputs.clone()
@@ -165,7 +106,7 @@ impl StageCtx<'_> {
             };
             x = self.layer(&mut tape, comm, &micro, l, x, &mut moe);
         }
-        if self.stage + 1 < self.stages {
+        if self.group.stage + 1 < self.topo.pp() {
             return StageOut {
                 tape,
                 inputs,
@@ -189,7 +130,7 @@ impl StageCtx<'_> {
     fn embed(&self, tape: &mut Tape, comm: &mut Comm, locals: &[Local]) -> Vec<Val> {
         let h = self.model.hidden as usize;
         let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
-        let parts = tape.per_rank(&self.ranks, &[], |i, _| {
+        let parts = tape.per_rank(self.ranks(), &[], |i, _| {
             let mb = &locals[g.local_of(i)].batch;
             let (b, s) = (mb.batch, mb.seq_len);
             let start = (i % g.tp * block) as i64;
@@ -207,7 +148,7 @@ impl StageCtx<'_> {
             let rows = self.w(i, "embed.weight").select(0, idx);
             (rows * self.constant(keep, [b * s, 1])).reshape([b, s, h])
         });
-        tape.collective(comm, self.leave(), "embed", &self.ranks, &parts)
+        tape.collective(comm, self.leave(), "embed", self.ranks(), &parts)
     }
 
     fn layer(
@@ -224,27 +165,29 @@ impl StageCtx<'_> {
         let f = self.faults(comm, l);
 
         // Attention block.
-        let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
+        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
             let w = self.w(i, &name("attn_norm.weight"));
             match f.norm {
-                Some(nf) if self.ranks[i] == self.odd_rank => faulty::rms_norm(v[0].clone(), w, nf),
+                Some(nf) if self.group.ranks[i] == self.topo.odd_rank() => {
+                    faulty::rms_norm(v[0].clone(), w, nf)
+                }
                 _ => rms_norm(v[0].clone(), w),
             }
         });
-        let hn = tape.collective(comm, self.enter(), &name("attn.in"), &self.ranks, &hn);
-        let part = if self.cp > 1 {
+        let hn = tape.collective(comm, self.enter(), &name("attn.in"), self.ranks(), &hn);
+        let part = if self.topo.cp() > 1 {
             self.ring_attention(tape, comm, locals, l, &hn, f)
         } else {
             self.local_attention(tape, locals, l, &hn, f)
         };
-        let o = tape.collective(comm, self.leave(), &name("attn.o"), &self.ranks, &part);
-        let x = tape.per_rank(&self.ranks, &[&x, &o], |_, v| match f.residual {
+        let o = tape.collective(comm, self.leave(), &name("attn.o"), self.ranks(), &part);
+        let x = tape.per_rank(self.ranks(), &[&x, &o], |_, v| match f.residual {
             Some(scale) => v[0].clone() + v[1].clone() * scale,
             None => v[0].clone() + v[1].clone(),
         });
 
         // MLP block.
-        let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
+        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
             rms_norm(v[0].clone(), self.w(i, &name("mlp_norm.weight")))
         });
         if self.model.family.has_experts() {
@@ -252,7 +195,7 @@ impl StageCtx<'_> {
                 comm,
                 Conj::Mark(self.stream()),
                 &name("mlp.experts"),
-                &self.ranks,
+                self.ranks(),
                 &hn,
             );
             let y = self.moe_mlp(tape, comm, locals, l, &at, micro.normalizers, moe, f);
@@ -261,24 +204,24 @@ impl StageCtx<'_> {
                 comm,
                 Conj::Mark(self.stream()),
                 &name("mlp.combine"),
-                &self.ranks,
+                self.ranks(),
                 &y,
             );
             let y = match self.model.moe.shared_expert_ffn {
                 Some(_) => {
                     let shared = self.tp_mlp(tape, comm, l, "mlp.shared_expert", &hn, f);
-                    tape.per_rank(&self.ranks, &[&y, &shared], |_, v| {
+                    tape.per_rank(self.ranks(), &[&y, &shared], |_, v| {
                         v[0].clone() + v[1].clone()
                     })
                 }
                 None => y,
             };
-            let out = tape.per_rank(&self.ranks, &[&x, &y], |_, v| v[0].clone() + v[1].clone());
+            let out = tape.per_rank(self.ranks(), &[&x, &y], |_, v| v[0].clone() + v[1].clone());
             self.trace_stream(comm, tape, &name("out"), &out);
             return out;
         }
         let d = self.tp_mlp(tape, comm, l, "mlp", &hn, f);
-        let out = tape.per_rank(&self.ranks, &[&x, &d], |_, v| v[0].clone() + v[1].clone());
+        let out = tape.per_rank(self.ranks(), &[&x, &d], |_, v| v[0].clone() + v[1].clone());
         self.trace_stream(comm, tape, &name("out"), &out);
         out
     }
@@ -296,8 +239,8 @@ impl StageCtx<'_> {
         f: LayerFaults,
     ) -> Vec<Val> {
         let name = |s: &str| format!("layers.{l}.{prefix}.{s}");
-        let hn = tape.collective(comm, self.enter(), &name("in"), &self.ranks, hn);
-        let part = tape.per_rank(&self.ranks, &[&hn], |i, v| {
+        let hn = tape.collective(comm, self.enter(), &name("in"), self.ranks(), hn);
+        let part = tape.per_rank(self.ranks(), &[&hn], |i, v| {
             let mlp = if f.swiglu_wrong_operand {
                 faulty::swiglu_wrong_operand
             } else {
@@ -310,7 +253,7 @@ impl StageCtx<'_> {
                 self.w(i, &name("down.weight")),
             )
         });
-        tape.collective(comm, self.leave(), &name("down"), &self.ranks, &part)
+        tape.collective(comm, self.leave(), &name("down"), self.ranks(), &part)
     }
 
     /// The computation faults that hit layer `l` on this group, each on record as an event.
@@ -321,11 +264,11 @@ impl StageCtx<'_> {
         let f = LayerFaults {
             norm: fault
                 .norm(l)
-                .filter(|_| self.ranks.contains(&self.odd_rank)),
+                .filter(|_| self.group.ranks.contains(&self.topo.odd_rank())),
             residual: fault.residual_scale(l),
             swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
             rope_swapped: fault.rope_swapped(l),
-            unweighted_merge: self.cp > 1 && fault.cp_unweighted_merge(l),
+            unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
         };
         let site = |s: &str| format!("layers.{l}.{s}");
         if f.norm.is_some() {
@@ -360,21 +303,21 @@ impl StageCtx<'_> {
         normalizers: &[f64],
     ) -> (Vec<Val>, Vec<Val>) {
         let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
-        let hn = tape.per_rank(&self.ranks, &[&x], |i, v| {
+        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
             rms_norm(v[0].clone(), self.w(i, "norm.weight"))
         });
-        let hn = tape.collective(comm, self.enter(), "output.in", &self.ranks, &hn);
-        let logits = tape.per_rank(&self.ranks, &[&hn], |i, v| {
+        let hn = tape.collective(comm, self.enter(), "output.in", self.ranks(), &hn);
+        let logits = tape.per_rank(self.ranks(), &[&hn], |i, v| {
             linear(v[0].clone(), self.w(i, "output.weight"))
         });
         let maxes: Vec<Tensor<3>> = logits.iter().map(|&v| tape.value(v).max_dim(2)).collect();
-        let shift = Groups::each(&g.tp_groups(), &self.ranks, maxes, |r, p| {
+        let shift = Layout::each(&g.tp_groups(), self.ranks(), maxes, |r, p| {
             comm.all_reduce_max("loss.max.fwd.all_reduce_max", r, p)
         });
-        let sumexp = tape.per_rank(&self.ranks, &[&logits], |i, v| {
+        let sumexp = tape.per_rank(self.ranks(), &[&logits], |i, v| {
             (v[0].clone() - shift[i].clone()).exp().sum_dim(2)
         });
-        let picked = tape.per_rank(&self.ranks, &[&logits], |i, v| {
+        let picked = tape.per_rank(self.ranks(), &[&logits], |i, v| {
             let mb = &locals[g.local_of(i)].batch;
             let (b, s) = (mb.batch, mb.seq_len);
             let start = (i % g.tp * block) as i64;
@@ -400,17 +343,17 @@ impl StageCtx<'_> {
             comm,
             Conj::ReduceFromTp,
             "loss.sumexp",
-            &self.ranks,
+            self.ranks(),
             &sumexp,
         );
         let picked = tape.collective(
             comm,
             Conj::ReduceFromTp,
             "loss.target",
-            &self.ranks,
+            self.ranks(),
             &picked,
         );
-        let loss = tape.per_rank(&self.ranks, &[&sumexp, &picked], |i, v| {
+        let loss = tape.per_rank(self.ranks(), &[&sumexp, &picked], |i, v| {
             let c = g.local_of(i);
             let mb = &locals[c].batch;
             let keep: Vec<f64> = mb

@@ -1,0 +1,69 @@
+//! What a stage's layers know about themselves: the topology, their stage group, the
+//! microbatch's context, and every rank's parameters. The layers (`stage.rs`, `experts.rs`,
+//! `router.rs`, `dispatch.rs`, `ring.rs`) add their methods to [`StageCtx`] in their own files;
+//! the type lives here, below all of them, so none of them imports another's.
+
+use burn::tensor::{DType, Device, Tensor, TensorData};
+use indexmap::IndexMap;
+use meshparity_specs::ModelConfig;
+
+use crate::llama::moe::Decided;
+use crate::parallel::fault::{Fault, NormFault};
+use crate::parallel::topology::{Layout, StageGroup, Topology};
+
+/// A rank's parameter shards as autodiff leaves.
+pub type Leaves = IndexMap<String, Tensor<2>>;
+
+/// What a stage needs to know about itself.
+pub struct StageCtx<'a> {
+    pub model: &'a ModelConfig,
+    pub device: &'a Device,
+    pub dtype: DType,
+    /// The mesh's groups and what applies on it (SP, experts, the odd rank).
+    pub topo: &'a Topology,
+    /// This stage's ranks for the microbatch: its replicas' TP × CP ranks, TP fastest.
+    pub group: StageGroup,
+    /// Sequences in the global batch (the load-balance loss averages over them).
+    pub sequences: usize,
+    /// Routing to replay (moe): per layer, over the global batch's tokens.
+    pub replay: Option<&'a [Decided]>,
+    /// Each replica's first global row of this microbatch.
+    pub first_rows: Vec<usize>,
+    /// Every rank's leaves, indexed by global rank.
+    pub leaves: &'a [Leaves],
+    pub fault: Option<Fault>,
+}
+
+/// Which computation faults act in one layer.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LayerFaults {
+    pub(super) norm: Option<NormFault>,
+    pub(super) residual: Option<f64>,
+    pub(super) swiglu_wrong_operand: bool,
+    pub(super) rope_swapped: bool,
+    pub(super) unweighted_merge: bool,
+}
+
+impl StageCtx<'_> {
+    /// The stage group's layout: which of its indices form TP groups, CP rings, replicas.
+    pub(super) fn groups(&self) -> Layout {
+        self.group.layout
+    }
+
+    /// The group's global ranks, by index.
+    pub(super) fn ranks(&self) -> &[usize] {
+        &self.group.ranks
+    }
+
+    pub(super) fn tp(&self) -> usize {
+        self.topo.tp()
+    }
+
+    pub(super) fn w(&self, i: usize, name: &str) -> Tensor<2> {
+        self.leaves[self.group.ranks[i]][name].clone()
+    }
+
+    pub(super) fn constant<const D: usize>(&self, v: Vec<f64>, shape: [usize; D]) -> Tensor<D> {
+        Tensor::<D>::from_data(TensorData::new(v, shape), (self.device, self.dtype))
+    }
+}

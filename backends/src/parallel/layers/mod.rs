@@ -1,0 +1,17 @@
+//! One pipeline stage's layers on its stage group, for one microbatch.
+//!
+//! - `ctx.rs` — what a stage knows about itself (`StageCtx`), below every layer file;
+//! - `stage.rs` — the stage: embedding, TP/SP attention and MLP blocks, the vocab-parallel head;
+//! - `ring.rs` — attention on whole sequences or around the CP ring (online softmax);
+//! - `experts.rs` — the moe family's routed MLP on a stage's ranks;
+//! - `router.rs` — the router's host-side decisions: own top-k, replay, capacity drops;
+//! - `dispatch.rs` — expert parallelism: tokens to their experts' ranks and back;
+//! - `faulty.rs` — the computation mutations' wrong layer functions.
+
+pub mod ctx;
+mod dispatch;
+pub mod experts;
+mod faulty;
+mod ring;
+mod router;
+pub mod stage;

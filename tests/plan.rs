@@ -1,0 +1,155 @@
+//! `meshparity plan` as a user runs it: its formats, filters, exit codes, and the mesh
+//! topology it explains.
+
+use assert_cmd::Command;
+
+fn meshparity() -> Command {
+    let mut c = Command::cargo_bin("meshparity").unwrap();
+    c.env("NO_COLOR", "1");
+    c
+}
+
+fn stdout(c: &mut Command) -> String {
+    String::from_utf8(c.output().unwrap().stdout).unwrap()
+}
+
+#[test]
+fn plan_formats() {
+    let text = stdout(meshparity().args(["plan", "examples/quickstart.toml"]));
+    assert!(
+        text.starts_with("plan `quickstart` from examples/quickstart.toml: 96 of 96 jobs selected"),
+        "{text}"
+    );
+    let json = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 96);
+    let dot = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "dot"]));
+    assert!(dot.starts_with("digraph \"quickstart\" {"));
+    assert_eq!(
+        dot.matches(" -> ").count(),
+        110,
+        "one edge into each training and mutation job, two into each level (its mesh's \
+         training and the level before)"
+    );
+}
+
+#[test]
+fn plan_filters_and_partitions() {
+    let out = stdout(meshparity().args([
+        "plan",
+        "examples/quickstart.toml",
+        "--filter",
+        "mesh=dp2",
+        "--filter",
+        "level=oracle",
+    ]));
+    assert!(
+        out.contains("1 of 96 jobs selected, 5 more as dependencies"),
+        "{out}"
+    );
+    let mut total = 0;
+    for shard in 1..=3 {
+        let json = stdout(meshparity().args([
+            "plan",
+            "examples/quickstart.toml",
+            "--format",
+            "json",
+            "--partition",
+            &format!("hash:{shard}/3"),
+        ]));
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        total += v["selected"].as_u64().unwrap();
+    }
+    assert_eq!(total, 96);
+}
+
+#[test]
+fn plan_exit_codes() {
+    meshparity()
+        .args([
+            "plan",
+            "examples/quickstart.toml",
+            "--filter",
+            "model=nothing-like-this",
+        ])
+        .assert()
+        .code(4)
+        .stderr(predicates::str::contains("nothing selected"));
+    meshparity()
+        .args([
+            "plan",
+            "examples/quickstart.toml",
+            "--partition",
+            "hash:0/3",
+        ])
+        .assert()
+        .code(2);
+    meshparity()
+        .args([
+            "plan",
+            "examples/quickstart.toml",
+            "--filter",
+            "colour=blue",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("unknown filter key `colour`"));
+    meshparity()
+        .args(["plan", "specs/tests/broken/misfit.toml"])
+        .assert()
+        .code(2);
+}
+
+/// `--explain-mesh` prints every group of a mesh in global ranks, as text and as JSON, and a
+/// mesh the spec does not define is a spec error that names the closest one.
+#[test]
+fn plan_explains_a_meshs_groups() {
+    let text = stdout(meshparity().args([
+        "plan",
+        "examples/quickstart.toml",
+        "--explain-mesh",
+        "dp2-tp2-pp2",
+    ]));
+    assert!(
+        text.starts_with("mesh `dp2-tp2-pp2` (examples/quickstart.toml:"),
+        "{text}"
+    );
+    assert!(text.contains("     5  tp1 cp0 dp0 pp1"), "{text}");
+    assert!(text.contains("[0 1 4 5] [2 3 6 7]"), "{text}");
+    let json = stdout(meshparity().args([
+        "plan",
+        "examples/full-sweep.toml",
+        "--explain-mesh",
+        "ep2-etp2",
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let groups = |axis: &str| {
+        v["topology"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["axis"] == axis)
+            .unwrap_or_else(|| panic!("no {axis} in {json}"))["groups"]
+            .clone()
+    };
+    assert_eq!(groups("ep"), serde_json::json!([[0, 2], [1, 3]]));
+    assert_eq!(groups("expert-mp"), serde_json::json!([[0, 1, 2, 3]]));
+    let out = meshparity()
+        .args([
+            "plan",
+            "examples/quickstart.toml",
+            "--explain-mesh",
+            "dp2-tp2-pp",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("no mesh `dp2-tp2-pp`; did you mean `dp2-tp2-pp2`?"),
+        "{err}"
+    );
+}
