@@ -7,17 +7,112 @@ use crate::diagnostic::Diagnostic;
 use crate::dtype::DType;
 use crate::source::{Loc, Located};
 
-pub const KEYS: &[&str] = &[
-    "dp",
-    "tp",
-    "pp",
-    "ep",
-    "etp",
-    "cp",
-    "sp",
-    "microbatches",
-    "schedule",
-];
+/// The one table of mesh axes: every key of `[meshes.NAME]` once, with its type, default,
+/// kind (how it is decoded) and meaning. The accepted keys ([`KEYS`]), the config
+/// ([`MeshConfig`]), the decoded mesh with each value's location ([`Mesh`]) and the JSON
+/// Schema's `Mesh` all come from it, so a new axis is one line here.
+macro_rules! mesh_axes {
+    ($(
+        $(#[doc = $doc:literal])*
+        $key:ident: $ty:ty = $default:expr, $kind:ident $(, schema($($schema:tt)*))?;
+    )*) => {
+        /// The keys of `[meshes.NAME]`.
+        pub const KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// The degrees of a mesh, without its name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+        pub struct MeshConfig {
+            $($(#[doc = $doc])* pub $key: $ty,)*
+        }
+
+        impl MeshConfig {
+            /// Every axis at its default: one rank.
+            pub const DEFAULT: MeshConfig = MeshConfig { $($key: $default,)* };
+        }
+
+        /// A mesh as written, every value located for messages.
+        #[derive(Clone, Debug)]
+        pub struct Mesh {
+            pub name: Located<String>,
+            $(pub $key: Located<$ty>,)*
+            pub loc: Loc,
+        }
+
+        impl Mesh {
+            /// Every axis from `t`, its default (located at the table) where absent or wrong.
+            fn decode_axes(cx: &mut Ctx<'_>, name: Located<String>, t: &mut Table<'_, '_>) -> Mesh {
+                $(let $key = axis::$kind(t, cx, stringify!($key))
+                    .unwrap_or_else(|| Located::new($default, t.loc.clone()));)*
+                Mesh { name, $($key,)* loc: t.loc.clone() }
+            }
+
+            pub fn config(&self) -> MeshConfig {
+                MeshConfig { $($key: self.$key.value,)* }
+            }
+        }
+
+        // The schema's description of `[meshes.NAME]` (`schema.rs`); a plain comment, so the
+        // schema carries no description of its own.
+        #[derive(schemars::JsonSchema)]
+        #[schemars(deny_unknown_fields, rename = "Mesh")]
+        #[allow(dead_code)]
+        pub(crate) struct MeshSchema {
+            $($(#[doc = $doc])* $(#[schemars($($schema)*)])? $key: Option<$ty>,)*
+        }
+    };
+}
+
+mesh_axes! {
+    /// Data-parallel degree.
+    dp: u32 = 1, degree, schema(range(min = 1));
+    /// Tensor-parallel degree.
+    tp: u32 = 1, degree, schema(range(min = 1));
+    /// Pipeline-parallel degree (stages).
+    pp: u32 = 1, degree, schema(range(min = 1));
+    /// Expert-parallel degree (moe).
+    ep: u32 = 1, degree, schema(range(min = 1));
+    /// Expert tensor-parallel degree (moe).
+    etp: u32 = 1, degree, schema(range(min = 1));
+    /// Context-parallel degree.
+    cp: u32 = 1, degree, schema(range(min = 1));
+    /// Sequence parallelism within the TP group.
+    sp: bool = false, flag;
+    /// Microbatches per step (gradient accumulation / pipeline).
+    microbatches: u32 = 1, degree, schema(range(min = 1));
+    /// Pipeline schedule (default 1f1b).
+    schedule: Schedule = Schedule::OneFOneB, keyword;
+}
+
+/// How each kind of axis is decoded.
+mod axis {
+    use crate::decode::{Ctx, Keyword, Table};
+    use crate::source::Located;
+
+    /// A degree or count: a positive integer.
+    pub fn degree(
+        t: &mut Table<'_, '_>,
+        cx: &mut Ctx<'_>,
+        key: &'static str,
+    ) -> Option<Located<u32>> {
+        t.positive(cx, key)
+    }
+
+    pub fn flag(
+        t: &mut Table<'_, '_>,
+        cx: &mut Ctx<'_>,
+        key: &'static str,
+    ) -> Option<Located<bool>> {
+        t.bool(cx, key)
+    }
+
+    pub fn keyword<K: Keyword>(
+        t: &mut Table<'_, '_>,
+        cx: &mut Ctx<'_>,
+        key: &'static str,
+    ) -> Option<Located<K>> {
+        t.keyword::<K>(cx, key)
+    }
+}
 
 /// Pipeline schedules.
 #[derive(
@@ -38,20 +133,6 @@ impl Keyword for Schedule {
         &[("gpipe", Schedule::GPipe), ("1f1b", Schedule::OneFOneB)];
 }
 
-/// The degrees of a mesh, without its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-pub struct MeshConfig {
-    pub dp: u32,
-    pub tp: u32,
-    pub pp: u32,
-    pub ep: u32,
-    pub etp: u32,
-    pub cp: u32,
-    pub sp: bool,
-    pub microbatches: u32,
-    pub schedule: Schedule,
-}
-
 /// A rank's coordinates in a mesh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Coord {
@@ -63,17 +144,7 @@ pub struct Coord {
 
 impl MeshConfig {
     /// One rank: what a world-size-1 run is, as a mesh (reference traces, templates).
-    pub const SINGLE: MeshConfig = MeshConfig {
-        dp: 1,
-        tp: 1,
-        pp: 1,
-        ep: 1,
-        etp: 1,
-        cp: 1,
-        sp: false,
-        microbatches: 1,
-        schedule: Schedule::OneFOneB,
-    };
+    pub const SINGLE: MeshConfig = MeshConfig::DEFAULT;
 
     /// The one rank ↔ coordinate map, Megatron's order with tensor parallel fastest:
     /// rank = tp + TP·(cp + CP·(dp + DP·pp)). Expert groups (ep, etp) are carved out of dp·tp.
@@ -123,53 +194,9 @@ impl MeshConfig {
     }
 }
 
-/// A mesh as written, every degree located for messages.
-#[derive(Clone, Debug)]
-pub struct Mesh {
-    pub name: Located<String>,
-    pub dp: Located<u32>,
-    pub tp: Located<u32>,
-    pub pp: Located<u32>,
-    pub ep: Located<u32>,
-    pub etp: Located<u32>,
-    pub cp: Located<u32>,
-    pub sp: Located<bool>,
-    pub microbatches: Located<u32>,
-    pub schedule: Located<Schedule>,
-    pub loc: Loc,
-}
-
 impl Mesh {
     pub fn decode(cx: &mut Ctx<'_>, name: Located<String>, mut t: Table<'_, '_>) -> Option<Mesh> {
-        let one = Located::new(1, t.loc.clone());
-        let mut degree =
-            |t: &mut Table<'_, '_>, key| t.positive(cx, key).unwrap_or_else(|| one.clone());
-        let dp = degree(&mut t, "dp");
-        let tp = degree(&mut t, "tp");
-        let pp = degree(&mut t, "pp");
-        let ep = degree(&mut t, "ep");
-        let etp = degree(&mut t, "etp");
-        let cp = degree(&mut t, "cp");
-        let microbatches = degree(&mut t, "microbatches");
-        let sp = t
-            .bool(cx, "sp")
-            .unwrap_or_else(|| Located::new(false, t.loc.clone()));
-        let schedule = t
-            .keyword::<Schedule>(cx, "schedule")
-            .unwrap_or_else(|| Located::new(Schedule::OneFOneB, t.loc.clone()));
-        let mesh = Mesh {
-            name,
-            dp,
-            tp,
-            pp,
-            ep,
-            etp,
-            cp,
-            sp,
-            microbatches,
-            schedule,
-            loc: t.loc.clone(),
-        };
+        let mesh = Mesh::decode_axes(cx, name, &mut t);
         t.finish(cx);
         mesh.check_shape(cx);
         Some(mesh)
@@ -202,20 +229,6 @@ impl Mesh {
                     self.world_size()
                 ),
             ));
-        }
-    }
-
-    pub fn config(&self) -> MeshConfig {
-        MeshConfig {
-            dp: self.dp.value,
-            tp: self.tp.value,
-            pp: self.pp.value,
-            ep: self.ep.value,
-            etp: self.etp.value,
-            cp: self.cp.value,
-            sp: self.sp.value,
-            microbatches: self.microbatches.value,
-            schedule: self.schedule.value,
         }
     }
 

@@ -12,7 +12,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::family::Family;
 use crate::level::Level;
-use crate::mesh::Schedule;
+use crate::mesh::MeshSchema as Mesh;
 use crate::run::Optimizer;
 use crate::tolerance::CurveMode;
 
@@ -266,36 +266,6 @@ struct EngineMutationTable {
     /// What a mesh needs for the bug to exist.
     #[schemars(schema_with = "needs_names", default)]
     needs: Option<Vec<String>>,
-}
-
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct Mesh {
-    /// Data-parallel degree.
-    #[schemars(range(min = 1))]
-    dp: Option<u32>,
-    /// Tensor-parallel degree.
-    #[schemars(range(min = 1))]
-    tp: Option<u32>,
-    /// Pipeline-parallel degree (stages).
-    #[schemars(range(min = 1))]
-    pp: Option<u32>,
-    /// Expert-parallel degree (moe).
-    #[schemars(range(min = 1))]
-    ep: Option<u32>,
-    /// Expert tensor-parallel degree (moe).
-    #[schemars(range(min = 1))]
-    etp: Option<u32>,
-    /// Context-parallel degree.
-    #[schemars(range(min = 1))]
-    cp: Option<u32>,
-    /// Sequence parallelism within the TP group.
-    sp: Option<bool>,
-    /// Microbatches per step (gradient accumulation / pipeline).
-    #[schemars(range(min = 1))]
-    microbatches: Option<u32>,
-    /// Pipeline schedule (default 1f1b).
-    schedule: Option<Schedule>,
 }
 
 /// `"exact"` or a table of limits.
