@@ -481,9 +481,11 @@ levels = ["forward", "curve", "oracle"]
     );
     // The feature branch changes the step size: caught, while the base is still HEAD's.
     let text = std::fs::read_to_string(r.join("train.py")).unwrap();
+    let step = "\"--lr\", type=float, default=0.05";
+    assert!(text.contains(step), "the trainer's step size moved: {text}");
     std::fs::write(
         r.join("train.py"),
-        text.replace("0.05 * grad", "0.06 * grad"),
+        text.replace(step, "\"--lr\", type=float, default=0.06"),
     )
     .unwrap();
     let (code, changed) = run("changed");

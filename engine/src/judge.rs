@@ -19,6 +19,7 @@ use crate::gate::Gate;
 use crate::outcome::{Comparison, Losses, Outcome};
 use crate::seal::verify_file;
 use crate::update::updates;
+use crate::vacuity::vacuity;
 
 /// Why a level could not be judged (as opposed to judged and failed).
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +97,10 @@ impl Judge<'_> {
             ],
             Level::Routing => vec![sides.routing()?],
         };
+        let mut comparisons = comparisons;
+        if let Some(why) = vacuity(level, self.reference, &reference)? {
+            comparisons.push(crate::vacuity::comparison(&why));
+        }
         if let Some(c) = comparisons.iter().find(|c| c.passed && c.gates.is_empty()) {
             return Err(JudgeError::NothingGated(format!(
                 "{level}: {} compared with no limit in force (the tolerance table gates no \

@@ -13,6 +13,7 @@
 //! - [`routing`] — the routing level: per-token expert sets against the reference's;
 //! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`update`] — weight updates, what the oracle level compares;
+//! - [`vacuity`] — a level passes only against a reference that computes and trains;
 //! - [`conformance`] — the suite every engine must pass.
 
 pub mod artifact;
@@ -32,6 +33,7 @@ pub mod seal;
 pub mod stages;
 pub mod tensor;
 pub mod update;
+pub mod vacuity;
 
 pub use artifact::{files, ArtifactError, Manifest};
 pub use check::{check, checkpoint_site, localize, CheckError, Checked, ReferenceTrace};

@@ -83,9 +83,10 @@ impl MutationOutcome {
     /// outcomes: caught when some level failed *and* the mutation altered something (a bug
     /// that never fired proves nothing, whatever the levels say).
     pub fn judged(mutation: &str, run: &Manifest, levels: Vec<Outcome>, seconds: f64) -> Self {
+        // A level that fails only as vacuous (a dead reference) says nothing about the bug.
         let caught_by: Vec<Level> = levels
             .iter()
-            .filter(|o| !o.passed)
+            .filter(|o| !o.passed && !o.only_vacuous())
             .map(|o| o.level)
             .collect();
         Self {

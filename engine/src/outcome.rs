@@ -167,9 +167,19 @@ pub struct Losses {
 }
 
 impl Outcome {
+    /// Whether every failed comparison failed as vacuous (and one did): the reference does not
+    /// train, and nothing else is wrong.
+    pub fn only_vacuous(&self) -> bool {
+        let mut failed = self.comparisons.iter().filter(|c| !c.passed).peekable();
+        failed.peek().is_some() && failed.all(crate::vacuity::is_vacuous)
+    }
+
     /// One line for people: what passed or the first failure.
     pub fn summary(&self) -> String {
         match self.comparisons.iter().find(|c| !c.passed) {
+            Some(c) if crate::vacuity::is_vacuous(c) => {
+                c.failure.clone().unwrap_or_else(|| "vacuous".to_owned())
+            }
             Some(c) => {
                 let again = if c.reproduce.is_empty() {
                     String::new()

@@ -12,10 +12,16 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--steps", type=int, default=3)
 p.add_argument("--out", required=True)
 p.add_argument("--bug", default="none")
+# Ways not to train, for the non-vacuity tests: a learning rate of 0, a model whose output
+# ignores its input (zero weights: every logit 0).
+p.add_argument("--lr", type=float, default=0.05)
+p.add_argument("--constant-output", action="store_true")
 a = p.parse_args()
 
 rng = np.random.default_rng(a.seed)
 w = rng.normal(size=(8, 4))
+if a.constant_output:
+    w = np.zeros_like(w)
 x, y = rng.normal(size=(16, 8)), rng.normal(size=(16, 4))
 rec = Recorder(a.out)
 rec.tensors("init.safetensors", {"w": w})
@@ -30,5 +36,5 @@ for step in range(1, a.steps + 1):
     if step == 1:
         rec.tensors("logits.safetensors", {"logits": x @ w, "loss": loss})
         rec.tensors("grads.safetensors", {"w": grad})
-    w = w - 0.05 * grad
+    w = w - a.lr * grad
 rec.tensors("final.safetensors", {"w": w})

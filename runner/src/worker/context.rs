@@ -168,7 +168,8 @@ impl Context<'_> {
             baseline2: baseline2.as_deref(),
         };
         let mut o = judge.level(level, &limits)?;
-        if !o.passed && self.job.variant.is_none() {
+        // A vacuous level (a reference that does not train) has no divergence to localize.
+        if !o.passed && self.job.variant.is_none() && !o.only_vacuous() {
             // A verdict already computed is kept whatever happens to its localization.
             match self.localize(level, &o) {
                 Ok(l) => o.localization = l,
