@@ -36,6 +36,21 @@ Exit codes:
   2  usage or spec error
   4  nothing selected by --filter / --partition";
 
+/// `report --help`.
+pub const HELP_REPORT: &str = "\
+Exit codes:
+  0  the reports were written (with --merge: and every merged job passed)
+  1  with --merge: some check failed, or jobs were skipped or not run
+  2  unreadable or incompatible results files, or shards that do not merge
+  3  a report could not be written (with --merge: or infrastructure errors only)
+  130 with --merge: a shard's run was interrupted";
+
+/// `schema --help` and `list --help`: they only print.
+pub const HELP_PRINT: &str = "\
+Exit codes:
+  0  printed
+  2  usage error";
+
 /// `calibrate --help`.
 pub const HELP_CALIBRATE: &str = "\
 Exit codes:

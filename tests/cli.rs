@@ -91,6 +91,31 @@ fn validate_of_a_missing_file_is_a_spec_error() {
 fn help_documents_exit_codes() {
     let help = stdout(meshparity().args(["plan", "--help"]));
     assert!(help.contains("4  nothing selected"), "{help}");
+    for command in [
+        "validate",
+        "plan",
+        "run",
+        "calibrate",
+        "report",
+        "schema",
+        "list",
+    ] {
+        let help = stdout(meshparity().args([command, "--help"]));
+        assert!(help.contains("Exit codes:\n  0  "), "{command}: {help}");
+    }
+    let list = stdout(meshparity().args(["list", "--help"]));
+    assert!(list.contains("`list mutations`"), "{list}");
+}
+
+/// `--version` names the commit the binary was built from (this is a git checkout).
+#[test]
+fn the_version_names_its_commit() {
+    let v = stdout(meshparity().arg("--version"));
+    let commit = v
+        .strip_prefix(concat!("meshparity ", env!("CARGO_PKG_VERSION"), " ("))
+        .unwrap_or_else(|| panic!("{v}"));
+    let hex: String = commit.chars().take_while(char::is_ascii_hexdigit).collect();
+    assert_eq!(hex.len(), 12, "{v}");
 }
 
 #[test]

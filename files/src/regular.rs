@@ -56,9 +56,15 @@ pub fn open(path: &Path) -> std::io::Result<File> {
     } else {
         "not a regular file"
     };
+    // A directory is named by mistake, not as a stream to capture: no copying advice.
+    let advice = if kind.is_dir() {
+        "name a file in it"
+    } else {
+        "copy it to a file first"
+    };
     Err(Error::new(
         ErrorKind::InvalidInput,
-        format!("it is {what}; only regular files are read (copy it to a file first)"),
+        format!("it is {what}; only regular files are read ({advice})"),
     ))
 }
 

@@ -24,7 +24,7 @@ use crate::exit;
 #[derive(Parser)]
 #[command(
     name = "meshparity",
-    version,
+    version = env!("MESHPARITY_VERSION"),
     about = "Proves a parallelized training setup computes the same thing as its single-device oracle",
     after_help = exit::HELP
 )]
@@ -49,10 +49,14 @@ enum Command {
     #[command(after_help = exit::HELP_CALIBRATE)]
     Calibrate(calibrate::Args),
     /// Render a run's reports (JUnit XML, HTML, Markdown) from its results.json.
+    #[command(after_help = exit::HELP_REPORT)]
     Report(report::Args),
     /// Print the JSON Schema (draft-07) of the spec format, for editors.
+    #[command(after_help = exit::HELP_PRINT)]
     Schema,
-    /// List what this machine offers: `list devices`.
+    /// List what this build offers: `list devices` (the CPU and each GPU adapter) and `list
+    /// mutations` (the catalogued bugs).
+    #[command(after_help = exit::HELP_PRINT)]
     List(list::Args),
     /// Compare two checkpoints (safetensors, sharded or not) or two metric curves (.jsonl).
     /// Exit 0: match; 1: mismatch; 2: bad input or nothing compared.

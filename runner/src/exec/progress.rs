@@ -7,7 +7,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use meshparity_reports::{JobRecord, Status};
 
 pub enum Progress {
-    Bar { bar: ProgressBar, failures: usize },
+    /// A live bar; its message counts jobs that failed (a check, an error, a timeout) apart
+    /// from those skipped after a failed dependency.
+    Bar {
+        bar: ProgressBar,
+        failures: usize,
+        skipped: usize,
+    },
     Lines,
 }
 
@@ -24,12 +30,21 @@ impl Progress {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress::Bar { bar, failures: 0 }
+        Progress::Bar {
+            bar,
+            failures: 0,
+            skipped: 0,
+        }
     }
 
     /// Running jobs changed.
     pub fn running(&mut self, names: &[String]) {
-        if let Progress::Bar { bar, failures } = self {
+        if let Progress::Bar {
+            bar,
+            failures,
+            skipped,
+        } = self
+        {
             let shown: Vec<&str> = names.iter().take(2).map(String::as_str).collect();
             let more = names.len().saturating_sub(shown.len());
             let more = if more > 0 {
@@ -37,8 +52,13 @@ impl Progress {
             } else {
                 String::new()
             };
+            let skipped = if *skipped > 0 {
+                format!(", {skipped} skipped")
+            } else {
+                String::new()
+            };
             bar.set_message(format!(
-                "{failures} failed · running {}{more}",
+                "{failures} failed{skipped} · running {}{more}",
                 shown.join(", ")
             ));
         }
@@ -53,9 +73,15 @@ impl Progress {
             r.summary
         );
         match self {
-            Progress::Bar { bar, failures } => {
-                if !r.status.passed() && r.status != Status::NotRun {
-                    *failures += 1;
+            Progress::Bar {
+                bar,
+                failures,
+                skipped,
+            } => {
+                match r.status {
+                    Status::Failed | Status::Error | Status::Timeout => *failures += 1,
+                    Status::Skipped => *skipped += 1,
+                    Status::Passed | Status::Flaky | Status::NotRun => {}
                 }
                 if !r.status.passed() {
                     bar.println(line);
