@@ -6,7 +6,9 @@
 //! and name `<level>`, `mutation[<name>]` or `reference`. Failures carry the failing metric,
 //! value and limit; errors (crash, timeout) the log tail in system-out; skipped and not-run jobs
 //! their reason; flaky jobs their failed attempts as flaky elements. Suites carry the run
-//! metadata as properties and a `skipped` count.
+//! metadata as properties, the run's start as `timestamp`, their jobs' total `time` and a
+//! `skipped` count (not `disabled`: nothing is disabled, jobs are skipped after a failed
+//! dependency). Each case names the spec in `file`, which GitHub and GitLab annotate from.
 
 use std::time::Duration;
 
@@ -111,6 +113,10 @@ pub fn junit(results: &RunResults) -> String {
     let meta = &results.meta;
     let mut report = Report::new(meta.spec_name.as_str());
     report.set_time(seconds(meta.seconds));
+    let started = chrono::DateTime::parse_from_rfc3339(&meta.started).ok();
+    if let Some(t) = started {
+        report.set_timestamp(t);
+    }
     let mut suites: IndexMap<&str, Vec<&JobRecord>> = IndexMap::new();
     // A job another shard (or filter) selected is reported there, once.
     for job in results.jobs.iter().filter(|j| !j.dependency) {
@@ -118,6 +124,10 @@ pub fn junit(results: &RunResults) -> String {
     }
     for (model, jobs) in suites {
         let mut suite = TestSuite::new(model);
+        if let Some(t) = started {
+            suite.set_timestamp(t);
+        }
+        suite.set_time(seconds(jobs.iter().map(|j| j.seconds.max(0.0)).sum()));
         let props = [
             ("spec", meta.spec.clone()),
             ("spec_hash", meta.spec_hash.clone()),
@@ -142,6 +152,7 @@ pub fn junit(results: &RunResults) -> String {
             let mut case = TestCase::new(name, status(job));
             case.set_classname(class);
             case.set_time(seconds(job.seconds));
+            case.extra.insert("file".into(), meta.spec.as_str().into());
             case.add_property(Property::new("job_id", job.id.as_str()));
             case.add_property(Property::new("world_size", job.world_size.to_string()));
             case.add_property(Property::new("device", job.device.as_str()));
@@ -162,6 +173,8 @@ pub fn junit(results: &RunResults) -> String {
             }
             suite.add_test_case(case);
         }
+        // quick-junit counts skipped cases as disabled too; `skipped` above says it.
+        suite.disabled = 0;
         report.add_test_suite(suite);
     }
     crate::chars::xml_safe(

@@ -7,6 +7,7 @@ mod plan;
 mod report;
 mod run;
 mod schema;
+mod shell;
 mod validate;
 mod worker;
 
@@ -28,7 +29,7 @@ use crate::exit;
     about = "Proves a parallelized training setup computes the same thing as its single-device oracle",
     after_help = exit::HELP
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -61,6 +62,13 @@ enum Command {
     /// Compare two checkpoints (safetensors, sharded or not) or two metric curves (.jsonl).
     /// Exit 0: match; 1: mismatch; 2: bad input or nothing compared.
     Compare(compare::Args),
+    /// Print a shell completion script: `meshparity completions bash > /etc/bash_completion.d/meshparity`
+    /// (zsh: into a directory on $fpath as `_meshparity`; fish: ~/.config/fish/completions/).
+    #[command(after_help = exit::HELP_PRINT)]
+    Completions(shell::CompletionArgs),
+    /// Print the man page (roff): `meshparity man > meshparity.1; man ./meshparity.1`.
+    #[command(after_help = exit::HELP_PRINT)]
+    Man,
     /// Run one job in this process (what `run` launches for each job).
     #[command(hide = true)]
     Worker(worker::Args),
@@ -77,6 +85,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),
+        Command::Completions(args) => shell::completions(&args),
+        Command::Man => shell::man(),
         Command::Worker(args) => worker::run(&args),
     };
     ExitCode::from(code)
