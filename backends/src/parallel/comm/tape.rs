@@ -162,7 +162,7 @@ impl Tape {
         inputs: &[Val],
     ) -> Vec<Val> {
         let groups = comm.layout();
-        debug_assert_eq!(groups.len(), ranks.len(), "a stage group's ranks");
+        debug_assert_eq!(groups.size(), ranks.len(), "a stage group's ranks");
         let parts: Vec<Tensor<3>> = inputs.iter().map(|&v| self.value(v)).collect();
         let (traced, both) = conj.traced();
         if traced {

@@ -64,7 +64,7 @@ pub fn canon<const D: usize>(
         Some(g) if g.cp > 1 => g,
         _ => return canon_tp(parts, how),
     };
-    debug_assert_eq!(g.len(), parts.len(), "one replica's parts");
+    debug_assert_eq!(g.size(), parts.len(), "one replica's parts");
     // One TP group's value: copy `t`, or the group's merged value.
     let within = |group: &Vec<usize>, t: usize| -> Tensor<D> {
         let tp = group.iter().map(|&i| parts[i].clone());

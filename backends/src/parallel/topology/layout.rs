@@ -22,7 +22,7 @@ pub struct Experts {
 
 impl Layout {
     /// Ranks in the group.
-    pub fn len(self) -> usize {
+    pub fn size(self) -> usize {
         self.tp * self.cp * self.replicas
     }
 
