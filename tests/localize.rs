@@ -76,7 +76,12 @@ fn a_failed_check_names_its_first_divergence_in_every_report() {
         .find(|j| j["status"] == "failed")
         .expect("the forward level fails");
     let summary = job["summary"].as_str().unwrap();
-    assert!(summary.contains("no traced site diverged"), "{summary}");
+    assert!(
+        summary
+            .contains("no traced site diverged beyond localization's site limit (relative L2 1e-4")
+            && summary.contains("the level's own limit is tighter"),
+        "{summary}"
+    );
     assert!(job["detail"]["localization"]["compared"].as_u64().unwrap() > 50);
     let junit = std::fs::read_to_string(dir.path().join("run/junit.xml")).unwrap();
     assert!(junit.contains("no traced site diverged"), "{junit}");

@@ -181,5 +181,6 @@ pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
         }),
         compared: c.compared as usize,
         sites: Vec::new(),
+        site_limit: None,
     })
 }

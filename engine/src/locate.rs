@@ -148,14 +148,23 @@ pub struct Localization {
     pub compared: usize,
     /// Every compared value, in order.
     pub sites: Vec<SiteRow>,
+    /// The relative L2 above which a traced tensor counted as diverged (localization's own
+    /// site limit, per dtype: not the level's gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_limit: Option<f64>,
 }
 
 impl Localization {
     /// One line for reports.
     pub fn summary(&self) -> String {
         let Some(s) = &self.first else {
+            let limit = self
+                .site_limit
+                .map(|l| format!(" beyond localization's site limit (relative L2 {l:e})"))
+                .unwrap_or_default();
             return format!(
-                "no traced site diverged ({} values compared): the difference arises outside the traced steps",
+                "no traced site diverged{limit} ({} values compared): the level's own limit is \
+                 tighter than that, or the difference arises outside the traced steps",
                 self.compared
             );
         };
@@ -217,6 +226,7 @@ pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization
                 first: Some(first),
                 compared: sites.len(),
                 sites,
+                site_limit: Some(self::limit(dtype)),
             });
         }
     }
@@ -224,6 +234,7 @@ pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization
         first: None,
         compared: sites.len(),
         sites,
+        site_limit: Some(self::limit(dtype)),
     })
 }
 
@@ -345,6 +356,7 @@ mod tests {
                 key: "s0.x".into(),
                 relative_l2: f64::INFINITY,
             }],
+            site_limit: Some(1e-4),
         };
         let back: Localization = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
         assert_eq!(back, l);

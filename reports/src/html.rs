@@ -37,3 +37,43 @@ fn render(view: serde_json::Value) -> String {
         .expect("the calibration tables parse");
     crate::chars::xml_safe(hb.render("page", &view).expect("the view model renders"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job's divergence paragraph as the template renders it.
+    fn paragraph(divergence: serde_json::Value) -> String {
+        let mut hb = Handlebars::new();
+        hb.register_template_string("job", JOB).unwrap();
+        let html = hb
+            .render("job", &serde_json::json!({ "divergence": divergence }))
+            .unwrap();
+        let start = html
+            .find("<p class=\"divergence\">")
+            .expect("a divergence paragraph");
+        html[start..html[start..].find("</p>").unwrap() + start].to_owned()
+    }
+
+    /// No traced site diverged: the summary alone, not "first divergence: , <empty mark>".
+    #[test]
+    fn a_localization_without_a_site_says_so_plainly() {
+        let none = paragraph(serde_json::json!({
+            "at": "", "site": "", "reading": "", "before": [],
+            "what": "no traced site diverged (141 values compared)"
+        }));
+        assert!(!none.contains("first divergence"), "{none}");
+        assert!(!none.contains("<mark"), "{none}");
+        assert!(none.contains("no traced site diverged"), "{none}");
+        let found = paragraph(serde_json::json!({
+            "at": "step 0, forward", "site": "layers.0.mlp.out", "what": "layer output",
+            "reading": "relative l2 6.4e-1 > 1e-4", "before": []
+        }));
+        assert!(
+            found.contains(
+                "first divergence: step 0, forward, <mark class=\"site\">layers.0.mlp.out</mark>"
+            ),
+            "{found}"
+        );
+    }
+}
