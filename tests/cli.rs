@@ -262,9 +262,11 @@ fn compare_curves_from_the_command_line() {
         .get_output()
         .stdout
         .clone();
-    assert!(String::from_utf8(out)
-        .unwrap()
-        .contains("FAIL at step(s) [3]"));
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("FAIL at step(s) [3]"), "{text}");
+    // The limits in force, and the worst step in units of the limit.
+    assert!(text.contains("gates:     |b − f| / |b| ≤ "), "{text}");
+    assert!(text.contains("×  FAIL"), "{text}");
     meshparity()
         .arg("compare")
         .arg(&a)

@@ -209,6 +209,7 @@ pub fn curves(report: &CurveReport) -> String {
         let _ = writeln!(out, "baseline2: {b2}");
     }
     let _ = writeln!(out, "mode:      {}", report.mode);
+    let _ = writeln!(out, "gates:     {}", curve_gates(report));
     if !report.problems.is_empty() {
         let _ = writeln!(out, "\nstructural problems (fatal):");
         for p in &report.problems {
@@ -227,6 +228,7 @@ pub fn curves(report: &CurveReport) -> String {
         "\n  {:<w$} {:>6} {:>12} {:>11} {:>10}  STATUS",
         "METRIC", "STEPS", "WORST_REL", "AT_STEP", "RATIO"
     );
+    let rel = report.limits.metrics.get("rel").copied();
     for m in &report.metrics {
         let status = match (m.gated, m.verdict) {
             (false, _) => "reported (performance, not gated)".to_owned(),
@@ -245,7 +247,12 @@ pub fn curves(report: &CurveReport) -> String {
             m.steps,
             sci(m.worst_rel),
             m.worst_step.map_or("-".into(), |s| s.to_string()),
-            m.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+            match (m.ratio, rel) {
+                (Some(r), _) => format!("{r:.2}"),
+                // In rel mode: the worst step in units of the limit (above 1 fails).
+                (None, Some(l)) if m.gated && l > 0.0 => format!("{:.2}×", m.worst_rel / l),
+                _ => "-".into(),
+            },
         );
     }
     for n in &report.notes {
@@ -263,4 +270,25 @@ pub fn curves(report: &CurveReport) -> String {
         c.points_compared
     );
     out
+}
+
+/// The limits a curve comparison had in force, in words.
+fn curve_gates(report: &CurveReport) -> String {
+    let get = |k: &str| report.limits.metrics.get(k).copied();
+    match report.mode.as_str() {
+        "exact" => "every step bit-identical".to_owned(),
+        "noise-floor" => format!(
+            "signal / run-to-run envelope: < {} passes, ≥ {} fails",
+            sci(get("investigate").unwrap_or(3.0)),
+            sci(get("fail").unwrap_or(5.0))
+        ),
+        _ => match get("rel") {
+            Some(rel) => format!(
+                "|b − f| / |b| ≤ {} per step, {} failing step(s) allowed",
+                sci(rel),
+                get("allowed_failing_steps").unwrap_or(0.0)
+            ),
+            None => "none in force".to_owned(),
+        },
+    }
 }

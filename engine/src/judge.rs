@@ -312,10 +312,17 @@ pub fn compare_command(a: &Path, b: &Path, limits: &Limits, curve: bool) -> Stri
         cmd.push_str(" --profile exact");
         return cmd;
     }
+    // Counts as integers (`allowed_failing_steps=0`), limits in scientific notation.
     let settings: Vec<String> = limits
         .metrics
         .iter()
-        .map(|(k, v)| format!("{k}={v:e}"))
+        .map(|(k, v)| {
+            if *k == "allowed_failing_steps" && v.fract() == 0.0 {
+                format!("{k}={v}")
+            } else {
+                format!("{k}={v:e}")
+            }
+        })
         .collect();
     if curve {
         let mode = limits.mode.map_or("rel", |m| m.name());
@@ -338,5 +345,24 @@ pub fn quote(s: &str) -> String {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A curve's reproduce line gives counts as integers and limits in scientific notation, so
+    /// it reads as the user wrote the table.
+    #[test]
+    fn reproduce_lines_spell_counts_as_integers() {
+        let mut limits = Limits::default();
+        limits.metrics.insert("rel", 1e-9);
+        limits.metrics.insert("allowed_failing_steps", 0.0);
+        let cmd = compare_command(Path::new("a.jsonl"), Path::new("b.jsonl"), &limits, true);
+        assert!(
+            cmd.ends_with("--mode rel -t rel=1e-9,allowed_failing_steps=0"),
+            "{cmd}"
+        );
     }
 }

@@ -103,8 +103,13 @@ impl Comparison {
                         .worst_step
                         .map(|s| format!(" at step {s}"))
                         .unwrap_or_default();
+                    let limit = |k: &str| r.limits.metrics.get(k).copied();
+                    let over = limit("rel")
+                        .map(|l| format!(" > {}", sci(l)))
+                        .unwrap_or_default();
+                    let allowed = limit("allowed_failing_steps").unwrap_or(0.0);
                     format!(
-                        "`{}` rel {}{step}; {} failing step(s)",
+                        "`{}` rel {}{over}{step}; {} failing step(s), {allowed} allowed",
                         m.name,
                         sci(m.worst_rel),
                         m.failing_steps.len()
@@ -190,8 +195,14 @@ impl Outcome {
                     Some(l) => format!("; {}", l.summary()),
                     None => String::new(),
                 };
+                // `checkpoint differs`, `losses differ`, `logits and loss differ`.
+                let verb = if c.what.ends_with('s') || c.what.contains(" and ") {
+                    "differ"
+                } else {
+                    "differs"
+                };
                 format!(
-                    "{} differ: {}{again}{at}",
+                    "{} {verb}: {}{again}{at}",
                     c.what,
                     c.failure.as_deref().unwrap_or("mismatch")
                 )
