@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::harness::{
     command_spec, disk_use, files, fixture, gone_within, meshparity, processes_with, results,
+    CURVE_MAP,
 };
 
 /// A command engine's program that never ends is killed at its timeout; the directory its
@@ -115,8 +116,8 @@ fn links_in_the_programs_output_are_neither_read_nor_written_through() {
     };
     // The program's curve is a link.
     let spec = command_spec(&plant("m.jsonl")).replace(
-        "[models.m]",
-        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"m.jsonl\" }\n\n[models.m]",
+        CURVE_MAP,
+        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"m.jsonl\" }",
     );
     std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
     let out = meshparity(fx.path())
@@ -130,8 +131,8 @@ fn links_in_the_programs_output_are_neither_read_nor_written_through() {
 
     // A link under the contract's own name: replaced, the file outside untouched.
     let spec = command_spec(&plant("curve.jsonl")).replace(
-        "[models.m]",
-        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"own.jsonl\" }\n\n[models.m]",
+        CURVE_MAP,
+        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"own.jsonl\" }",
     );
     std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
     let out = meshparity(fx.path())
@@ -221,8 +222,8 @@ fn a_program_is_judged_when_it_exits_and_leaves_nothing_running() {
         r#"["-c", "setsid sleep 617.1 & sleep 617.2 & echo '{\"step\": 1, \"loss\": 1}' > m.jsonl"]"#,
     )
     .replace(
-        "[models.m]",
-        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"m.jsonl\" }\n\n[models.m]",
+        CURVE_MAP,
+        "cwd = \"{{out_dir}}\"\nartifacts = { curve = \"m.jsonl\" }",
     ));
     // Waiting on the background child's output would end at the timeout, as a timeout.
     let out = meshparity(fx.path())
@@ -299,7 +300,7 @@ output = "out"
 [engines.prog]
 kind = "command"
 program = "sh"
-args = ["-c", "for s in 1 2; do echo \"{\\\"step\\\": $s, \\\"loss\\\": $(cat loss.txt)}\"; done > \"$0/m.jsonl\"", "{{out_dir}}"]
+args = ["-c", "for s in 1 2; do echo \"{\\\"step\\\": $s, \\\"loss\\\": $(cat loss.txt)$s}\"; done > \"$0/m.jsonl\"", "{{out_dir}}"]
 artifacts = { curve = "m.jsonl" }
 
 [models.m]

@@ -65,6 +65,27 @@ pub struct ArtifactMap {
     pub log: Option<Located<String>>,
 }
 
+impl ArtifactMap {
+    /// The `artifacts` keys a run of this engine must map for `level`, that it does not: the
+    /// mesh run's side (`reference` false) or the world-size-1 reference's.
+    pub fn unmapped(&self, level: crate::Level, reference: bool) -> Vec<&'static str> {
+        use crate::Level;
+        let need: &[(&'static str, bool)] = match level {
+            // The reference writes the initial weights; a mesh run saves and loads them back.
+            Level::Roundtrip if reference => &[("checkpoint", self.checkpoint.is_some())],
+            Level::Roundtrip => &[("roundtrip", self.roundtrip.is_some())],
+            Level::Forward => &[("logits", self.logits.is_some())],
+            Level::Curve => &[("curve", self.curve.is_some() || self.log.is_some())],
+            Level::Oracle => &[
+                ("grads", self.grads.is_some()),
+                ("weights", self.weights.is_some()),
+            ],
+            Level::Routing => &[("routing", false)],
+        };
+        need.iter().filter(|(_, ok)| !ok).map(|(k, _)| *k).collect()
+    }
+}
+
 /// A bug the user's program can inject, and how to ask it to.
 #[derive(Clone, Debug)]
 pub struct EngineMutation {

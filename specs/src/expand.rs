@@ -345,6 +345,9 @@ impl<'s> Expansion<'s, '_> {
                 );
                 continue;
             }
+            if !self.engine_writes(model, level, &loc, entry.levels.is_some()) {
+                continue;
+            }
             let mut excluded = false;
             for (i, rule) in entry.exclude.iter().enumerate() {
                 if rule.matches(&model.name.value, &mesh.name.value, Some(level), dtype) {
@@ -387,6 +390,57 @@ impl<'s> Expansion<'s, '_> {
             }
         }
         out
+    }
+}
+
+impl Expansion<'_, '_> {
+    /// Whether the engines of a command-engine model map every file `level` is judged from
+    /// (its own for the mesh runs, its reference engine's for the world-size-1 run). A level
+    /// the matrix names explicitly is an error at that name otherwise; one selected by default
+    /// is left out, since the engine cannot produce it.
+    fn engine_writes(&mut self, model: &Model, level: Level, at: &Loc, explicit: bool) -> bool {
+        let Some(engine) = &model.engine else {
+            return true;
+        };
+        let reference = model.reference.as_ref().unwrap_or(engine);
+        let sides = [(engine, false), (reference, true)];
+        let mut writes = true;
+        for (name, is_reference) in sides {
+            // One engine on both sides needs the same files, but for the round trip's.
+            if is_reference && name.value == engine.value && level != Level::Roundtrip {
+                continue;
+            }
+            let Some(def) = self.spec.engines.get(&name.value) else {
+                continue;
+            };
+            let missing = def.artifacts.unmapped(level, is_reference);
+            if missing.is_empty() {
+                continue;
+            }
+            if explicit {
+                let keys: Vec<String> = missing.iter().map(|k| format!("`{k}`")).collect();
+                let role = if is_reference {
+                    "reference runs"
+                } else {
+                    "mesh runs"
+                };
+                self.once(format!("artifacts/{}/{level}/{is_reference}", def.name.value), || {
+                    Diagnostic::error(
+                        at,
+                        format!(
+                            "level `{level}` needs {} in [engines.{}.artifacts] (its {role}), which it does not map",
+                            keys.join(" and "),
+                            def.name.value
+                        ),
+                    )
+                    .label("not judgeable from this engine's files")
+                    .help("map the file your program writes for it, or leave the level out of the matrix (docs/engines.md: what the files hold)")
+                    .related("engine defined here", &def.name.loc)
+                });
+            }
+            writes = false;
+        }
+        writes
     }
 }
 

@@ -120,6 +120,23 @@ fn level_the_family_does_not_support() {
     );
 }
 
+/// A command engine that does not map the files a level is judged from: refused at the level's
+/// name in the matrix, one error per side (mesh runs, reference runs), instead of every job
+/// failing at run time on a missing internal file.
+#[test]
+fn levels_an_engine_cannot_produce() {
+    assert_reports(
+        "tests/broken/unmapped-artifacts.toml",
+        &[
+            "tests/broken/unmapped-artifacts.toml:17:31: level `oracle` needs `grads` and `weights` in [engines.prog.artifacts] (its mesh runs)",
+            "tests/broken/unmapped-artifacts.toml:17:41: level `roundtrip` needs `roundtrip` in [engines.prog.artifacts] (its mesh runs)",
+            "tests/broken/unmapped-artifacts.toml:17:41: level `roundtrip` needs `checkpoint` in [engines.prog.artifacts] (its reference runs)",
+        ],
+    );
+    let (_, heads) = errors_of("tests/broken/unmapped-artifacts.toml");
+    assert_eq!(heads.len(), 3, "{heads:#?}");
+}
+
 #[test]
 fn dtype_without_a_tolerance() {
     assert_reports(

@@ -46,10 +46,13 @@ pub fn results(run: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
 }
 
+/// The artifact mapping of [`command_spec`]'s engine: the curve level needs one.
+pub const CURVE_MAP: &str = r#"artifacts = { curve = "metrics.jsonl" }"#;
+
 /// A command engine with one program, on dp2, at the curve level.
 pub fn command_spec(args: &str) -> String {
     engine_spec(
-        &format!("program = \"sh\"\nargs = {args}"),
+        &format!("program = \"sh\"\nargs = {args}\n{CURVE_MAP}"),
         "",
         r#"["curve"]"#,
     )
