@@ -318,6 +318,29 @@ fn a_check_failure_exits_1_and_is_never_retried() {
     );
 }
 
+/// A failed level skips the levels after it, unless `--no-skip`: then they are judged too,
+/// while the cell's mutations (which need every check to pass) are still skipped.
+#[test]
+fn no_skip_judges_every_level_after_a_failure() {
+    let spec = format!("{SPEC}\n[tolerances.exact-forward]\nextends = \"builtin\"\nforward.f32 = {{ atol = 0.0, rtol = 0.0 }}\n[mutations]\nselect = [\"tp-skip-forward-all-reduce\"]\n");
+    let spec = spec.replace(
+        "levels = [\"roundtrip\", \"forward\", \"curve\"]",
+        "meshes = [\"tp2\"]\nlevels = [\"forward\", \"curve\"]\ntolerance = \"exact-forward\"",
+    );
+    let fx = Fixture::new(&spec);
+    fx.cmd(None).args(["--run-dir", "run"]).assert().code(1);
+    assert_eq!(fx.status_of("tiny@f32/tp2/curve").0, "skipped");
+    fx.cmd(None)
+        .args(["--run-dir", "run", "--no-skip"])
+        .assert()
+        .code(1);
+    assert_eq!(fx.status_of("tiny@f32/tp2/forward").0, "failed");
+    assert_eq!(fx.status_of("tiny@f32/tp2/curve").0, "passed");
+    let (status, why) = fx.status_of("tiny@f32/tp2/mutation[tp-skip-forward-all-reduce]");
+    assert_eq!(status, "skipped", "{why}");
+    assert!(why.contains("a check of its cell before"), "{why}");
+}
+
 #[test]
 fn usage_spec_and_selection_errors_have_their_own_exit_codes() {
     let fx = Fixture::new(SPEC);

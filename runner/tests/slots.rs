@@ -39,6 +39,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         no_cache: false,
         keep_artifacts: false,
         executor: Default::default(),
+        no_skip: false,
     }
 }
 

@@ -35,6 +35,11 @@ pub struct Args {
     /// Stop starting jobs after N failures (N ≥ 1; 1 is --fail-fast).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_fail: Option<u64>,
+    /// Judge every level of a cell even after one fails (a failed curve skips the oracle
+    /// level otherwise). Mutations still need every check of their cell to pass: a bug cannot
+    /// be told from a mesh that already fails.
+    #[arg(long)]
+    no_skip: bool,
     /// Time limit: SECONDS for every job, or KEY=SECONDS for a kind of job (reference, train,
     /// roundtrip, forward, routing, curve, oracle, mutation) or a job-name glob that matches
     /// some job. Repeatable; later wins.
@@ -229,6 +234,7 @@ pub fn run(args: &Args) -> u8 {
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
         executor,
+        no_skip: args.no_skip,
     };
     let mut meta = exec::meta::collect(
         &adapters,

@@ -32,6 +32,9 @@ pub struct RunOptions {
     pub keep_artifacts: bool,
     /// Where attempts run.
     pub executor: super::executor::ExecutorKind,
+    /// `--no-skip`: a check runs after a failed check of its cell (it still waits for it);
+    /// trainings, references and mutations are still skipped after a failure.
+    pub no_skip: bool,
 }
 
 /// Time limits: per level by default, overridable per level or per job-name glob.

@@ -33,6 +33,12 @@ pub struct Ready {
     ready: BTreeSet<Key>,
     /// Jobs a dependency of which did not pass, with its index: they are skipped, not run.
     blocked: Vec<(usize, usize)>,
+    /// (dependency, dependent) edges that only order the two (`--no-skip`: a level after a
+    /// failed level still runs); a failed dependency over such an edge blocks nothing.
+    ordering_only: std::collections::HashSet<(usize, usize)>,
+    /// Jobs that ran after a failure over ordering-only edges: their dependents over ordinary
+    /// edges are blocked whatever they found (a mutation after checks of which one failed).
+    tainted: Vec<bool>,
 }
 
 impl Ready {
@@ -54,12 +60,19 @@ impl Ready {
             width: width.to_vec(),
             ready: BTreeSet::new(),
             blocked: Vec::new(),
+            ordering_only: std::collections::HashSet::new(),
+            tainted: vec![false; deps.len()],
         };
         ready.ready = (0..deps.len())
             .filter(|&i| ready.pending[i] == 0)
             .map(|i| ready.key(i))
             .collect();
         ready
+    }
+
+    /// Let job `k` run after `dependency` whether or not that passes (it still waits for it).
+    pub fn order_only(&mut self, dependency: usize, k: usize) {
+        self.ordering_only.insert((dependency, k));
     }
 
     fn key(&self, i: usize) -> Key {
@@ -74,8 +87,13 @@ impl Ready {
 
     /// Job `i` ended; its dependents move on.
     pub fn done(&mut self, i: usize, passed: bool) {
+        let clean = passed && !self.tainted[i];
         for k in std::mem::take(&mut self.dependents[i]) {
-            if passed {
+            let ordering_only = self.ordering_only.contains(&(i, k));
+            if ordering_only && !clean {
+                self.tainted[k] = true;
+            }
+            if clean || ordering_only {
                 self.pending[k] -= 1;
                 if self.pending[k] == 0 {
                     self.ready.insert(self.key(k));
@@ -141,6 +159,34 @@ fn critical_paths(dependents: &[Vec<usize>], cost: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ordering_only_edge_lets_its_dependent_run_after_a_failure() {
+        // 0 → 1 → 2: with 1 → 2 ordering only, a failed 1 still lets 2 run; a failed 0 blocks 1.
+        let mut r = Ready::new(&[vec![], vec![0], vec![1]], &[1, 1, 1], &[1, 1, 1]);
+        r.order_only(1, 2);
+        r.started(0);
+        r.done(0, true);
+        r.started(1);
+        r.done(1, false);
+        assert!(r.take_blocked().is_empty());
+        assert_eq!(r.iter().collect::<Vec<_>>(), [2]);
+        let mut r = Ready::new(&[vec![], vec![0], vec![1]], &[1, 1, 1], &[1, 1, 1]);
+        r.order_only(1, 2);
+        r.started(0);
+        r.done(0, false);
+        assert_eq!(r.take_blocked(), [(1, 0)]);
+        // 0 → 1 → 2 with 0 → 1 ordering only: 1 runs after a failed 0 and passes, but 2 (an
+        // ordinary edge) is blocked: something before it failed.
+        let mut r = Ready::new(&[vec![], vec![0], vec![1]], &[1, 1, 1], &[1, 1, 1]);
+        r.order_only(0, 1);
+        r.started(0);
+        r.done(0, false);
+        assert_eq!(r.iter().collect::<Vec<_>>(), [1]);
+        r.started(1);
+        r.done(1, true);
+        assert_eq!(r.take_blocked(), [(2, 1)]);
+    }
 
     #[test]
     fn dependents_become_ready_when_all_dependencies_pass_and_blocked_when_one_fails() {

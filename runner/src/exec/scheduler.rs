@@ -27,6 +27,7 @@ use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
 use super::worker_argv;
+use crate::plan::JobKind;
 
 use crate::plan::job_file::{JobFile, JOB_FILE};
 use crate::plan::{Job, Plan, Role, Selection};
@@ -101,13 +102,22 @@ pub async fn execute(
         .iter()
         .map(|n| slots.weight(&plan.graph[*n]))
         .collect();
+    let mut ready = Ready::new(&deps, &costs, &widths);
+    if opts.no_skip {
+        let is_check = |i: usize| matches!(plan.graph[order[i]].kind, JobKind::Check { .. });
+        for (k, ds) in deps.iter().enumerate() {
+            for &d in ds.iter().filter(|&&d| is_check(d) && is_check(k)) {
+                ready.order_only(d, k);
+            }
+        }
+    }
     let mut run = Run {
         plan,
         opts,
         roles: selection.jobs.iter().map(|(_, r)| *r).collect(),
         states: order.iter().map(|_| State::Waiting).collect(),
         attempts: order.iter().map(|_| Vec::new()).collect(),
-        ready: Ready::new(&deps, &costs, &widths),
+        ready,
         running: BTreeSet::new(),
         executor,
         store: Store::open(&opts.run_dir)?,
@@ -232,13 +242,16 @@ impl Run<'_> {
                 if !matches!(self.states[i], State::Waiting) {
                     continue;
                 }
+                let passed = matches!(&self.states[dep], State::Done(r) if r.status.passed());
                 let dep = self.job(dep).name.clone();
-                let r = self.record(
-                    i,
-                    Status::Skipped,
-                    format!("skipped: dependency `{dep}` did not pass"),
-                    0.0,
-                );
+                let why = if passed {
+                    // --no-skip judged `dep` after a failed check; what waits for the whole
+                    // cell's checks (a mutation) still needs them all to pass.
+                    format!("skipped: a check of its cell before `{dep}` did not pass")
+                } else {
+                    format!("skipped: dependency `{dep}` did not pass")
+                };
+                let r = self.record(i, Status::Skipped, why, 0.0);
                 self.finish(i, r)?;
             }
         }
