@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use meshparity_runner::plan::render;
+use meshparity_runner::plan::FilterError;
 use meshparity_runner::{Filter, JobKind, Partition, Plan, Role};
 use meshparity_specs::{load, load_text, Disk, Spec};
 
@@ -293,6 +294,28 @@ fn filters_select_by_key_glob_and_negation() {
         .all(|n| !n.contains("mutation")));
     assert_eq!(names(&["*sp/curve"]), ["tiny@f32/tp2-sp/curve"]);
     assert!(names(&["model=nope"]).is_empty());
+    // `|` between globs, and terms under or / and / not / parentheses.
+    assert_eq!(names(&["mesh=tp2|pp2", "level=forward"]).len(), 2);
+    assert_eq!(
+        names(&["level=reference or (mesh=pp2 and level=curve)"]),
+        ["tiny@f32/reference", "tiny@f32/pp2/curve"]
+    );
+    assert_eq!(
+        names(&["mesh=tp2* and not level=mutation and not mesh=tp2"]),
+        names(&["mesh=tp2-sp", "level!=mutation"])
+    );
+    for bad in [
+        "",
+        "mesh=tp2 or",
+        "(mesh=tp2",
+        "mesh=tp2 and or level=curve",
+        "a b",
+    ] {
+        assert!(
+            matches!(Filter::parse(&[bad]), Err(FilterError::Syntax { .. })),
+            "{bad}"
+        );
+    }
     assert!(Filter::parse(&["colour=red"]).is_err());
     assert!(Filter::parse(&["mesh="]).is_err());
     assert!(Filter::parse(&["mesh=[a"]).is_err());

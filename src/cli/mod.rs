@@ -95,9 +95,10 @@ pub fn main() -> ExitCode {
 /// Which jobs of a plan: shared by `plan` and `run`.
 #[derive(clap::Args)]
 pub struct SelectArgs {
-    /// Keep jobs matching KEY=GLOB[,GLOB] or KEY!=GLOB (keys: model, mesh, level, mutation,
-    /// dtype, name) or a bare GLOB on the job name. Repeatable; all must hold. Dependencies of
-    /// the kept jobs come along.
+    /// Keep jobs matching KEY=GLOB[,GLOB|GLOB] or KEY!=GLOB (keys: model, mesh, level,
+    /// mutation, dtype, name) or a bare GLOB on the job name; terms combine with `and`, `or`,
+    /// `not` and parentheses ('mesh=tp* or (level=oracle and not dtype=bf16)'). Repeatable; all
+    /// must hold. Dependencies of the kept jobs come along.
     #[arg(long, short = 'f', value_name = "FILTER")]
     pub filter: Vec<String>,
     /// One shard of the filtered jobs: hash:M/N (stable) or count:M/N (balanced).

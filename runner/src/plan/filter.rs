@@ -1,8 +1,11 @@
 //! `--filter`: pick jobs by model, mesh, level, mutation, dtype or job name, with globs.
 //!
-//! Syntax: `KEY=GLOB[,GLOB...]` keeps jobs whose KEY matches any glob; `KEY!=GLOB[,...]` keeps
-//! jobs whose KEY matches none; a bare `GLOB` matches the job name. Several filters must all
-//! hold. A job with no value for a key (a reference job has no mesh) does not match `KEY=`.
+//! A term: `KEY=GLOB[,GLOB|GLOB...]` keeps jobs whose KEY matches any glob (`,` and `|` both
+//! separate alternatives: `mesh=tp*|pp*`); `KEY!=GLOB[,...]` keeps jobs whose KEY matches none;
+//! a bare `GLOB` matches the job name. A job with no value for a key (a reference job has no
+//! mesh) does not match `KEY=`. Terms combine with `and`, `or`, `not` and parentheses, words
+//! separated by spaces (`not` binds tightest, then `and`, then `or`):
+//! `-f 'mesh=tp* or (level=oracle and not dtype=bf16)'`. Several `--filter`s must all hold.
 
 use globset::{GlobSet, GlobSetBuilder};
 
@@ -39,6 +42,8 @@ pub enum FilterError {
     },
     #[error("filter `{filter}` has no pattern after `=`")]
     Empty { filter: String },
+    #[error("filter `{filter}` {reason} (terms combine as `A and B`, `A or B`, `not A`, `(…)`)")]
+    Syntax { filter: String, reason: String },
 }
 
 #[derive(Clone, Debug)]
@@ -48,39 +53,152 @@ struct Clause {
     globs: GlobSet,
 }
 
-/// All clauses of every `--filter`; empty matches everything.
+/// A filter expression: terms under `and`, `or`, `not`.
+#[derive(Clone, Debug)]
+enum Expr {
+    Term(Clause),
+    Not(Box<Expr>),
+    All(Vec<Expr>),
+    Any(Vec<Expr>),
+}
+
+impl Expr {
+    fn matches(&self, job: &Job) -> bool {
+        match self {
+            Expr::Term(c) => c.matches(job),
+            Expr::Not(e) => !e.matches(job),
+            Expr::All(es) => es.iter().all(|e| e.matches(job)),
+            Expr::Any(es) => es.iter().any(|e| e.matches(job)),
+        }
+    }
+}
+
+/// Every `--filter`'s expression; empty matches everything.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
-    clauses: Vec<Clause>,
+    exprs: Vec<Expr>,
 }
 
 impl Filter {
     pub fn parse<S: AsRef<str>>(filters: &[S]) -> Result<Self, FilterError> {
-        let mut clauses = Vec::new();
-        for f in filters {
-            clauses.push(parse_clause(f.as_ref())?);
-        }
-        Ok(Self { clauses })
+        let exprs = filters
+            .iter()
+            .map(|f| parse_expr(f.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { exprs })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.clauses.is_empty()
+        self.exprs.is_empty()
     }
 
     pub fn matches(&self, job: &Job) -> bool {
-        self.clauses.iter().all(|c| {
-            let mut values: Vec<&str> = Vec::new();
-            match c.key {
-                Key::Model => values.extend(job.models.iter().map(String::as_str)),
-                Key::Mesh => values.extend(job.mesh.as_deref()),
-                Key::Level => values.push(job.kind.level_name()),
-                Key::Mutation => values.extend(job.mutation()),
-                Key::Dtype => values.push(job.dtype.as_str()),
-                Key::Name => values.push(&job.name),
-            }
-            let hit = values.iter().any(|v| c.globs.is_match(v));
-            hit != c.negate
+        self.exprs.iter().all(|e| e.matches(job))
+    }
+}
+
+impl Clause {
+    fn matches(&self, job: &Job) -> bool {
+        let mut values: Vec<&str> = Vec::new();
+        match self.key {
+            Key::Model => values.extend(job.models.iter().map(String::as_str)),
+            Key::Mesh => values.extend(job.mesh.as_deref()),
+            Key::Level => values.push(job.kind.level_name()),
+            Key::Mutation => values.extend(job.mutation()),
+            Key::Dtype => values.push(job.dtype.as_str()),
+            Key::Name => values.push(&job.name),
+        }
+        let hit = values.iter().any(|v| self.globs.is_match(v));
+        hit != self.negate
+    }
+}
+
+/// One `--filter` as an expression: a lone term (the common case, and every reproduce line)
+/// or terms under `and`/`or`/`not` and parentheses.
+fn parse_expr(filter: &str) -> Result<Expr, FilterError> {
+    let spaced = filter.replace('(', " ( ").replace(')', " ) ");
+    let tokens: Vec<&str> = spaced.split_whitespace().collect();
+    let mut p = Parser {
+        filter,
+        tokens: &tokens,
+        at: 0,
+    };
+    if tokens.is_empty() {
+        return Err(p.syntax("is empty"));
+    }
+    let e = p.or()?;
+    match p.tokens.get(p.at) {
+        None => Ok(e),
+        Some(t) => Err(p.syntax(&format!(
+            "has `{t}` where `and`, `or` or the end was expected"
+        ))),
+    }
+}
+
+/// Recursive descent over a filter's words.
+struct Parser<'t> {
+    filter: &'t str,
+    tokens: &'t [&'t str],
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn syntax(&self, what: &str) -> FilterError {
+        FilterError::Syntax {
+            filter: self.filter.to_owned(),
+            reason: what.to_owned(),
+        }
+    }
+
+    fn eat(&mut self, word: &str) -> bool {
+        let hit = self.tokens.get(self.at) == Some(&word);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    fn or(&mut self) -> Result<Expr, FilterError> {
+        let mut any = vec![self.and()?];
+        while self.eat("or") {
+            any.push(self.and()?);
+        }
+        Ok(if any.len() == 1 {
+            any.remove(0)
+        } else {
+            Expr::Any(any)
         })
+    }
+
+    fn and(&mut self) -> Result<Expr, FilterError> {
+        let mut all = vec![self.unary()?];
+        while self.eat("and") {
+            all.push(self.unary()?);
+        }
+        Ok(if all.len() == 1 {
+            all.remove(0)
+        } else {
+            Expr::All(all)
+        })
+    }
+
+    fn unary(&mut self) -> Result<Expr, FilterError> {
+        if self.eat("not") {
+            return Ok(Expr::Not(Box::new(self.unary()?)));
+        }
+        if self.eat("(") {
+            let e = self.or()?;
+            if !self.eat(")") {
+                return Err(self.syntax("has a `(` without its `)`"));
+            }
+            return Ok(e);
+        }
+        match self.tokens.get(self.at) {
+            Some(&t) if !["and", "or", ")"].contains(&t) => {
+                self.at += 1;
+                Ok(Expr::Term(parse_clause(t)?))
+            }
+            Some(t) => Err(self.syntax(&format!("has `{t}` where a term was expected"))),
+            None => Err(self.syntax("ends where a term was expected")),
+        }
     }
 }
 
@@ -119,7 +237,11 @@ fn parse_clause(filter: &str) -> Result<Clause, FilterError> {
     };
     let mut builder = GlobSetBuilder::new();
     let mut any = false;
-    for glob in patterns.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+    for glob in patterns
+        .split([',', '|'])
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+    {
         any = true;
         let g = globset::GlobBuilder::new(glob)
             .literal_separator(false)
