@@ -13,6 +13,7 @@ use crate::model::Model;
 use crate::mutation::MutationSelection;
 use crate::run::RunSettings;
 use crate::source::{Loc, Located, SourceFile};
+use crate::suggest;
 use crate::tolerance::{ToleranceTable, BUILTIN, BUILTIN_GPU};
 use crate::variant::Variant;
 
@@ -44,6 +45,8 @@ pub struct Document {
     pub executor: Option<crate::executor::ExecutorDef>,
     /// Where `[run]`, `[[matrix]]`, `[mutations]` are written, to reject them in included files.
     pub top_level_only: Vec<(&'static str, Loc)>,
+    /// Names under a misspelled named-table section ([`crate::Spec::stray`]).
+    pub stray: Vec<(&'static str, String)>,
 }
 
 /// Names become parts of job names (`model@dtype/mesh/level`) and report anchors.
@@ -102,6 +105,7 @@ impl Document {
             mutations: None,
             executor: None,
             top_level_only: Vec::new(),
+            stray: stray(root.get_ref()),
         };
         if let Some(inc) = t.strings(cx, "include") {
             doc.includes = inc.value;
@@ -185,6 +189,31 @@ impl Document {
         t.finish(cx);
         doc
     }
+}
+
+/// The tables under a top-level key that is a misspelling of a named-table section, with the
+/// section meant: `[mesh.pp2]` gives ("meshes", "pp2").
+fn stray(root: &DeTable<'_>) -> Vec<(&'static str, String)> {
+    const SECTIONS: [&str; 5] = ["models", "meshes", "engines", "variants", "tolerances"];
+    let mut out = Vec::new();
+    for (k, v) in root.iter() {
+        let key = k.get_ref().as_ref();
+        if SECTIONS.contains(&key) {
+            continue;
+        }
+        let Some(section) = suggest::closest(key, SECTIONS) else {
+            continue;
+        };
+        let section = SECTIONS
+            .iter()
+            .find(|s| **s == section)
+            .copied()
+            .unwrap_or("models");
+        if let DeValue::Table(t) = v.get_ref() {
+            out.extend(t.iter().map(|(n, _)| (section, n.get_ref().to_string())));
+        }
+    }
+    out
 }
 
 /// Walk `[KEY.NAME]` tables, checking each name and handing the table to `each`.

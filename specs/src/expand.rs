@@ -109,6 +109,12 @@ impl<'s> Expansion<'s, '_> {
                         ));
                     }
                 }
+                // Defined under a misspelled section, already reported there.
+                None if self
+                    .spec
+                    .stray
+                    .iter()
+                    .any(|(section, n)| *section == table_of(kind) && *n == name.value) => {}
                 None => self.diags.push(
                     Diagnostic::error(&name.loc, format!("unknown {kind} `{}`", name.value))
                         .label(format!(
@@ -239,7 +245,14 @@ impl<'s> Expansion<'s, '_> {
         }
         if selected == 0 && self.diags.error_count() == errors_before {
             self.diags.push(
-                Diagnostic::error(&entry.loc, format!("matrix entry {} selects no cell", entry.index))
+                Diagnostic::error(
+                    &entry.loc,
+                    if entry.index == 0 {
+                        "the spec selects no cell (it has no [[matrix]]: every model × mesh)".to_owned()
+                    } else {
+                        format!("matrix entry {} selects no cell", entry.index)
+                    },
+                )
                     .label("selects nothing")
                     .help("every model × mesh × level it names was excluded or not defined; check its lists and exclude rules"),
             );
@@ -285,17 +298,37 @@ impl<'s> Expansion<'s, '_> {
         for m in &misfits {
             let key = format!("fit/{}/{}/{}", model.name.value, mesh.name.value, m.message);
             self.once(key, || {
-                Diagnostic::error(
+                let d = Diagnostic::error(
                     &m.mesh_loc,
                     format!("mesh `{}` does not fit model `{}`: {}", mesh.name.value, model.name.value, m.message),
                 )
                 .label("this degree")
-                .help(format!(
-                    "{}; or leave the pair out with `exclude = [{{ model = \"{}\", mesh = \"{}\" }}]`",
-                    m.help, model.name.value, mesh.name.value
-                ))
-                .related(format!("the {} value", m.other_what), &m.other_loc)
-                .related(format!("selected by matrix entry {}", entry.index), &entry.loc)
+                .help(if entry.index == 0 {
+                    format!(
+                        "{}; or add a [[matrix]] entry that leaves the pair out (without one, every model runs on every mesh)",
+                        m.help
+                    )
+                } else {
+                    format!(
+                        "{}; or leave the pair out with `exclude = [{{ model = \"{}\", mesh = \"{}\" }}]`",
+                        m.help, model.name.value, mesh.name.value
+                    )
+                })
+                .related(
+                    // A value the user never wrote is located at its table's header.
+                    if m.other_loc == model.loc || m.other_loc == self.spec.run.loc {
+                        format!("the {} default (not written; set it to change it)", m.other_what)
+                    } else {
+                        format!("the {} value", m.other_what)
+                    },
+                    &m.other_loc,
+                );
+                // A spec without [[matrix]] checks every pair: no entry to point at.
+                if entry.index == 0 {
+                    d
+                } else {
+                    d.related(format!("selected by matrix entry {}", entry.index), &entry.loc)
+                }
             });
         }
         misfits.is_empty()

@@ -292,8 +292,10 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
     let mut mutations = None;
     let mut executor = None;
     let mut files = Vec::new();
+    let mut stray = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         files.push(Arc::clone(&doc.file));
+        stray.extend(doc.stray.iter().cloned());
         if i == 0 {
             run = doc.run;
             matrix = doc.matrix;
@@ -346,6 +348,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
         matrix,
         mutations: mutations.unwrap_or_else(MutationSelection::default),
         executor: executor.unwrap_or_default(),
+        stray,
         loc: top,
     }
 }

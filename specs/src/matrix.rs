@@ -23,7 +23,8 @@ type Names = Located<Vec<Located<String>>>;
 /// model's family supports, the model's own dtype.
 #[derive(Clone, Debug)]
 pub struct MatrixEntry {
-    /// 1-based position among the spec's matrix entries, for messages.
+    /// 1-based position among the spec's matrix entries, for messages; 0 for the entry a spec
+    /// without `[[matrix]]` gets.
     pub index: usize,
     pub models: Option<Names>,
     pub meshes: Option<Names>,
@@ -59,7 +60,7 @@ impl MatrixEntry {
     /// The entry a spec without `[[matrix]]` gets: every model on every mesh at every level.
     pub fn everything(loc: Loc) -> Self {
         Self {
-            index: 1,
+            index: 0,
             models: None,
             meshes: None,
             levels: None,

@@ -37,6 +37,10 @@ pub struct Spec {
     pub mutations: MutationSelection,
     /// `[executor]`; the default runs jobs on this machine.
     pub executor: crate::executor::ExecutorDef,
+    /// Names defined under a misspelled section (`[mesh.pp2]` for `[meshes.pp2]`), by the
+    /// section meant: already reported as an unknown key, so a reference to one is not reported
+    /// again as an unknown name.
+    pub stray: Vec<(&'static str, String)>,
     pub loc: Loc,
 }
 

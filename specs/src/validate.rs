@@ -21,7 +21,8 @@ pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
                         m.name == *name && m.applies_to(&c.model.config(), &c.mesh.config())
                     })
             });
-        if !applies {
+        // With errors, meshes or models were refused: "applies to no mesh" would follow on.
+        if !applies && diags.error_count() == 0 {
             let needs: Vec<&str> = crate::mutation::find(name)
                 .map(|m| m.needs.iter().map(|n| n.describe()).collect())
                 .unwrap_or_default();

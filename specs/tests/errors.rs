@@ -137,6 +137,31 @@ fn levels_an_engine_cannot_produce() {
     assert_eq!(heads.len(), 3, "{heads:#?}");
 }
 
+/// No follow-on errors (issue 33 item 7): names under a misspelled section are reported once,
+/// as the unknown key; a refused mesh does not also make its mutations "apply to no mesh"; a
+/// spec without [[matrix]] points at no matrix entry; a value the user never wrote says it is a
+/// default.
+#[test]
+fn one_mistake_one_error() {
+    let (_, heads) = errors_of("tests/broken/stray-section.toml");
+    assert_eq!(
+        heads,
+        ["tests/broken/stray-section.toml:12:2: unknown key `mesh` in `spec`"],
+        "no `unknown mesh pp2` after it"
+    );
+    let (rendered, heads) = errors_of("tests/broken/refused-mesh.toml");
+    assert!(heads.iter().all(|h| h.contains("does not fit")), "{heads:#?}");
+    assert!(!rendered.contains("applies to no selected mesh"), "{rendered}");
+    assert!(!rendered.contains("matrix entry"), "{rendered}");
+    let (rendered, heads) = errors_of("tests/broken/default-misfit.toml");
+    assert_eq!(heads.len(), 1, "{heads:#?}");
+    assert!(
+        rendered.contains("the model default (not written; set it to change it)"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("add a [[matrix]] entry that leaves the pair out"), "{rendered}");
+}
+
 #[test]
 fn dtype_without_a_tolerance() {
     assert_reports(
