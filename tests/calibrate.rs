@@ -46,7 +46,8 @@ fn a_calibration_becomes_a_section_of_the_runs_report() {
         .expect("a section")..];
     let section = &section[..section.find("</section>").unwrap()];
     assert!(
-        section.contains("2 correct run(s), 0 false positive(s)"),
+        section.contains("2 correct run(s) judged at")
+            && section.contains("0 of those levels over their limit (false positives)"),
         "{section}"
     );
     for table in ["headroom", "margin", "limits"] {

@@ -150,8 +150,14 @@ fn one_mistake_one_error() {
         "no `unknown mesh pp2` after it"
     );
     let (rendered, heads) = errors_of("tests/broken/refused-mesh.toml");
-    assert!(heads.iter().all(|h| h.contains("does not fit")), "{heads:#?}");
-    assert!(!rendered.contains("applies to no selected mesh"), "{rendered}");
+    assert!(
+        heads.iter().all(|h| h.contains("does not fit")),
+        "{heads:#?}"
+    );
+    assert!(
+        !rendered.contains("applies to no selected mesh"),
+        "{rendered}"
+    );
     assert!(!rendered.contains("matrix entry"), "{rendered}");
     let (rendered, heads) = errors_of("tests/broken/default-misfit.toml");
     assert_eq!(heads.len(), 1, "{heads:#?}");
@@ -159,7 +165,10 @@ fn one_mistake_one_error() {
         rendered.contains("the model default (not written; set it to change it)"),
         "{rendered}"
     );
-    assert!(rendered.contains("add a [[matrix]] entry that leaves the pair out"), "{rendered}");
+    assert!(
+        rendered.contains("add a [[matrix]] entry that leaves the pair out"),
+        "{rendered}"
+    );
 }
 
 #[test]

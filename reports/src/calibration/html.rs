@@ -38,7 +38,7 @@ fn cell(text: impl Into<String>) -> Cell {
 
 fn graded(x: f64, thin: bool) -> Cell {
     Cell {
-        text: format!("{}×", short(x)),
+        text: format!("{}×", super::times(x)),
         class: if x < 1.0 {
             "bad"
         } else if thin {
@@ -76,16 +76,16 @@ pub fn html(c: &Calibration) -> String {
 
 /// What the templates show of a calibration.
 pub(crate) fn view(c: &Calibration) -> View {
-    let last = c.first_seed + c.seeds.saturating_sub(1);
     View {
         title: format!("meshparity calibration: {}", c.spec),
         summary: format!(
-            "seeds {}..={last}, configurations: {}; {} correct run(s), {} false positive(s); \
-             {} mutation run(s), {} missed, {} localized elsewhere than injected; {} error(s); \
-             {:.1} s",
-            c.first_seed,
+            "{}, configurations: {}; {} correct run(s) judged at {} level(s) in all, {} of those \
+             levels over their limit (false positives); {} mutation run(s), {} missed, {} \
+             localized elsewhere than injected; {} error(s); {:.1} s",
+            super::seed_range(c.first_seed, c.seeds),
             c.configs.join(", "),
             c.correct_runs,
+            c.correct_checks(),
             c.false_positives(),
             c.mutation_runs,
             c.missed(),

@@ -39,6 +39,11 @@ pub struct Calibration {
 
 impl Calibration {
     /// Correct runs that failed a check (false positives).
+    /// Level checks made on correct runs (each run is judged at each of its levels).
+    pub fn correct_checks(&self) -> u64 {
+        self.headroom.iter().map(|h| h.runs).sum()
+    }
+
     pub fn false_positives(&self) -> usize {
         self.headroom.iter().map(|h| h.failed_seeds.len()).sum()
     }
@@ -184,6 +189,31 @@ fn opt_num<S: Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// A number for tables: `3.1e-6`, `0.5`, `inf`.
+/// A ratio against a limit (headroom, margin): `∞` where the limit is exact, whole numbers from
+/// 10 to 10,000, two significant digits below 10, powers of ten above (`1.3e4`), so one column
+/// reads in one format.
+pub fn times(x: f64) -> String {
+    if x.is_infinite() && x > 0.0 {
+        "∞".into()
+    } else if x >= 1e4 {
+        format!("{x:.1e}")
+    } else if x >= 10.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// `1234–1240`, or the one seed.
+pub fn seed_range(first: u64, count: u64) -> String {
+    let last = first + count.saturating_sub(1);
+    if last == first {
+        format!("seed {first}")
+    } else {
+        format!("seeds {first}–{last}")
+    }
+}
+
 pub fn short(x: f64) -> String {
     if x.is_infinite() {
         if x > 0.0 { "inf" } else { "-inf" }.into()

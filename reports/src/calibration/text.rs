@@ -2,17 +2,16 @@
 
 use std::fmt::Write;
 
-use super::{short, Calibration, Reading};
+use super::{seed_range, short, times, Calibration, Reading};
 
 /// Headroom, margin and suggestion tables, then one verdict line.
 pub fn text(c: &Calibration) -> String {
     let mut out = String::new();
-    let last = c.first_seed + c.seeds.saturating_sub(1);
     let _ = writeln!(
         out,
-        "calibration of {} over seeds {}..={last} ({} configuration(s): {}), {:.1} s",
+        "calibration of {} over {} ({} configuration(s): {}), {:.1} s",
         c.spec,
-        c.first_seed,
+        seed_range(c.first_seed, c.seeds),
         c.configs.len(),
         c.configs.join(", "),
         c.seconds
@@ -114,10 +113,11 @@ pub fn text(c: &Calibration) -> String {
     let thin_m = c.margins.iter().filter(|m| m.thin).count();
     let _ = writeln!(
         out,
-        "\n{} correct run(s), {} false positive(s); {} mutation run(s), {} missed, {} localized \
-         elsewhere than injected; {} errors; {thin_h} thin headroom row(s), {thin_m} thin margin \
-         row(s)",
+        "\n{} correct run(s) judged at {} level(s) in all, {} of those levels over their limit \
+         (false positives); {} mutation run(s), {} missed, {} localized elsewhere than injected; \
+         {} errors; {thin_h} thin headroom row(s), {thin_m} thin margin row(s)",
         c.correct_runs,
+        c.correct_checks(),
         c.false_positives(),
         c.mutation_runs,
         c.missed(),
@@ -146,7 +146,7 @@ fn reading(r: Option<&Reading>) -> String {
 }
 
 fn flag(x: f64, thin: bool) -> String {
-    format!("{}×{}", short(x), if thin { " !" } else { "" })
+    format!("{}×{}", times(x), if thin { " !" } else { "" })
 }
 
 fn table(out: &mut String, rows: &[Vec<String>]) {

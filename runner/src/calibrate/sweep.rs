@@ -253,6 +253,16 @@ fn run_unit(
             match judged {
                 Ok(c) => {
                     s.levels = c.outcomes.iter().map(LevelSample::of).collect();
+                    // In the order a mutation job's stages judge them (shortest run first), so
+                    // the first failing level is the one `run` reports as catching the bug.
+                    s.levels.sort_by_key(|l| {
+                        let length = RunRequest {
+                            levels: &[l.level],
+                            ..req
+                        }
+                        .length();
+                        (length.steps, l.level)
+                    });
                     s.injected = !c.manifest.altered.is_empty();
                     if let Some(m) = mutation.filter(|_| what.localize) {
                         let mut o = c.mutation(m);
