@@ -1,5 +1,5 @@
-//! `meshparity plan` as a user runs it: its formats, filters, exit codes, and the mesh
-//! topology it explains.
+//! What a user reads before and while jobs run: `meshparity plan` (formats, filters, exit
+//! codes, the mesh topology it explains) and the lines `run` prints.
 
 use assert_cmd::Command;
 
@@ -152,4 +152,35 @@ fn plan_explains_a_meshs_groups() {
         err.contains("no mesh `dp2-tp2-pp`; did you mean `dp2-tp2-pp2`?"),
         "{err}"
     );
+}
+
+/// `run` prints a passing job's gist (what caught a mutation, how many values matched) and
+/// leaves the evidence to the reports, unless `--verbose`; `--color always` colours the status
+/// word, and NO_COLOR or a pipe leaves it plain.
+#[test]
+fn run_lines_are_short_and_coloured_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| -> String {
+        let out = meshparity()
+            .args(["run", "examples/quickstart.toml", "--no-progress", "-f"])
+            .arg("mesh=dp2 and (level=forward or mutation=dp-skip-grad-all-reduce)")
+            .arg("--run-dir")
+            .arg(dir.path().join(extra.len().to_string()))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let plain = run(&[]);
+    let caught = plain
+        .lines()
+        .find(|l| l.contains("mutation[dp-skip-grad-all-reduce]"))
+        .unwrap();
+    assert!(caught.ends_with("caught by oracle"), "{caught}");
+    assert!(!plain.contains('\u{1b}'), "{plain}");
+    assert!(!plain.contains("closest"), "{plain}");
+    let verbose = run(&["--verbose", "--color", "always"]);
+    assert!(verbose.contains("closest"), "{verbose}");
+    assert!(verbose.contains("\u{1b}[32m  PASSED\u{1b}[0m"), "{verbose}");
 }

@@ -40,6 +40,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         keep_artifacts: false,
         executor: Default::default(),
         no_skip: false,
+        lines: Default::default(),
     }
 }
 

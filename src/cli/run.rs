@@ -40,6 +40,13 @@ pub struct Args {
     /// be told from a mesh that already fails.
     #[arg(long)]
     no_skip: bool,
+    /// Colour the status words: auto (a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    color: Color,
+    /// Print passing jobs' whole summaries (by default a passing line says what passed and
+    /// stops; failures are always in full, and results.json holds everything).
+    #[arg(long, short = 'v')]
+    verbose: bool,
     /// Time limit: SECONDS for every job, or KEY=SECONDS for a kind of job (reference, train,
     /// roundtrip, forward, routing, curve, oracle, mutation) or a job-name glob that matches
     /// some job. Repeatable; later wins.
@@ -235,6 +242,10 @@ pub fn run(args: &Args) -> u8 {
         keep_artifacts: args.keep_artifacts,
         executor,
         no_skip: args.no_skip,
+        lines: exec::progress::LineStyle {
+            color: args.color.on(),
+            verbose: args.verbose,
+        },
     };
     let mut meta = exec::meta::collect(
         &adapters,
@@ -405,4 +416,26 @@ fn chrono_stamp() -> String {
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
+}
+
+/// `--color`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+impl Color {
+    /// Whether lines are coloured: `auto` on a terminal without `NO_COLOR` (no-color.org).
+    fn on(self) -> bool {
+        match self {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                    && std::io::IsTerminal::is_terminal(&std::io::stderr())
+            }
+        }
+    }
 }

@@ -35,6 +35,8 @@ pub struct RunOptions {
     /// `--no-skip`: a check runs after a failed check of its cell (it still waits for it);
     /// trainings, references and mutations are still skipped after a failure.
     pub no_skip: bool,
+    /// How finished jobs' lines look (colour, whole summaries).
+    pub lines: super::progress::LineStyle,
 }
 
 /// Time limits: per level by default, overridable per level or per job-name glob.

@@ -6,6 +6,56 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use meshparity_reports::{JobRecord, Status};
 
+/// How finished jobs' lines look: coloured status words (a terminal, `--color`), and whole
+/// summaries for passing jobs too (`--verbose`; by default a passing line says what passed
+/// and stops: the full record is in results.json and the reports).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LineStyle {
+    pub color: bool,
+    pub verbose: bool,
+}
+
+/// Longest passing summary shown without `--verbose`.
+const SHORT: usize = 100;
+
+impl LineStyle {
+    fn line(self, r: &JobRecord) -> String {
+        let word = r.status.as_str().to_uppercase();
+        let word = if self.color {
+            let code = match r.status {
+                Status::Passed | Status::Flaky => "32",
+                Status::Failed | Status::Error | Status::Timeout => "31",
+                Status::Skipped | Status::NotRun => "33",
+            };
+            format!("\x1b[{code}m{word:>8}\x1b[0m")
+        } else {
+            format!("{word:>8}")
+        };
+        let summary = if r.status.passed() && !self.verbose {
+            short(&r.summary)
+        } else {
+            r.summary.clone()
+        };
+        format!("{word} {:>7.2}s  {}  {summary}", r.seconds, r.name)
+    }
+}
+
+/// A passing summary's gist: `caught by forward` (not the evidence after it), `losses match
+/// (7 compared)` (not the closest gate), at most [`SHORT`] characters.
+fn short(summary: &str) -> String {
+    let gist = match summary.split_once(": ") {
+        Some((head, _)) if head.starts_with("caught by") => head,
+        _ => summary.split("; closest").next().unwrap_or(summary),
+    };
+    let mut out: String = gist.chars().take(SHORT).collect();
+    if gist.chars().count() > SHORT {
+        out.push('…');
+    } else if gist.len() < summary.len() && gist.contains('(') && !gist.ends_with(')') {
+        out.push(')');
+    }
+    out
+}
+
 pub enum Progress {
     /// A live bar; its message counts jobs that failed (a check, an error, a timeout) apart
     /// from those skipped after a failed dependency.
@@ -13,14 +63,15 @@ pub enum Progress {
         bar: ProgressBar,
         failures: usize,
         skipped: usize,
+        style: LineStyle,
     },
-    Lines,
+    Lines(LineStyle),
 }
 
 impl Progress {
-    pub fn new(live: bool, total: usize) -> Self {
+    pub fn new(live: bool, total: usize, style: LineStyle) -> Self {
         if !live {
-            return Progress::Lines;
+            return Progress::Lines(style);
         }
         let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
         bar.set_style(
@@ -34,6 +85,7 @@ impl Progress {
             bar,
             failures: 0,
             skipped: 0,
+            style,
         }
     }
 
@@ -43,6 +95,7 @@ impl Progress {
             bar,
             failures,
             skipped,
+            ..
         } = self
         {
             let shown: Vec<&str> = names.iter().take(2).map(String::as_str).collect();
@@ -65,19 +118,14 @@ impl Progress {
     }
 
     pub fn finished(&mut self, r: &JobRecord) {
-        let line = format!(
-            "{:>8} {:>7.2}s  {}  {}",
-            r.status.as_str().to_uppercase(),
-            r.seconds,
-            r.name,
-            r.summary
-        );
         match self {
             Progress::Bar {
                 bar,
                 failures,
                 skipped,
+                style,
             } => {
+                let line = style.line(r);
                 match r.status {
                     Status::Failed | Status::Error | Status::Timeout => *failures += 1,
                     Status::Skipped => *skipped += 1,
@@ -88,14 +136,14 @@ impl Progress {
                 }
                 bar.inc(1);
             }
-            Progress::Lines => crate::say!("{line}"),
+            Progress::Lines(style) => crate::say!("{}", style.line(r)),
         }
     }
 
     pub fn note(&self, msg: &str) {
         match self {
             Progress::Bar { bar, .. } => bar.println(msg),
-            Progress::Lines => crate::say!("{msg}"),
+            Progress::Lines(_) => crate::say!("{msg}"),
         }
     }
 
@@ -103,5 +151,27 @@ impl Progress {
         if let Progress::Bar { bar, .. } = self {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short;
+
+    #[test]
+    fn passing_lines_keep_the_gist() {
+        assert_eq!(
+            short("caught by forward: logits and loss differ: `logits` relative_l2 0.3 (reproduce: …)"),
+            "caught by forward"
+        );
+        assert_eq!(
+            short("losses match (7 compared; closest: losses `loss` rel 4.5e-8 (limit ≤ 2e-3))"),
+            "losses match (7 compared)"
+        );
+        assert_eq!(
+            short("mesh artifacts written (4 steps, 5 artifacts)"),
+            "mesh artifacts written (4 steps, 5 artifacts)"
+        );
+        assert_eq!(short(&"x".repeat(300)).chars().count(), 101);
     }
 }

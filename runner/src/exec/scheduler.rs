@@ -121,7 +121,7 @@ pub async fn execute(
         running: BTreeSet::new(),
         executor,
         store: Store::open(&opts.run_dir)?,
-        progress: Progress::new(live_progress, order.len()),
+        progress: Progress::new(live_progress, order.len(), opts.lines),
         order,
         failures: 0,
         slots,
