@@ -91,9 +91,11 @@ fn grid_failures_and_curves_render_in_chromium() {
     );
     assert_eq!(
         dom.matches("<polyline").count(),
-        2,
-        "oracle and mesh loss curves"
+        3,
+        "oracle and mesh loss curves, and their difference on a log axis of its own"
     );
+    assert!(dom.contains("<svg class=\"curve-diff\""), "the difference panel");
+    assert!(dom.contains("|mesh − oracle| / |oracle|"), "its caption");
     assert!(
         dom.contains("<div id=\"filters\">"),
         "the script shows the filters"
