@@ -164,3 +164,159 @@ fn every_reproduce_line_selects_exactly_its_job() {
         );
     }
 }
+
+/// The `reproduce` property of every case of a run's junit.xml, unescaped, with its job name.
+fn junit_reproduce_lines(junit: &str) -> Vec<String> {
+    let unescape = |s: &str| {
+        s.replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    junit
+        .match_indices("<property name=\"reproduce\" value=\"")
+        .map(|(i, m)| {
+            let rest = &junit[i + m.len()..];
+            unescape(&rest[..rest.find('"').unwrap()])
+        })
+        .collect()
+}
+
+/// Paste each reproduce line of `dir/run/junit.xml` into a shell (with the binary on PATH) and
+/// check that the one job it selects gets the verdict the run gave it.
+fn paste_every_line(dir: &std::path::Path, first: &Value) {
+    let exe = assert_cmd::cargo::cargo_bin("meshparity");
+    let path = format!(
+        "{}:{}",
+        exe.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let junit = std::fs::read_to_string(dir.join("run/junit.xml")).unwrap();
+    let lines = junit_reproduce_lines(&junit);
+    let jobs = first["jobs"].as_array().unwrap();
+    assert_eq!(lines.len(), jobs.len(), "one line per case: {junit}");
+    for (i, line) in lines.iter().enumerate() {
+        let out = StdCommand::new("sh")
+            .arg("-c")
+            .arg(format!("{line} --no-progress --run-dir again-{i}"))
+            .env("PATH", &path)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let again: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("again-{i}/results.json"))).unwrap_or_else(
+                |e| panic!("{line}: {e}: {}", String::from_utf8_lossy(&out.stderr)),
+            ),
+        )
+        .unwrap();
+        let selected: Vec<&Value> = again["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["dependency"] != true)
+            .collect();
+        assert_eq!(selected.len(), 1, "{line}: {again:#}");
+        let name = selected[0]["name"].as_str().unwrap();
+        let before = jobs.iter().find(|j| j["name"] == name).unwrap();
+        assert_eq!(
+            selected[0]["status"], before["status"],
+            "{line}: {name} was {} and is {}",
+            before["status"], selected[0]["status"]
+        );
+    }
+}
+
+/// Every kind of job — reference, training, each level, a mutation, a failed check — from the
+/// built-in engine's junit.xml: pasted, each reproduces its own verdict.
+#[test]
+fn pasted_reproduce_lines_give_the_same_verdict() {
+    let spec = concat!(
+        "[run]\nname = \"paste\"\nsteps = 2\nbatch = 4\n",
+        tiny_model!(),
+        "[meshes.dp2]\ndp = 2\n[meshes.tp2]\ntp = 2\n\
+         [tolerances.exact]\nextends = \"builtin\"\nforward.f32 = { atol = 0.0, rtol = 0.0 }\n\
+         [[matrix]]\nmeshes = [\"dp2\"]\nlevels = [\"roundtrip\", \"forward\", \"curve\", \"oracle\"]\n\
+         [[matrix]]\nmeshes = [\"tp2\"]\nlevels = [\"forward\"]\ntolerance = \"exact\"\nmutations = false\n\
+         [mutations]\nselect = [\"dp-skip-grad-all-reduce\"]\n"
+    );
+    let (fx, r) = run_spec(spec, 1);
+    let failed = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"] == "failed");
+    assert_eq!(failed.count(), 1, "tp2's bit-exact forward: {r:#}");
+    paste_every_line(fx.path(), &r);
+}
+
+/// The same for a command engine's jobs, its declared mutation and `[variants]` (a program
+/// committed in git against its working tree).
+#[test]
+fn pasted_reproduce_lines_of_command_engines_and_variants_give_the_same_verdict() {
+    if !common::numpy() {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root.join("tests/consumers/hooks_trainer.py"),
+        dir.path().join("train.py"),
+    )
+    .unwrap();
+    let spec = format!(
+        r#"[run]
+name = "paste-cmd"
+seed = 3
+steps = 2
+batch = 2
+
+[engines.prog]
+kind = "command"
+program = "python3"
+args = ["train.py", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
+env = {{ PYTHONPATH = "{python}" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+mutations = {{ local-norm = ["--bug", "local-norm"] }}
+
+[models.m]
+engine = "prog"
+
+[meshes.dp2]
+dp = 2
+
+[variants.base]
+git = "HEAD"
+
+[variants.feature]
+
+[[matrix]]
+models = ["m"]
+levels = ["forward", "curve", "oracle"]
+"#,
+        python = root.join("python").display()
+    );
+    std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
+    common::commit_all(dir.path());
+    let out = Command::cargo_bin("meshparity")
+        .unwrap()
+        .current_dir(dir.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join("run/results.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{r:#}");
+    let names: Vec<&str> = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert!(names.iter().any(|n| n.contains("/feature/")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.contains("mutation[local-norm]")),
+        "{names:?}"
+    );
+    paste_every_line(dir.path(), &r);
+}

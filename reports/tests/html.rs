@@ -94,7 +94,10 @@ fn grid_failures_and_curves_render_in_chromium() {
         3,
         "oracle and mesh loss curves, and their difference on a log axis of its own"
     );
-    assert!(dom.contains("<svg class=\"curve-diff\""), "the difference panel");
+    assert!(
+        dom.contains("<svg class=\"curve-diff\""),
+        "the difference panel"
+    );
     assert!(dom.contains("|mesh − oracle| / |oracle|"), "its caption");
     assert!(
         dom.contains("<div id=\"filters\">"),
