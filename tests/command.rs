@@ -393,7 +393,7 @@ fn a_program_using_the_python_hooks_is_checked() {
         r#"program = "python3"
 args = ["{trainer}", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
 env = {{ PYTHONPATH = "{python}" }}
-artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", initial = "init.safetensors" }}
 mutations = {{ local-norm = ["--bug", "local-norm"] }}"#,
         trainer = root.join("tests/consumers/hooks_trainer.py").display(),
         python = root.join("python").display(),
@@ -437,7 +437,7 @@ kind = "command"
 program = "python3"
 args = ["train.py", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
 env = {{ PYTHONPATH = "{python}" }}
-artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", initial = "init.safetensors" }}
 
 [models.m]
 engine = "prog"

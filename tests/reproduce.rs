@@ -276,7 +276,7 @@ kind = "command"
 program = "python3"
 args = ["train.py", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}"]
 env = {{ PYTHONPATH = "{python}" }}
-artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", initial = "init.safetensors" }}
 mutations = {{ local-norm = ["--bug", "local-norm"] }}
 
 [models.m]

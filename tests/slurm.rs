@@ -403,7 +403,7 @@ kind = "command"
 program = "sh"
 args = ["-c", "echo $SLURM_NTASKS > {{{{out_dir}}}}/ntasks && srun -n {{{{world_size}}}} true && exec python3 {trainer} --dp {{{{dp}}}} --seed {{{{seed}}}} --steps {{{{steps}}}} --out {{{{out_dir}}}}"]
 env = {{ PYTHONPATH = "{python}" }}
-artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", initial = "init.safetensors" }}
 
 [models.m]
 engine = "prog"

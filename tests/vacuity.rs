@@ -94,7 +94,7 @@ fn a_program_that_does_not_train_is_vacuous() {
             r#"program = "python3"
 args = ["{trainer}", "--dp", "{{{{dp}}}}", "--seed", "{{{{seed}}}}", "--steps", "{{{{steps}}}}", "--out", "{{{{out_dir}}}}", {extra}]
 env = {{ PYTHONPATH = "{python}" }}
-artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", checkpoint = "init.safetensors" }}"#,
+artifacts = {{ curve = "metrics.jsonl", logits = "logits.safetensors", grads = "grads.safetensors", weights = "final.safetensors", initial = "init.safetensors" }}"#,
             trainer = root.join("tests/consumers/hooks_trainer.py").display(),
             python = root.join("python").display(),
         )

@@ -61,7 +61,7 @@ pub fn collect(
         ("logits", &map.logits, files::FORWARD),
         ("grads", &map.grads, files::GRADS),
         ("weights", &map.weights, files::WEIGHTS),
-        ("checkpoint", &map.checkpoint, files::SEED),
+        ("initial", &map.initial, files::SEED),
         ("roundtrip", &map.roundtrip, files::CHECKPOINT),
     ];
     for (key, file, contract) in tensors {

@@ -27,6 +27,8 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "logits",
     "grads",
     "weights",
+    "initial",
+    // The old name of `initial`, still read (with a warning).
     "checkpoint",
     "roundtrip",
     "trace",
@@ -48,8 +50,9 @@ pub struct ArtifactMap {
     /// Final weights, safetensors.
     pub weights: Option<Located<String>>,
     /// Initial weights, safetensors: with it the oracle level compares weight updates, without
-    /// it the weights themselves.
-    pub checkpoint: Option<Located<String>>,
+    /// it the weights themselves (`initial`; it was `checkpoint`, a name the round trip's own
+    /// `checkpoint.safetensors` made ambiguous).
+    pub initial: Option<Located<String>>,
     /// The reference's seed checkpoint (`{{seed_checkpoint}}`) saved by the program's sharded
     /// saver for this mesh and loaded back, safetensors: the roundtrip level.
     pub roundtrip: Option<Located<String>>,
@@ -72,7 +75,7 @@ impl ArtifactMap {
         use crate::Level;
         let need: &[(&'static str, bool)] = match level {
             // The reference writes the initial weights; a mesh run saves and loads them back.
-            Level::Roundtrip if reference => &[("checkpoint", self.checkpoint.is_some())],
+            Level::Roundtrip if reference => &[("initial", self.initial.is_some())],
             Level::Roundtrip => &[("roundtrip", self.roundtrip.is_some())],
             Level::Forward => &[("logits", self.logits.is_some())],
             Level::Curve => &[("curve", self.curve.is_some() || self.log.is_some())],
@@ -196,7 +199,7 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
         logits: t.string(cx, "logits"),
         grads: t.string(cx, "grads"),
         weights: t.string(cx, "weights"),
-        checkpoint: t.string(cx, "checkpoint"),
+        initial: initial(cx, &mut t),
         roundtrip: t.string(cx, "roundtrip"),
         trace: t.string(cx, "trace"),
         step_key: t.string(cx, "step_key").map_or("step".into(), |s| s.value),
@@ -205,6 +208,33 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
     };
     t.finish(cx);
     map
+}
+
+/// `initial`, or its old name `checkpoint` with a warning to rename it; not both.
+fn initial(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>) -> Option<Located<String>> {
+    let new = t.string(cx, "initial");
+    let Some(old) = t.string(cx, "checkpoint") else {
+        return new;
+    };
+    if let Some(new) = new {
+        cx.error(
+            Diagnostic::error(
+                &old.loc,
+                "`checkpoint` and `initial` both name the initial weights",
+            )
+            .help("keep `initial` (`checkpoint` is its old name)")
+            .related("`initial` here", &new.loc),
+        );
+        return Some(new);
+    }
+    cx.error(
+        Diagnostic::warning(
+            &old.loc,
+            "`artifacts.checkpoint` is now `artifacts.initial`",
+        )
+        .help("rename the key: the initial weights; the round trip's file is `roundtrip`"),
+    );
+    Some(old)
 }
 
 /// A table of string values (`env`).

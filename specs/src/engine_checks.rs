@@ -146,7 +146,7 @@ fn artifact_paths(cx: &mut Ctx<'_>, def: &EngineDef) {
         &a.logits,
         &a.grads,
         &a.weights,
-        &a.checkpoint,
+        &a.initial,
         &a.roundtrip,
         &a.trace,
     ];

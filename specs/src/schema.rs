@@ -234,6 +234,9 @@ struct EngineArtifacts {
     /// Final weights, safetensors.
     weights: Option<String>,
     /// Initial weights, safetensors (the oracle level then compares weight updates).
+    initial: Option<String>,
+    /// The old name of `initial` (read, with a warning).
+    #[deprecated]
     checkpoint: Option<String>,
     /// `{{seed_checkpoint}}` saved sharded for the mesh and loaded back (the roundtrip level).
     roundtrip: Option<String>,

@@ -130,7 +130,7 @@ fn levels_an_engine_cannot_produce() {
         &[
             "tests/broken/unmapped-artifacts.toml:17:31: level `oracle` needs `grads` and `weights` in [engines.prog.artifacts] (its mesh runs)",
             "tests/broken/unmapped-artifacts.toml:17:41: level `roundtrip` needs `roundtrip` in [engines.prog.artifacts] (its mesh runs)",
-            "tests/broken/unmapped-artifacts.toml:17:41: level `roundtrip` needs `checkpoint` in [engines.prog.artifacts] (its reference runs)",
+            "tests/broken/unmapped-artifacts.toml:17:41: level `roundtrip` needs `initial` in [engines.prog.artifacts] (its reference runs)",
         ],
     );
     let (_, heads) = errors_of("tests/broken/unmapped-artifacts.toml");
@@ -397,4 +397,55 @@ fn command_engine_values_a_job_could_not_use() {
             "log pattern `(unclosed`",
         ],
     );
+}
+
+/// `artifacts.checkpoint` was renamed `initial` (the round trip's own file is
+/// `checkpoint.safetensors`): the old key still works, with a warning naming the new one;
+/// both at once are an error.
+#[test]
+fn the_old_name_of_the_initial_weights_still_reads() {
+    let spec = |artifacts: &str| {
+        format!(
+            "[run]\nbatch = 2\n[engines.p]\nkind = \"command\"\nprogram = \"true\"\n\
+             artifacts = {{ curve = \"m.jsonl\", grads = \"g.safetensors\", weights = \"w.safetensors\", {artifacts} }}\n\
+             [models.m]\nengine = \"p\"\n[meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"oracle\"]\n"
+        )
+    };
+    let loaded = meshparity_specs::load_text(
+        Path::new("old.toml"),
+        spec(r#"checkpoint = "i.safetensors""#),
+        &meshparity_specs::Disk,
+    )
+    .unwrap();
+    let def = &loaded.spec.engines["p"];
+    assert_eq!(
+        def.artifacts.initial.as_ref().unwrap().value,
+        "i.safetensors"
+    );
+    let warned: Vec<String> = loaded.warnings.iter().map(|d| d.to_string()).collect();
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.contains("`artifacts.checkpoint` is now `artifacts.initial`")),
+        "{warned:?}"
+    );
+    let new = meshparity_specs::load_text(
+        Path::new("new.toml"),
+        spec(r#"initial = "i.safetensors""#),
+        &meshparity_specs::Disk,
+    )
+    .unwrap();
+    assert!(new.spec.engines["p"].artifacts.initial.is_some());
+    assert_eq!(new.warnings.iter().count(), 0);
+    let both = meshparity_specs::load_text(
+        Path::new("both.toml"),
+        spec(r#"checkpoint = "i.safetensors", initial = "i.safetensors""#),
+        &meshparity_specs::Disk,
+    );
+    let Err(SpecError::Invalid(d)) = both else {
+        panic!("both names at once must be an error");
+    };
+    assert!(d
+        .iter()
+        .any(|d| d.to_string().contains("both name the initial weights")));
 }
