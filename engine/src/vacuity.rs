@@ -9,9 +9,13 @@
 //! - **oracle**: not every gradient is zero or non-finite, and the weights after the run's
 //!   steps are not bit-identical to the seed (a learning rate of 0, a frozen model).
 //!
+//! - **routing**: not every real token's first choice is one and the same expert in every
+//!   layer (a collapsed router — zero weights tie every score, and ties go to the lowest id —
+//!   routes every token alike on a mesh and its oracle).
+//!
 //! A mesh run that differs from a live reference fails its comparisons anyway; one that matches
 //! a dead reference fails here, as `vacuous`. The check reads the reference only, so it is the
-//! same for every engine. Roundtrip (no training) and routing are not checked.
+//! same for every engine. Roundtrip (no training) is not checked.
 
 use std::path::Path;
 
@@ -70,8 +74,40 @@ pub fn vacuity(
                 None => frozen(dir, &present)?,
             }
         }
+        Level::Routing if present(files::ROUTING)? => {
+            collapsed(&checkpoint::load(&dir.join(files::ROUTING))?)
+        }
         _ => None,
     })
+}
+
+/// Every real token's first expert the same one, in every layer of a routing artifact.
+fn collapsed(routing: &Shards) -> Option<String> {
+    let real: Option<Vec<f64>> = routing.get("real").map(|t| values(t).collect());
+    let mut only = None;
+    let mut layers = 0;
+    for (name, t) in routing {
+        if !(name.starts_with("layers.") && name.ends_with(".experts")) {
+            continue;
+        }
+        let k = *t.shape.last()?;
+        let ids: Vec<f64> = values(t).collect();
+        for (i, first) in ids.chunks(k.max(1)).map(|c| c[0]).enumerate() {
+            if real.as_ref().is_some_and(|r| r.get(i) == Some(&0.0)) {
+                continue;
+            }
+            match only {
+                None => only = Some(first),
+                Some(e) if e == first => {}
+                Some(_) => return None,
+            }
+        }
+        layers += 1;
+    }
+    let e = only?;
+    Some(format!(
+        "every token of the reference goes first to expert {e} in all {layers} layer(s): its router has collapsed"
+    ))
 }
 
 /// Whether `c` is the comparison of a vacuous level.
@@ -230,5 +266,14 @@ mod tests {
         assert!(zero_gradients(&live).is_none());
         assert!(unchanged(&zeros, &zeros).is_some());
         assert!(unchanged(&zeros, &live).is_none());
+        let ids = |v: &[f64]| {
+            let mut t = tensor(v);
+            t.shape = vec![v.len() / 2, 2];
+            t
+        };
+        let one: Shards = [("layers.0.experts".to_owned(), ids(&[1.0, 0.0, 1.0, 3.0]))].into();
+        assert!(collapsed(&one).is_some());
+        let two: Shards = [("layers.0.experts".to_owned(), ids(&[1.0, 0.0, 2.0, 1.0]))].into();
+        assert!(collapsed(&two).is_none());
     }
 }
