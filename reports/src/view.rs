@@ -316,7 +316,7 @@ fn difference(r: &[f64], c: &[f64], w: f64, pad: f64, n: usize) -> (Difference, 
         Difference {
             points,
             max: label(hi),
-            min: if rel.iter().any(|v| *v == 0.0) {
+            min: if rel.contains(&0.0) {
                 format!("{} (and 0)", label(lo))
             } else {
                 label(lo)
