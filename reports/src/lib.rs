@@ -3,7 +3,8 @@
 //! - `model.rs` — what a run found, as versioned JSON (`results.json`): run metadata and every
 //!   planned job with its status, attempts, timings and the evidence of its checks;
 //! - `junit.rs` — JUnit XML for CI;
-//! - `view.rs`, `html.rs`, `templates/` — the self-contained HTML report;
+//! - `view.rs`, `plot.rs`, `divergence.rs`, `html.rs`, `templates/` — the self-contained HTML
+//!   report (`plot.rs`: a curve level's loss curves and their difference);
 //! - `calibration/` — what a calibration sweep measured, as text, HTML and JSON;
 //! - `markdown.rs` — a summary for CI step summaries and PR comments;
 //! - `merge.rs` — shards' results merged into one run;
@@ -22,6 +23,7 @@ pub mod markdown;
 pub mod merge;
 pub mod model;
 pub mod performance;
+mod plot;
 pub mod view;
 pub mod write;
 
