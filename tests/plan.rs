@@ -1,17 +1,9 @@
 //! What a user reads before and while jobs run: `meshparity plan` (formats, filters, exit
 //! codes, the mesh topology it explains) and the lines `run` prints.
 
-use assert_cmd::Command;
+mod common;
 
-fn meshparity() -> Command {
-    let mut c = Command::cargo_bin("meshparity").unwrap();
-    c.env("NO_COLOR", "1");
-    c
-}
-
-fn stdout(c: &mut Command) -> String {
-    String::from_utf8(c.output().unwrap().stdout).unwrap()
-}
+use common::{cli as meshparity, stdout};
 
 #[test]
 fn plan_formats() {

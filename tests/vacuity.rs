@@ -72,13 +72,21 @@ dp = 2
 
 [[matrix]]
 levels = ["forward", "curve", "oracle"]
+dtypes = ["f32", "bf16"]
 mutations = false
 "#);
-    assert_eq!(status(&jobs, "tiny@f32/dp2/forward").0, "passed");
-    let (s, why) = status(&jobs, "tiny@f32/dp2/curve");
-    assert_eq!(s, "failed");
-    assert!(why.starts_with("vacuous: none of the reference's"), "{why}");
-    assert_eq!(status(&jobs, "tiny@f32/dp2/oracle").0, "skipped");
+    // bf16 too: its weights artifact holds the f32 master weights, its seed bf16 values.
+    for dtype in ["f32", "bf16"] {
+        let job = |level: &str| format!("tiny@{dtype}/dp2/{level}");
+        assert_eq!(status(&jobs, &job("forward")).0, "passed");
+        let (s, why) = status(&jobs, &job("curve"));
+        assert_eq!(s, "failed", "{dtype}");
+        assert!(
+            why.starts_with("vacuous: none of the reference's"),
+            "{dtype}: {why}"
+        );
+        assert_eq!(status(&jobs, &job("oracle")).0, "skipped");
+    }
 }
 
 /// The repository's hooks trainer as a command engine, at `--lr 0` (the curve is flat and the

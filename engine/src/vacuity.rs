@@ -222,10 +222,20 @@ fn zero_gradients(grads: &Shards) -> Option<String> {
 
 /// Weights after the run's steps bit-identical to the seed, tensor for tensor.
 fn unchanged(seed: &Shards, weights: &Shards) -> Option<String> {
+    // By value, not bytes: a half-precision model's weights are its f32 master weights, its
+    // seed the bf16/f16 values they start from (the cast up is exact).
+    let equal = |s: &HostTensor, w: &HostTensor| {
+        s.shape == w.shape
+            && if s.dtype == w.dtype {
+                s.bytes == w.bytes
+            } else {
+                values(s).zip(values(w)).all(|(a, b)| a == b)
+            }
+    };
     let same = !weights.is_empty()
         && weights
             .iter()
-            .all(|(name, w)| seed.get(name).is_some_and(|s| s.bytes == w.bytes));
+            .all(|(name, w)| seed.get(name).is_some_and(|s| equal(s, w)));
     same.then(|| {
         format!(
             "none of the reference's {} weights changed over its steps",
@@ -266,6 +276,24 @@ mod tests {
         assert!(zero_gradients(&live).is_none());
         assert!(unchanged(&zeros, &zeros).is_some());
         assert!(unchanged(&zeros, &live).is_none());
+        // A bf16 seed (the top half of exact f32 values) against the f32 master weights it started
+        // as: unchanged by value.
+        let half = HostTensor {
+            dtype: TensorDtype::BF16,
+            shape: vec![2],
+            bytes: [0.5f32, -2.0]
+                .iter()
+                .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+                .collect(),
+        };
+        let master = |v: [f32; 2]| HostTensor {
+            dtype: TensorDtype::F32,
+            shape: vec![2],
+            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let seed: Shards = [("w".to_owned(), half)].into();
+        assert!(unchanged(&seed, &[("w".to_owned(), master([0.5, -2.0]))].into()).is_some());
+        assert!(unchanged(&seed, &[("w".to_owned(), master([0.5, -2.001]))].into()).is_none());
         let ids = |v: &[f64]| {
             let mut t = tensor(v);
             t.shape = vec![v.len() / 2, 2];

@@ -204,11 +204,6 @@ fn stray(root: &DeTable<'_>) -> Vec<(&'static str, String)> {
         let Some(section) = suggest::closest(key, SECTIONS) else {
             continue;
         };
-        let section = SECTIONS
-            .iter()
-            .find(|s| **s == section)
-            .copied()
-            .unwrap_or("models");
         if let DeValue::Table(t) = v.get_ref() {
             out.extend(t.iter().map(|(n, _)| (section, n.get_ref().to_string())));
         }

@@ -4,6 +4,18 @@
 
 pub mod harness;
 
+/// The binary from the repository root, colour off (what tests/cli.rs and tests/plan.rs run).
+pub fn cli() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("meshparity").unwrap();
+    c.env("NO_COLOR", "1");
+    c
+}
+
+/// What a command printed on stdout.
+pub fn stdout(c: &mut assert_cmd::Command) -> String {
+    String::from_utf8(c.output().unwrap().stdout).unwrap()
+}
+
 /// The tiny llama every runner test trains: fast on two cores, divisible by every mesh the
 /// tests use (dp2, tp2, pp2). A macro so specs can be `concat!`-ed constants.
 macro_rules! tiny_model {
