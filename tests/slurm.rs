@@ -8,16 +8,14 @@
 #[macro_use]
 mod common;
 
+use common::slurm::cluster;
+
 use std::path::Path;
 use std::process::{Child, Command as StdCommand, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value;
-
-/// The cluster is shared: one test at a time, so time limits are not eaten by queueing.
-static CLUSTER: Mutex<()> = Mutex::new(());
 
 const SPEC: &str = concat!(
     r#"
@@ -43,22 +41,6 @@ levels = ["forward"]
 select = []
 "#
 );
-
-fn cluster() -> Option<std::sync::MutexGuard<'static, ()>> {
-    let up = StdCommand::new("sinfo")
-        .args(["-h", "-o", "%T"])
-        .output()
-        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
-    if !up {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "no Slurm cluster here; .ci/run starts one with .ci/slurm-up"
-        );
-        eprintln!("skipped: no Slurm cluster (run .ci/slurm-up to start a one-node one)");
-        return None;
-    }
-    Some(CLUSTER.lock().unwrap_or_else(|e| e.into_inner()))
-}
 
 fn meshparity(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("meshparity").unwrap();

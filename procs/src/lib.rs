@@ -31,39 +31,61 @@ pub fn become_subreaper() {
     }
 }
 
+/// The signals that end a job from outside: the runner's SIGTERM to a worker's group at a
+/// timeout or a cancellation, Slurm's SIGTERM to every process of a job at its time limit or
+/// `scancel` (SIGKILL after its KillWait), a terminal's SIGINT or SIGHUP.
+const ENDING: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
 /// Make this process (a worker) the keeper of every process it starts: called first thing,
-/// before any other thread exists. `parent`: the runner's pid; `None` for a worker started by
-/// hand, which is left to its own devices apart from being a subreaper.
-pub fn guard(parent: Option<i32>) {
+/// before any other thread exists. `parent`: the runner's pid; `None` for a worker the runner
+/// did not start (a Slurm batch script's, or one started by hand), which has no parent-death
+/// signal.
+///
+/// An ending signal ([`ENDING`]) is handled by a thread of the worker, not by the default
+/// action: it passes SIGTERM on to every descendant, waits up to `grace` for them to go, kills
+/// what is left and then ends the worker by the signal it got. Dying at once, as the default
+/// action does, took the program with it (its parent-death signal) and orphaned the program's
+/// own children to pid 1, out of the job: seen on Slurm, whose process tracking by descent
+/// (proctrack/linuxproc) then no longer found a child of a program that ignored SIGTERM.
+pub fn guard(parent: Option<i32>, grace: std::time::Duration) {
     become_subreaper();
-    let Some(parent) = parent else {
-        return;
-    };
+    let mut watched: Vec<libc::c_int> = ENDING.to_vec();
+    if parent.is_some() {
+        watched.push(PARENT_DIED);
+    }
+    let set = signal_set(&watched);
     // Blocked here, so every thread started later inherits the block and only the watcher's
-    // sigwait takes it; a program started by this worker gets an empty mask back
+    // sigwait takes them; a program started by this worker gets an empty mask back
     // ([`child_setup`]).
-    // SAFETY: sigset operations on a local set; pthread_sigmask of this thread.
+    // SAFETY: pthread_sigmask of this thread with a filled local set.
     unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, PARENT_DIED);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
     std::thread::spawn(move || {
-        // SAFETY: as above; sigwait writes the signal number into a local.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, PARENT_DIED);
-            let mut got = 0;
-            while libc::sigwait(&set, &mut got) != 0 || got != PARENT_DIED {}
+        let mut got = 0;
+        // SAFETY: sigwait reads the local set and writes the signal number into a local.
+        while unsafe { libc::sigwait(&set, &mut got) } != 0 {}
+        if got == PARENT_DIED {
+            kill_descendants();
+            // SAFETY: a signal to this process's own group, which ends this process too.
+            unsafe {
+                libc::kill(0, libc::SIGKILL);
+            }
         }
-        kill_descendants();
-        // SAFETY: a signal to this process's own group, which ends this process too.
+        end_descendants(grace);
+        // SAFETY: the default action back, then the signal unblocked in this thread and sent
+        // to this process: it ends the worker as the signal would have.
         unsafe {
-            libc::kill(0, libc::SIGKILL);
+            libc::signal(got, libc::SIG_DFL);
+            let one = signal_set(&[got]);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::kill(libc::getpid(), got);
         }
+        std::process::exit(128 + got);
     });
+    let Some(parent) = parent else {
+        return;
+    };
     // SAFETY: prctl and getppid touch no memory of ours.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_DIED);
@@ -73,6 +95,39 @@ pub fn guard(parent: Option<i32>) {
             std::process::exit(3);
         }
     }
+}
+
+fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset operations on a zeroed local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in signals {
+            libc::sigaddset(&mut set, *s);
+        }
+        set
+    }
+}
+
+/// SIGTERM to every descendant, up to `grace` for them to go (a program's chance to end as
+/// it would at a timeout), then SIGKILL to what is left.
+pub fn end_descendants(grace: std::time::Duration) {
+    let me = std::process::id() as i32;
+    for pid in descendants(me, None) {
+        // SAFETY: a signal to a process id.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    let start = std::time::Instant::now();
+    // Zombies do not count (`descendants`): this waits for the living only.
+    while start.elapsed() < grace {
+        if descendants(me, None).is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    kill_descendants();
 }
 
 /// For a program's `pre_exec` (in the child, between fork and exec; async-signal-safe calls

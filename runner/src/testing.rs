@@ -2,7 +2,8 @@
 //! exit with a code, so process isolation, timeouts and retries are tested on the real binary.
 //!
 //! `MESHPARITY_TEST_FAULT=GLOB=KIND[;GLOB=KIND...]`, GLOB over job names, KIND one of `panic`,
-//! `abort`, `hang`, `hang-ignore-term` (only SIGKILL ends it), `exit:N`, `crash-once` (abort on
+//! `abort`, `hang`, `hang-ignore-term` (the job hangs in a process of its own that ignores
+//! SIGTERM: only SIGKILL ends it), `exit:N`, `crash-once` (abort on
 //! the first attempt only: a flaky job), `sleep:SECS` (wait, then do the job: a job still
 //! running when its runner dies), `noop` (pass at once without computing: the
 //! scheduler-overhead bench).
@@ -36,9 +37,16 @@ pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             },
             "hang-ignore-term" => {
-                // SAFETY: setting a signal disposition to SIG_IGN touches no memory of ours.
+                // A process of the job, as a user's program would be: the worker passes SIGTERM
+                // on to it, waits its grace period, then kills it (meshparity_procs::guard).
+                // SAFETY: the child calls only async-signal-safe functions (signal, pause).
                 unsafe {
-                    libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                    if libc::fork() == 0 {
+                        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                        loop {
+                            libc::pause();
+                        }
+                    }
                 }
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs(3600));

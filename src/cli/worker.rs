@@ -43,13 +43,18 @@ pub struct Args {
     /// RAYON_NUM_THREADS, which wins when set).
     #[arg(long)]
     threads: Option<usize>,
+    /// Seconds a program gets to end after SIGTERM reaches the worker (the runner's
+    /// `--grace`) before the worker kills what is left of it.
+    #[arg(long, default_value_t = 5.0)]
+    grace: f64,
 }
 
 pub fn run(args: &Args) -> u8 {
     let parent = std::env::var(worker::PARENT_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok());
-    meshparity_procs::guard(parent);
+    let grace = std::time::Duration::try_from_secs_f64(args.grace).unwrap_or_default();
+    meshparity_procs::guard(parent, grace);
     // After the default report (and any backtrace), one line the runner can quote.
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_macros)]
 
 pub mod harness;
+pub mod slurm;
 
 /// The binary from the repository root, colour off (what tests/cli.rs and tests/plan.rs run).
 pub fn cli() -> assert_cmd::Command {

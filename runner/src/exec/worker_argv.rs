@@ -43,6 +43,8 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
             .to_string(),
         "--attempt".into(),
         a.attempt.to_string(),
+        "--grace".into(),
+        opts.grace.as_secs_f64().to_string(),
     ];
     if let Some(f) = a.job_file {
         args.extend(["--job-file".into(), f.display().to_string()]);
