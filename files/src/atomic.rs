@@ -31,6 +31,26 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
+/// [`write_atomic`] of what `write` streams into a buffered writer: for large files (a merged
+/// `results.json` of a release sweep) that need not be built in memory first.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let tmp = temp_sibling(path);
+    let written = (|| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        write(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// [`write_atomic`] without the flush to disk: readers still never see a torn file, but a
 /// machine that crashes right after may lose it. For files that are recomputed when missing
 /// (a job file, a worker's result the runner reads a moment later); one `fsync` per job is a
@@ -57,5 +77,11 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         assert_ne!(temp_sibling(&p), temp_sibling(&p));
+        write_atomic_with(&p, |w: &mut dyn Write| w.write_all(b"three")).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"three");
+        let failed = write_atomic_with(&p, |_| Err(std::io::Error::other("no")));
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"three");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

@@ -13,9 +13,9 @@ mod lock;
 mod regular;
 mod tail;
 
-pub use atomic::{temp_sibling, write_atomic, write_replace};
+pub use atomic::{temp_sibling, write_atomic, write_atomic_with, write_replace};
 pub use create::{create, write};
 pub use flush::flush_filesystems;
 pub use lock::{Lock, LockError, LOCK_FILE};
-pub use regular::{open, read, read_to_string, Limit};
+pub use regular::{open, open_limited, read, read_to_string, Limit};
 pub use tail::{tail, TAIL_LINE, TAIL_WINDOW};

@@ -68,16 +68,24 @@ pub fn open(path: &Path) -> std::io::Result<File> {
     ))
 }
 
-/// Read a whole regular file of at most `limit` bytes.
-pub fn read(path: &Path, limit: Limit) -> std::io::Result<Vec<u8>> {
+/// Open a regular file of at most `limit` bytes to read it as a stream (one that parses as it
+/// reads needs no copy of the whole file); a file that grows while it is read ends one byte
+/// past the limit, which [`read`] refuses and a parser sees as trailing garbage or a cut.
+pub fn open_limited(path: &Path, limit: Limit) -> std::io::Result<std::io::Take<File>> {
     let file = open(path)?;
     let len = file.metadata()?.len();
     if len > limit.bytes {
         return Err(too_big(len, limit));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
+    Ok(file.take(limit.bytes + 1))
+}
+
+/// Read a whole regular file of at most `limit` bytes.
+pub fn read(path: &Path, limit: Limit) -> std::io::Result<Vec<u8>> {
+    let mut file = open_limited(path, limit)?;
+    let mut bytes = Vec::with_capacity(file.get_ref().metadata()?.len() as usize);
     // The file may grow while it is read; the cap holds regardless.
-    file.take(limit.bytes + 1).read_to_end(&mut bytes)?;
+    file.read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit.bytes {
         return Err(too_big(bytes.len() as u64, limit));
     }

@@ -35,10 +35,15 @@ pub struct Args {
     html_link: Option<String>,
 }
 
+/// A run's results, parsed as they are read: the file's bytes are never all in memory beside
+/// what they parse into (a release sweep's results.json can be most of a gigabyte).
 pub(crate) fn read(path: &Path) -> Result<RunResults, String> {
-    let results: RunResults = meshparity_files::read(path, meshparity_files::Limit::JSON)
+    let results: RunResults = meshparity_files::open_limited(path, meshparity_files::Limit::JSON)
         .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .and_then(|f| {
+            let reader = std::io::BufReader::with_capacity(1 << 20, f);
+            serde_json::from_reader(reader).map_err(|e| e.to_string())
+        })
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if results.format_version != FORMAT_VERSION {
         return Err(format!(
@@ -72,9 +77,11 @@ pub fn run(args: &Args) -> u8 {
                 return exit::SPEC_ERROR;
             }
         };
-        let json = serde_json::to_vec_pretty(&merged).expect("results serialize");
         let path = out.join(files::RESULTS);
-        if let Err(e) = write::atomic(&path, &json) {
+        let written = write::atomic_with(&path, |w| {
+            serde_json::to_writer_pretty(w, &merged).map_err(std::io::Error::other)
+        });
+        if let Err(e) = written {
             eprintln!("error: writing {}: {e}", path.display());
             return exit::INFRA_ERROR;
         }
