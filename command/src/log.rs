@@ -10,6 +10,9 @@ pub use meshparity_specs::log_pattern::{pattern, LogError, PRESETS};
 pub fn curve(log: &str, re: &Regex) -> Vec<(u64, f64)> {
     let ansi = Regex::new(r"\x1b\[[0-9;]*[A-Za-z]").expect("a valid regex");
     let mut out: Vec<(u64, f64)> = Vec::new();
+    // Where each step is in `out`: a search of `out` per line made a log of distinct steps
+    // quadratic (the 16 MiB a job keeps of a log: minutes).
+    let mut at: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for line in log.lines() {
         let line = ansi.replace_all(line, "");
         let Some(c) = re.captures(&line) else {
@@ -22,9 +25,12 @@ pub fn curve(log: &str, re: &Regex) -> Vec<(u64, f64)> {
             continue;
         };
         let loss = loss.as_str().parse::<f64>().unwrap_or(f64::NAN);
-        match out.iter_mut().find(|(s, _)| *s == step) {
-            Some(slot) => slot.1 = loss,
-            None => out.push((step, loss)),
+        match at.get(&step) {
+            Some(&i) => out[i].1 = loss,
+            None => {
+                at.insert(step, out.len());
+                out.push((step, loss));
+            }
         }
     }
     out

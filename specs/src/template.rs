@@ -95,10 +95,10 @@ pub fn quoted_value(text: &str) -> Result<(), TemplateError> {
                 }
             }
             Piece::Value(name) => {
+                // The name is a slice of `text`: its `{{` is the last one before it.
+                let at = name.as_ptr() as usize - text.as_ptr() as usize;
+                let offset = text[..at].rfind("{{").unwrap_or(0);
                 if let Some(q) = quote {
-                    // The name is a slice of `text`: its `{{` is the last one before it.
-                    let at = name.as_ptr() as usize - text.as_ptr() as usize;
-                    let offset = text[..at].rfind("{{").unwrap_or(0);
                     return Err(error(
                         offset,
                         format!(
@@ -108,7 +108,18 @@ pub fn quoted_value(text: &str) -> Result<(), TemplateError> {
                         ),
                     ));
                 }
-                escaped = false;
+                // `\{{v}}'` rendered `\'$(…)''`: the backslash took the quote meshparity opened,
+                // and what the value held ran.
+                if escaped {
+                    return Err(error(
+                        offset,
+                        format!(
+                            "`{{{{{name}}}}}` follows a backslash: with shell = true meshparity \
+                             quotes each value itself, and a backslash before it escapes that \
+                             quote; remove the backslash"
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -155,7 +166,14 @@ mod tests {
 
     #[test]
     fn a_value_inside_the_templates_own_quotes_is_refused() {
-        for t in ["'{{v}}'", "\"{{v}}\"", "echo \"a {{v}} b\"", "x='{{v}}"] {
+        for t in [
+            "'{{v}}'",
+            "\"{{v}}\"",
+            "echo \"a {{v}} b\"",
+            "x='{{v}}",
+            "\\{{v}}'",
+            "{{v}}\\{{w}}",
+        ] {
             assert!(quoted_value(t).is_err(), "{t}");
         }
         // Located at its braces, whatever spacing came before.
