@@ -48,15 +48,26 @@ pub enum CollectError {
     },
 }
 
-/// Collect the program's files in `out` into contract artifacts; returns the names written.
+/// What [`collect`] made of the program's files.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Contract artifacts written, by name.
+    pub written: Vec<String>,
+    /// Curve metrics left out of the contract curve: neither the loss, nor gated
+    /// ([`ArtifactMap::gated`]), nor a performance figure.
+    pub ungated: Vec<String>,
+}
+
+/// Collect the program's files in `out` into contract artifacts.
 /// `converts`: this run was handed `{{seed_checkpoint}}` (the roundtrip's file is expected).
 pub fn collect(
     map: &ArtifactMap,
     out: &Path,
     argv: &str,
     converts: bool,
-) -> Result<Vec<String>, CollectError> {
+) -> Result<Collected, CollectError> {
     let mut written = Vec::new();
+    let mut ungated = Vec::new();
     let tensors = [
         ("logits", &map.logits, files::FORWARD),
         ("grads", &map.grads, files::GRADS),
@@ -87,11 +98,12 @@ pub fn collect(
         written.push(contract.to_owned());
     }
     let steps = match (&map.curve, &map.log) {
-        (Some(file), _) => Some(curve_file(
-            map,
-            &found(out, &file.value, "curve", argv)?,
-            argv,
-        )?),
+        (Some(file), _) => {
+            let path = found(out, &file.value, "curve", argv)?;
+            let (points, left_out) = curve_file(map, &path, argv)?;
+            ungated = left_out;
+            Some(points)
+        }
         (None, Some(pattern)) => {
             let text = std::fs::read_to_string(out.join(LOG)).unwrap_or_default();
             let points: Vec<Point> = log::curve(&text, &log::pattern(&pattern.value)?)
@@ -99,7 +111,7 @@ pub fn collect(
                 .map(|(step, loss)| Point {
                     step,
                     loss,
-                    performance: Vec::new(),
+                    ..Point::default()
                 })
                 .collect();
             if points.is_empty() {
@@ -120,7 +132,7 @@ pub fn collect(
         meshparity_files::write(&path, lines.as_bytes()).map_err(io(&path))?;
         written.push(files::CURVE.to_owned());
     }
-    Ok(written)
+    Ok(Collected { written, ungated })
 }
 
 /// The program's file `name` (relative to its output directory), which must exist as a regular
@@ -162,16 +174,23 @@ fn found(
     })
 }
 
-/// A curve step: its number, loss, and the performance figures the program reported with it
-/// (step time, tokens/s, memory: compared side by side, never gated).
+/// A curve step: its number, loss, the metrics gated beside the loss, and the performance
+/// figures the program reported with it (step time, tokens/s, memory: compared side by side,
+/// never gated).
+#[derive(Default)]
 pub struct Point {
     pub step: u64,
     pub loss: f64,
+    pub gated: Vec<(String, f64)>,
     pub performance: Vec<(String, f64)>,
 }
 
-/// The steps of a JSON Lines metrics file keyed as the spec says.
-fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<Point>, CollectError> {
+/// The steps of a JSON Lines metrics file keyed as the spec says, and the metrics left out.
+fn curve_file(
+    map: &ArtifactMap,
+    path: &Path,
+    argv: &str,
+) -> Result<(Vec<Point>, Vec<String>), CollectError> {
     let malformed = |message: String| CollectError::Malformed {
         path: path.display().to_string(),
         key: "curve",
@@ -183,36 +202,69 @@ fn curve_file(map: &ArtifactMap, path: &Path, argv: &str) -> Result<Vec<Point>, 
     if curve.steps.is_empty() {
         return Err(malformed(format!("no line has a `{}`", map.step_key)));
     }
-    curve
-        .steps
-        .iter()
-        .map(|(step, metrics)| match metrics.get(&map.loss_key) {
-            Some(loss) => Ok(Point {
-                step: *step,
-                loss: *loss,
-                performance: metrics
-                    .iter()
-                    .filter(|(k, _)| *k != &map.loss_key && is_performance(k))
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect(),
-            }),
-            None => Err(malformed(format!(
+    let mut left_out: Vec<String> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut points = Vec::with_capacity(curve.steps.len());
+    for (step, metrics) in &curve.steps {
+        let Some(loss) = metrics.get(&map.loss_key) else {
+            return Err(malformed(format!(
                 "step {step} (line {}) has no `{}`; it has: {}",
                 curve.lines.get(step).copied().unwrap_or(0),
                 map.loss_key,
                 metrics.keys().cloned().collect::<Vec<_>>().join(", ")
-            ))),
-        })
-        .collect()
+            )));
+        };
+        let mut point = Point {
+            step: *step,
+            loss: *loss,
+            ..Point::default()
+        };
+        for (k, v) in metrics.iter().filter(|(k, _)| **k != map.loss_key) {
+            if map.gated(k) {
+                point.gated.push((k.clone(), *v));
+                if !seen.contains(&k.as_str()) {
+                    seen.push(k);
+                }
+            } else if is_performance(k) {
+                point.performance.push((k.clone(), *v));
+            } else if !left_out.contains(k) {
+                left_out.push(k.clone());
+            }
+        }
+        points.push(point);
+    }
+    // A metric the spec asks to gate that the program never logs would gate nothing.
+    if let Some(missing) = map.gate.iter().find(|g| !seen.contains(&g.value.as_str())) {
+        return Err(malformed(format!(
+            "no step has `{}`, which artifacts.gate lists; the curve's metrics: {}",
+            missing.value,
+            curve
+                .steps
+                .values()
+                .flat_map(|m| m.keys())
+                .fold(Vec::<&String>::new(), |mut all, k| {
+                    if !all.contains(&k) {
+                        all.push(k);
+                    }
+                    all
+                })
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok((points, left_out))
 }
 
-/// One line of the contract's curve: step, loss, then the performance figures.
+/// One line of the contract's curve: step, loss, the gated metrics, then the performance
+/// figures.
 fn line(p: &Point) -> String {
     let mut fields = vec![
         format!("\"step\": {}", p.step),
         format!("\"loss\": {}", json_f64(p.loss)),
     ];
-    for (k, v) in &p.performance {
+    for (k, v) in p.gated.iter().chain(&p.performance) {
         let key = serde_json::to_string(k).expect("strings serialize");
         fields.push(format!("{key}: {}", json_f64(*v)));
     }

@@ -185,7 +185,7 @@ impl Engine for CommandEngine {
         let inv = self.invocation(req, &out)?;
         process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
         let argv = inv.display();
-        let artifacts = collect::collect(&self.def.artifacts, &out, &argv, converts(req))
+        let collected = collect::collect(&self.def.artifacts, &out, &argv, converts(req))
             .map_err(|e| EngineError::Run(e.to_string()))?;
         let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
             .map_or(req.training.steps as usize, |c| c.lines().count());
@@ -194,7 +194,8 @@ impl Engine for CommandEngine {
             device: self.device.clone(),
             world_size: req.world_size(),
             steps,
-            artifacts,
+            artifacts: collected.written,
+            ungated: collected.ungated,
             // What the program was asked to inject: a command engine cannot see inside it.
             altered: req
                 .mutation

@@ -70,6 +70,11 @@ pub struct Manifest {
     /// why: such an artifact is absent and judged as failed, not as missing.
     #[serde(default)]
     pub unmerged: IndexMap<String, String>,
+    /// Metrics the run's curve logged that are neither gated nor performance figures, left
+    /// out of its contract curve (a command engine's program may log anything): the curve level
+    /// says so in its notes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ungated: Vec<String>,
     pub seconds: f64,
     /// BLAKE3 of every file in the directory, by relative path: written by [`crate::seal`]
     /// once the run is complete, checked before the directory is reused or judged.

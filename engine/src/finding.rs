@@ -118,6 +118,7 @@ mod tests {
                 gates: vec![gate],
                 reproduce: String::new(),
                 report: serde_json::Value::Null,
+                notes: Vec::new(),
             }],
             collectives: 7,
             altered: vec!["site: skipped".into()],

@@ -2,6 +2,7 @@
 //! *how close* a check came, not only whether it passed. Calibration sweeps read these to report
 //! headroom (correct runs) and margin (injected bugs), and reports print the closest one.
 
+use meshparity_compare::curve::rel_limit;
 use meshparity_compare::render::sci;
 use meshparity_compare::report::{CurveReport, Problem, TensorReport};
 use meshparity_compare::tensors::averaged;
@@ -150,10 +151,9 @@ pub fn structural(problems: &[Problem]) -> Vec<Gate> {
 
 /// The gates of a curve comparison: the worst step of each gated metric against `rel`.
 pub fn of_curve(r: &CurveReport) -> Vec<Gate> {
-    let rel = r.limits.metrics.get("rel").copied();
     let mut out = structural(&r.problems);
     for m in r.metrics.iter().filter(|m| m.gated) {
-        match (m.ratio, rel) {
+        match (m.ratio, rel_limit(&r.limits, &m.name)) {
             (Some(ratio), _) => {
                 let fail = r.limits.metrics.get("fail").copied().unwrap_or(5.0);
                 out.push(Gate::new(m.name.clone(), "noise_ratio", ratio, fail));

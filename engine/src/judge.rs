@@ -217,10 +217,24 @@ impl Sides<'_> {
                 quote(&b2.display().to_string())
             ));
         }
-        let comparison = Comparison {
+        let mut comparison = Comparison {
             reproduce,
             ..Comparison::curve(&compare_curves(&a, &b, &opts)?)
         };
+        let mut ungated: Vec<&String> = self.reference.ungated.iter().collect();
+        for m in &self.run.ungated {
+            if !ungated.contains(&m) {
+                ungated.push(m);
+            }
+        }
+        if !ungated.is_empty() {
+            let list: Vec<String> = ungated.iter().map(|m| format!("`{m}`")).collect();
+            comparison.notes.push(format!(
+                "the program's curve logs metric(s) neither gated nor a performance figure, not \
+                 compared: {}; list them in the engine's artifacts.gate to gate them",
+                list.join(", ")
+            ));
+        }
         let losses = |p: &Path| -> Result<Vec<f64>, InputError> {
             Ok(read_curve(p)?
                 .steps
@@ -298,6 +312,7 @@ fn unmerged(what: &str, world_size: u64, why: &str) -> Comparison {
             ..Gate::new(shards, "replicas_differ", 1.0, 0.0)
         }],
         report: serde_json::Value::Null,
+        notes: Vec::new(),
     }
 }
 

@@ -29,6 +29,10 @@ pub struct Comparison {
     /// The comparison engine's full report.
     #[serde(default)]
     pub report: serde_json::Value,
+    /// What the comparison left out or could not decide, in words (a metric the program logged
+    /// that is neither gated nor a performance figure): said in the reports, never dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Comparison {
@@ -90,6 +94,7 @@ impl Comparison {
             gates: scoped(what, gate::of_tensors(r)),
             reproduce: String::new(),
             report: serde_json::to_value(r).unwrap_or_default(),
+            notes: Vec::new(),
         }
     }
 
@@ -104,7 +109,7 @@ impl Comparison {
                         .map(|s| format!(" at step {s}"))
                         .unwrap_or_default();
                     let limit = |k: &str| r.limits.metrics.get(k).copied();
-                    let over = limit("rel")
+                    let over = meshparity_compare::curve::rel_limit(&r.limits, &m.name)
                         .map(|l| format!(" > {}", sci(l)))
                         .unwrap_or_default();
                     let allowed = limit("allowed_failing_steps").unwrap_or(0.0);
@@ -130,6 +135,7 @@ impl Comparison {
             gates: scoped("losses", gate::of_curve(r)),
             reproduce: String::new(),
             report: serde_json::to_value(r).unwrap_or_default(),
+            notes: r.notes.clone(),
         }
     }
 }

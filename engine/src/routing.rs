@@ -311,6 +311,7 @@ impl RoutingReport {
             gates,
             reproduce: String::new(),
             report: serde_json::to_value(self).unwrap_or_default(),
+            notes: Vec::new(),
         }
     }
 

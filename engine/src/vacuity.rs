@@ -149,6 +149,7 @@ pub fn comparison(why: &str) -> Comparison {
             ..Gate::new("the reference".to_owned(), METRIC, 1.0, 0.0)
         }],
         report: serde_json::Value::Null,
+        notes: Vec::new(),
     }
 }
 

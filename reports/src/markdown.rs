@@ -40,6 +40,20 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         }
         out.push('\n');
     }
+    let notes = crate::notes::notes(results);
+    if !notes.is_empty() {
+        out.push_str("### Notes\n\n");
+        for n in notes {
+            out.push_str(&format!(
+                "- {} ({} job(s), first [{}]({html}#{}))\n",
+                escape(&n.text),
+                n.jobs,
+                escape(&n.first_job),
+                n.anchor
+            ));
+        }
+        out.push('\n');
+    }
     let perf = crate::performance::rows(results);
     if !perf.is_empty() {
         out.push_str(

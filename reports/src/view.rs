@@ -29,6 +29,8 @@ pub struct Page {
     pub condensed: Option<String>,
     /// Performance figures, reference beside candidate (reported, never gated).
     pub performance: Vec<PerfView>,
+    /// What comparisons left out or could not decide, each once.
+    pub notes: Vec<crate::notes::Note>,
 }
 
 #[derive(Serialize)]
@@ -106,6 +108,7 @@ pub struct ComparisonView {
     pub reference: String,
     pub candidate: String,
     pub worst: Vec<TensorRow>,
+    pub notes: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -186,6 +189,7 @@ fn comparison(c: &Comparison) -> ComparisonView {
         compared: c.compared,
         reference: clean(&c.reference),
         candidate: clean(&c.candidate),
+        notes: c.notes.iter().map(|n| clean(n)).collect(),
         worst: worst
             .into_iter()
             .take(WORST)
@@ -398,6 +402,14 @@ pub fn page(results: &RunResults) -> Page {
         jobs,
         run_seconds: format!("{:.1}", results.meta.seconds),
         condensed,
+        notes: crate::notes::notes(results)
+            .into_iter()
+            .map(|n| crate::notes::Note {
+                text: clean(&n.text),
+                first_job: clean(&n.first_job),
+                ..n
+            })
+            .collect(),
         performance: crate::performance::rows(results)
             .into_iter()
             .map(|r| PerfView {

@@ -35,6 +35,7 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "step_key",
     "loss_key",
     "log",
+    "gate",
 ];
 pub const MUTATION_KEYS: &[&str] = &["args", "env", "needs"];
 
@@ -66,9 +67,23 @@ pub struct ArtifactMap {
     /// Read the loss curve from the program's log instead: a preset (`megatron`, `torchtitan`,
     /// `pithtrain`) or a regex with named groups `step` and `loss`.
     pub log: Option<Located<String>>,
+    /// Metrics of `curve` gated beside the loss, each by the curve level's limits
+    /// (`grad_norm` by its own, and gated by default when the curve has it). Any other metric
+    /// that is no performance figure is left out of the comparison, and the level says so.
+    pub gate: Vec<Located<String>>,
 }
 
+/// The curve metric gated by default when a program logs it: NeMo's parity tests found the
+/// gradient norm the most sensitive curve metric, and a norm over the wrong ranks changes it
+/// where clipping leaves the loss alone.
+pub const DEFAULT_GATED: &str = "grad_norm";
+
 impl ArtifactMap {
+    /// Whether curve metric `name` is gated beside the loss.
+    pub fn gated(&self, name: &str) -> bool {
+        name == DEFAULT_GATED || self.gate.iter().any(|g| g.value == name)
+    }
+
     /// The `artifacts` keys a run of this engine must map for `level`, that it does not: the
     /// mesh run's side (`reference` false) or the world-size-1 reference's.
     pub fn unmapped(&self, level: crate::Level, reference: bool) -> Vec<&'static str> {
@@ -194,6 +209,9 @@ impl EngineDef {
 }
 
 fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
+    let step_key = t.string(cx, "step_key").map_or("step".into(), |s| s.value);
+    let loss_key = t.string(cx, "loss_key").map_or("loss".into(), |s| s.value);
+    let gate = gate(cx, &mut t, [&step_key, &loss_key]);
     let map = ArtifactMap {
         curve: t.string(cx, "curve"),
         logits: t.string(cx, "logits"),
@@ -202,12 +220,57 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
         initial: initial(cx, &mut t),
         roundtrip: t.string(cx, "roundtrip"),
         trace: t.string(cx, "trace"),
-        step_key: t.string(cx, "step_key").map_or("step".into(), |s| s.value),
-        loss_key: t.string(cx, "loss_key").map_or("loss".into(), |s| s.value),
+        step_key,
+        loss_key,
         log: t.string(cx, "log"),
+        gate,
     };
     t.finish(cx);
     map
+}
+
+/// `gate`: metric names of the curve, none of them the step or the loss (which is gated
+/// anyway) and none twice.
+fn gate(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'_, '_>,
+    [step_key, loss_key]: [&str; 2],
+) -> Vec<Located<String>> {
+    let Some(list) = t.strings(cx, "gate") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Located<String>> = Vec::new();
+    for name in list.value {
+        let why = if name.value.is_empty() {
+            Some("an empty metric name".to_owned())
+        } else if name.value == step_key || name.value == "step" {
+            Some(format!(
+                "`{}` numbers the steps; it is not a metric",
+                name.value
+            ))
+        } else if name.value == loss_key || name.value == "loss" {
+            Some(format!("`{}` is the loss, gated anyway", name.value))
+        } else if crate::performance::is_performance(&name.value) {
+            Some(format!(
+                "`{}` is a performance figure (a time, memory or rate): meshparity reports \
+                 those side by side and never gates them",
+                name.value
+            ))
+        } else if out.iter().any(|o| o.value == name.value) {
+            Some(format!("`{}` is listed twice", name.value))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => cx.error(
+                Diagnostic::error(&name.loc, format!("artifacts.gate: {why}")).help(
+                    "list the curve's metrics to gate beside the loss, e.g. gate = [\"grad_norm\"]",
+                ),
+            ),
+            None => out.push(name),
+        }
+    }
+    out
 }
 
 /// `initial`, or its old name `checkpoint` with a warning to rename it; not both.

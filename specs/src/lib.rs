@@ -30,6 +30,7 @@ pub mod mesh;
 pub mod model;
 pub mod moe;
 pub mod mutation;
+pub mod performance;
 pub mod run;
 pub mod schema;
 pub mod source;

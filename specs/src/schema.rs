@@ -250,6 +250,9 @@ struct EngineArtifacts {
     /// Loss curve from the program's output: megatron, torchtitan, pithtrain, or a regex with
     /// named groups step and loss.
     log: Option<String>,
+    /// Metrics of `curve` gated beside the loss (grad_norm is gated by default when present);
+    /// any other metric that is no performance figure is left out, and the level says so.
+    gate: Option<Vec<String>>,
 }
 
 #[derive(JsonSchema)]

@@ -90,7 +90,17 @@ fn tolerance(args: &Args) -> Result<Tolerance, InputError> {
 }
 
 /// Limit keys that mean something for curves.
-const CURVE_KEYS: &[&str] = &["rel", "allowed_failing_steps", "investigate", "fail"];
+const CURVE_KEYS: &[&str] = &[
+    "rel",
+    "allowed_failing_steps",
+    "investigate",
+    "fail",
+    meshparity_specs::tolerance::GRAD_NORM,
+];
+
+/// Limit keys for both: the gradient norm's own limit, on the curve (every step) and beside
+/// the first step's gradients.
+const BOTH_KEYS: &[&str] = &[meshparity_specs::tolerance::GRAD_NORM];
 
 /// A key, profile or flag that does not apply to this kind of input is refused, never ignored.
 fn refuse_inapplicable(args: &Args, tol: &Tolerance, curve: bool) -> Result<(), InputError> {
@@ -100,7 +110,7 @@ fn refuse_inapplicable(args: &Args, tol: &Tolerance, curve: bool) -> Result<(), 
         "checkpoints"
     };
     for (k, _) in &tol.settings {
-        if CURVE_KEYS.contains(&k.as_str()) != curve {
+        if CURVE_KEYS.contains(&k.as_str()) != curve && !BOTH_KEYS.contains(&k.as_str()) {
             return Err(InputError::Usage(format!(
                 "-t {k}=... does not apply to {kind}; keys for {kind}: {}",
                 if curve {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
+use meshparity_specs::tolerance::GRAD_NORM;
 use meshparity_specs::{CurveMode, Limits};
 
 mod read;
@@ -32,16 +33,9 @@ pub struct Curve {
     pub problems: Vec<Problem>,
 }
 
-/// Performance figures by name: reported, not gated. Rates of tokens (`tok/s`, `tokens_per_sec`,
-/// `tps`, `throughput`) are performance; a token *count* (`tokens`, `num_tokens`) is not — a
-/// wrong count is a correctness bug (local vs global loss normalization) and stays gated.
-pub fn is_performance(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    let rate = ["/s", "per_s", "_ps", "tps", "throughput", "mfu"]
-        .iter()
-        .any(|p| n.contains(p) || n.ends_with(p.trim_start_matches('_')));
-    rate || ["time", "mem", "latency"].iter().any(|p| n.contains(p))
-}
+/// Performance figures by name: reported, not gated (the rule lives with the spec, which
+/// refuses to gate them).
+pub use meshparity_specs::performance::is_performance;
 
 pub struct CurveOptions {
     pub limits: Limits,
@@ -59,6 +53,15 @@ pub const ZERO_FLOOR_REL: f64 = 1e-5;
 
 fn limit(limits: &Limits, key: &str, default: f64) -> f64 {
     limits.metrics.get(key).copied().unwrap_or(default)
+}
+
+/// The per-step relative limit of metric `name` in `rel` mode: the gradient norm's own where
+/// the table has one (the curve level's `grad_norm` key), else the curve's `rel`.
+pub fn rel_limit(limits: &Limits, name: &str) -> Option<f64> {
+    let own = (name == GRAD_NORM)
+        .then(|| limits.metrics.get(GRAD_NORM))
+        .flatten();
+    own.or(limits.metrics.get("rel")).copied()
 }
 
 fn rel(r: f64, c: f64) -> f64 {
@@ -286,7 +289,7 @@ fn metric(
         max_abs = max_abs.max((c - r).abs());
         let fails = match mode {
             CurveMode::Exact => r.to_bits() != c.to_bits(),
-            CurveMode::Rel => q > limit(limits, "rel", 0.0),
+            CurveMode::Rel => q > rel_limit(limits, name).unwrap_or(0.0),
             CurveMode::NoiseFloor => false,
         };
         if fails {
