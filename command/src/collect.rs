@@ -10,14 +10,11 @@ use meshparity_engine::{checkpoint, files};
 use meshparity_specs::ArtifactMap;
 
 use crate::log;
-use crate::process::{tail, LOG};
+use crate::process::LOG;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
-    #[error(
-        "the program wrote no `{file}` (artifacts.{key}) in {dir}; command: {argv}\n\
-         last lines of its output:\n{tail}"
-    )]
+    #[error("the program wrote no `{file}` (artifacts.{key}) in {dir}; command: {argv}\n{tail}")]
     Missing {
         file: String,
         key: &'static str,
@@ -170,7 +167,7 @@ fn found(
         key,
         dir: out.display().to_string(),
         argv: argv.to_owned(),
-        tail: tail(&out.join(LOG), 20),
+        tail: crate::cause::excerpt(&out.join(LOG)),
     })
 }
 

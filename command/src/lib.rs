@@ -10,6 +10,7 @@
 //! - `trace.rs` — the program's per-site traces → the trace artifact (localization);
 //! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
 
+pub mod cause;
 pub mod checkout;
 pub mod collect;
 pub mod log;

@@ -41,11 +41,13 @@ pub enum ProcessError {
         cwd: String,
         source: std::io::Error,
     },
-    #[error("`{argv}` {how}; last lines of its output:\n{tail}")]
+    /// `cause`: what its output says went wrong ([`crate::cause::excerpt`]), its first line
+    /// on the error's first line (the one a job's summary shows), before a long command.
+    #[error("the program {how}; {cause}\ncommand: `{argv}`")]
     Failed {
         argv: String,
         how: String,
-        tail: String,
+        cause: String,
     },
     #[error("writing {path}: {source}")]
     Io {
@@ -135,7 +137,7 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     Err(ProcessError::Failed {
         argv: inv.display(),
         how,
-        tail: tail(&log_path, 20),
+        cause: crate::cause::excerpt(&log_path),
     })
 }
 

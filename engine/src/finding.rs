@@ -128,6 +128,7 @@ mod tests {
                 candidate: vec![1.0, f64::NAN],
             }),
             localization: None,
+            localization_failed: None,
             seconds: 0.5,
         };
         let json = serde_json::to_string(&Finding::Level(outcome)).unwrap();

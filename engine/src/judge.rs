@@ -126,6 +126,7 @@ impl Judge<'_> {
             },
             losses,
             localization: None,
+            localization_failed: None,
             seconds: start.elapsed().as_secs_f64(),
         })
     }

@@ -139,6 +139,19 @@ pub struct SiteRow {
     pub relative_l2: f64,
 }
 
+/// The words a summary gives a localization that failed: its first line, cut to a length a
+/// summary line can carry (the whole error is in the job's stderr.log).
+pub fn failed_note(why: &str) -> String {
+    let first = why
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let cut: String = first.chars().take(300).collect();
+    let more = if cut.len() < first.len() { "…" } else { "" };
+    format!("localization failed: {cut}{more} (the job's stderr.log has the whole error)")
+}
+
 /// The localization of one failed check or caught mutation.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Localization {

@@ -22,6 +22,9 @@ pub struct MutationOutcome {
     /// Where the mutated run first left the reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub localization: Option<Localization>,
+    /// Why localizing the caught mutation failed, where it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localization_failed: Option<String>,
     /// Whether that is where the catalog says the bug is injected (`None`: no catalog site, or
     /// not localized).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,9 +34,10 @@ pub struct MutationOutcome {
 
 impl MutationOutcome {
     pub fn summary(&self) -> String {
-        match &self.localization {
-            Some(l) => format!("{}; {}", self.verdict(), l.summary()),
-            None => self.verdict(),
+        match (&self.localization, &self.localization_failed) {
+            (Some(l), _) => format!("{}; {}", self.verdict(), l.summary()),
+            (None, Some(why)) => format!("{}; {}", self.verdict(), crate::locate::failed_note(why)),
+            (None, None) => self.verdict(),
         }
     }
 
@@ -96,6 +100,7 @@ impl MutationOutcome {
             levels,
             altered: run.altered.clone(),
             localization: None,
+            localization_failed: None,
             localized_as_injected: None,
             seconds,
         }

@@ -165,6 +165,10 @@ pub struct Outcome {
     /// Where a failed check's run first left the reference ([`crate::locate`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub localization: Option<crate::locate::Localization>,
+    /// Why localizing the failure failed (a traced rerun that crashed): the verdict stands,
+    /// and the reports say there is no localization and why, instead of nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localization_failed: Option<String>,
     pub seconds: f64,
 }
 
@@ -197,9 +201,10 @@ impl Outcome {
                 } else {
                     format!(" (reproduce: {})", c.reproduce)
                 };
-                let at = match &self.localization {
-                    Some(l) => format!("; {}", l.summary()),
-                    None => String::new(),
+                let at = match (&self.localization, &self.localization_failed) {
+                    (Some(l), _) => format!("; {}", l.summary()),
+                    (None, Some(why)) => format!("; {}", crate::locate::failed_note(why)),
+                    (None, None) => String::new(),
                 };
                 // `checkpoint differs`, `losses differ`, `logits and loss differ`.
                 let verb = if c.what.ends_with('s') || c.what.contains(" and ") {

@@ -32,8 +32,10 @@ use crate::plan::JobKind;
 use crate::plan::job_file::{JobFile, JOB_FILE};
 use crate::plan::{Job, Plan, Role, Selection};
 
-/// Lines of log kept in a record for errors.
-const TAIL_LINES: usize = 30;
+/// Lines of log kept in a record for errors: room for a command engine's error after the
+/// program's own last lines (its first error line, the last lines, a traceback quoted whole:
+/// `meshparity_command::cause`).
+const TAIL_LINES: usize = 100;
 
 enum State {
     Waiting,

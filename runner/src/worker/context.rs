@@ -173,7 +173,10 @@ impl Context<'_> {
             // A verdict already computed is kept whatever happens to its localization.
             match self.localize(level, &o) {
                 Ok(l) => o.localization = l,
-                Err(e) => eprintln!("localizing the failure: {e}"),
+                Err(e) => {
+                    eprintln!("localizing the failure: {e}");
+                    o.localization_failed = Some(e.to_string());
+                }
             }
         }
         Ok(WorkerResult::verdict(
@@ -215,6 +218,7 @@ impl Context<'_> {
         let found = locate_mutation(self.engine, &req, &o, &traced, &trace.join("run"));
         let found = found.unwrap_or_else(|e| {
             eprintln!("localizing the mutation: {e}");
+            o.localization_failed = Some(e.to_string());
             None
         });
         if let Some(dir) = shared.filter(|d| !d.is_dir() && traced.is_made()) {
