@@ -13,6 +13,24 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether programs' output is passed on to this process's stderr ([`Caps::forward`]): on in a
+/// worker, whose stderr is its job's log; off in a process that runs engines in-process over a
+/// sweep (`meshparity calibrate`, which streamed ~1,000 lines of program output to the user's
+/// terminal), where `program.log` beside each run keeps it.
+static FORWARD: AtomicBool = AtomicBool::new(true);
+
+/// Pass programs' output on to this process's stderr, or not ([`FORWARD`]); returns what it
+/// was, to put back.
+pub fn forward_to_stderr(on: bool) -> bool {
+    FORWARD.swap(on, Ordering::Relaxed)
+}
+
+/// Whether programs' output goes to this process's stderr.
+pub fn forwarding() -> bool {
+    FORWARD.load(Ordering::Relaxed)
+}
 
 /// The bounds on what is kept of a program's output.
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +141,9 @@ impl BoundedLog {
     }
 
     fn forward(&mut self, line: &[u8]) {
+        if !forwarding() {
+            return;
+        }
         if self.forwarded < self.caps.forward {
             self.forwarded += line.len() as u64;
             let _ = std::io::stderr().write_all(line);

@@ -65,7 +65,9 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
         source,
     })?;
     let log = Arc::new(Mutex::new(log));
-    eprintln!("meshparity: running {}", inv.display());
+    if crate::output::forwarding() {
+        eprintln!("meshparity: running {}", inv.display());
+    }
     let mut command = Command::new(&inv.argv[0]);
     // SAFETY: child_setup makes only async-signal-safe calls, as pre_exec requires.
     unsafe {

@@ -22,6 +22,7 @@ pub mod junit;
 pub mod markdown;
 pub mod merge;
 pub mod model;
+pub mod mutations;
 pub mod notes;
 pub mod performance;
 mod plot;

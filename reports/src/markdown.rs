@@ -54,10 +54,18 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         }
         out.push('\n');
     }
+    mutations(&mut out, results);
     let perf = crate::performance::rows(results);
     if !perf.is_empty() {
+        out.push_str("### Performance (reported, not gated)\n\n");
+        if results.meta.device.starts_with("cpu") {
+            out.push_str(
+                "On a CPU these ratios say little about a cluster: a mesh's ranks share this \
+                 machine's cores.\n\n",
+            );
+        }
         out.push_str(
-            "### Performance (reported, not gated)\n\n| job | metric | reference | candidate | ratio |\n|---|---|---:|---:|---:|\n",
+            "| job | metric | reference | candidate | ratio |\n|---|---|---:|---:|---:|\n",
         );
         for r in perf {
             out.push_str(&format!(
@@ -108,4 +116,39 @@ fn escape(s: &str) -> String {
         .replace('|', "\\|")
         .replace('[', "\\[")
         .replace(']', "\\]")
+}
+
+/// What caught each mutation: one row per mutation ([`crate::mutations`]).
+fn mutations(out: &mut String, results: &RunResults) {
+    let rows = crate::mutations::rows(results);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "### Mutations: what caught each\n\n| mutation | caught | first caught by | localized as injected |\n|---|---:|---|---:|\n",
+    );
+    for r in rows {
+        let by: Vec<String> = r
+            .first_caught_by
+            .iter()
+            .map(|(level, n)| format!("{level} ({n})"))
+            .collect();
+        let localized = if r.as_injected + r.elsewhere == 0 {
+            "—".to_owned()
+        } else {
+            format!("{}/{}", r.as_injected, r.jobs)
+        };
+        out.push_str(&format!(
+            "| `{}` | {}/{} | {} | {localized} |\n",
+            escape(&r.mutation),
+            r.caught,
+            r.jobs,
+            if by.is_empty() {
+                "—".to_owned()
+            } else {
+                by.join(", ")
+            },
+        ));
+    }
+    out.push('\n');
 }

@@ -27,8 +27,11 @@ pub struct Page {
     pub run_seconds: String,
     /// What a large run's page leaves out, and where to find it.
     pub condensed: Option<String>,
-    /// Performance figures, reference beside candidate (reported, never gated).
+    /// Performance figures, reference beside candidate (reported, never gated), after the
+    /// verdicts.
     pub performance: Vec<PerfView>,
+    /// The run was on a CPU, where the ratios say little (ranks share its cores).
+    pub performance_on_cpu: bool,
     /// What comparisons left out or could not decide, each once.
     pub notes: Vec<crate::notes::Note>,
 }
@@ -402,6 +405,7 @@ pub fn page(results: &RunResults) -> Page {
         jobs,
         run_seconds: format!("{:.1}", results.meta.seconds),
         condensed,
+        performance_on_cpu: results.meta.device.starts_with("cpu"),
         notes: crate::notes::notes(results)
             .into_iter()
             .map(|n| crate::notes::Note {

@@ -156,7 +156,12 @@ pub fn run(args: &Args) -> u8 {
             (false, false) => eprintln!("{line}"),
         }
     };
-    let samples = match calibrate::sweep(spec, &units, &opts, &crate::engines::Builtin, &progress) {
+    // Command engines' programs run in this process: their output stays in each run's
+    // program.log (the errors it explains are in the samples), off the progress lines.
+    let forwarded = meshparity_command::output::forward_to_stderr(false);
+    let swept = calibrate::sweep(spec, &units, &opts, &crate::engines::Builtin, &progress);
+    meshparity_command::output::forward_to_stderr(forwarded);
+    let samples = match swept {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

@@ -164,10 +164,16 @@ fn table(out: &mut String, rows: &[Vec<String>]) {
     }
 }
 
-/// The first diverging site(s) and how many runs were localized where the bug was injected.
+/// The first diverging site(s) and how many runs were localized where the bug was injected;
+/// without it where no run's injection site is known (a command engine's mutations are not in
+/// the catalog: "0/3 as injected" on every row read as three mislocalizations).
 pub(crate) fn localized(m: &super::Margin) -> String {
     if m.sites.is_empty() {
         return "-".to_owned();
+    }
+    let known = m.as_injected + m.mislocalized;
+    if known == 0 {
+        return format!("{} (injection site not known)", m.sites.join(", "));
     }
     format!(
         "{} ({}/{} as injected)",
