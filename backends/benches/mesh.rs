@@ -69,6 +69,8 @@ fn main() {
         optimizer: Optimizer::Adamw,
         lr: 1e-3,
         clip_grad_norm: None,
+        weight_decay: None,
+        schedule: None,
     };
     let len = Length {
         steps,

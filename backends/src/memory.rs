@@ -122,6 +122,8 @@ mod tests {
             optimizer: meshparity_specs::Optimizer::Adamw,
             lr: 1e-3,
             clip_grad_norm: None,
+            weight_decay: None,
+            schedule: None,
         }
     }
 

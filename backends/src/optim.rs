@@ -9,18 +9,22 @@
 
 use burn::tensor::{DType, FloatDType, Tensor};
 use indexmap::IndexMap;
-use meshparity_specs::run::Optimizer as Kind;
+use meshparity_specs::run::{Optimizer as Kind, Training};
+use meshparity_specs::schedule::decays;
 
 /// AdamW constants (PyTorch defaults but for weight decay, kept small so it acts).
 pub const BETA1: f64 = 0.9;
 pub const BETA2: f64 = 0.999;
 pub const EPS: f64 = 1e-8;
+/// AdamW's decay of every parameter where `[run] weight_decay` is unset (the engine's fixed
+/// behaviour before the key existed).
 pub const WEIGHT_DECAY: f64 = 0.01;
 
 /// One rank's (or the oracle's) optimizer and its state.
 pub struct Optimizer {
     kind: Kind,
-    lr: f64,
+    /// The learning rate of each step, and the decay of each parameter, from `[run]`.
+    training: Training,
     step: i32,
     moments: IndexMap<String, (Tensor<2>, Tensor<2>)>,
     /// f32 master weights of half-precision parameters.
@@ -37,10 +41,10 @@ fn half(t: &Tensor<2>) -> Option<FloatDType> {
 }
 
 impl Optimizer {
-    pub fn new(kind: Kind, lr: f64) -> Self {
+    pub fn new(training: &Training) -> Self {
         Self {
-            kind,
-            lr,
+            kind: training.optimizer,
+            training: training.clone(),
             step: 0,
             moments: IndexMap::new(),
             master: IndexMap::new(),
@@ -62,6 +66,7 @@ impl Optimizer {
         params: &mut IndexMap<String, Tensor<2>>,
         grads: &IndexMap<String, Tensor<2>>,
     ) {
+        let lr = self.training.lr_at(self.step as u32);
         self.step += 1;
         for (name, p) in params.iter_mut() {
             let Some(g) = grads.get(name) else { continue };
@@ -75,7 +80,7 @@ impl Optimizer {
                 ),
                 None => (p.clone(), g.clone()),
             };
-            let w = self.update(name, w, g);
+            let w = self.update(name, w, g, lr);
             *p = match low {
                 Some(dtype) => {
                     self.master.insert(name.clone(), w.clone());
@@ -86,10 +91,16 @@ impl Optimizer {
         }
     }
 
-    /// One step of `p` with gradient `g`, in their own dtype.
-    fn update(&mut self, name: &str, p: Tensor<2>, g: Tensor<2>) -> Tensor<2> {
+    /// One step of `p` with gradient `g` at learning rate `lr`, in their own dtype.
+    fn update(&mut self, name: &str, p: Tensor<2>, g: Tensor<2>, lr: f64) -> Tensor<2> {
+        let decay = self.decay(name);
+        let p = if decay > 0.0 {
+            p * (1.0 - lr * decay)
+        } else {
+            p
+        };
         match self.kind {
-            Kind::Sgd => p - g * self.lr,
+            Kind::Sgd => p - g * lr,
             Kind::Adamw => {
                 let (m, v) = self
                     .moments
@@ -100,9 +111,19 @@ impl Optimizer {
                 let mhat = m.clone() / (1.0 - BETA1.powi(self.step));
                 let vhat = v.clone() / (1.0 - BETA2.powi(self.step));
                 self.moments.insert(name.to_owned(), (m, v));
-                let decayed = p * (1.0 - self.lr * WEIGHT_DECAY);
-                decayed - mhat / (vhat.sqrt() + EPS) * self.lr
+                p - mhat / (vhat.sqrt() + EPS) * lr
             }
+        }
+    }
+
+    /// The decoupled weight decay of parameter `name`: `[run] weight_decay` on matrices (norms
+    /// and biases exempt); unset, AdamW's [`WEIGHT_DECAY`] on every parameter and none for SGD.
+    fn decay(&self, name: &str) -> f64 {
+        match (self.training.weight_decay, self.kind) {
+            (Some(wd), _) if decays(name) => wd,
+            (Some(_), _) => 0.0,
+            (None, Kind::Adamw) => WEIGHT_DECAY,
+            (None, Kind::Sgd) => 0.0,
         }
     }
 }

@@ -113,7 +113,7 @@ pub fn oracle(
     dtype: DType,
 ) -> Record {
     let mut params = Params::init(model, training.seed, device, dtype).tensors;
-    let mut opt = Optimizer::new(training.optimizer, training.lr);
+    let mut opt = Optimizer::new(training);
     let mut rec = None::<Record>;
     let mut losses = Vec::with_capacity(len.steps);
     let (mut load_balance, mut routing, mut replay) = (Vec::new(), Vec::new(), Vec::new());
@@ -248,10 +248,7 @@ pub fn mesh(
                 .collect()
         })
         .collect();
-    let mut opts: Vec<Optimizer> = params
-        .iter()
-        .map(|_| Optimizer::new(training.optimizer, training.lr))
-        .collect();
+    let mut opts: Vec<Optimizer> = params.iter().map(|_| Optimizer::new(training)).collect();
     let mut exec = MeshExec {
         model,
         topo: Topology::new(mesh),

@@ -21,6 +21,8 @@ const LEN: Length = Length {
 fn clipped(opt: Optimizer) -> Training {
     Training {
         clip_grad_norm: Some(1.0),
+        weight_decay: None,
+        schedule: None,
         ..training(11, opt)
     }
 }

@@ -191,6 +191,8 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         optimizer: Optimizer::Adamw,
         lr: 1e-3,
         clip_grad_norm: None,
+        weight_decay: None,
+        schedule: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

@@ -55,6 +55,21 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         "clip_grad_norm",
         format!("{}", t.clip_grad_norm.unwrap_or(0.0)),
     );
+    // The built-in engine's meaning when unset: AdamW's decay 0.01, no warmup, constant.
+    put(
+        "weight_decay",
+        format!("{}", t.weight_decay.unwrap_or(0.01)),
+    );
+    let s = t
+        .schedule
+        .unwrap_or(meshparity_specs::schedule::LrSchedule {
+            warmup_steps: 0,
+            decay: meshparity_specs::schedule::LrDecay::Constant,
+            min_lr: 0.0,
+        });
+    put("warmup_steps", s.warmup_steps.to_string());
+    put("lr_decay", s.decay.name().to_owned());
+    put("min_lr", format!("{}", s.min_lr));
     put("optimizer", t.optimizer.name().to_owned());
     put("dtype", req.dtype.to_string());
     put("out_dir", out.display().to_string());

@@ -122,6 +122,8 @@ impl FirstStages {
             optimizer: meshparity_specs::Optimizer::Sgd,
             lr: 0.0,
             clip_grad_norm: None,
+            weight_decay: None,
+            schedule: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -249,6 +251,8 @@ mod tests {
             optimizer: Optimizer::Adamw,
             lr: 1e-3,
             clip_grad_norm: None,
+            weight_decay: None,
+            schedule: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

@@ -32,6 +32,7 @@ pub mod moe;
 pub mod mutation;
 pub mod performance;
 pub mod run;
+pub mod schedule;
 pub mod schema;
 pub mod source;
 pub mod spec;

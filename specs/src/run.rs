@@ -6,6 +6,7 @@ use crate::decode::{Ctx, Keyword, Table};
 use crate::device::Device;
 use crate::diagnostic::Diagnostic;
 use crate::dtype::DType;
+use crate::schedule::{LrDecay, LrSchedule};
 use crate::source::{Loc, Located};
 
 pub const KEYS: &[&str] = &[
@@ -18,6 +19,10 @@ pub const KEYS: &[&str] = &[
     "optimizer",
     "lr",
     "clip_grad_norm",
+    "weight_decay",
+    "warmup_steps",
+    "lr_decay",
+    "min_lr",
     "output",
     "device",
 ];
@@ -54,6 +59,22 @@ pub struct Training {
     /// serialized form when unset, so jobs without it keep their identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clip_grad_norm: Option<f64>,
+    /// Decoupled weight decay of the matrices, norms and biases exempt
+    /// ([`crate::schedule::decays`]). `None`: AdamW's fixed 0.01 on every parameter, as before
+    /// the key existed (and absent from the serialized form, so those jobs keep their identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_decay: Option<f64>,
+    /// Warmup and decay of the learning rate; `None`: `lr` at every step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<LrSchedule>,
+}
+
+impl Training {
+    /// The learning rate of step `t` (0-based).
+    pub fn lr_at(&self, t: u32) -> f64 {
+        self.schedule
+            .map_or(self.lr, |s| s.lr_at(self.lr, self.steps, t))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +113,8 @@ impl RunSettings {
                 optimizer: Optimizer::Adamw,
                 lr: defaults::LR,
                 clip_grad_norm: None,
+                weight_decay: None,
+                schedule: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -168,6 +191,8 @@ impl RunSettings {
                 );
             }
         }
+        run.training.weight_decay = t.limit(cx, "weight_decay").map(|w| w.value);
+        run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;
         }
@@ -177,4 +202,51 @@ impl RunSettings {
         t.finish(cx);
         run
     }
+}
+
+/// `warmup_steps`, `lr_decay` and `min_lr`: a schedule when any is given (warmup 0, constant,
+/// floor 0 for those left out), each checked against the run's steps and peak `lr`.
+fn schedule(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, training: &Training) -> Option<LrSchedule> {
+    let warmup = t.u64(cx, "warmup_steps");
+    let decay = t.keyword::<LrDecay>(cx, "lr_decay");
+    let min_lr = t.limit(cx, "min_lr");
+    if warmup.is_none() && decay.is_none() && min_lr.is_none() {
+        return None;
+    }
+    let mut s = LrSchedule {
+        warmup_steps: 0,
+        decay: decay.map_or(LrDecay::Constant, |d| d.value),
+        min_lr: 0.0,
+    };
+    if let Some(w) = warmup {
+        if w.value >= u64::from(training.steps) {
+            cx.error(
+                Diagnostic::error(
+                    &w.loc,
+                    format!(
+                        "`run.warmup_steps` ({}) leaves none of the run's {} steps after warmup",
+                        w.value, training.steps
+                    ),
+                )
+                .help("warm up over fewer steps than `run.steps`"),
+            );
+        }
+        s.warmup_steps = u32::try_from(w.value).unwrap_or(u32::MAX);
+    }
+    if let Some(m) = min_lr {
+        if m.value > training.lr {
+            cx.error(
+                Diagnostic::error(
+                    &m.loc,
+                    format!(
+                        "`run.min_lr` ({}) is above `run.lr` ({})",
+                        m.value, training.lr
+                    ),
+                )
+                .help("the schedule decays from lr down to min_lr"),
+            );
+        }
+        s.min_lr = m.value;
+    }
+    Some(s)
 }

@@ -109,6 +109,18 @@ struct Run {
     /// default: no clipping. The norm before clipping is compared either way (`grad_norm`).
     #[schemars(range(min = 0))]
     clip_grad_norm: Option<f64>,
+    /// Decoupled weight decay of the weight matrices (norms and biases exempt); default: AdamW's
+    /// 0.01 on every parameter.
+    #[schemars(range(min = 0))]
+    weight_decay: Option<f64>,
+    /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
+    warmup_steps: Option<u32>,
+    /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),
+    /// linear or cosine.
+    lr_decay: Option<crate::schedule::LrDecay>,
+    /// The learning rate the decay ends at (default 0; at most `lr`).
+    #[schemars(range(min = 0))]
+    min_lr: Option<f64>,
     /// Output directory for runs (default meshparity-out).
     output: Option<String>,
     /// Device of every model that sets none: cpu (default), gpu or gpu:N.
@@ -183,8 +195,8 @@ struct Model {
 
 /// A command engine: your program, its arguments as `{{name}}` templates over the job's values
 /// (dp tp pp cp ep etp sp microbatches schedule world_size seed steps oracle_steps batch lr
-/// clip_grad_norm optimizer dtype out_dir spec_dir mutation, the model's sizes and its own
-/// keys).
+/// clip_grad_norm weight_decay warmup_steps lr_decay min_lr optimizer dtype out_dir spec_dir
+/// mutation, the model's sizes and its own keys).
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 struct Engine {

@@ -61,6 +61,8 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         optimizer,
         lr: 1e-3,
         clip_grad_norm: None,
+        weight_decay: None,
+        schedule: None,
     }
 }
 

@@ -1,0 +1,109 @@
+//! Weight decay with norms and biases exempt, and a learning-rate warmup then decay (issue 34
+//! item 6), on the built-in engine: every layout still matches world size 1 at every level, the
+//! schedule changes what is trained (a run with it differs from one without), and what cannot
+//! be scheduled is refused at its line.
+
+#[macro_use]
+mod common;
+
+use common::harness::{fixture, meshparity, results};
+
+fn spec(run_keys: &str) -> String {
+    format!(
+        "[run]\nname = \"sched\"\nseed = 21\nsteps = 6\noracle_steps = 3\nbatch = 8\n{run_keys}\n{}{}",
+        tiny_model!(),
+        r#"
+[meshes.dp2]
+dp = 2
+
+[meshes.tp2-sp]
+tp = 2
+sp = true
+
+[meshes.pp2]
+pp = 2
+microbatches = 2
+
+[meshes.dp2-tp2-pp2]
+dp = 2
+tp = 2
+pp = 2
+microbatches = 2
+
+[[matrix]]
+models = ["tiny"]
+dtypes = ["f32", "f64"]
+levels = ["forward", "oracle", "curve"]
+
+[mutations]
+select = []
+"#
+    )
+}
+
+const SCHEDULED: &str =
+    "lr = 3e-3\nweight_decay = 0.1\nwarmup_steps = 2\nlr_decay = \"cosine\"\nmin_lr = 3e-4";
+
+#[test]
+fn every_layout_matches_with_weight_decay_warmup_and_cosine_decay() {
+    let fx = fixture(&spec(SCHEDULED));
+    let out = meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .output()
+        .unwrap();
+    let r = results(&fx.path().join("run"));
+    let bad: Vec<String> = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"] != "passed")
+        .map(|j| format!("{}: {}", j["name"], j["summary"]))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{bad:#?}");
+    assert!(r["jobs"].as_array().unwrap().len() >= 26, "{r:#}");
+}
+
+/// The schedule and the decay are in what is trained: the reference's final weights with them
+/// differ from those without.
+#[test]
+fn the_schedule_changes_the_training() {
+    let weights = |keys: &str| {
+        let fx = fixture(&spec(keys).replace("dtypes = [\"f32\", \"f64\"]", "dtypes = [\"f64\"]"));
+        meshparity(fx.path())
+            .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+            .args(["--filter", "name=tiny@f64/reference", "--keep-artifacts"])
+            .assert()
+            .code(0);
+        let found = common::harness::files(fx.path())
+            .into_iter()
+            .find(|p| p.file_name().unwrap() == "weights.safetensors")
+            .expect("the reference's weights");
+        std::fs::read(found).unwrap()
+    };
+    let plain = weights("lr = 3e-3");
+    assert_ne!(plain, weights(SCHEDULED));
+    assert_ne!(plain, weights("lr = 3e-3\nweight_decay = 0.1"));
+    assert_ne!(plain, weights("lr = 3e-3\nwarmup_steps = 2"));
+}
+
+#[test]
+fn what_cannot_be_scheduled_is_refused_at_its_line() {
+    for (keys, says) in [
+        ("warmup_steps = 6", "leaves none of the run's 6 steps"),
+        ("lr = 1e-3\nmin_lr = 1e-2", "is above `run.lr`"),
+        ("lr_decay = \"step\"", "lr_decay"),
+        ("weight_decay = -1", "weight_decay"),
+    ] {
+        let fx = fixture(&spec(keys));
+        let out = meshparity(fx.path())
+            .args(["validate", "spec.toml"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{keys}: {err}");
+        assert!(
+            err.contains("spec.toml:") && err.contains(says),
+            "{keys}: {err}"
+        );
+    }
+}
