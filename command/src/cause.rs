@@ -16,6 +16,11 @@ const TRACEBACK: usize = 60;
 const LAST: usize = 20;
 /// Characters kept of one quoted line.
 const LINE: usize = 500;
+/// The most read of a torchrun error file (a path the program's output names: anything).
+const ERROR_FILE: meshparity_files::Limit = meshparity_files::Limit {
+    bytes: 64 * 1024,
+    what: "a torchrun error file",
+};
 
 /// Words that mark a line as an error report.
 const ERROR_WORDS: &[&str] = &[
@@ -145,9 +150,7 @@ fn error_files(lines: &[&str]) -> Vec<(String, String)> {
         if path.is_empty() || path.starts_with('<') || out.iter().any(|(p, _)| p == path) {
             continue;
         }
-        let Ok(text) =
-            meshparity_files::read_to_string(Path::new(path), meshparity_files::Limit::JSON)
-        else {
+        let Ok(text) = meshparity_files::read_to_string(Path::new(path), ERROR_FILE) else {
             continue;
         };
         let message = serde_json::from_str::<serde_json::Value>(&text)
@@ -217,6 +220,14 @@ mod tests {
             file.display()
         ));
         assert!(excerpt(&path).contains("RuntimeError: NCCL went away"));
+        // A path the output names is read only when small, regular and named once.
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, "x".repeat(100 * 1024)).unwrap();
+        let (_e, path) = log(&format!(
+            "error_file: {}\nerror_file: /dev/zero\n",
+            big.display()
+        ));
+        assert!(!excerpt(&path).contains("torchrun's error file"));
     }
 
     #[test]

@@ -174,7 +174,7 @@ fn found(
 /// A curve step: its number, loss, the metrics gated beside the loss, and the performance
 /// figures the program reported with it (step time, tokens/s, memory: compared side by side,
 /// never gated).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Point {
     pub step: u64,
     pub loss: f64,
@@ -199,8 +199,10 @@ fn curve_file(
     if curve.steps.is_empty() {
         return Err(malformed(format!("no line has a `{}`", map.step_key)));
     }
-    let mut left_out: Vec<String> = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
+    // Sets: a program may log 100,000 metrics a line (a list searched per metric made that
+    // quadratic, as `compare` once was).
+    let mut left_out: indexmap::IndexSet<&str> = indexmap::IndexSet::new();
+    let mut seen: indexmap::IndexSet<&str> = indexmap::IndexSet::new();
     let mut points = Vec::with_capacity(curve.steps.len());
     for (step, metrics) in &curve.steps {
         let Some(loss) = metrics.get(&map.loss_key) else {
@@ -219,39 +221,43 @@ fn curve_file(
         for (k, v) in metrics.iter().filter(|(k, _)| **k != map.loss_key) {
             if map.gated(k) {
                 point.gated.push((k.clone(), *v));
-                if !seen.contains(&k.as_str()) {
-                    seen.push(k);
-                }
+                seen.insert(k);
             } else if is_performance(k) {
                 point.performance.push((k.clone(), *v));
-            } else if !left_out.contains(k) {
-                left_out.push(k.clone());
+            } else {
+                left_out.insert(k);
             }
         }
         points.push(point);
     }
     // A metric the spec asks to gate that the program never logs would gate nothing.
-    if let Some(missing) = map.gate.iter().find(|g| !seen.contains(&g.value.as_str())) {
+    if let Some(missing) = map.gate.iter().find(|g| !seen.contains(g.value.as_str())) {
+        let all: indexmap::IndexSet<&str> = curve
+            .steps
+            .values()
+            .flat_map(|m| m.keys().map(String::as_str))
+            .collect();
         return Err(malformed(format!(
             "no step has `{}`, which artifacts.gate lists; the curve's metrics: {}",
             missing.value,
-            curve
-                .steps
-                .values()
-                .flat_map(|m| m.keys())
-                .fold(Vec::<&String>::new(), |mut all, k| {
-                    if !all.contains(&k) {
-                        all.push(k);
-                    }
-                    all
-                })
-                .iter()
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            listed(&all)
         )));
     }
-    Ok((points, left_out))
+    // What the manifest records of the rest: the first [`UNGATED_KEPT`] names.
+    let kept = left_out.iter().take(UNGATED_KEPT).map(|k| k.to_string());
+    Ok((points, kept.collect()))
+}
+
+/// Names of left-out metrics a manifest keeps.
+pub const UNGATED_KEPT: usize = 100;
+
+/// At most 20 names, then how many more.
+fn listed(names: &indexmap::IndexSet<&str>) -> String {
+    let shown: Vec<&str> = names.iter().take(20).copied().collect();
+    match names.len().saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
 }
 
 /// One line of the contract's curve: step, loss, the gated metrics, then the performance
@@ -282,5 +288,50 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CollectError + '_ {
     move |source| CollectError::Io {
         path: path.display().to_string(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(gate: &[&str]) -> ArtifactMap {
+        let file = meshparity_specs::source::SourceFile::new("spec.toml", "");
+        let at = meshparity_specs::source::Loc::new(&file, 0..0);
+        ArtifactMap {
+            step_key: "step".into(),
+            loss_key: "loss".into(),
+            gate: gate
+                .iter()
+                .map(|g| meshparity_specs::source::Located::new(g.to_string(), at.clone()))
+                .collect(),
+            ..ArtifactMap::default()
+        }
+    }
+
+    /// 100,000 metrics a line are sorted in linear time; the manifest keeps the first names.
+    #[test]
+    fn many_metrics_are_sorted_in_linear_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let metrics: Vec<String> = (0..100_000).map(|i| format!("\"m{i}\": 1")).collect();
+        let line = format!(
+            "{{\"step\": 1, \"loss\": 2.0, \"grad_norm\": 3.0, \"step_time_s\": 1, {}}}\n",
+            metrics.join(", ")
+        );
+        std::fs::write(&path, line).unwrap();
+        let t = std::time::Instant::now();
+        let (points, left_out) = curve_file(&map(&[]), &path, "prog").unwrap();
+        assert!(t.elapsed().as_secs() < 10, "{:?}", t.elapsed());
+        assert_eq!(points[0].gated, [("grad_norm".to_owned(), 3.0)]);
+        assert_eq!(points[0].performance.len(), 1);
+        assert_eq!(left_out.len(), UNGATED_KEPT);
+        let e = curve_file(&map(&["nope"]), &path, "prog")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no step has `nope`") && e.contains("and 99983 more"),
+            "{e}"
+        );
     }
 }

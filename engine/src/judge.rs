@@ -229,7 +229,10 @@ impl Sides<'_> {
             }
         }
         if !ungated.is_empty() {
-            let list: Vec<String> = ungated.iter().map(|m| format!("`{m}`")).collect();
+            let mut list: Vec<String> = ungated.iter().take(20).map(|m| format!("`{m}`")).collect();
+            if ungated.len() > 20 {
+                list.push(format!("and {} more", ungated.len() - 20));
+            }
             comparison.notes.push(format!(
                 "the program's curve logs metric(s) neither gated nor a performance figure, not \
                  compared: {}; list them in the engine's artifacts.gate to gate them",
