@@ -48,7 +48,7 @@ const SEEDS: u64 = 20;
 /// sweep's scratch files skip the flush to disk (21.2 → 14.8 s).
 const MUTATION_SEEDS: u64 = SEEDS;
 /// Seeds the full sweep's dense cells run their mutations on: the first 10 of the 20. Their
-/// 19 meshes take 3,132 mutation runs per seed (about a minute on 2 cores, after the staging
+/// 24 meshes take 4,188 mutation runs per seed (about a minute on 2 cores, after the staging
 /// and sharing in `engine::check_until_caught_sharing`, 2.5 minutes before), which at 20 seeds
 /// was most of CI's hour. `meshparity calibrate examples/full-sweep.toml` runs every mutation on
 /// every seed it is given (docs/verdicts.md has 100-seed sweeps).
@@ -107,7 +107,8 @@ fn quickstart_has_no_false_positive_and_catches_every_mutation() {
 }
 
 /// The dense cells of the release sweep, CP included (dense and dense-gqa on every dense mesh,
-/// with the sweep's `tight` f64 table): 20 seeds of correct runs, 10 of mutations (31,320).
+/// sharded data parallelism included, with the sweep's `tight` f64 table): 20 seeds of correct
+/// runs, 10 of mutations (41,880).
 /// `meshparity calibrate examples/full-sweep.toml -f model=dense,dense-gqa` runs the same
 /// sweep with any seeds (docs/verdicts.md has its figures).
 #[test]
@@ -118,9 +119,10 @@ fn full_sweep_dense_cells_have_no_false_positive_and_catch_every_mutation() {
         SEEDS,
         FULL_SWEEP_MUTATION_SEEDS,
     );
-    // 19 meshes (dense on 10, dense-gqa on 9) × 12 configurations × 20 seeds.
-    assert_eq!(c.correct_runs, 19 * 12 * SEEDS);
+    // 24 meshes (dense on 10 and the 5 sharded ones, dense-gqa on 9) × 12 configurations ×
+    // 20 seeds.
+    assert_eq!(c.correct_runs, 24 * 12 * SEEDS);
     // Every catalogued mutation on every mesh where it applies, × 12 configurations, per seed.
-    assert_eq!(c.mutation_runs, 3_132 * FULL_SWEEP_MUTATION_SEEDS);
+    assert_eq!(c.mutation_runs, 4_188 * FULL_SWEEP_MUTATION_SEEDS);
     assert_clean(&c);
 }

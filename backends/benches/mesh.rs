@@ -23,6 +23,8 @@ fn mesh(dp: u32, tp: u32, pp: u32, sp: bool, microbatches: u32) -> MeshConfig {
         sp,
         microbatches,
         schedule: Schedule::OneFOneB,
+        zero: 0,
+        shard: 0,
     }
 }
 

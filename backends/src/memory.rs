@@ -138,6 +138,8 @@ mod tests {
             sp: false,
             microbatches: 1,
             schedule: meshparity_specs::Schedule::GPipe,
+            zero: 0,
+            shard: 0,
         }
     }
 

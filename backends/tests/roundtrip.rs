@@ -40,6 +40,8 @@ fn mesh(dp: u32, tp: u32, pp: u32, cp: u32, sp: bool) -> MeshConfig {
         sp,
         microbatches: 1,
         schedule: Schedule::OneFOneB,
+        zero: 0,
+        shard: 0,
     }
 }
 

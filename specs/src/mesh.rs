@@ -14,6 +14,7 @@ use crate::source::{Loc, Located};
 macro_rules! mesh_axes {
     ($(
         $(#[doc = $doc:literal])*
+        $(#[serde($($serde:tt)*)])?
         $key:ident: $ty:ty = $default:expr, $kind:ident $(, schema($($schema:tt)*))?;
     )*) => {
         /// The keys of `[meshes.NAME]`.
@@ -22,7 +23,7 @@ macro_rules! mesh_axes {
         /// The degrees of a mesh, without its name.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
         pub struct MeshConfig {
-            $($(#[doc = $doc])* pub $key: $ty,)*
+            $($(#[doc = $doc])* $(#[serde($($serde)*)])? pub $key: $ty,)*
         }
 
         impl MeshConfig {
@@ -81,6 +82,23 @@ mesh_axes! {
     microbatches: u32 = 1, degree, schema(range(min = 1));
     /// Pipeline schedule (default 1f1b).
     schedule: Schedule = Schedule::OneFOneB, keyword;
+    /// Sharded data parallelism (ZeRO stage): 0 replicates everything; 1 shards the optimizer
+    /// state over the data-parallel group (Megatron's distributed optimizer: gradients
+    /// reduce-scattered, each rank updates its shard, parameters all-gathered); 2 also keeps
+    /// gradients sharded, reduced per microbatch; 3 also shards the parameters, all-gathered
+    /// before each step's forward and backward (FSDP2's `fully_shard`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    zero: u32 = 0, zero_stage, schema(range(max = 3));
+    /// Hybrid sharding: shard over groups of this many data-parallel ranks and replicate across
+    /// the groups (HSDP). Unset: shard over the whole data-parallel group.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    shard: u32 = 0, degree, schema(range(min = 1));
+}
+
+/// Axes added after others were in use are left out of a mesh's serialized form at their
+/// default, so the jobs of meshes without them keep their identities (and cached artifacts).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// How each kind of axis is decoded.
@@ -95,6 +113,27 @@ mod axis {
         key: &'static str,
     ) -> Option<Located<u32>> {
         t.positive(cx, key)
+    }
+
+    /// A ZeRO stage: an integer from 0 to 3.
+    pub fn zero_stage(
+        t: &mut Table<'_, '_>,
+        cx: &mut Ctx<'_>,
+        key: &'static str,
+    ) -> Option<Located<u32>> {
+        let n = t.u64(cx, key)?;
+        if n.value > 3 {
+            cx.error(
+                crate::diagnostic::Diagnostic::error(
+                    &n.loc,
+                    format!("`{}.{key}` must be 0, 1, 2 or 3, found {}", t.path, n.value),
+                )
+                .label("not a ZeRO stage")
+                .help("0: replicated; 1: optimizer state sharded; 2: gradients too; 3: parameters too (FSDP)"),
+            );
+            return None;
+        }
+        Some(Located::new(n.value as u32, n.loc))
     }
 
     pub fn flag(
@@ -184,6 +223,12 @@ impl MeshConfig {
         if self.microbatches > 1 {
             tag.push_str(&format!("-mb{}", self.microbatches));
         }
+        if self.zero > 0 {
+            tag.push_str(&format!("-z{}", self.zero));
+        }
+        if self.shard > 0 {
+            tag.push_str(&format!("-hs{}", self.shard));
+        }
         if self.pp > 1 {
             tag.push('-');
             tag.push_str(self.schedule.name());
@@ -221,6 +266,7 @@ impl Mesh {
                 .help("expert-parallel groups are carved out of the dp·tp ranks"),
             );
         }
+        self.check_sharding(cx);
         if self.world_size() > 1 << 20 {
             cx.error(Diagnostic::error(
                 &self.loc,
@@ -234,6 +280,39 @@ impl Mesh {
 
     pub fn world_size(&self) -> u64 {
         self.config().world_size()
+    }
+
+    /// Hybrid sharding needs sharded data parallelism and a shard group that divides dp.
+    fn check_sharding(&self, cx: &mut Ctx<'_>) {
+        let (name, shard, dp) = (&self.name.value, self.shard.value, self.dp.value);
+        if shard == 0 {
+            return;
+        }
+        if self.zero.value == 0 {
+            cx.error(
+                Diagnostic::error(
+                    &self.shard.loc,
+                    format!("mesh `{name}`: `shard` needs sharded data parallelism (zero ≥ 1)"),
+                )
+                .help("set `zero = 1`, `2` or `3`, or drop `shard`"),
+            );
+        } else if dp % shard != 0 {
+            cx.error(
+                Diagnostic::error(
+                    &self.shard.loc,
+                    format!("mesh `{name}`: shard = {shard} does not divide dp = {dp}"),
+                )
+                .help("hybrid sharding shards within groups of `shard` data-parallel ranks and replicates across them"),
+            );
+        } else if self.ep.value * self.etp.value > 1 {
+            cx.error(
+                Diagnostic::error(
+                    &self.shard.loc,
+                    format!("mesh `{name}`: hybrid sharding with expert parallelism is not simulated"),
+                )
+                .help("expert parameters shard over their whole expert-data-parallel group; drop `shard`"),
+            );
+        }
     }
 }
 
@@ -253,6 +332,8 @@ mod tests {
             sp: false,
             microbatches: 1,
             schedule: Schedule::OneFOneB,
+            zero: 0,
+            shard: 0,
         };
         for rank in 0..m.world_size() as usize {
             assert_eq!(m.rank(m.coord(rank)), rank);

@@ -47,6 +47,14 @@ pub enum Needs {
     ModelParallel,
     /// TP ranks holding whole copies of the experts (tp > 1, experts not split: ep·etp = 1).
     TpReplicatedExperts,
+    /// Sharded data parallelism with more than one rank per shard group (zero ≥ 1).
+    Sharded,
+    /// ZeRO stage 1 (sharded optimizer state; gradients reduce-scattered once per step).
+    Zero1,
+    /// ZeRO stage 2 (gradients reduce-scattered per microbatch).
+    Zero2,
+    /// ZeRO stage 3 (FSDP: parameters sharded, unsharded before each step).
+    Zero3,
 }
 
 impl Needs {
@@ -76,6 +84,13 @@ impl Needs {
             Needs::Capacity | Needs::ExpertBias => true,
             Needs::ModelParallel => [m.tp, m.pp, m.ep, m.etp].iter().any(|&n| n > 1),
             Needs::TpReplicatedExperts => m.tp > 1 && m.ep * m.etp == 1,
+            Needs::Sharded => {
+                let per = if m.shard > 0 { m.shard } else { m.dp };
+                m.zero > 0 && per * m.cp > 1
+            }
+            Needs::Zero1 => m.zero == 1,
+            Needs::Zero2 => m.zero == 2,
+            Needs::Zero3 => m.zero == 3,
         }
     }
 
@@ -148,6 +163,12 @@ impl Needs {
             Needs::ExpertBias => "a moe model with expert_bias",
             Needs::ModelParallel => "parameters split over ranks (tp, pp, ep or etp > 1)",
             Needs::TpReplicatedExperts => "experts replicated over TP (tp > 1, ep·etp = 1)",
+            Needs::Sharded => {
+                "sharded data parallelism over several ranks (zero ≥ 1, dp·cp per shard group > 1)"
+            }
+            Needs::Zero1 => "zero = 1",
+            Needs::Zero2 => "zero = 2",
+            Needs::Zero3 => "zero = 3 (FSDP)",
         }
     }
 }

@@ -11,7 +11,8 @@ use meshparity_specs::MeshConfig;
 use super::reference::write_trained;
 use super::{io, save, LevelError, Setup};
 use crate::parallel::fault::SaveFault;
-use crate::parallel::Fault;
+use crate::parallel::zero::Sharded;
+use crate::parallel::{Fault, Topology};
 use crate::sharding::{Placement, ShardingPlan, Shards};
 use crate::train;
 
@@ -106,6 +107,11 @@ pub fn run(
             let to = (out, files::WEIGHTS);
             merged(&plan, w, to, &mut written, &mut manifest, |_| {})?;
         }
+        if let Some(why) = &rec.unsharded_stale {
+            manifest
+                .unmerged
+                .insert(files::WEIGHTS.to_owned(), why.clone());
+        }
         manifest.steps = rec.losses.len();
         manifest.collectives = rec.collectives;
         altered.extend(rec.altered);
@@ -149,8 +155,16 @@ fn roundtrip(
 ) -> Result<Vec<Shards>, LevelError> {
     let dir = out.join(files::SHARDS);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let whole = plan.shard(seed);
+    // A ZeRO-3 mesh saves what each rank holds: its flat shards.
+    let topo = Topology::new(&plan.mesh);
+    let fsdp = Sharded::of(&topo).filter(|z| z.stage() == 3);
+    let saved = match fsdp {
+        Some(z) => z.flatten_checkpoint(&whole),
+        None => whole.clone(),
+    };
     let mut back = Vec::new();
-    for (rank, mut shards) in plan.shard(seed).into_iter().enumerate() {
+    for (rank, mut shards) in saved.into_iter().enumerate() {
         if fault == Some(SaveFault::DropTpShards) && plan.coord(rank).tp > 0 {
             shards.retain(|name, _| {
                 plan.rules
@@ -163,7 +177,10 @@ fn roundtrip(
         checkpoint::save(&path, shards).map_err(io(&path))?;
         back.push(checkpoint::load(&path)?);
     }
-    Ok(back)
+    Ok(match fsdp {
+        Some(z) => z.merge_checkpoint(&back, &whole),
+        None => back,
+    })
 }
 
 /// What loading a checkpoint whose replicated tensors were saved as TP shards yields: every TP

@@ -99,7 +99,8 @@ impl Fault {
     /// `layers.0.mlp.down.fwd.all_reduce`).
     pub fn alter(self, site: &str) -> Option<Alteration> {
         let hit = |prefix: &str| site.starts_with(prefix);
-        let dp_reduce = site.ends_with(".dp.all_reduce");
+        // Under ZeRO the data-parallel reduction of gradients is a reduce-scatter.
+        let dp_reduce = site.ends_with(".dp.all_reduce") || site.ends_with(".dp.reduce_scatter");
         match self.0 {
             // One layer (the first) carries the bug, as such bugs usually sit in one module.
             Id::SkipTpForwardAllReduce if hit("layers.0.mlp.down.fwd.") => Some(Alteration::Skip),
@@ -244,6 +245,27 @@ impl Fault {
         self.0 == Id::RopeBackwardSwapped && layer == 0
     }
 
+    /// Whether each rank of a shard group keeps its neighbour's reduce-scattered gradient.
+    pub fn zero_shard_misaligned(self) -> bool {
+        self.0 == Id::ZeroShardMisaligned
+    }
+
+    /// Whether ZeRO-2's sharded accumulator keeps only the last microbatch's gradient.
+    pub fn zero2_last_microbatch_only(self) -> bool {
+        self.0 == Id::Zero2LastMicrobatchOnly
+    }
+
+    /// Whether ZeRO-1 reduce-scatters before the last microbatch, then adds it unreduced.
+    pub fn zero1_last_microbatch_unreduced(self) -> bool {
+        self.0 == Id::Zero1LastMicrobatchUnreduced
+    }
+
+    /// Whether the unshard of parameter `name` after the first step is a no-op (the first
+    /// layer: one FSDP unit carries the bug).
+    pub fn fsdp_stale_unshard(self, name: &str) -> bool {
+        self.0 == Id::FsdpStaleUnshard && name.starts_with("layers.0.")
+    }
+
     pub fn save(self) -> Option<SaveFault> {
         match self.0 {
             Id::SaveDropsTpShards => Some(SaveFault::DropTpShards),
@@ -293,6 +315,10 @@ mod tests {
                 || f.bias_one_rank(0)
                 || f.norm_counts_tp_duplicates()
                 || f.norm_misses_ep()
+                || f.zero_shard_misaligned()
+                || f.zero2_last_microbatch_only()
+                || f.zero1_last_microbatch_unreduced()
+                || f.fsdp_stale_unshard("layers.0.attn.q.weight")
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

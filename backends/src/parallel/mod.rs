@@ -10,6 +10,7 @@
 //!   tape's explicit backward, rows moved between ranks, and the per-site traces;
 //! - `topology/` — the one owner of rank groups: which global ranks form every group, and
 //!   what applies on a mesh;
+//! - `zero/` — sharded data parallelism: flat shards, their reduce-scatter and all-gather;
 //! - `context.rs` — how a sequence is split over the cp ranks and put back in order;
 //! - `fault.rs` — the catalogued mutations and where each one acts.
 
@@ -19,6 +20,7 @@ pub mod exec;
 pub mod fault;
 pub mod layers;
 pub mod topology;
+pub mod zero;
 
 #[cfg(test)]
 mod structure;

@@ -83,6 +83,8 @@ pub fn mesh(name: &str) -> MeshConfig {
             "ep" => m.ep = n,
             "etp" => m.etp = n,
             "mb" => m.microbatches = n,
+            "z" => m.zero = n,
+            "hs" => m.shard = n,
             "sp" => m.sp = true,
             "gpipe" => m.schedule = Schedule::GPipe,
             "oracle" => {}

@@ -10,7 +10,9 @@
 //! - expert parameters, under expert parallelism, over the expert-TP × EP × PP ranks of one
 //!   expert-data-parallel replica.
 //!
-//! Data- and context-parallel ranks hold the same finalized gradients, so every rank ends with
+//! On a sharded mesh (ZeRO) each rank holds a flat shard of its gradients, and the sums run
+//! over the ranks that together hold one copy of every shard (every rank, or each hybrid
+//! replica's). Data- and context-parallel ranks hold the same finalized gradients, so every rank ends with
 //! the world-size-1 norm. Each rank then scales its gradients by max/(norm + 1e-6) where that is
 //! below one (torch's and Megatron's formula). The norm is traced at `grad_norm` (one copy per
 //! rank) and reported from the last rank, where Megatron logs it.
@@ -91,7 +93,14 @@ impl MeshExec<'_> {
                 }
             }
         }
-        let dense = self.reduce_sums(comm, "grad_norm.dense", &self.topo.model_groups(), dense);
+        // On a sharded mesh each rank holds a shard of its parameters' gradients: the ranks
+        // holding one copy of every shard sum together.
+        let dense_groups = if self.topo.zero() > 0 {
+            self.topo.sharded_model_groups()
+        } else {
+            self.topo.model_groups()
+        };
+        let dense = self.reduce_sums(comm, "grad_norm.dense", &dense_groups, dense);
         let experts = if self.topo.experts().parallel() {
             let groups = self.expert_model_groups(comm);
             self.reduce_sums(comm, "grad_norm.experts", &groups, experts)
@@ -127,7 +136,11 @@ impl MeshExec<'_> {
                 "expert norm not reduced over the expert-parallel axis",
             );
         }
-        self.topo.expert_model_groups(missing_ep)
+        if self.topo.zero() > 0 {
+            self.topo.sharded_expert_groups(missing_ep)
+        } else {
+            self.topo.expert_model_groups(missing_ep)
+        }
     }
 
     /// Per-rank sums all-reduced over each of `groups` (which partition the ranks), at

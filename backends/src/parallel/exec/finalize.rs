@@ -11,6 +11,7 @@ use super::MeshExec;
 use crate::llama::is_buffer;
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::trace::{canon, Canon, Value};
+use crate::parallel::zero::{self, Sharded};
 use crate::sharding::{Placement, ShardingPlan};
 
 type Grads = Vec<IndexMap<String, Tensor<2>>>;
@@ -20,39 +21,66 @@ fn is_expert(name: &str) -> bool {
 }
 
 impl MeshExec<'_> {
-    /// Gradients as the optimizer sees them.
+    /// Gradients as the optimizer sees them, from each rank's accumulated gradients (one map
+    /// per microbatch on a sharded mesh, else one summed map): whole, or on a sharded mesh
+    /// each rank's flat shard.
     pub(super) fn finalize(
         &self,
         comm: &mut Comm,
         params: &[IndexMap<String, Tensor<2>>],
-        mut acc: Grads,
+        acc: Vec<Vec<IndexMap<String, Tensor<2>>>>,
     ) -> Grads {
         let world = params.len();
-        let mut grads: Grads = params
+        let mut parts: Vec<Vec<IndexMap<String, Tensor<2>>>> = params
             .iter()
-            .enumerate()
-            .map(|(r, p)| {
-                p.iter()
-                    .filter(|(n, _)| !is_buffer(n))
-                    .map(|(n, t)| {
-                        let g = acc[r].swap_remove(n).unwrap_or_else(|| t.zeros_like());
-                        (n.clone(), g)
-                    })
-                    .collect()
+            .zip(acc)
+            .map(|(p, maps)| {
+                let maps = if maps.is_empty() {
+                    vec![IndexMap::new()]
+                } else {
+                    maps
+                };
+                maps.into_iter().map(|mut a| filled(p, &mut a)).collect()
             })
             .collect();
-        for (rank, held) in grads.iter_mut().enumerate() {
+        for (rank, maps) in parts.iter_mut().enumerate() {
             if let Some(scale) = comm.fault().and_then(|f| f.grad_scale(rank, world)) {
                 comm.event(
                     &format!("grad.rank{rank}.scale"),
                     "scaled by a wrong factor",
                 );
-                for g in held.values_mut() {
+                for g in maps.iter_mut().flat_map(IndexMap::values_mut) {
                     *g = g.clone() * scale;
                 }
             }
         }
-        self.trace_grads(comm, &grads, false);
+        let summed: Grads = parts.iter().map(|maps| sum_maps(maps)).collect();
+        self.trace_grads(comm, &summed, false);
+        let grads = match Sharded::of(&self.topo) {
+            None => self.reduce_grads(comm, params, summed, None),
+            Some(z) => self.reduce_sharded(comm, z, params, summed, parts),
+        };
+        match Sharded::of(&self.topo) {
+            Some(z) if comm.tracing() => {
+                let whole = z.gather(None, &grads, &zero::dims(&grads_like(params)));
+                self.trace_grads(comm, &whole, true);
+            }
+            _ => self.trace_grads(comm, &grads, true),
+        }
+        grads
+    }
+
+    /// The reductions of one set of accumulated gradients: the SP all-reduce across TP of
+    /// replicated weights used on sequence shards, then over the data-parallel group (cp ranks
+    /// included) an all-reduce, or on a sharded mesh a reduce-scatter over each shard group
+    /// and an all-reduce of each shard across hybrid replicas; then the experts'.
+    pub(super) fn reduce_grads(
+        &self,
+        comm: &mut Comm,
+        params: &[IndexMap<String, Tensor<2>>],
+        mut grads: Grads,
+        sharded: Option<Sharded>,
+    ) -> Grads {
         let t = &self.topo;
         let experts_parallel = t.experts().parallel();
         let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && t.cp() > 1;
@@ -77,7 +105,7 @@ impl MeshExec<'_> {
                         })
                         .cloned()
                         .collect();
-                    reduce(comm, &mut grads, &ranks, norms, "tp");
+                    all_reduce(comm, &mut grads, &ranks, norms, "tp");
                 }
             }
             for tp in 0..t.tp() {
@@ -91,23 +119,46 @@ impl MeshExec<'_> {
                 if cp_skipped {
                     for c in 0..t.cp() {
                         let ranks = t.dp_group(tp, c, s);
-                        reduce(comm, &mut grads, &ranks, names.clone(), "dp");
+                        all_reduce(comm, &mut grads, &ranks, names.clone(), "dp");
+                    }
+                } else if let Some(z) = sharded {
+                    for shard in t.shard_groups(tp, s) {
+                        z.reduce_scatter(comm, &mut grads, &shard, &names, "dp");
+                    }
+                    for copies in t.replicate_groups(tp, s) {
+                        all_reduce(comm, &mut grads, &copies, names.clone(), "replicate");
                     }
                 } else {
-                    reduce(comm, &mut grads, &group, names, "dp");
+                    all_reduce(comm, &mut grads, &group, names, "dp");
                 }
             }
             if experts_parallel {
-                self.reduce_experts(comm, &mut grads, s);
+                self.reduce_experts(comm, &mut grads, s, sharded);
             }
         }
-        self.trace_grads(comm, &grads, true);
+        if let Some(z) = sharded {
+            // What a reduction left whole (a catalogued bug's own path): the rank's shard of it.
+            for (rank, held) in grads.iter_mut().enumerate() {
+                for (name, g) in held.iter_mut() {
+                    let whole = params[rank][name].dims();
+                    if !z.is_chunk(rank, name, g, whole) {
+                        *g = z.chunk(rank, name, g);
+                    }
+                }
+            }
+        }
         grads
     }
 
     /// Stage `s`'s expert gradients all-reduced over each expert-data-parallel group (or, with
     /// the catalogued bugs, over the dense data-parallel group, or not at all).
-    fn reduce_experts(&self, comm: &mut Comm, grads: &mut Grads, s: usize) {
+    fn reduce_experts(
+        &self,
+        comm: &mut Comm,
+        grads: &mut Grads,
+        s: usize,
+        sharded: Option<Sharded>,
+    ) {
         let fault = comm.fault();
         if fault.is_some_and(|f| f.expert_grad_sync_skipped()) {
             comm.event(
@@ -154,12 +205,15 @@ impl MeshExec<'_> {
             return;
         }
         for members in t.edp_groups(s) {
-            let names = grads[members[0]]
+            let names: Vec<String> = grads[members[0]]
                 .keys()
                 .filter(|n| is_expert(n))
                 .cloned()
                 .collect();
-            reduce(comm, grads, &members, names, "edp");
+            match sharded {
+                Some(z) => z.reduce_scatter(comm, grads, &members, &names, "edp"),
+                None => all_reduce(comm, grads, &members, names, "edp"),
+            }
         }
     }
 
@@ -167,6 +221,27 @@ impl MeshExec<'_> {
     /// its blocks: what the whole batch's gradient is) or as finalized (each replica's copy,
     /// merged over its blocks).
     fn trace_grads(&self, comm: &mut Comm, grads: &[IndexMap<String, Tensor<2>>], finalized: bool) {
+        let what = if finalized { "dp" } else { "accumulated" };
+        self.trace_rules(comm, grads, finalized, &|name| {
+            format!("grad.{name}.{what}")
+        });
+    }
+
+    /// Trace every parameter as the step computes with it (each replica's copy, merged over
+    /// its blocks), at `param.{name}`: where a stale or wrong unshard shows.
+    pub fn trace_params(&self, comm: &mut Comm, params: &[IndexMap<String, Tensor<2>>]) {
+        self.trace_rules(comm, params, true, &|name| format!("param.{name}"));
+    }
+
+    /// Trace per-rank tensors of every parameter (not buffers) at `site(name)`: summed over
+    /// replicas or (`copies`) each replica's.
+    fn trace_rules(
+        &self,
+        comm: &mut Comm,
+        grads: &[IndexMap<String, Tensor<2>>],
+        finalized: bool,
+        site: &dyn Fn(&str) -> String,
+    ) {
         if !comm.tracing() {
             return;
         }
@@ -220,14 +295,59 @@ impl MeshExec<'_> {
                 });
                 over_blocks(summed.collect())
             };
-            let what = if finalized { "dp" } else { "accumulated" };
-            comm.trace_values(&format!("grad.{}.{what}", rule.name), values);
+            comm.trace_values(&site(&rule.name), values);
         }
     }
 }
 
+/// A rank's accumulated gradients with a zero gradient for every parameter it got none for.
+fn filled(
+    params: &IndexMap<String, Tensor<2>>,
+    acc: &mut IndexMap<String, Tensor<2>>,
+) -> IndexMap<String, Tensor<2>> {
+    params
+        .iter()
+        .filter(|(n, _)| !is_buffer(n))
+        .map(|(n, t)| {
+            let g = acc.swap_remove(n).unwrap_or_else(|| t.zeros_like());
+            (n.clone(), g)
+        })
+        .collect()
+}
+
+/// Microbatches' gradients summed in microbatch order (one map: itself).
+pub(super) fn sum_maps(maps: &[IndexMap<String, Tensor<2>>]) -> IndexMap<String, Tensor<2>> {
+    let mut it = maps.iter();
+    let mut out = it.next().cloned().unwrap_or_default();
+    for m in it {
+        for (n, g) in m {
+            out[n] = out[n].clone() + g.clone();
+        }
+    }
+    out
+}
+
+/// Parameters without buffers: the shapes gradients have.
+fn grads_like(params: &[IndexMap<String, Tensor<2>>]) -> Grads {
+    params
+        .iter()
+        .map(|p| {
+            p.iter()
+                .filter(|(n, _)| !is_buffer(n))
+                .map(|(n, t)| (n.clone(), t.clone()))
+                .collect()
+        })
+        .collect()
+}
+
 /// Each of `names` all-reduced over `ranks`, logged at `grad.{name}.{group}.all_reduce`.
-fn reduce(comm: &mut Comm, grads: &mut Grads, ranks: &[usize], names: Vec<String>, group: &str) {
+pub(super) fn all_reduce(
+    comm: &mut Comm,
+    grads: &mut Grads,
+    ranks: &[usize],
+    names: Vec<String>,
+    group: &str,
+) {
     for name in names {
         let parts = ranks.iter().map(|&r| grads[r][&name].clone()).collect();
         let site = format!("grad.{name}.{group}.all_reduce");

@@ -34,8 +34,9 @@ pub(super) struct Replica {
     pub load: BTreeMap<(usize, u32), Vec<f64>>,
     /// Logits of its microbatches, replica by replica, in order.
     pub logits: Vec<Tensor<3>>,
-    /// Accumulated gradients of its ranks.
-    pub acc: HashMap<usize, IndexMap<String, Tensor<2>>>,
+    /// Accumulated gradients of its ranks: one map summed over the microbatches, or, on a
+    /// sharded mesh (whose reduction may act per microbatch), one map per microbatch.
+    pub acc: HashMap<usize, Vec<IndexMap<String, Tensor<2>>>>,
 }
 
 /// What a step computes on: the global batch and the routing to replay (moe).
@@ -72,6 +73,7 @@ enum Done {
         loss: Option<Vec<(f64, Tensor<3>)>>,
     },
     Backward {
+        mb: usize,
         /// Parameter gradients of this microbatch, per rank.
         grads: HashMap<usize, Vec<(String, Tensor<2>)>>,
     },
@@ -105,7 +107,8 @@ impl MeshExec<'_> {
                 Batch::stack(&parts)
             })
             .collect();
-        let mut acc: HashMap<usize, IndexMap<String, Tensor<2>>> = HashMap::new();
+        let mut acc: HashMap<usize, Vec<IndexMap<String, Tensor<2>>>> = HashMap::new();
+        let per_microbatch = self.topo.zero() > 0;
         let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
         let mut losses = vec![vec![0.0; mbs]; ds.len()];
         let (mut load_balance, mut routing) = (0.0, Vec::new());
@@ -166,9 +169,14 @@ impl MeshExec<'_> {
                         }
                         live.insert((stage, mb), out);
                     }
-                    Done::Backward { grads } => {
+                    Done::Backward { mb, grads } => {
+                        let slot = if per_microbatch { mb } else { 0 };
                         for (rank, g) in grads {
-                            let acc = acc.entry(rank).or_default();
+                            let maps = acc.entry(rank).or_default();
+                            if maps.len() <= slot {
+                                maps.resize(slot + 1, IndexMap::new());
+                            }
+                            let acc = &mut maps[slot];
                             for (name, grad) in g {
                                 let sum = match acc.swap_remove(&name) {
                                     Some(prev) => prev + grad,
@@ -319,7 +327,7 @@ impl MeshExec<'_> {
                         comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
                     }
                 }
-                Ok(Done::Backward { grads })
+                Ok(Done::Backward { mb, grads })
             }
         }
     }

@@ -113,7 +113,7 @@ impl MeshExec<'_> {
                 })
                 .collect()
         };
-        let mut acc: Vec<IndexMap<String, Tensor<2>>> = vec![IndexMap::new(); world];
+        let mut acc: Vec<Vec<IndexMap<String, Tensor<2>>>> = vec![Vec::new(); world];
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
         let (mut load_balance, mut routing) = (0.0, Vec::new());
@@ -139,7 +139,9 @@ impl MeshExec<'_> {
                             "counted one microbatch too many",
                         );
                     }
-                    grads.values_mut().for_each(|g| *g = g.clone() * scale);
+                    for g in grads.iter_mut().flat_map(IndexMap::values_mut) {
+                        *g = g.clone() * scale;
+                    }
                 }
                 acc[rank] = grads;
             }

@@ -22,10 +22,12 @@ pub enum Axis {
     Ep,
     Edp,
     ExpertMp,
+    Shard,
+    Replicate,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 11] = [
+    pub const ALL: [Axis; 13] = [
         Axis::Tp,
         Axis::Cp,
         Axis::Dp,
@@ -37,6 +39,8 @@ impl Axis {
         Axis::Ep,
         Axis::Edp,
         Axis::ExpertMp,
+        Axis::Shard,
+        Axis::Replicate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +56,8 @@ impl Axis {
             Axis::Ep => "ep",
             Axis::Edp => "edp",
             Axis::ExpertMp => "expert-mp",
+            Axis::Shard => "shard",
+            Axis::Replicate => "replicate",
         }
     }
 
@@ -73,6 +79,10 @@ impl Axis {
             Axis::ExpertMp => {
                 "expert-model-parallel (ETP × EP × PP): the experts' gradient norm's sum"
             }
+            Axis::Shard => {
+                "ZeRO/FSDP shards of dense parameters: gradients reduce-scattered, parameters all-gathered"
+            }
+            Axis::Replicate => "hybrid sharding: each shard all-reduced across the shard groups",
         }
     }
 
@@ -137,6 +147,12 @@ impl Topology {
             Axis::Ep => stages(&|s| self.expert_groups(s, super::Experts::ep_groups)),
             Axis::Edp => stages(&|s| self.edp_groups(s)),
             Axis::ExpertMp => self.expert_model_groups(false),
+            Axis::Shard => (0..pp)
+                .flat_map(|s| (0..tp).flat_map(move |t| self.shard_groups(t, s)))
+                .collect(),
+            Axis::Replicate => (0..pp)
+                .flat_map(|s| (0..tp).flat_map(move |t| self.replicate_groups(t, s)))
+                .collect(),
         }
     }
 

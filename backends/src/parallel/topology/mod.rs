@@ -10,10 +10,12 @@
 //!
 //! - `layout.rs` — a stage group's ranks seen from inside: TP groups, CP rings, replicas,
 //!   expert blocks, by index into the group;
+//! - `shard.rs` — sharded data parallelism's groups (ZeRO, FSDP, hybrid sharding);
 //! - `explain.rs` — every group of a mesh, printed (`meshparity plan --explain-mesh`).
 
 mod explain;
 mod layout;
+mod shard;
 
 use std::ops::Range;
 
@@ -21,6 +23,7 @@ use meshparity_specs::{Coord, MeshConfig};
 
 pub use explain::Axis;
 pub use layout::{Experts, Layout};
+pub use shard::ShardGroup;
 
 /// The rank groups of one mesh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,6 +13,17 @@ fn mesh(dp: u32, tp: u32, pp: u32, cp: u32, ep: u32, etp: u32) -> Topology {
         sp: true,
         microbatches: 1,
         schedule: Schedule::OneFOneB,
+        zero: 0,
+        shard: 0,
+    })
+}
+
+/// `t` sharded (ZeRO-3), over groups of `shard` dp ranks (0: all of them).
+fn sharded(t: Topology, shard: u32) -> Topology {
+    Topology::new(&MeshConfig {
+        zero: 3,
+        shard,
+        ..*t.mesh()
     })
 }
 
@@ -26,14 +37,24 @@ fn every_family_partitions_the_ranks() {
         mesh(4, 2, 2, 1, 2, 2),
         mesh(2, 1, 2, 2, 2, 1),
         mesh(2, 2, 1, 1, 4, 1),
+        sharded(mesh(4, 2, 2, 1, 1, 1), 2),
+        sharded(mesh(2, 2, 1, 2, 1, 1), 0),
+        sharded(mesh(4, 1, 2, 1, 2, 1), 0),
     ] {
         for axis in Axis::ALL {
             let groups = t.groups(axis);
             if groups.is_empty() {
                 assert!(matches!(
                     axis,
-                    Axis::Etp | Axis::Ep | Axis::Edp | Axis::ExpertMp
+                    Axis::Etp
+                        | Axis::Ep
+                        | Axis::Edp
+                        | Axis::ExpertMp
+                        | Axis::Shard
+                        | Axis::Replicate
                 ));
+                assert!(axis != Axis::Shard || t.zero() == 0);
+                assert!(axis != Axis::Replicate || t.mesh().shard == 0);
                 continue;
             }
             let mut seen: Vec<usize> = groups.iter().flatten().copied().collect();

@@ -1,122 +1,12 @@
-//! The mutation catalog: every parallelization bug meshparity knows how to inject, in one
-//! registry. Specs select from it, the planner pairs each entry with the meshes it applies to,
-//! the burn engine injects it by [`Id`], `meshparity mutations` and docs/mutations.md list it,
-//! and localization tests check that each one is found where [`Mutation::site`] says.
-//!
-//! Sources: VERDICT (SOSP'25) reproduces 14 classes of real parallelization bugs; ART's oracle
-//! harness keeps sensitivity mutations its checks must fail on. [`Mutation::classes`] maps each
-//! entry to theirs; [`NOT_APPLICABLE`] lists the classes no entry covers, and why.
+//! The catalog's entries, in the order `meshparity mutations` and docs/mutations.md list them.
 
-use crate::mutation::Needs;
-
-/// Which bug, for the engine that injects it. Names live only in [`CATALOG`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Id {
-    SkipTpForwardAllReduce,
-    TpAverageInsteadOfSum,
-    SkipTpInputGradAllReduce,
-    SkipQkvGradAllReduce,
-    TpAllReduceAsAllGather,
-    SpAllGatherAsAllReduce,
-    SkipDpGradAllReduce,
-    LocalLossNormalization,
-    LocalLossNormalizationSum,
-    WrongAccumulationCount,
-    SkipSpNormGradAllReduce,
-    ReduceBeforeLastMicrobatch,
-    WrongSendPeer,
-    ScaleOneRankGrad,
-    ScaleSeveralRanksGrad,
-    NormEpsilonOneRank,
-    NormWrongPowerOneRank,
-    ResidualScaleAllRanks,
-    SwigluBackwardWrongOperand,
-    RopeBackwardSwapped,
-    SaveDropsTpShards,
-    SaveDuplicatesReplicated,
-    CpUnweightedMerge,
-    CpStaleKvChunk,
-    CpSkipGradReduce,
-    RouterNotRenormalized,
-    LoadBalanceLocalCounts,
-    EpCombineWrongPermutation,
-    ExpertGradDenseGroup,
-    ExpertGradSyncSkipped,
-    CapacityLocalTokens,
-    ExpertBiasOneRank,
-    ClipNormLocalShards,
-    ClipNormTpDuplicates,
-    ClipNormMissingEp,
-}
-
-/// Where in a step the bug acts (and where localization must find it first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    Forward,
-    Backward,
-    /// Gradient finalization: accumulation, scaling and the reductions before the optimizer.
-    Gradients,
-    /// Checkpoint save and load (the roundtrip level).
-    Checkpoint,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Gradients => "gradients",
-            Phase::Checkpoint => "checkpoint",
-        }
-    }
-}
-
-/// One catalogued bug.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mutation {
-    pub id: Id,
-    pub name: &'static str,
-    /// What goes wrong, in the words of a bug report.
-    pub description: &'static str,
-    pub needs: &'static [Needs],
-    pub phase: Phase,
-    /// The trace site where the burn engine injects it, as localization reports it (`*` matches
-    /// any run of characters: `grad.*.dp`). For checkpoint bugs, the artifact that shows it.
-    pub site: &'static str,
-    /// The VERDICT / ART classes this entry reproduces.
-    pub classes: &'static [&'static str],
-}
-
-/// A published bug class no entry reproduces, and why.
-pub struct NotApplicable {
-    pub class: &'static str,
-    pub why: &'static str,
-}
-
-const fn m(
-    id: Id,
-    name: &'static str,
-    description: &'static str,
-    needs: &'static [Needs],
-    phase: Phase,
-    site: &'static str,
-    classes: &'static [&'static str],
-) -> Mutation {
-    Mutation {
-        id,
-        name,
-        description,
-        needs,
-        phase,
-        site,
-        classes,
-    }
-}
-
-use Id::*;
-use Needs::*;
-use Phase::{Backward, Checkpoint, Forward, Gradients};
+use super::{
+    m,
+    Id::*,
+    Mutation,
+    Phase::{Backward, Checkpoint, Forward, Gradients},
+};
+use crate::mutation::Needs::*;
 
 /// Every mutation meshparity knows how to inject.
 #[rustfmt::skip]
@@ -261,143 +151,20 @@ pub const CATALOG: &[Mutation] = &[
         "the expert parameters' share of the gradient norm is reduced over the expert-TP and pipeline ranks but not the expert-parallel axis: each rank counts only its own experts",
         &[Experts, Ep], Gradients, "grad_norm",
         &["NVIDIA-NeMo/Automodel PR#3817: gradient-norm reduction missing the expert-parallel axis"]),
+    m(ZeroShardMisaligned, "zero-grad-shard-misaligned",
+        "the gradient reduce-scatter and the optimizer disagree on shard offsets: each rank updates its parameter shard with its neighbour's gradient shard",
+        &[Sharded], Gradients, "grad.*.dp",
+        &["NVIDIA/Megatron-LM#561: distributed-optimizer buckets not padded to a multiple of the dp size, so shard boundaries move and the results are wrong"]),
+    m(Zero2LastMicrobatchOnly, "zero2-last-microbatch-only",
+        "ZeRO-2 resets its sharded gradient accumulator at every backward, so only the last microbatch's reduced gradient reaches the optimizer",
+        &[Zero2, Microbatches], Gradients, "grad.*.dp",
+        &["allenai/open-instruct PR#1498: ZeRO-2 discarding gradients during manual accumulation", "deepspeedai/DeepSpeed#1488: loss discrepancy among ZeRO stages under gradient accumulation"]),
+    m(Zero1LastMicrobatchUnreduced, "zero1-last-microbatch-unreduced",
+        "the gradients are reduce-scattered before the last microbatch's are accumulated, and each rank then adds that microbatch's gradient from its own data only",
+        &[Zero1, Sharded, Microbatches], Gradients, "grad.*.dp",
+        &["deepspeedai/DeepSpeed PR#7985: BF16_Optimizer last-microbatch gradient leak under ZeRO-1"]),
+    m(FsdpStaleUnshard, "fsdp-stale-unshard",
+        "the first layer's unshard (all-gather) before each step after the first is a no-op: its forward and backward use the parameters gathered before the last optimizer update",
+        &[Zero3], Forward, "param.layers.0.*",
+        &["pytorch/pytorch PR#137348: an FSDP2 unshard without its wait makes the next iteration's unshard a no-op, so the optimizer update never reaches the unsharded parameters"]),
 ];
-
-/// Published classes that no entry reproduces.
-pub const NOT_APPLICABLE: &[NotApplicable] = &[
-    NotApplicable {
-        class: "ART: LoRA-specific mutations (adapter factors, adapter merge)",
-        why: "the burn engine trains full weights, no adapters; the replicated-factor class is covered by sp-skip-norm-grad-all-reduce",
-    },
-];
-
-impl Mutation {
-    /// Whether `model` on `mesh` has what this bug needs.
-    pub fn applies_to(&self, model: &crate::ModelConfig, mesh: &crate::mesh::MeshConfig) -> bool {
-        let experts = model.family.has_experts();
-        self.needs.iter().all(|n| match n {
-            Needs::Experts => experts,
-            Needs::DenseMlp => !experts,
-            Needs::Capacity => experts && model.moe.capacity().is_some(),
-            Needs::ExpertBias => experts && model.moe.expert_bias(),
-            n => n.holds(mesh),
-        })
-    }
-
-    /// Whether a localized site is this mutation's (its [`Mutation::site`] pattern, `*` for any
-    /// run of characters).
-    pub fn site_matches(&self, site: &str) -> bool {
-        glob(self.site, site)
-    }
-}
-
-fn glob(pattern: &str, s: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == s,
-        Some((head, rest)) => {
-            let Some(tail) = s.strip_prefix(head) else {
-                return false;
-            };
-            (0..=tail.len()).any(|i| tail.is_char_boundary(i) && glob(rest, &tail[i..]))
-        }
-    }
-}
-
-pub fn find(name: &str) -> Option<&'static Mutation> {
-    CATALOG.iter().find(|m| m.name == name)
-}
-
-pub fn by_id(id: Id) -> &'static Mutation {
-    CATALOG
-        .iter()
-        .find(|m| m.id == id)
-        .expect("every Id has a catalog entry (tested)")
-}
-
-pub fn names() -> Vec<&'static str> {
-    CATALOG.iter().map(|m| m.name).collect()
-}
-
-/// The catalog as a Markdown table (docs/mutations.md holds it; `meshparity list mutations
-/// --markdown` prints it).
-pub fn markdown() -> String {
-    let mut s = String::from(
-        "| mutation | needs | phase | injected at | what goes wrong | reproduces |\n|---|---|---|---|---|---|\n",
-    );
-    for m in CATALOG {
-        let needs: Vec<&str> = m.needs.iter().map(|n| n.describe()).collect();
-        s += &format!(
-            "| `{}` | {} | {} | `{}` | {} | {} |\n",
-            m.name,
-            needs.join(", "),
-            m.phase.as_str(),
-            m.site,
-            m.description,
-            m.classes.join("; ")
-        );
-    }
-    s += "\n| class not reproduced | why |\n|---|---|\n";
-    for n in NOT_APPLICABLE {
-        s += &format!("| {} | {} |\n", n.class, n.why);
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_and_ids_are_unique() {
-        for (i, a) in CATALOG.iter().enumerate() {
-            for b in &CATALOG[i + 1..] {
-                assert_ne!(a.name, b.name);
-                assert_ne!(a.id, b.id);
-            }
-        }
-    }
-
-    #[test]
-    fn globs() {
-        assert!(glob("grad.*.dp", "grad.layers.0.mlp.up.weight.dp"));
-        assert!(glob(
-            "grad.*norm.weight.dp",
-            "grad.layers.1.attn_norm.weight.dp"
-        ));
-        assert!(!glob("grad.*.dp", "grad.x.tp"));
-        assert!(glob("loss.tokens.dp", "loss.tokens.dp"));
-    }
-
-    #[test]
-    fn every_verdict_class_is_covered() {
-        let covered: Vec<&str> = CATALOG
-            .iter()
-            .flat_map(|m| m.classes.iter().copied())
-            .collect();
-        let verdict = covered
-            .iter()
-            .filter(|c| c.starts_with("VERDICT"))
-            .collect::<Vec<_>>();
-        for class in [
-            "missing all-reduce (dataflow intact)",
-            "missing all-reduce with broken dataflow",
-            "all-reduce replaced by all-gather",
-            "all-gather replaced by all-reduce",
-            "missing reduce in a fused backward op",
-            "wrong pipeline send/recv peer",
-            "single-rank altered forward constant",
-            "multi-rank altered forward constant",
-            "single-rank wrong power",
-            "backward consumes the wrong input of a tensor used twice",
-            "swapped backward outputs",
-            "inconsistent scaling on one rank",
-            "inconsistent scaling on several ranks",
-            "gradient reduction before the last microbatch finished",
-        ] {
-            assert!(
-                verdict.iter().any(|c| c.ends_with(class)),
-                "VERDICT class `{class}` has no mutation"
-            );
-        }
-    }
-}

@@ -5,17 +5,19 @@
 
 use burn::tensor::{DType, Device, Tensor};
 use indexmap::IndexMap;
-use meshparity_specs::{MeshConfig, ModelConfig, Training};
+use meshparity_specs::{ModelConfig, Training};
 
 use crate::data::Batch;
 use crate::host::{HostTensor, Param};
 use crate::llama::{forward, is_buffer, specs, Params};
 use crate::optim::Optimizer;
-use crate::parallel::{
-    clip, exec::scalar, trace, Comm, Fault, MeshExec, RouteRecord, StepOutput, Topology,
-};
-use crate::sharding::{ShardingPlan, Shards};
+use crate::parallel::{clip, exec::scalar, trace};
+use crate::sharding::Shards;
 pub use meshparity_engine::replay::Decided;
+
+mod mesh;
+
+pub use mesh::{mesh, Probe};
 
 /// What a run records, as host tensors (per rank where ranks hold shards).
 #[derive(Clone, Debug)]
@@ -51,6 +53,9 @@ pub struct Record {
     pub anomalies: Vec<String>,
     /// Per-site traces of the first [`trace::STEPS`] steps, when asked for.
     pub trace: Vec<trace::Entry>,
+    /// On a ZeRO-3 mesh, why the parameters a step computed with were not its shards'
+    /// all-gather (an unshard that did not happen): the trained weights' replicas disagree.
+    pub unsharded_stale: Option<String>,
 }
 
 pub use meshparity_engine::Length;
@@ -83,7 +88,7 @@ pub fn seed_checkpoint(model: &ModelConfig, seed: u64, device: &Device, dtype: D
 }
 
 /// `tensors` as host shards in checkpoint order (gradients have none for buffers).
-fn to_host(model: &ModelConfig, tensors: &IndexMap<String, Tensor<2>>) -> Shards {
+pub(crate) fn to_host(model: &ModelConfig, tensors: &IndexMap<String, Tensor<2>>) -> Shards {
     specs(model)
         .into_iter()
         .filter_map(|s| {
@@ -182,6 +187,7 @@ pub fn oracle(
                 altered: Vec::new(),
                 anomalies: Vec::new(),
                 trace: Vec::new(),
+                unsharded_stale: None,
             });
         }
         opt.step(&mut params, &grads);
@@ -204,151 +210,12 @@ pub fn oracle(
     rec
 }
 
-/// What a mesh run injects, replays and records beyond its artifacts.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Probe<'a> {
-    pub fault: Option<Fault>,
-    /// Record per-site traces ([`trace`]) of the first steps.
-    pub trace: bool,
-    /// The reference's routing, replayed (moe): a round-off tie flip cannot change which
-    /// experts a token reaches, while the routing level still compares the mesh's own top-k.
-    pub replay: Option<&'a Replay>,
-}
-
-/// The same run on a mesh, with an optional fault injected.
-pub fn mesh(
-    model: &ModelConfig,
-    mesh: &MeshConfig,
-    training: &Training,
-    len: Length,
-    probe: Probe,
-    device: &Device,
-    dtype: DType,
-) -> Result<Record, RunError> {
-    let fault = probe.fault;
-    for (what, n) in [
-        ("expert parallelism (ep)", mesh.ep),
-        ("expert tensor parallelism (etp)", mesh.etp),
-    ] {
-        if n > 1 && !model.family.has_experts() {
-            return Err(RunError::Unsupported(format!(
-                "{what} > 1 for the llama family"
-            )));
-        }
-    }
-    let plan = ShardingPlan::llama(model, mesh);
-    let seed = seed_checkpoint(model, training.seed, device, dtype);
-    let mut params: Vec<IndexMap<String, Tensor<2>>> = plan
-        .shard(&seed)
-        .iter()
-        .map(|shards| {
-            shards
-                .iter()
-                .map(|(n, t)| (n.clone(), t.to_param(device)))
-                .collect()
-        })
-        .collect();
-    let mut opts: Vec<Optimizer> = params.iter().map(|_| Optimizer::new(training)).collect();
-    let mut exec = MeshExec {
-        model,
-        topo: Topology::new(mesh),
-        device,
-        dtype,
-        backward: len.backward,
-        clip_grad_norm: training.clip_grad_norm,
-    };
-    let mut comm = Comm::new(fault);
-    let mut traced = Vec::new();
-    let (mut load_balance, mut routing, mut microbatch) = (Vec::new(), Vec::new(), None);
-    let mut losses = Vec::with_capacity(len.steps);
-    let mut grad_norms = Vec::new();
-    let mut first: Option<(HostTensor, Vec<Shards>, Vec<f64>)> = None;
-    let mut weights = None;
-    for step in 0..len.steps {
-        let traced_step = probe.trace && step < trace::STEPS;
-        comm.set_tracing(traced_step);
-        // A traced step keeps its backward: localization compares the backward's sites too.
-        exec.backward = len.backward_at(step) || (len.backward && traced_step);
-        let StepOutput {
-            loss,
-            logits,
-            grads,
-            grad_norms: rank_norms,
-            load_balance: lb,
-            routing: routed,
-            loads,
-        } = exec
-            .step(
-                &mut comm,
-                &params,
-                &batch(model, training, step),
-                probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
-            )
-            .map_err(RunError::Engine)?;
-        traced.extend(trace::merge(step, comm.take_records()));
-        losses.push(loss);
-        if model.family.has_experts() {
-            load_balance.push(lb);
-            if step == 0 {
-                microbatch = Some(microbatches(training.batch as usize, &routed));
-                routing = assemble_routing(model, training.batch as usize, routed);
-            }
-        }
-        if first.is_none() {
-            first = Some((
-                logits_host(logits),
-                host_ranks(&params, &grads),
-                rank_norms.clone(),
-            ));
-        }
-        if !exec.backward {
-            // This step's forward was all that was asked (the first step's forward level, or
-            // the last step's loss): no gradients, no update.
-            break;
-        }
-        grad_norms.push(*rank_norms.last().expect("a backward step has norms"));
-        for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
-            opt.step(p, g);
-        }
-        // Each rank moves its own copy of the bias by the all-reduced load.
-        for (p, load) in params.iter_mut().zip(&loads) {
-            for (&layer, counts) in load {
-                update_bias(p, layer, counts);
-            }
-        }
-        if step + 1 == len.weights_after {
-            let held: Vec<_> = params
-                .iter()
-                .zip(&opts)
-                .map(|(p, o)| o.weights(p))
-                .collect();
-            weights = Some(host_ranks(&params, &held));
-        }
-    }
-    let (logits, grads, rank_norms) = first.expect("a run has at least one step");
-    Ok(Record {
-        logits,
-        losses,
-        load_balance,
-        routing,
-        microbatch,
-        replay: Vec::new(),
-        grads,
-        grad_norms,
-        rank_norms,
-        weights,
-        collectives: comm.calls().len(),
-        altered: comm
-            .altered()
-            .map(|c| format!("{}: {}", c.site, c.altered.unwrap_or("")))
-            .collect(),
-        anomalies: comm.anomalies.clone(),
-        trace: traced,
-    })
-}
-
 /// Tokens routed to each expert over a batch's real tokens (the score-correction bias's load).
-fn load(model: &ModelConfig, b: &Batch, choices: &[crate::llama::moe::Choice]) -> Vec<f64> {
+pub(crate) fn load(
+    model: &ModelConfig,
+    b: &Batch,
+    choices: &[crate::llama::moe::Choice],
+) -> Vec<f64> {
     let positions: Vec<usize> = (0..b.seq_len).collect();
     let e = model.experts.unwrap_or(1) as usize;
     crate::llama::balance::load(choices, b.batch, &positions, &b.lengths, e)
@@ -369,75 +236,7 @@ pub(crate) fn update_bias(params: &mut IndexMap<String, Tensor<2>>, layer: u32, 
     *p = Tensor::<2>::from_data(data, (&p.device(), p.dtype()));
 }
 
-/// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,
-/// microbatch by microbatch): rows a record covers belong to its microbatch.
-fn microbatches(rows: usize, records: &[(usize, RouteRecord)]) -> Vec<usize> {
-    let mut firsts: Vec<(usize, usize)> = records.iter().map(|(f, r)| (*f, r.rows)).collect();
-    firsts.sort_unstable();
-    firsts.dedup();
-    let mut out = vec![0; rows];
-    for (m, (first, n)) in firsts.into_iter().enumerate() {
-        for row in out.iter_mut().skip(first).take(n) {
-            *row = m;
-        }
-    }
-    out
-}
-
-/// The ranks' routing records as one [B·S] table per layer.
-fn assemble_routing(
-    model: &ModelConfig,
-    rows: usize,
-    records: Vec<(usize, RouteRecord)>,
-) -> Vec<Routing> {
-    let (s, e) = (model.seq_len as usize, model.experts.unwrap_or(1) as usize);
-    let mut out: Vec<Routing> = (0..model.layers)
-        .map(|_| Routing {
-            scores: vec![0.0; rows * s * e],
-            choices: vec![Vec::new(); rows * s],
-        })
-        .collect();
-    for (first, r) in records {
-        let layer = &mut out[r.layer as usize];
-        let n = r.positions.len();
-        for row in 0..r.rows {
-            for (j, &p) in r.positions.iter().enumerate() {
-                let (tok, at) = ((first + row) * s + p, row * n + j);
-                layer.scores[tok * e..(tok + 1) * e]
-                    .copy_from_slice(&r.scores[at * e..(at + 1) * e]);
-                layer.choices[tok] = r.choices[at].clone();
-            }
-        }
-    }
-    out
-}
-
-/// Per-rank tensors as host shards, with the logical shapes of the rank's parameters.
-fn host_ranks(
-    params: &[IndexMap<String, Tensor<2>>],
-    tensors: &[IndexMap<String, Tensor<2>>],
-) -> Vec<Shards> {
-    params
-        .iter()
-        .zip(tensors)
-        .map(|(p, ts)| {
-            ts.iter()
-                .map(|(n, t)| {
-                    let dims = p[n].dims();
-                    // Norm weights are [1, n] parameters with logical shape [n].
-                    let shape = if n.contains("norm") || is_buffer(n) {
-                        vec![dims[1]]
-                    } else {
-                        dims.to_vec()
-                    };
-                    (n.clone(), HostTensor::from_param(t, &shape))
-                })
-                .collect()
-        })
-        .collect()
-}
-
-fn logits_host(logits: Tensor<3>) -> HostTensor {
+pub(crate) fn logits_host(logits: Tensor<3>) -> HostTensor {
     let dims = logits.dims();
     let data = logits.into_data();
     HostTensor {
