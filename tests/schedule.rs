@@ -107,3 +107,39 @@ fn what_cannot_be_scheduled_is_refused_at_its_line() {
         );
     }
 }
+
+/// A scheduler stepped once per microbatch (issue 34's mutations) runs the warmup and decay
+/// microbatches times too fast: caught on every mesh with gradient accumulation, localized at
+/// the learning rate of the first update, and not planned where nothing accumulates.
+#[test]
+fn a_scheduler_stepped_per_microbatch_is_caught_at_the_learning_rate() {
+    let fx = fixture(&spec(SCHEDULED).replace(
+        "[mutations]\nselect = []",
+        "[mutations]\nselect = [\"lr-scheduler-per-microbatch\"]",
+    ));
+    meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .assert()
+        .code(0);
+    let r = results(&fx.path().join("run"));
+    let runs: Vec<_> = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["mutation"] == "lr-scheduler-per-microbatch")
+        .collect();
+    let meshes: std::collections::BTreeSet<&str> =
+        runs.iter().map(|j| j["mesh"].as_str().unwrap()).collect();
+    assert_eq!(
+        meshes.into_iter().collect::<Vec<_>>(),
+        ["dp2-tp2-pp2", "pp2"],
+        "only meshes with microbatches"
+    );
+    for j in runs {
+        assert_eq!(j["detail"]["localized_as_injected"], true, "{j:#}");
+        assert!(
+            j["summary"].as_str().unwrap().starts_with("caught"),
+            "{j:#}"
+        );
+    }
+}

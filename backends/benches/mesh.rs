@@ -60,6 +60,7 @@ fn main() {
         top_k: None,
         routing_replay: None,
         moe: Default::default(),
+        tie_embeddings: None,
         engine: None,
         params: Vec::new(),
     };

@@ -108,6 +108,7 @@ mod tests {
             top_k: None,
             routing_replay: None,
             moe: Default::default(),
+            tie_embeddings: None,
             engine: None,
             params: Vec::new(),
         }

@@ -25,7 +25,11 @@ pub struct Optimizer {
     kind: Kind,
     /// The learning rate of each step, and the decay of each parameter, from `[run]`.
     training: Training,
+    /// Updates done (AdamW's bias correction counts them).
     step: i32,
+    /// Where the learning-rate schedule stands: one per update, unless a scheduler is stepped
+    /// more often (the catalogued bug).
+    schedule_step: u32,
     moments: IndexMap<String, (Tensor<2>, Tensor<2>)>,
     /// f32 master weights of half-precision parameters.
     master: IndexMap<String, Tensor<2>>,
@@ -46,6 +50,7 @@ impl Optimizer {
             kind: training.optimizer,
             training: training.clone(),
             step: 0,
+            schedule_step: 0,
             moments: IndexMap::new(),
             master: IndexMap::new(),
         }
@@ -66,8 +71,9 @@ impl Optimizer {
         params: &mut IndexMap<String, Tensor<2>>,
         grads: &IndexMap<String, Tensor<2>>,
     ) {
-        let lr = self.training.lr_at(self.step as u32);
+        let lr = self.next_lr();
         self.step += 1;
+        self.schedule_step += 1;
         for (name, p) in params.iter_mut() {
             let Some(g) = grads.get(name) else { continue };
             let low = half(p);
@@ -89,6 +95,16 @@ impl Optimizer {
                 None => w,
             };
         }
+    }
+
+    /// The learning rate the next update uses.
+    pub fn next_lr(&self) -> f64 {
+        self.training.lr_at(self.schedule_step)
+    }
+
+    /// Step the learning-rate schedule `n` more times without an update.
+    pub fn advance_schedule(&mut self, n: u32) {
+        self.schedule_step += n;
     }
 
     /// One step of `p` with gradient `g` at learning rate `lr`, in their own dtype.

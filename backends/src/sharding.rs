@@ -39,6 +39,16 @@ pub struct Rule {
     pub placement: Placement,
     /// Pipeline stage that owns it.
     pub stage: usize,
+    /// A second stage holding a copy (the last stage's copy of a tied embedding, whose
+    /// gradient the two stages all-reduce: Megatron's embedding group).
+    pub copy_stage: Option<usize>,
+}
+
+impl Rule {
+    /// Whether pipeline stage `pp` holds it.
+    pub fn on_stage(&self, pp: usize) -> bool {
+        self.stage == pp || self.copy_stage == Some(pp)
+    }
 }
 
 pub use meshparity_specs::Coord;
@@ -119,11 +129,14 @@ impl ShardingPlan {
                     _ if s.name == "embed.weight" => 0,
                     _ => last,
                 };
+                let copy_stage =
+                    (model.tied() && s.name == "embed.weight" && last > 0).then_some(last);
                 Rule {
                     name: s.name,
                     shape: s.shape,
                     placement,
                     stage,
+                    copy_stage,
                 }
             })
             .collect();
@@ -157,7 +170,7 @@ impl ShardingPlan {
     /// none of it.
     pub fn block(&self, rule: &Rule, rank: usize) -> Option<usize> {
         let c = self.coord(rank);
-        if c.pp != rule.stage {
+        if !rule.on_stage(c.pp) {
             return None;
         }
         match rule.placement {

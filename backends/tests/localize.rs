@@ -124,10 +124,9 @@ fn localized(model: &ModelConfig, meshes: &[&str], dtype: SpecDType, at_least: u
             l.compared,
             limit(dtype)
         );
-        for mutation in CATALOG
-            .iter()
-            .filter(|x| x.applies_to(model, &m) && x.phase != Phase::Checkpoint)
-        {
+        for mutation in CATALOG.iter().filter(|x| {
+            x.applies_to(model, &m, &training(7, Optimizer::Adamw)) && x.phase != Phase::Checkpoint
+        }) {
             let dir = root.path().join(format!("{name}-{}", mutation.name));
             traced(
                 model,

@@ -24,6 +24,7 @@ fn model() -> ModelConfig {
         top_k: None,
         routing_replay: None,
         moe: Default::default(),
+        tie_embeddings: None,
         engine: None,
         params: Vec::new(),
     }

@@ -109,7 +109,7 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
         for name in engine.mutations() {
             let name = name.as_str();
             let applies = meshparity_specs::mutation::find(name)
-                .is_none_or(|m| m.applies_to(setup.model, mesh));
+                .is_none_or(|m| m.applies_to(setup.model, mesh, setup.training));
             if !applies {
                 continue;
             }

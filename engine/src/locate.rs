@@ -320,6 +320,7 @@ fn phase(path: &str) -> &'static str {
         "backward"
     } else if path.starts_with("grad.")
         || path.starts_with("grad_norm")
+        || path == "lr"
         || path.contains(".expert_bias")
     {
         "gradients"
@@ -339,6 +340,8 @@ fn what(path: &str) -> &'static str {
         "score-correction bias after the step's update"
     } else if path == GRAD_NORM {
         "global gradient norm before clipping, as this rank computed it"
+    } else if path == "lr" {
+        "learning rate of the step's update, as each rank's optimizer holds it"
     } else if path.starts_with("param.") {
         "parameter as the step computes with it (unsharded, on a sharded mesh)"
     } else if path.starts_with("loss.tokens") {

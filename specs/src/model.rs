@@ -28,6 +28,7 @@ pub const KEYS: &[&str] = &[
     "shared_expert_ffn",
     "capacity_factor",
     "drop_policy",
+    "tie_embeddings",
     "dtype",
     "device",
     "engine",
@@ -58,6 +59,9 @@ pub struct ModelConfig {
     /// Router, shared expert and capacity options (MoE only; all unset: the defaults).
     #[serde(default, flatten)]
     pub moe: MoeOptions,
+    /// One weight for the embedding and the output head (`None`: two weights).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tie_embeddings: Option<bool>,
     /// The `[engines.NAME]` that trains it; `None`: the built-in burn engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
@@ -67,6 +71,11 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// Whether the embedding weight is also the output head's.
+    pub fn tied(&self) -> bool {
+        self.tie_embeddings == Some(true)
+    }
+
     /// Whether its mesh runs replay the reference's routing decisions, so need the
     /// reference's artifacts before they can train (a moe model, unless `routing_replay =
     /// false`).
@@ -91,6 +100,7 @@ pub struct Model {
     pub top_k: Option<Located<u32>>,
     pub routing_replay: Option<Located<bool>>,
     pub moe: MoeOptions,
+    pub tie_embeddings: Option<Located<bool>>,
     /// Where `shared_expert_ffn` is written (mesh rules point at it).
     pub shared_expert_ffn: Option<Located<u32>>,
     /// `None`: the run's default dtype.
@@ -133,6 +143,7 @@ impl Model {
         let experts = t.positive(cx, "experts");
         let top_k = t.positive(cx, "top_k");
         let routing_replay = t.bool(cx, "routing_replay");
+        let tie_embeddings = t.bool(cx, "tie_embeddings");
         let is_moe = family.as_ref().is_some_and(|f| f.value.has_experts());
         let mut unmoe = Vec::new();
         let (moe, shared_expert_ffn) = crate::moe::decode(cx, &mut t, is_moe, &mut unmoe);
@@ -195,6 +206,7 @@ impl Model {
             top_k,
             routing_replay,
             moe,
+            tie_embeddings,
             shared_expert_ffn,
             dtype,
             device,
@@ -309,6 +321,7 @@ impl Model {
             top_k: self.top_k.as_ref().map(|k| k.value),
             routing_replay: self.routing_replay.as_ref().map(|r| r.value),
             moe: self.moe.clone(),
+            tie_embeddings: self.tie_embeddings.as_ref().map(|t| t.value),
             engine: self.engine.as_ref().map(|e| e.value.clone()),
             params: self
                 .params

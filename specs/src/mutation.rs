@@ -55,6 +55,10 @@ pub enum Needs {
     Zero2,
     /// ZeRO stage 3 (FSDP: parameters sharded, unsharded before each step).
     Zero3,
+    /// A model whose embedding is its output head (`tie_embeddings = true`).
+    TiedEmbeddings,
+    /// A learning rate that changes over the run (`warmup_steps` or `lr_decay`).
+    LrSchedule,
 }
 
 impl Needs {
@@ -91,6 +95,8 @@ impl Needs {
             Needs::Zero1 => m.zero == 1,
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,
+            // A property of the model: see `Mutation::applies_to`.
+            Needs::TiedEmbeddings | Needs::LrSchedule => true,
         }
     }
 
@@ -169,6 +175,8 @@ impl Needs {
             Needs::Zero1 => "zero = 1",
             Needs::Zero2 => "zero = 2",
             Needs::Zero3 => "zero = 3 (FSDP)",
+            Needs::TiedEmbeddings => "tied embeddings",
+            Needs::LrSchedule => "a learning-rate schedule (warmup or decay)",
         }
     }
 }

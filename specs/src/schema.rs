@@ -137,7 +137,8 @@ struct Run {
     "then" = {"propertyNames": {"enum": [
         "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
         "top_k", "routing_replay", "router", "expert_bias", "shared_expert_ffn",
-        "capacity_factor", "drop_policy", "dtype", "device", "engine", "reference"
+        "capacity_factor", "drop_policy", "tie_embeddings", "dtype", "device", "engine",
+        "reference"
     ]}}
 ))]
 struct Model {
@@ -187,6 +188,11 @@ struct Model {
     /// Which routed tokens an expert over capacity drops (moe only, with capacity_factor;
     /// default probs).
     drop_policy: Option<crate::moe::DropPolicy>,
+    /// One weight for the embedding and the output head (default false): the output head is
+    /// the embedding transposed; with pp > 1 the first and last stages each hold it and
+    /// all-reduce its gradient (Megatron's embedding group); with TP it is vocab-parallel in
+    /// both uses.
+    tie_embeddings: Option<bool>,
     /// Dtype (default: [run] dtype).
     dtype: Option<DType>,
     /// Device (default: [run] device).

@@ -14,13 +14,13 @@ pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
     check_engines(spec, diags);
     let cells = expand(spec, diags);
     for (name, loc) in &spec.mutations.written {
-        let applies =
-            cells.iter().any(|c| {
-                c.mutations
-                    && spec.mutations.selected.iter().any(|m| {
-                        m.name == *name && m.applies_to(&c.model.config(), &c.mesh.config())
-                    })
-            });
+        let applies = cells.iter().any(|c| {
+            c.mutations
+                && spec.mutations.selected.iter().any(|m| {
+                    m.name == *name
+                        && m.applies_to(&c.model.config(), &c.mesh.config(), &spec.run.training)
+                })
+        });
         // With errors, meshes or models were refused: "applies to no mesh" would follow on.
         if !applies && diags.error_count() == 0 {
             let needs: Vec<&str> = crate::mutation::find(name)

@@ -197,7 +197,7 @@ fn duplicate_replicated(plan: &ShardingPlan, ranks: &[Shards], full: &mut Shards
             .enumerate()
             .filter(|(rank, _)| {
                 let c = plan.coord(*rank);
-                c.pp == r.stage && c.dp == 0
+                r.on_stage(c.pp) && c.dp == 0
             })
             .filter_map(|(_, s)| s.get(&r.name).cloned())
             .take(tp)

@@ -77,7 +77,13 @@ pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> F
         };
     }
     let x = rms_norm(x, p.get("norm.weight"));
-    let logits = linear(x, p.get("output.weight"));
+    // Tied: the output head is the embedding, transposed ([V, H] → [H, V]).
+    let head = if c.tied() {
+        p.get("embed.weight").transpose()
+    } else {
+        p.get("output.weight")
+    };
+    let logits = linear(x, head);
     let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets);
     Forward {
         logits,

@@ -59,7 +59,9 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
         }
     }
     out.push(p("norm.weight".into(), &[h]));
-    out.push(p("output.weight".into(), &[h, v]));
+    if !c.tied() {
+        out.push(p("output.weight".into(), &[h, v]));
+    }
     out
 }
 

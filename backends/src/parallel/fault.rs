@@ -114,6 +114,9 @@ impl Fault {
                 Some(Alteration::SumBlocks)
             }
             Id::SkipDpGradAllReduce if hit("grad.") && dp_reduce => Some(Alteration::Skip),
+            Id::TiedEmbeddingGradUnsynced if site == "grad.embed.weight.embedding.all_reduce" => {
+                Some(Alteration::Skip)
+            }
             // A per-rank mean loss: the global token count is never all-reduced; the first form
             // then averages gradients (and the logged loss) over DP, the second sums them.
             Id::LocalLossNormalization | Id::LocalLossNormalizationSum
@@ -266,6 +269,21 @@ impl Fault {
         self.0 == Id::FsdpStaleUnshard && name.starts_with("layers.0.")
     }
 
+    /// Whether the embedding all-reduce pairs a first-stage shard with a last-stage shard at
+    /// another offset (the next data-parallel rank's).
+    pub fn tied_shards_mismatched(self) -> bool {
+        self.0 == Id::TiedEmbeddingShardsMismatched
+    }
+
+    /// Extra learning-rate schedule steps per update: one per microbatch but the first, when
+    /// the scheduler is stepped per microbatch.
+    pub fn schedule_extra_steps(self, microbatches: usize) -> u32 {
+        match self.0 {
+            Id::LrSchedulerPerMicrobatch => microbatches.saturating_sub(1) as u32,
+            _ => 0,
+        }
+    }
+
     pub fn save(self) -> Option<SaveFault> {
         match self.0 {
             Id::SaveDropsTpShards => Some(SaveFault::DropTpShards),
@@ -295,6 +313,7 @@ mod tests {
             "layers.0.attn.kv.ring1.fwd.send_recv",
             "layers.0.mlp.router.counts.all_reduce",
             "grad_norm.dense.all_reduce",
+            "grad.embed.weight.embedding.all_reduce",
         ];
         for f in Fault::all() {
             let acts = sites.iter().any(|s| f.alter(s).is_some())
@@ -319,6 +338,8 @@ mod tests {
                 || f.zero2_last_microbatch_only()
                 || f.zero1_last_microbatch_unreduced()
                 || f.fsdp_stale_unshard("layers.0.attn.q.weight")
+                || f.tied_shards_mismatched()
+                || f.schedule_extra_steps(2) > 0
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -99,6 +99,19 @@ pub fn mesh(
             }
         }
         exec.trace_params(&mut comm, &params);
+        // The catalogued bug: the scheduler stepped after every microbatch's backward, before
+        // the update.
+        let extra = fault.map_or(0, |f| f.schedule_extra_steps(topo.microbatches()));
+        if extra > 0 {
+            comm.event("lr", "scheduler stepped once per microbatch");
+            opts.iter_mut().for_each(|o| o.advance_schedule(extra));
+        }
+        // The learning rate this step's update uses, as each rank's optimizer holds it.
+        let rates = opts.iter().map(|o| trace::Value {
+            shape: vec![1],
+            data: vec![o.next_lr()],
+        });
+        comm.trace_values("lr", rates.collect());
         // A traced step keeps its backward: localization compares the backward's sites too.
         exec.backward = len.backward_at(step) || (len.backward && traced_step);
         let StepOutput {

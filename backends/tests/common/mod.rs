@@ -20,6 +20,7 @@ pub fn tiny() -> ModelConfig {
         top_k: None,
         routing_replay: None,
         moe: Default::default(),
+        tie_embeddings: None,
         engine: None,
         params: Vec::new(),
     }

@@ -236,7 +236,7 @@ impl Plan {
                 .mutations
                 .selected
                 .iter()
-                .filter(|m| m.applies_to(model_config, &mesh))
+                .filter(|m| m.applies_to(model_config, &mesh, training))
                 .map(|m| m.name.to_owned())
                 .collect(),
         };

@@ -51,6 +51,9 @@ pub enum Id {
     Zero2LastMicrobatchOnly,
     Zero1LastMicrobatchUnreduced,
     FsdpStaleUnshard,
+    TiedEmbeddingGradUnsynced,
+    TiedEmbeddingShardsMismatched,
+    LrSchedulerPerMicrobatch,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -132,13 +135,21 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
 
 impl Mutation {
     /// Whether `model` on `mesh` has what this bug needs.
-    pub fn applies_to(&self, model: &crate::ModelConfig, mesh: &crate::mesh::MeshConfig) -> bool {
+    /// Whether the bug exists in a run of `model` on `mesh` trained as `training`.
+    pub fn applies_to(
+        &self,
+        model: &crate::ModelConfig,
+        mesh: &crate::mesh::MeshConfig,
+        training: &crate::Training,
+    ) -> bool {
         let experts = model.family.has_experts();
         self.needs.iter().all(|n| match n {
             Needs::Experts => experts,
             Needs::DenseMlp => !experts,
             Needs::Capacity => experts && model.moe.capacity().is_some(),
             Needs::ExpertBias => experts && model.moe.expert_bias(),
+            Needs::TiedEmbeddings => model.tied(),
+            Needs::LrSchedule => training.schedule.is_some(),
             n => n.holds(mesh),
         })
     }

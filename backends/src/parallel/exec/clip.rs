@@ -83,9 +83,16 @@ impl MeshExec<'_> {
             );
         }
         let (mut dense, mut experts) = (vec![0.0; world], vec![0.0; world]);
+        let last = self.topo.pp() - 1;
         for (rank, held) in grads.iter().enumerate() {
             let tp0 = self.topo.coord(rank).tp == 0;
+            // A tied embedding's last-stage copy is the first stage's: counted there only
+            // (Megatron's `param_is_not_shared`).
+            let copy = self.model.tied() && last > 0 && self.topo.coord(rank).pp == last;
             for (name, g) in held {
+                if copy && name == "embed.weight" {
+                    continue;
+                }
                 match placement.get(name.as_str()) {
                     Some(Placement::Expert { .. }) => experts[rank] += sum_sq(g),
                     Some(Placement::Replicated) if !tp0 && !duplicates => {}

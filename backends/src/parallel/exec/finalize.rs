@@ -136,6 +136,31 @@ impl MeshExec<'_> {
                 self.reduce_experts(comm, &mut grads, s, sharded);
             }
         }
+        if self.model.tied() {
+            // The tied embedding's two copies (first stage: the lookup's gradient; last stage:
+            // the output head's) all-reduced over each embedding group, after the data-parallel
+            // reduction as Megatron's `_allreduce_embedding_grads` does.
+            let name = vec!["embed.weight".to_owned()];
+            let mut groups = t.embedding_groups();
+            let shifted =
+                sharded.is_some() && comm.fault().is_some_and(|f| f.tied_shards_mismatched());
+            if shifted {
+                // The catalogued bug: each stage's shard of the embedding at its own buffer
+                // offset, so a first-stage shard meets the next shard of the last stage's.
+                comm.event(
+                    "grad.embed.weight.embedding.all_reduce",
+                    "first- and last-stage shards at different offsets",
+                );
+                for g in &mut groups {
+                    if let Some(shard) = t.shard_group(g[1], false) {
+                        g[1] = shard.ranks[(shard.index + 1) % shard.ranks.len()];
+                    }
+                }
+            }
+            for group in groups {
+                all_reduce(comm, &mut grads, &group, name.clone(), "embedding");
+            }
+        }
         if let Some(z) = sharded {
             // What a reduction left whole (a catalogued bug's own path): the rank's shard of it.
             for (rank, held) in grads.iter_mut().enumerate() {

@@ -308,7 +308,14 @@ impl StageCtx<'_> {
         });
         let hn = tape.collective(comm, self.enter(), "output.in", self.ranks(), &hn);
         let logits = tape.per_rank(self.ranks(), &[&hn], |i, v| {
-            linear(v[0].clone(), self.w(i, "output.weight"))
+            // Tied: the rank's vocabulary block of the embedding, transposed, is its block of
+            // the output head.
+            let head = if self.model.tied() {
+                self.w(i, "embed.weight").transpose()
+            } else {
+                self.w(i, "output.weight")
+            };
+            linear(v[0].clone(), head)
         });
         let maxes: Vec<Tensor<3>> = logits.iter().map(|&v| tape.value(v).max_dim(2)).collect();
         let shift = Layout::each(&g.tp_groups(), self.ranks(), maxes, |r, p| {

@@ -24,10 +24,11 @@ pub enum Axis {
     ExpertMp,
     Shard,
     Replicate,
+    Embedding,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 13] = [
+    pub const ALL: [Axis; 14] = [
         Axis::Tp,
         Axis::Cp,
         Axis::Dp,
@@ -41,6 +42,7 @@ impl Axis {
         Axis::ExpertMp,
         Axis::Shard,
         Axis::Replicate,
+        Axis::Embedding,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +60,7 @@ impl Axis {
             Axis::ExpertMp => "expert-mp",
             Axis::Shard => "shard",
             Axis::Replicate => "replicate",
+            Axis::Embedding => "embedding",
         }
     }
 
@@ -83,6 +86,7 @@ impl Axis {
                 "ZeRO/FSDP shards of dense parameters: gradients reduce-scattered, parameters all-gathered"
             }
             Axis::Replicate => "hybrid sharding: each shard all-reduced across the shard groups",
+            Axis::Embedding => "first and last stage: a tied embedding's gradient all-reduce",
         }
     }
 
@@ -153,6 +157,7 @@ impl Topology {
             Axis::Replicate => (0..pp)
                 .flat_map(|s| (0..tp).flat_map(move |t| self.replicate_groups(t, s)))
                 .collect(),
+            Axis::Embedding => self.embedding_groups(),
         }
     }
 

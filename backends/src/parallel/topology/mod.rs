@@ -157,6 +157,20 @@ impl Topology {
         (0..self.pp()).map(|s| self.rank(tp, cp, dp, s)).collect()
     }
 
+    /// The embedding groups: the first and the last stage's rank at each (tp, cp, dp), which
+    /// hold the two copies of a tied embedding (Megatron's embedding group). Empty with one
+    /// stage, where one copy serves both uses.
+    pub fn embedding_groups(&self) -> Vec<Vec<usize>> {
+        if self.pp() < 2 {
+            return Vec::new();
+        }
+        let last = self.pp() - 1;
+        (0..self.dp())
+            .flat_map(|d| (0..self.cp()).flat_map(move |c| (0..self.tp()).map(move |t| (t, c, d))))
+            .map(|(t, c, d)| vec![self.rank(t, c, d, 0), self.rank(t, c, d, last)])
+            .collect()
+    }
+
     /// The model-parallel groups: the TP × PP ranks of each (dp, cp) replica, which hold
     /// different dense parts of the model.
     pub fn model_groups(&self) -> Vec<Vec<usize>> {

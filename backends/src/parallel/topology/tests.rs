@@ -52,9 +52,16 @@ fn every_family_partitions_the_ranks() {
                         | Axis::ExpertMp
                         | Axis::Shard
                         | Axis::Replicate
+                        | Axis::Embedding
                 ));
+                assert!(axis != Axis::Embedding || t.pp() == 1);
                 assert!(axis != Axis::Shard || t.zero() == 0);
                 assert!(axis != Axis::Replicate || t.mesh().shard == 0);
+                continue;
+            }
+            if axis == Axis::Embedding {
+                // The first and last stages' ranks only.
+                assert!(groups.iter().all(|g| g.len() == 2));
                 continue;
             }
             let mut seen: Vec<usize> = groups.iter().flatten().copied().collect();
