@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use common::harness::{fixture, meshparity, results};
+use common::harness::{fixture, meshparity, refused, run_passing};
 
 fn spec(run_keys: &str) -> String {
     format!(
@@ -47,19 +47,7 @@ const SCHEDULED: &str =
 #[test]
 fn every_layout_matches_with_weight_decay_warmup_and_cosine_decay() {
     let fx = fixture(&spec(SCHEDULED));
-    let out = meshparity(fx.path())
-        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
-        .output()
-        .unwrap();
-    let r = results(&fx.path().join("run"));
-    let bad: Vec<String> = r["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|j| j["status"] != "passed")
-        .map(|j| format!("{}: {}", j["name"], j["summary"]))
-        .collect();
-    assert_eq!(out.status.code(), Some(0), "{bad:#?}");
+    let r = run_passing(fx.path());
     assert!(r["jobs"].as_array().unwrap().len() >= 26, "{r:#}");
 }
 
@@ -94,17 +82,7 @@ fn what_cannot_be_scheduled_is_refused_at_its_line() {
         ("lr_decay = \"step\"", "lr_decay"),
         ("weight_decay = -1", "weight_decay"),
     ] {
-        let fx = fixture(&spec(keys));
-        let out = meshparity(fx.path())
-            .args(["validate", "spec.toml"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{keys}: {err}");
-        assert!(
-            err.contains("spec.toml:") && err.contains(says),
-            "{keys}: {err}"
-        );
+        refused(&spec(keys), says);
     }
 }
 
@@ -117,11 +95,7 @@ fn a_scheduler_stepped_per_microbatch_is_caught_at_the_learning_rate() {
         "[mutations]\nselect = []",
         "[mutations]\nselect = [\"lr-scheduler-per-microbatch\"]",
     ));
-    meshparity(fx.path())
-        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
-        .assert()
-        .code(0);
-    let r = results(&fx.path().join("run"));
+    let r = run_passing(fx.path());
     let runs: Vec<_> = r["jobs"]
         .as_array()
         .unwrap()

@@ -7,7 +7,7 @@
 #[macro_use]
 mod common;
 
-use common::harness::{files, fixture, meshparity, results};
+use common::harness::{files, fixture, meshparity, refused, run_passing, safetensors_header};
 
 const MESHES: &str = r#"
 [meshes.dp2-z1-mb2]
@@ -72,18 +72,8 @@ levels = ["roundtrip", "forward", "oracle", "curve"]
 select = ["zero-grad-shard-misaligned", "zero2-last-microbatch-only", "zero1-last-microbatch-unreduced", "fsdp-stale-unshard", "dp-skip-grad-all-reduce", "clip-norm-local-shards"]
 "#,
     ));
-    let out = meshparity(fx.path())
-        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
-        .output()
-        .unwrap();
-    let r = results(&fx.path().join("run"));
+    let r = run_passing(fx.path());
     let jobs = r["jobs"].as_array().unwrap();
-    let bad: Vec<String> = jobs
-        .iter()
-        .filter(|j| j["status"] != "passed")
-        .map(|j| format!("{}: {}", j["name"], j["summary"]))
-        .collect();
-    assert_eq!(out.status.code(), Some(0), "{bad:#?}");
     for bug in SHARDING_BUGS {
         let runs: Vec<_> = jobs.iter().filter(|j| j["mutation"] == bug).collect();
         assert!(!runs.is_empty(), "{bug} never planned");
@@ -126,28 +116,22 @@ select = []
         .args(["--keep-artifacts", "--no-cache"])
         .assert()
         .code(0);
-    let shard_files: Vec<_> = files(fx.path())
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains("rank-0000"))
-        .collect();
-    let header = |p: &std::path::Path| {
-        let bytes = std::fs::read(p).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        serde_json::from_slice::<serde_json::Value>(&bytes[8..8 + n]).unwrap()
-    };
-    let (mut flat, mut whole) = (0, 0);
-    for p in &shard_files {
-        let h = header(p);
-        let q = &h["layers.0.attn.q.weight"]["shape"];
-        // q is [32, 32]: 1024 elements over a shard group of 2 (dp4, shard 2) is [512].
-        if q == &serde_json::json!([512]) {
-            flat += 1;
-        } else if q == &serde_json::json!([32, 16]) || q.is_null() {
-            whole += 1;
+    // q is [32, 32]. dp4-z3-hs2: 1,024 elements over a shard group of 2 is a flat [512] on
+    // each of its 4 ranks. dp2-tp2-pp2-z1 keeps whole TP blocks: [32, 16] on its 4 first-stage
+    // ranks, none on the other 4.
+    let (mut flat, mut split, mut absent) = (0, 0, 0);
+    for p in files(fx.path()) {
+        if !p.to_string_lossy().contains("rank-0000") {
+            continue;
+        }
+        match &safetensors_header(&p)["layers.0.attn.q.weight"]["shape"] {
+            q if q == &serde_json::json!([512]) => flat += 1,
+            q if q == &serde_json::json!([32, 16]) => split += 1,
+            q if q.is_null() => absent += 1,
+            q => panic!("{}: q of shape {q}", p.display()),
         }
     }
-    assert_eq!(flat, 4, "{shard_files:?}");
-    assert!(whole >= 4, "{shard_files:?}");
+    assert_eq!((flat, split, absent), (4, 4, 4));
 }
 
 #[test]
@@ -160,20 +144,11 @@ fn what_cannot_be_sharded_is_refused_at_its_line() {
         ),
         ("dp = 4\nshard = 2", "needs sharded data parallelism"),
     ] {
-        let fx = fixture(&format!(
+        let spec = format!(
             "[run]\nname = \"z\"\nbatch = 8\n{}[meshes.m]\n{mesh}\n",
             tiny_model!()
-        ));
-        let out = meshparity(fx.path())
-            .args(["validate", "spec.toml"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{mesh}: {err}");
-        assert!(
-            err.contains("spec.toml:") && err.contains(says),
-            "{mesh}: {err}"
         );
+        refused(&spec, says);
     }
 }
 
@@ -190,4 +165,22 @@ fn explain_mesh_shows_the_shard_and_replicate_groups() {
     assert!(text.contains("[0 1] [2 3]"), "{text}");
     assert!(text.contains("replicate 2 group(s) of 2"), "{text}");
     assert!(text.contains("[0 2] [1 3]"), "{text}");
+}
+
+/// A command engine's templates may name the sharding (`zero`, `shard`: the data-parallel
+/// ranks per shard group) and `tie_embeddings`, for a trainer of its own to follow.
+#[test]
+fn command_engines_see_the_sharding_in_their_templates() {
+    let spec = common::harness::engine_spec(
+        "program = \"sh\"\nargs = [\"-c\", \"echo {{zero}} {{shard}} {{tie_embeddings}}\"]\n\
+         artifacts = { curve = \"metrics.jsonl\" }",
+        "",
+        r#"["curve"]"#,
+    );
+    let fx = fixture(&spec);
+    meshparity(fx.path())
+        .args(["validate", "spec.toml"])
+        .assert()
+        .code(0);
+    refused(&spec.replace("{{shard}}", "{{shards}}"), "shards");
 }

@@ -37,6 +37,9 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         ("ep", m.ep),
         ("etp", m.etp),
         ("microbatches", m.microbatches),
+        ("zero", m.zero),
+        // The data-parallel ranks per shard group: dp unless the mesh shards hybrid.
+        ("shard", m.shard_dp()),
     ] {
         put(k, x.to_string());
     }
@@ -102,6 +105,7 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     ] {
         put(k, x.to_string());
     }
+    put("tie_embeddings", model.tied().to_string());
     for (k, x) in &model.params {
         put(k, x.clone());
     }

@@ -203,6 +203,14 @@ impl MeshConfig {
         }
     }
 
+    /// Data-parallel indices per ZeRO shard group: hybrid `shard`, else the whole dp.
+    pub fn shard_dp(&self) -> u32 {
+        match self.shard {
+            0 => self.dp,
+            n => n,
+        }
+    }
+
     /// Ranks the mesh occupies: dp·tp·pp·cp (expert groups are carved out of dp·tp).
     pub fn world_size(&self) -> u64 {
         u64::from(self.dp) * u64::from(self.tp) * u64::from(self.pp) * u64::from(self.cp)

@@ -88,10 +88,7 @@ impl Needs {
             Needs::Capacity | Needs::ExpertBias => true,
             Needs::ModelParallel => [m.tp, m.pp, m.ep, m.etp].iter().any(|&n| n > 1),
             Needs::TpReplicatedExperts => m.tp > 1 && m.ep * m.etp == 1,
-            Needs::Sharded => {
-                let per = if m.shard > 0 { m.shard } else { m.dp };
-                m.zero > 0 && per * m.cp > 1
-            }
+            Needs::Sharded => m.zero > 0 && m.shard_dp() * m.cp > 1,
             Needs::Zero1 => m.zero == 1,
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,

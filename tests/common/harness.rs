@@ -46,6 +46,48 @@ pub fn results(run: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
 }
 
+/// `meshparity run spec.toml` in `dir` (into `dir/run`), which must pass every job: its
+/// results.json; otherwise a failure listing each failed job with its summary.
+pub fn run_passing(dir: &Path) -> Value {
+    let out = meshparity(dir)
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .output()
+        .unwrap();
+    let r = results(&dir.join("run"));
+    let bad: Vec<String> = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"] != "passed")
+        .map(|j| format!("{}: {}", j["name"], j["summary"]))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{bad:#?}");
+    r
+}
+
+/// `spec` refused by `meshparity validate` (exit 2) with a message located in the spec that
+/// says `says`.
+pub fn refused(spec: &str, says: &str) {
+    let fx = fixture(spec);
+    let out = meshparity(fx.path())
+        .args(["validate", "spec.toml"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{spec}: {err}");
+    assert!(
+        err.contains("spec.toml:") && err.contains(says),
+        "{says}: {err}"
+    );
+}
+
+/// The JSON header of a safetensors file.
+pub fn safetensors_header(path: &Path) -> Value {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    serde_json::from_slice(&bytes[8..8 + n]).unwrap()
+}
+
 /// The artifact mapping of [`command_spec`]'s engine: the curve level needs one.
 pub const CURVE_MAP: &str = r#"artifacts = { curve = "metrics.jsonl" }"#;
 

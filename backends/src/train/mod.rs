@@ -1,7 +1,7 @@
 //! Training runs, on the oracle or on a mesh, recording what the check levels compare: the
 //! first step's logits and loss, every step's loss, the first step's gradients, and the weights
 //! after k steps. Both sides start from the same seed checkpoint, see the same batches and run
-//! the same optimizer code.
+//! the same optimizer code. The oracle's run is here, a mesh's in `mesh.rs`.
 
 use burn::tensor::{DType, Device, Tensor};
 use indexmap::IndexMap;

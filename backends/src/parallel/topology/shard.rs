@@ -25,10 +25,7 @@ impl Topology {
 
     /// Data-parallel indices per dense shard group: hybrid `shard`, else the whole dp.
     pub fn shard_dp(&self) -> usize {
-        match self.mesh.shard {
-            0 => self.dp(),
-            n => n as usize,
-        }
+        self.mesh.shard_dp() as usize
     }
 
     /// The dense shard groups of TP shard (tp, pp): its dp × cp group cut into runs of
