@@ -29,18 +29,12 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         .mesh
         .copied()
         .unwrap_or(meshparity_specs::MeshConfig::SINGLE);
-    for (k, x) in [
-        ("dp", m.dp),
-        ("tp", m.tp),
-        ("pp", m.pp),
-        ("cp", m.cp),
-        ("ep", m.ep),
-        ("etp", m.etp),
+    for (k, x) in m.degrees().into_iter().chain([
         ("microbatches", m.microbatches),
         ("zero", m.zero),
         // The data-parallel ranks per shard group: dp unless the mesh shards hybrid.
         ("shard", m.shard_dp()),
-    ] {
+    ]) {
         put(k, x.to_string());
     }
     put("sp", m.sp.to_string());

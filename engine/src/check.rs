@@ -9,6 +9,7 @@ use std::time::Instant;
 use meshparity_specs::{Level, Limits};
 
 use crate::artifact::Manifest;
+use crate::cause::Axes;
 use crate::engine::{Engine, EngineError, RunRequest};
 use crate::judge::{Judge, JudgeError};
 use crate::locate::{locate, Localization, Site};
@@ -154,7 +155,8 @@ fn localize_against(
     if !engine.trace(&RunRequest { out: run, ..*req })? {
         return Ok(None);
     }
-    locate(reference, run, req.dtype)
+    let axes = req.mesh.map(Axes::of).unwrap_or_default();
+    locate(reference, run, req.dtype, &axes)
         .map(Some)
         .map_err(|e| EngineError::Run(format!("localizing: {e}")))
 }
@@ -182,5 +184,6 @@ pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
         compared: c.compared as usize,
         sites: Vec::new(),
         site_limit: None,
+        cause: None,
     })
 }

@@ -18,6 +18,7 @@ use meshparity_specs::DType;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::files;
+use crate::cause::{self, Axes, Cause, Evidence, Values};
 use crate::checkpoint;
 use crate::tensor::HostTensor;
 
@@ -179,6 +180,10 @@ pub struct Localization {
     /// site limit, per dtype: not the level's gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_limit: Option<f64>,
+    /// What the first diverging value's difference is, tested against the mesh
+    /// ([`crate::cause`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 impl Localization {
@@ -203,8 +208,13 @@ impl Localization {
             return format!("first divergence: checkpoint save/load: {}", s.what);
         }
         let copy = s.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
+        let cause = self
+            .cause
+            .as_ref()
+            .map(|c| format!("; {}", c.summary()))
+            .unwrap_or_default();
         format!(
-            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:e}",
+            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:e}{cause}",
             s.phase,
             s.site,
             s.what,
@@ -215,14 +225,24 @@ impl Localization {
     }
 }
 
-/// Compare the run's trace in `run` with the reference's in `reference`.
-pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization, TraceError> {
+/// Compare the run's trace in `run` with the reference's in `reference`, and test the first
+/// diverging value against the hypotheses of [`crate::cause`] for a run on `axes`.
+pub fn locate(
+    reference: &Path,
+    run: &Path,
+    dtype: DType,
+    axes: &Axes,
+) -> Result<Localization, TraceError> {
     let (_, want) = read_trace(reference)?;
     let (index, got) = read_trace(run)?;
     let mut sites = Vec::new();
     // Each step's first copy of the gradient norm: every rank's must equal it to the bit.
     let mut norm_copy: HashMap<&str, &HostTensor> = HashMap::new();
     for e in &index.entries {
+        // Parts (`{site}%`) are evidence for a likely cause, never compared.
+        if e.like.ends_with('%') {
+            continue;
+        }
         let (Some(r), Some(c)) = (want.get(&e.like), got.get(&e.key)) else {
             continue;
         };
@@ -251,11 +271,14 @@ pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization
         if value > limit || value.is_nan() {
             let block = first_block(r, c, e.blocks, limit);
             let first = site(e, index.microbatches, block, value, limit);
+            let cause = evidence(&index, &want, &got, e, &first, limit)
+                .map(|ev| cause::diagnose(&ev, axes));
             return Ok(Localization {
                 first: Some(first),
                 compared: sites.len(),
                 sites,
                 site_limit: Some(self::limit(dtype)),
+                cause,
             });
         }
     }
@@ -264,8 +287,67 @@ pub fn locate(reference: &Path, run: &Path, dtype: DType) -> Result<Localization
         compared: sites.len(),
         sites,
         site_limit: Some(self::limit(dtype)),
+        cause: None,
     })
 }
+
+/// What the run and the reference hold around the first diverging entry `e`: every copy of
+/// its value, the parts whose sum it is (traced at `{site}%`, for a collective's output at its
+/// input's), and the reference's value at the other steps. `None` when a value does not decode.
+fn evidence<'a>(
+    index: &TraceIndex,
+    want: &IndexMap<String, HostTensor>,
+    got: &IndexMap<String, HostTensor>,
+    e: &TraceEntry,
+    first: &'a Site,
+    limit: f64,
+) -> Option<Evidence<'a>> {
+    let values = |t: &HostTensor| Values::of(t);
+    let copies = index
+        .entries
+        .iter()
+        .filter(|x| x.like == e.like && x.key.contains('@'))
+        .filter_map(|x| got.get(&x.key).and_then(values))
+        .collect();
+    let summed = first
+        .site
+        .strip_suffix(".fwd.out")
+        .map(|s| format!("{s}.fwd.in"))
+        .or_else(|| {
+            first
+                .site
+                .strip_suffix(".bwd.out")
+                .map(|s| format!("{s}.bwd.in"))
+        })
+        .unwrap_or_else(|| first.site.clone());
+    let parts_like = format!("s{}.{summed}%", first.step);
+    let parts = index
+        .entries
+        .iter()
+        .filter(|x| x.like == parts_like)
+        .filter_map(|x| got.get(&x.key).and_then(values))
+        .collect();
+    let other_steps = (0..TRACED_STEPS_MAX)
+        .filter(|&s| s != first.step)
+        .filter_map(|s| Some((s, values(want.get(&format!("s{s}.{}", first.site))?)?)))
+        .collect();
+    Some(Evidence {
+        site: &first.site,
+        step: first.step,
+        reference: values(want.get(&e.like)?)?,
+        run: values(got.get(&e.key)?)?,
+        copy: first.copy,
+        copies,
+        parts,
+        other_steps,
+        blocks: e.blocks,
+        microbatches: index.microbatches,
+        limit,
+    })
+}
+
+/// Steps a trace's other-step values are looked for in (traces hold a few steps).
+const TRACED_STEPS_MAX: usize = 16;
 
 /// Relative L2 of `c` to `r`; infinite when they cannot be compared (shape, dtype) or the
 /// candidate has non-finite values the reference lacks.
@@ -391,6 +473,7 @@ mod tests {
                 relative_l2: f64::INFINITY,
             }],
             site_limit: Some(1e-4),
+            cause: None,
         };
         let back: Localization = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
         assert_eq!(back, l);

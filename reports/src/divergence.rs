@@ -12,6 +12,8 @@ pub struct DivergenceView {
     pub site: String,
     pub what: String,
     pub reading: String,
+    /// The likely cause, with its evidence; empty when none was tested.
+    pub cause: String,
     pub before: Vec<(String, String)>,
 }
 
@@ -29,6 +31,7 @@ pub(crate) fn divergence(l: &meshparity_engine::Localization) -> DivergenceView 
             site: String::new(),
             what: clean(&l.summary()),
             reading: String::new(),
+            cause: String::new(),
             before,
         };
     };
@@ -48,6 +51,11 @@ pub(crate) fn divergence(l: &meshparity_engine::Localization) -> DivergenceView 
             f.value,
             f.limit
         ),
+        cause: l
+            .cause
+            .as_ref()
+            .map(|c| clean(&c.summary()))
+            .unwrap_or_default(),
         before,
     }
 }

@@ -203,6 +203,18 @@ impl MeshConfig {
         }
     }
 
+    /// The parallel degrees by axis name, in the order templates and diagnoses list them.
+    pub fn degrees(&self) -> [(&'static str, u32); 6] {
+        [
+            ("dp", self.dp),
+            ("tp", self.tp),
+            ("pp", self.pp),
+            ("cp", self.cp),
+            ("ep", self.ep),
+            ("etp", self.etp),
+        ]
+    }
+
     /// Data-parallel indices per ZeRO shard group: hybrid `shard`, else the whole dp.
     pub fn shard_dp(&self) -> u32 {
         match self.shard {

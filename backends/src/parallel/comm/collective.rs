@@ -128,6 +128,12 @@ impl Comm {
             })
             .collect();
         self.records.extend(records);
+        // A summed value's parts, each TP rank's, at `{site}%` (no reference value: not
+        // compared): what a likely cause is tested against (one rank's share kept, a share
+        // scaled). Under CP a rank's part is a sequence chunk's, not a share of the sum.
+        if how == Canon::Sum && parts.len() > 1 && self.layout.is_none_or(|l| l.cp <= 1) {
+            self.trace_each(&format!("{site}%"), parts);
+        }
     }
 
     /// Record `site` from values every rank holds whole (e.g. per-sequence counts after their

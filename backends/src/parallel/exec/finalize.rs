@@ -321,6 +321,14 @@ impl MeshExec<'_> {
                 over_blocks(summed.collect())
             };
             comm.trace_values(&site(&rule.name), values);
+            // An accumulated gradient is the sum of its replicas': each one's, at `{site}%`
+            // (not compared), for a likely cause (one replica's share scaled or missing).
+            if !finalized && copies > 1 {
+                let parts = (0..copies)
+                    .filter_map(|d| over_blocks((0..blocks).map(|b| at(b, d)).collect()).pop())
+                    .collect();
+                comm.trace_values(&format!("{}%", site(&rule.name)), parts);
+            }
         }
     }
 }
