@@ -137,3 +137,53 @@ fn a_report_that_cannot_be_read_stops_the_calibration_before_it_starts() {
         "nothing was swept: {stderr}"
     );
 }
+
+/// `--power`: every perturbation that applies to the mesh is measured at every size; the big
+/// ones are caught, the table says by which level, and a level that cannot see a gradient
+/// (roundtrip) says so instead of claiming power.
+#[test]
+fn power_reports_the_smallest_perturbation_each_level_catches() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = meshparity()
+        .args(["calibrate", "examples/quickstart.toml", "--power", "--json"])
+        .args(["--seeds", "2", "--dtype", "f32", "-f", "mesh=dp2"])
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let power = json["power"].as_array().expect("a power table");
+    let classes: std::collections::BTreeSet<&str> = power
+        .iter()
+        .map(|p| p["perturbation"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        classes,
+        ["rank-grad-scale", "replica-grad-short", "residual-scale"].into()
+    );
+    let at = |class: &str, level: &str| {
+        power
+            .iter()
+            .find(|p| p["perturbation"] == class && p["level"] == level)
+            .unwrap_or_else(|| panic!("{class} {level}"))
+    };
+    for class in classes {
+        let any = at(class, "any");
+        assert_eq!(any["seeds"], 2);
+        assert_eq!(any["tried"][0], 1.0, "{any}");
+        let smallest = any["smallest"].as_f64().expect("caught at some size");
+        assert!(smallest <= 0.2, "{class}: {smallest}");
+        // The verdict sees at least what its best level sees.
+        let oracle = at(class, "oracle")["smallest"].as_f64().unwrap();
+        assert!(
+            smallest <= oracle,
+            "{class}: any {smallest} > oracle {oracle}"
+        );
+    }
+    assert!(at("rank-grad-scale", "roundtrip")["smallest"].is_null());
+    // The page has the table.
+    let page = std::fs::read_to_string(dir.path().join("calibration.html")).unwrap();
+    assert!(page.contains("<table class=\"power\">") && page.contains("detects rank-grad-scale"));
+}

@@ -63,9 +63,28 @@ impl SaveFault {
     }
 }
 
-/// One injected bug.
+/// One injected bug, at its catalogued size or (for detection power) at a chosen one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fault(Id);
+pub struct Fault(Id, Option<Epsilon>);
+
+/// A perturbation's relative size ε for `calibrate --power`: the faults that scale a value
+/// ([`Fault::SCALABLE`]) scale it by 1 ± ε instead of their catalogued factor. Held in parts
+/// per 10¹² so that a fault stays `Eq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Epsilon(u64);
+
+impl Epsilon {
+    const UNIT: f64 = 1e12;
+
+    /// `None` outside (0, 10].
+    pub fn new(eps: f64) -> Option<Epsilon> {
+        (eps > 0.0 && eps <= 10.0).then(|| Epsilon((eps * Self::UNIT).round() as u64))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0 as f64 / Self::UNIT
+    }
+}
 
 /// The factor the gradient-scaling faults apply: a missing `1/dp` on one rank of a dp2 group,
 /// the typical form of this bug.
@@ -80,8 +99,17 @@ pub const RESIDUAL_SCALE: f64 = 2.0;
 impl Fault {
     /// Every catalogued fault, in catalog order.
     pub fn all() -> impl Iterator<Item = Fault> {
-        catalog::CATALOG.iter().map(|m| Fault(m.id))
+        catalog::CATALOG.iter().map(|m| Fault(m.id, None))
     }
+
+    /// The faults whose size can be chosen (`NAME@ε`): one rank's gradients ×(1+ε), one
+    /// replica's accumulated gradients ×(1−ε), the first layer's attention residual branch
+    /// ×(1+ε) on every rank.
+    pub const SCALABLE: &[Id] = &[
+        Id::ScaleOneRankGrad,
+        Id::WrongAccumulationCount,
+        Id::ResidualScaleAllRanks,
+    ];
 
     pub fn name(self) -> &'static str {
         catalog::by_id(self.0).name
@@ -91,8 +119,26 @@ impl Fault {
         self.0
     }
 
+    /// A catalogued fault by name, or `NAME@ε` for a scalable one at size ε.
     pub fn from_name(name: &str) -> Option<Fault> {
-        catalog::find(name).map(|m| Fault(m.id))
+        match name.split_once('@') {
+            None => catalog::find(name).map(|m| Fault(m.id, None)),
+            Some((base, eps)) => {
+                let id = catalog::find(base)?.id;
+                let eps = Epsilon::new(eps.parse().ok()?)?;
+                Self::SCALABLE.contains(&id).then_some(Fault(id, Some(eps)))
+            }
+        }
+    }
+
+    /// The factor a scalable fault applies: 1 + ε (or 1 − ε with `short`) at a chosen size,
+    /// `catalogued` otherwise.
+    fn factor(self, catalogued: f64, short: bool) -> f64 {
+        match self.1 {
+            Some(e) if short => 1.0 - e.get(),
+            Some(e) => 1.0 + e.get(),
+            None => catalogued,
+        }
     }
 
     /// What happens to the collective at `site` (a full site name such as
@@ -157,7 +203,7 @@ impl Fault {
     /// The wrong factor applied to a rank's gradients, if this fault scales that rank.
     pub fn grad_scale(self, rank: usize, world: usize) -> Option<f64> {
         match self.0 {
-            Id::ScaleOneRankGrad if rank + 1 == world => Some(WRONG_SCALE),
+            Id::ScaleOneRankGrad if rank + 1 == world => Some(self.factor(WRONG_SCALE, false)),
             Id::ScaleSeveralRanksGrad if rank > 0 => Some(WRONG_SCALE),
             _ => None,
         }
@@ -167,7 +213,7 @@ impl Fault {
     /// microbatch too many.
     pub fn replica_scale(self, d: usize, dp: usize, microbatches: usize) -> Option<f64> {
         (self.0 == Id::WrongAccumulationCount && d + 1 == dp)
-            .then(|| microbatches as f64 / (microbatches + 1) as f64)
+            .then(|| self.factor(microbatches as f64 / (microbatches + 1) as f64, true))
     }
 
     /// The wrong RMSNorm of the first layer's attention norm on the one faulty rank.
@@ -181,7 +227,8 @@ impl Fault {
 
     /// The wrong residual-branch factor of `layer`'s attention, on every rank.
     pub fn residual_scale(self, layer: u32) -> Option<f64> {
-        (self.0 == Id::ResidualScaleAllRanks && layer == 0).then_some(RESIDUAL_SCALE)
+        (self.0 == Id::ResidualScaleAllRanks && layer == 0)
+            .then(|| self.factor(RESIDUAL_SCALE, false))
     }
 
     /// Whether `layer`'s SwiGLU backward uses the wrong operand.
@@ -344,5 +391,17 @@ mod tests {
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));
         }
+    }
+
+    /// Only the scalable faults take a size, and it is the one applied.
+    #[test]
+    fn sizes_are_parsed_and_applied() {
+        let f = Fault::from_name("scale-one-rank-grad@1e-3").unwrap();
+        assert_eq!(f.grad_scale(1, 2), Some(1.001));
+        let f = Fault::from_name("dp-wrong-accumulation-count@0.25").unwrap();
+        assert_eq!(f.replica_scale(1, 2, 4), Some(0.75));
+        assert!(Fault::from_name("tp-skip-forward-all-reduce@0.1").is_none());
+        assert!(Fault::from_name("scale-one-rank-grad@0").is_none());
+        assert!(Fault::from_name("scale-one-rank-grad@x").is_none());
     }
 }

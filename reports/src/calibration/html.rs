@@ -20,6 +20,9 @@ pub(crate) struct View {
     margins: Vec<Vec<Cell>>,
     suggestions: Vec<Vec<Cell>>,
     errors: Vec<String>,
+    power_headers: Vec<String>,
+    power: Vec<Vec<Cell>>,
+    power_headlines: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -76,7 +79,19 @@ pub fn html(c: &Calibration) -> String {
 
 /// What the templates show of a calibration.
 pub(crate) fn view(c: &Calibration) -> View {
+    let power = super::power::table(c);
     View {
+        power_headers: if c.power.is_empty() {
+            Vec::new()
+        } else {
+            power.headers
+        },
+        power: power
+            .rows
+            .into_iter()
+            .map(|r| r.into_iter().map(cell).collect())
+            .collect(),
+        power_headlines: power.headlines,
         title: format!("meshparity calibration: {}", c.spec),
         summary: format!(
             "{}, configurations: {}; {} correct run(s) judged at {} level(s) in all, {} of those \

@@ -4,6 +4,7 @@
 //! `format_version` is bumped on incompatible changes). docs/calibrate.md documents the fields.
 
 pub(crate) mod html;
+pub mod power;
 mod text;
 
 pub use html::html;
@@ -35,6 +36,10 @@ pub struct Calibration {
     pub margins: Vec<Margin>,
     pub suggestions: Vec<Suggestion>,
     pub errors: Vec<SampleError>,
+    /// Detection power (`--power`): per (configuration, model, mesh, perturbation, level), the
+    /// smallest size caught on every seed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub power: Vec<Power>,
 }
 
 impl Calibration {
@@ -135,6 +140,28 @@ pub struct Margin {
     pub mislocalized: u64,
     /// The VERDICT / ART classes this mutation reproduces.
     pub classes: Vec<String>,
+}
+
+/// The smallest perturbation of one kind that one level (or `any` level) catches on every
+/// seed, on one mesh: what the spec can see, measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Power {
+    pub config: String,
+    pub model: String,
+    pub dtype: String,
+    pub mesh: String,
+    /// The perturbation class (`rank-grad-scale`, …) and what it does at size ε.
+    pub perturbation: String,
+    pub what: String,
+    /// A level, or `any` (the job's verdict: the first level that fails).
+    pub level: String,
+    /// The smallest ε of the ladder such that it and every larger ε were caught on every
+    /// seed; `None` when even the largest was not.
+    #[serde(serialize_with = "opt_num")]
+    pub smallest: Option<f64>,
+    /// The ladder's sizes tried, largest first, and the seeds each ran on.
+    pub tried: Vec<f64>,
+    pub seeds: u64,
 }
 
 /// A limit to consider for one (configuration, level, metric).

@@ -101,6 +101,20 @@ pub fn text(c: &Calibration) -> String {
         }
         table(&mut out, &rows);
     }
+    if !c.power.is_empty() {
+        let p = super::power::table(c);
+        let _ = writeln!(
+            out,
+            "\npower: the smallest perturbation each level catches on every seed (`-`: not even \
+             the largest)"
+        );
+        let mut rows = vec![p.headers];
+        rows.extend(p.rows);
+        table(&mut out, &rows);
+        for h in &p.headlines {
+            let _ = writeln!(out, "  {h}");
+        }
+    }
     for e in &c.errors {
         let what = e.mutation.as_deref().unwrap_or("correct");
         let _ = writeln!(

@@ -9,8 +9,10 @@
 //!
 //! - `units.rs` — the plan's jobs grouped into what one seed runs (a reference, its meshes);
 //! - `sweep.rs` — running the units over seeds and configurations;
-//! - `summary.rs` — samples → headroom, margin and suggested limits.
+//! - `summary.rs` — samples → headroom, margin and suggested limits;
+//! - `power.rs` — sized perturbations (`--power`) → the smallest each level catches.
 
+pub mod power;
 mod summary;
 pub(crate) mod sweep;
 mod units;

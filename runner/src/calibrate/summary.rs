@@ -66,7 +66,13 @@ pub fn summarize(
     let label = |c: usize| configs[c].label();
     let mut rows = Rows::default();
     let mut errors = Vec::new();
-    for s in samples {
+    // Sized perturbations (`--power`) make the power table, not margins.
+    let (perturbed, samples): (Vec<&Sample>, Vec<&Sample>) = samples.iter().partition(|s| {
+        s.mutation
+            .as_deref()
+            .is_some_and(|m| super::power::parse(m).is_some())
+    });
+    for s in &samples {
         match (&s.error, s.mutation.as_deref()) {
             (Some(message), _) => errors.push(SampleError {
                 config: label(s.config),
@@ -109,10 +115,11 @@ pub fn summarize(
         seconds,
         correct_runs: samples.iter().filter(|s| s.mutation.is_none()).count() as u64,
         mutation_runs: samples.iter().filter(|s| s.mutation.is_some()).count() as u64,
-        suggestions: suggestions(configs, samples),
+        suggestions: suggestions(configs, &samples),
         headroom,
         margins,
         errors,
+        power: super::power::summarize(configs, &perturbed),
     }
 }
 
@@ -242,7 +249,7 @@ struct MetricSpan {
     weakest_bug: Option<f64>,
 }
 
-fn suggestions(configs: &[Config], samples: &[Sample]) -> Vec<Suggestion> {
+fn suggestions(configs: &[Config], samples: &[&Sample]) -> Vec<Suggestion> {
     let mut spans: BTreeMap<(usize, String, String, String), MetricSpan> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.error.is_none()) {
         for l in &s.levels {
