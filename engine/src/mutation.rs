@@ -29,15 +29,27 @@ pub struct MutationOutcome {
     /// not localized).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub localized_as_injected: Option<bool>,
+    /// The smallest configuration that is still caught the same way (`run --shrink`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro: Option<crate::Repro>,
     pub seconds: f64,
 }
 
 impl MutationOutcome {
     pub fn summary(&self) -> String {
+        let repro = self
+            .repro
+            .as_ref()
+            .map(|r| format!("; {}", r.summary()))
+            .unwrap_or_default();
         match (&self.localization, &self.localization_failed) {
-            (Some(l), _) => format!("{}; {}", self.verdict(), l.summary()),
-            (None, Some(why)) => format!("{}; {}", self.verdict(), crate::locate::failed_note(why)),
-            (None, None) => self.verdict(),
+            (Some(l), _) => format!("{}; {}{repro}", self.verdict(), l.summary()),
+            (None, Some(why)) => format!(
+                "{}; {}{repro}",
+                self.verdict(),
+                crate::locate::failed_note(why)
+            ),
+            (None, None) => format!("{}{repro}", self.verdict()),
         }
     }
 
@@ -102,6 +114,7 @@ impl MutationOutcome {
             localization: None,
             localization_failed: None,
             localized_as_injected: None,
+            repro: None,
             seconds,
         }
     }

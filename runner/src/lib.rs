@@ -15,6 +15,7 @@ pub mod calibrate;
 pub mod engines;
 pub mod exec;
 pub mod plan;
+pub mod shrink;
 #[cfg(feature = "test-faults")]
 pub mod testing;
 pub mod worker;

@@ -38,6 +38,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         grace: Duration::from_secs(1),
         no_cache: false,
         keep_artifacts: false,
+        shrink: None,
         executor: Default::default(),
         no_skip: false,
         lines: Default::default(),

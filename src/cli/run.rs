@@ -64,6 +64,12 @@ pub struct Args {
     /// the end.
     #[arg(long)]
     keep_artifacts: bool,
+    /// For every caught mutation (built-in engine), search for the smallest configuration
+    /// still caught at the same level — fewer layers, smaller widths, lower degrees, f32 —
+    /// within SECONDS per job (default 20), and write it as `repro/spec.toml` in the job's
+    /// directory with the command that runs it.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "20")]
+    shrink: Option<f64>,
     /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
     resume: Option<PathBuf>,
@@ -240,6 +246,7 @@ pub fn run(args: &Args) -> u8 {
         grace: Duration::from_secs_f64(args.grace),
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
+        shrink: args.shrink,
         executor,
         no_skip: args.no_skip,
         lines: exec::progress::LineStyle {

@@ -34,6 +34,9 @@ pub struct Args {
     /// result cites.
     #[arg(long)]
     keep_artifacts: bool,
+    /// Seconds to spend shrinking a caught mutation to its smallest repro.
+    #[arg(long, value_name = "SECONDS")]
+    shrink: Option<f64>,
     #[arg(long, default_value_t = 1)]
     attempt: u32,
     /// Every job on this device (the runner's `--device`).
@@ -84,6 +87,7 @@ pub fn run(args: &Args) -> u8 {
         cache: args.cache.clone(),
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
+        shrink: args.shrink,
         attempt: args.attempt,
         device: args.device,
         threads: args.threads,

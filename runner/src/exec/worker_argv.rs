@@ -55,6 +55,10 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
     if opts.keep_artifacts {
         args.push("--keep-artifacts".into());
     }
+    if let Some(s) = opts.shrink {
+        args.push("--shrink".into());
+        args.push(s.to_string());
+    }
     if let Some(device) = opts.device {
         args.extend(["--device".into(), device.to_string()]);
     }

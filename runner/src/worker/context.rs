@@ -230,6 +230,16 @@ impl Context<'_> {
         if let Some(l) = found {
             o.localized(l);
         }
+        if let (Some(budget), Some(&level)) = (self.args.shrink, o.caught_by.first()) {
+            let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
+            let site = site.map(|s| s.site.clone());
+            let what = super::repro::Failure {
+                level,
+                mutation: Some(mutation),
+                site: site.as_deref(),
+            };
+            o.repro = super::repro::shrink(self.engine, self.job, &self.args.out, &what, budget);
+        }
         Ok(WorkerResult::verdict(
             o.caught,
             o.summary(),

@@ -7,12 +7,14 @@
 //!
 //! - `context.rs` — the job's work on its engine (engine runs, judging, mutations);
 //! - `prune.rs` — what a judged job keeps on disk (the files its result cites);
-//! - `partial.rs` — a half-built artifact directory named, so the runner removes it.
+//! - `partial.rs` — a half-built artifact directory named, so the runner removes it;
+//! - `repro.rs` — a caught mutation's smallest repro (`--shrink`).
 
 mod context;
 mod pages;
 mod partial;
 mod prune;
+mod repro;
 mod threads;
 
 use std::path::{Path, PathBuf};
@@ -57,6 +59,8 @@ pub struct WorkerArgs {
     /// Keep every file a judged job wrote; otherwise only those its result cites stay
     /// ([`prune`]).
     pub keep_artifacts: bool,
+    /// Seconds a caught mutation may spend shrinking to its smallest repro (`None`: no shrink).
+    pub shrink: Option<f64>,
     /// 1 for the first try; retries count up.
     pub attempt: u32,
     /// `--device`, as the runner was given it: the plan is rebuilt the same way.

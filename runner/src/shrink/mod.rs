@@ -1,0 +1,246 @@
+//! Shrink (`run --shrink`): the smallest configuration that still fails the same level — fewer
+//! layers, smaller widths, sequence, batch and step counts, lower parallel degrees (tp4 → tp2, a
+//! 3-D mesh → the one axis that fails alone), f32 instead of bf16 — found greedily within a time
+//! budget, and written as a spec that reproduces it in seconds. The fuzzing of Megatron-LM
+//! (NVIDIA/Megatron-LM#7452) reported each bug this way: a 2-rank CPU reproduction.
+//!
+//! - `candidates.rs` — one step smaller along each axis of a case;
+//! - `spec.rs` — a case as the spec file that plans exactly its job.
+
+mod candidates;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub use meshparity_engine::Repro;
+use meshparity_engine::{check, Engine, RunRequest};
+use meshparity_specs::tolerance::BUILTIN;
+use meshparity_specs::{catalog, DType, Level, Limits, MeshConfig, ModelConfig, Training};
+
+/// What one failing job trains: the model, mesh, training settings and dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    pub model: ModelConfig,
+    pub mesh: MeshConfig,
+    pub training: Training,
+    pub dtype: DType,
+}
+
+impl Case {
+    /// `tp2, 1 layer, hidden 16, ffn 16, vocab 16, seq 4, batch 2, 1 step, f32`.
+    pub fn describe(&self) -> String {
+        let m = &self.model;
+        let t = &self.training;
+        format!(
+            "{}, {} layer{}, hidden {}, heads {}, ffn {}, vocab {}, seq {}, batch {}, {} step{}, {}",
+            mesh_name(&self.mesh),
+            m.layers,
+            if m.layers == 1 { "" } else { "s" },
+            m.hidden,
+            m.heads,
+            m.ffn,
+            m.vocab,
+            m.seq_len,
+            t.batch,
+            t.steps,
+            if t.steps == 1 { "" } else { "s" },
+            self.dtype
+        )
+    }
+}
+
+/// A mesh's name from its degrees: `dp2-tp2-sp-pp2-mb2`, `world1` for one rank.
+pub fn mesh_name(m: &MeshConfig) -> String {
+    let mut parts: Vec<String> = m
+        .degrees()
+        .iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(a, n)| format!("{a}{n}"))
+        .collect();
+    if m.sp {
+        parts.push("sp".into());
+    }
+    if m.microbatches > 1 {
+        parts.push(format!("mb{}", m.microbatches));
+    }
+    if m.zero > 0 {
+        parts.push(format!("z{}", m.zero));
+    }
+    if parts.is_empty() {
+        "world1".into()
+    } else {
+        parts.join("-")
+    }
+}
+
+/// What is shrunk, and how it must keep failing.
+pub struct Target<'a> {
+    pub engine: &'a dyn Engine,
+    pub level: Level,
+    pub mutation: Option<&'a str>,
+    /// The site where the original run first left the reference: a smaller case must leave it
+    /// there too (`None`: not localized, the level alone decides).
+    pub site: Option<&'a str>,
+    /// Scratch space for the tries; emptied as they are judged.
+    pub scratch: &'a Path,
+    pub budget: Duration,
+}
+
+impl Target<'_> {
+    /// Whether `case` still fails the level (a mutation: is still caught there), and one
+    /// run's seconds.
+    fn fails(&self, case: &Case, n: usize) -> Option<f64> {
+        let mesh = mesh_name(&case.mesh);
+        let text = spec::spec(case, &mesh, self.level, self.mutation);
+        let path = self.scratch.join("candidate.toml");
+        // Judged by the limits its repro spec will have: the built-in table's.
+        let loaded =
+            meshparity_specs::load::load_text(&path, text, &meshparity_specs::load::Disk).ok()?;
+        let (_, limits) = loaded.spec.limits(BUILTIN, self.level, case.dtype)?;
+        let limits = limits.clone();
+        if let Some(m) = self.mutation.and_then(catalog::find) {
+            if !m.applies_to(&case.model, &case.mesh, &case.training) {
+                return None;
+            }
+        }
+        let dir = self.scratch.join(format!("try{n}"));
+        let start = Instant::now();
+        let failed = self.judge(case, &limits, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        failed.then(|| start.elapsed().as_secs_f64())
+    }
+
+    fn judge(&self, case: &Case, limits: &Limits, dir: &Path) -> bool {
+        let reference = dir.join("reference");
+        let req = RunRequest {
+            model: &case.model,
+            training: &case.training,
+            dtype: case.dtype,
+            mesh: None,
+            levels: &[],
+            mutation: None,
+            reference: None,
+            out: &reference,
+        };
+        if self.engine.reference(&req).is_err() {
+            return false;
+        }
+        let levels = [self.level];
+        let req = RunRequest {
+            mesh: Some(&case.mesh),
+            levels: &levels,
+            mutation: self.mutation,
+            reference: Some(&reference),
+            out: &dir.join("run"),
+            ..req
+        };
+        let judged = check(
+            self.engine,
+            &req,
+            &[(self.level, limits.clone())],
+            &reference,
+            dir,
+        );
+        let failed = judged.is_ok_and(|c| {
+            c.outcomes
+                .iter()
+                .any(|o| o.level == self.level && !o.passed)
+        });
+        let Some(site) = self.site.filter(|_| failed) else {
+            return failed;
+        };
+        // The same bug, not another one the smaller shapes expose: it leaves the reference
+        // first at the same site (checkpoint bugs have no trace; the level decides).
+        if site == "checkpoint" {
+            return true;
+        }
+        let req = RunRequest {
+            out: &dir.join("trace-run"),
+            ..req
+        };
+        let found = meshparity_engine::localize(self.engine, &req, &dir.join("trace"));
+        matches!(found, Ok(Some(l)) if l.first.as_ref().is_some_and(|f| f.site == site))
+    }
+}
+
+/// The search's result: the smallest case, and its counts.
+pub struct Shrunk {
+    pub case: Case,
+    pub tried: usize,
+    pub steps: usize,
+    pub seconds: f64,
+    pub run_seconds: f64,
+}
+
+/// Shrink `case` greedily: take the first smaller candidate that still fails, until none does
+/// or the budget is spent. `None` when `case` itself does not fail as asked.
+pub fn shrink(t: &Target<'_>, case: Case) -> Option<Shrunk> {
+    // Scratch: each try's files are judged and removed within a second; the process's switch
+    // is put back when the search ends.
+    let synced = meshparity_engine::checkpoint::sync_to_disk(false);
+    let found = search(t, case);
+    meshparity_engine::checkpoint::sync_to_disk(synced);
+    found
+}
+
+fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
+    let start = Instant::now();
+    let mut tried = 1;
+    let mut run_seconds = t.fails(&case, 0)?;
+    let (mut current, mut steps) = (case, 0);
+    'search: while start.elapsed() < t.budget {
+        for candidate in candidates::smaller(&current) {
+            if start.elapsed() >= t.budget {
+                break 'search;
+            }
+            tried += 1;
+            if let Some(s) = t.fails(&candidate, tried) {
+                current = candidate;
+                run_seconds = s;
+                steps += 1;
+                continue 'search;
+            }
+        }
+        break;
+    }
+    Some(Shrunk {
+        case: current,
+        tried,
+        steps,
+        seconds: start.elapsed().as_secs_f64(),
+        run_seconds,
+    })
+}
+
+/// Write `shrunk`'s spec into `dir` (`spec.toml`, and `command`: the line that runs it) and
+/// describe it for the job's report.
+pub fn write(
+    dir: &Path,
+    shrunk: &Shrunk,
+    level: Level,
+    mutation: Option<&str>,
+) -> std::io::Result<Repro> {
+    std::fs::create_dir_all(dir)?;
+    let mesh = mesh_name(&shrunk.case.mesh);
+    let path: PathBuf = dir.join("spec.toml");
+    std::fs::write(&path, spec::spec(&shrunk.case, &mesh, level, mutation))?;
+    // Absolute, so it runs from anywhere; quoted, so pasted into a shell the path stays a
+    // path whatever it holds.
+    let absolute = path.canonicalize()?;
+    let command = format!(
+        "meshparity run {}",
+        meshparity_engine::judge::quote(&absolute.display().to_string())
+    );
+    std::fs::write(dir.join("command"), format!("{command}\n"))?;
+    Ok(Repro {
+        smallest: shrunk.case.describe(),
+        level,
+        spec: path.display().to_string(),
+        command,
+        tried: shrunk.tried,
+        steps: shrunk.steps,
+        seconds: shrunk.seconds,
+        run_seconds: shrunk.run_seconds,
+    })
+}

@@ -1,0 +1,83 @@
+//! A case as a spec: the smallest spec file that plans exactly the failing job — one model, one
+//! mesh, one level, the mutation if any — so `meshparity run repro/spec.toml` reproduces it. The
+//! same text validates each candidate while shrinking: a candidate the spec language refuses
+//! (4 heads over tp3) is no repro.
+
+use std::fmt::Write;
+
+use meshparity_specs::Level;
+
+use super::Case;
+
+/// The model and mesh names the repro spec uses.
+pub const MODEL: &str = "m";
+
+/// TOML for one scalar (numbers and booleans bare, strings quoted).
+fn value(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::String(s) => Some(format!("{s:?}")),
+        _ => None,
+    }
+}
+
+/// A keyword (an enum serialized as its spec word), quoted.
+fn word<T: serde::Serialize>(v: T) -> Option<String> {
+    value(&serde_json::to_value(v).expect("keywords serialize"))
+}
+
+/// `key = value` lines for every scalar field of `t`'s serialized form, but `skip`.
+fn fields<T: serde::Serialize>(out: &mut String, t: &T, skip: &[&str]) {
+    let v = serde_json::to_value(t).expect("configs serialize");
+    if let serde_json::Value::Object(map) = v {
+        for (k, v) in map {
+            if skip.contains(&k.as_str()) {
+                continue;
+            }
+            if let Some(v) = value(&v) {
+                let _ = writeln!(out, "{k} = {v}");
+            }
+        }
+    }
+}
+
+/// The spec of `case` judged at `level`, with `mutation` injected if given.
+pub fn spec(case: &Case, mesh: &str, level: Level, mutation: Option<&str>) -> String {
+    let t = &case.training;
+    let mut out = String::from(
+        "# The smallest configuration meshparity found that still fails the same way\n\
+         # (`meshparity run --shrink`). Run it with the command in `command`.\n\n[run]\n",
+    );
+    let _ = writeln!(out, "name = \"repro\"");
+    let _ = writeln!(out, "seed = {}", t.seed);
+    let _ = writeln!(out, "dtype = \"{}\"", case.dtype);
+    let _ = writeln!(out, "steps = {}", t.steps);
+    let _ = writeln!(out, "oracle_steps = {}", t.oracle_steps);
+    let _ = writeln!(out, "batch = {}", t.batch);
+    let _ = writeln!(out, "optimizer = {}", word(t.optimizer).unwrap_or_default());
+    let _ = writeln!(out, "lr = {:e}", t.lr);
+    if let Some(c) = t.clip_grad_norm {
+        let _ = writeln!(out, "clip_grad_norm = {c:e}");
+    }
+    if let Some(w) = t.weight_decay {
+        let _ = writeln!(out, "weight_decay = {w:e}");
+    }
+    if let Some(s) = t.schedule {
+        let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);
+        let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());
+        let _ = writeln!(out, "min_lr = {:e}", s.min_lr);
+    }
+    let _ = writeln!(out, "\n[models.{MODEL}]");
+    fields(&mut out, &case.model, &["engine"]);
+    let _ = writeln!(out, "\n[meshes.{mesh}]");
+    fields(&mut out, &case.mesh, &[]);
+    let _ = writeln!(
+        out,
+        "\n[[matrix]]\nmodels = [\"{MODEL}\"]\nmeshes = [\"{mesh}\"]\nlevels = [\"{level}\"]"
+    );
+    if let Some(m) = mutation {
+        let _ = writeln!(out, "\n[mutations]\nselect = [\"{m}\"]");
+    }
+    out
+}
