@@ -82,3 +82,74 @@ fn every_caught_mutation_carries_a_repro_that_reproduces_when_pasted() {
         );
     }
 }
+
+/// A failed check of a correct mesh (here a gate tighter than f32 round-off, the case of a
+/// table tuned too far) is shrunk too: its repro carries the spec's own limits for the level,
+/// so pasted it fails the same level.
+#[test]
+fn a_failed_check_carries_a_repro_with_its_own_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("spec.toml"),
+        "[run]\nname = \"tight\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 2\nhidden = 32\n\
+         heads = 4\nffn = 64\nvocab = 64\nseq_len = 8\n[meshes.tp2]\ntp = 2\n\
+         [tolerances.strict]\nextends = \"builtin\"\nforward.f32 = { relative_l2 = 1e-9 }\n\
+         [[matrix]]\nlevels = [\"forward\"]\ntolerance = \"strict\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_meshparity"))
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "spec.toml",
+            "--shrink",
+            "--no-progress",
+            "--run-dir",
+            "run",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let results: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/results.json")).unwrap(),
+    )
+    .unwrap();
+    let failed = results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["status"] == "failed")
+        .expect("the forward check failed");
+    let repro = &failed["detail"]["repro"];
+    let spec = std::fs::read_to_string(repro["spec"].as_str().unwrap()).unwrap();
+    assert!(
+        spec.contains("forward.f32 = { relative_l2 = 1e-9 }") && spec.contains("layers = 1"),
+        "{spec}"
+    );
+    let again = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} --no-progress --run-dir again",
+            repro["command"].as_str().unwrap()
+        ))
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                std::path::Path::new(env!("CARGO_BIN_EXE_meshparity"))
+                    .parent()
+                    .unwrap()
+                    .display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+}

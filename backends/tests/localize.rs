@@ -234,8 +234,21 @@ fn localized_tally(
             "{name}: only {} values compared",
             l.compared
         );
+        // The error-analysis bound beside the calibrated limit: how many correct values
+        // exceed it (the bound is a second opinion, not a gate).
+        let over = l
+            .sites
+            .iter()
+            .filter(|s| s.bound.is_some_and(|b| s.relative_l2 > b))
+            .count();
+        let ratio = l
+            .sites
+            .iter()
+            .filter_map(|s| Some(s.relative_l2 / s.bound?))
+            .fold(0.0, f64::max);
         eprintln!(
-            "{name}: correct, {} values, worst relative L2 {worst:.1e} (limit {:.0e})",
+            "{name}: correct, {} values, worst relative L2 {worst:.1e} (limit {:.0e}); \
+             {over} over the error-analysis bound, worst {ratio:.1}× it",
             l.compared,
             limit(dtype)
         );

@@ -180,6 +180,7 @@ pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
             metric: "roundtrip".to_owned(),
             value: f64::INFINITY,
             limit: 0.0,
+            bound: None,
         }),
         compared: c.compared as usize,
         sites: Vec::new(),

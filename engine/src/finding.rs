@@ -129,6 +129,7 @@ mod tests {
             }),
             localization: None,
             localization_failed: None,
+            repro: None,
             seconds: 0.5,
         };
         let json = serde_json::to_string(&Finding::Level(outcome)).unwrap();

@@ -127,6 +127,7 @@ impl Judge<'_> {
             losses,
             localization: None,
             localization_failed: None,
+            repro: None,
             seconds: start.elapsed().as_secs_f64(),
         })
     }

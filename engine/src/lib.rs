@@ -17,6 +17,7 @@
 //! - [`conformance`] — the suite every engine must pass.
 
 pub mod artifact;
+pub mod bound;
 pub mod cause;
 pub mod check;
 pub mod checkpoint;

@@ -18,7 +18,7 @@ use meshparity_specs::DType;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::files;
-use crate::cause::{self, Axes, Cause, Evidence, Values};
+use crate::cause::{self, Axes, Cause};
 use crate::checkpoint;
 use crate::tensor::HostTensor;
 
@@ -143,6 +143,9 @@ pub struct Site {
     #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub value: f64,
     pub limit: f64,
+    /// The error-analysis bound at the site ([`crate::bound`]), for comparison with `limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<f64>,
 }
 
 /// One compared value, for the full table.
@@ -152,6 +155,9 @@ pub struct SiteRow {
     // JSON writes inf (a value that could not be compared) as null; it reads back as inf.
     #[serde(deserialize_with = "crate::finding::number_or_inf")]
     pub relative_l2: f64,
+    /// The error-analysis bound at this site ([`crate::bound`]), beside the calibrated limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<f64>,
 }
 
 /// The words a summary gives a localization that failed: its first line, cut to a length a
@@ -213,8 +219,12 @@ impl Localization {
             .as_ref()
             .map(|c| format!("; {}", c.summary()))
             .unwrap_or_default();
+        let bound = s
+            .bound
+            .map(|b| format!(" (error-analysis bound {b:.1e})"))
+            .unwrap_or_default();
         format!(
-            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:e}{cause}",
+            "first divergence: {at}, {}, {} ({}{copy}), {} {:.1e} > {:e}{bound}{cause}",
             s.phase,
             s.site,
             s.what,
@@ -235,6 +245,7 @@ pub fn locate(
 ) -> Result<Localization, TraceError> {
     let (_, want) = read_trace(reference)?;
     let (index, got) = read_trace(run)?;
+    let layers = crate::bound::layers_of(index.entries.iter().map(|e| e.key.as_str()));
     let mut sites = Vec::new();
     // Each step's first copy of the gradient norm: every rank's must equal it to the bit.
     let mut norm_copy: HashMap<&str, &HostTensor> = HashMap::new();
@@ -267,11 +278,13 @@ pub fn locate(
         sites.push(SiteRow {
             key: e.key.clone(),
             relative_l2: value,
+            bound: Some(crate::bound::at(path_of(&e.key), layers, dtype)),
         });
         if value > limit || value.is_nan() {
             let block = first_block(r, c, e.blocks, limit);
-            let first = site(e, index.microbatches, block, value, limit);
-            let cause = evidence(&index, &want, &got, e, &first, limit)
+            let mut first = site(e, index.microbatches, block, value, limit);
+            first.bound = sites.last().and_then(|s| s.bound);
+            let cause = cause::gather(&index, &want, &got, e, &first, limit)
                 .map(|ev| cause::diagnose(&ev, axes));
             return Ok(Localization {
                 first: Some(first),
@@ -290,64 +303,6 @@ pub fn locate(
         cause: None,
     })
 }
-
-/// What the run and the reference hold around the first diverging entry `e`: every copy of
-/// its value, the parts whose sum it is (traced at `{site}%`, for a collective's output at its
-/// input's), and the reference's value at the other steps. `None` when a value does not decode.
-fn evidence<'a>(
-    index: &TraceIndex,
-    want: &IndexMap<String, HostTensor>,
-    got: &IndexMap<String, HostTensor>,
-    e: &TraceEntry,
-    first: &'a Site,
-    limit: f64,
-) -> Option<Evidence<'a>> {
-    let values = |t: &HostTensor| Values::of(t);
-    let copies = index
-        .entries
-        .iter()
-        .filter(|x| x.like == e.like && x.key.contains('@'))
-        .filter_map(|x| got.get(&x.key).and_then(values))
-        .collect();
-    let summed = first
-        .site
-        .strip_suffix(".fwd.out")
-        .map(|s| format!("{s}.fwd.in"))
-        .or_else(|| {
-            first
-                .site
-                .strip_suffix(".bwd.out")
-                .map(|s| format!("{s}.bwd.in"))
-        })
-        .unwrap_or_else(|| first.site.clone());
-    let parts_like = format!("s{}.{summed}%", first.step);
-    let parts = index
-        .entries
-        .iter()
-        .filter(|x| x.like == parts_like)
-        .filter_map(|x| got.get(&x.key).and_then(values))
-        .collect();
-    let other_steps = (0..TRACED_STEPS_MAX)
-        .filter(|&s| s != first.step)
-        .filter_map(|s| Some((s, values(want.get(&format!("s{s}.{}", first.site))?)?)))
-        .collect();
-    Some(Evidence {
-        site: &first.site,
-        step: first.step,
-        reference: values(want.get(&e.like)?)?,
-        run: values(got.get(&e.key)?)?,
-        copy: first.copy,
-        copies,
-        parts,
-        other_steps,
-        blocks: e.blocks,
-        microbatches: index.microbatches,
-        limit,
-    })
-}
-
-/// Steps a trace's other-step values are looked for in (traces hold a few steps).
-const TRACED_STEPS_MAX: usize = 16;
 
 /// Relative L2 of `c` to `r`; infinite when they cannot be compared (shape, dtype) or the
 /// candidate has non-finite values the reference lacks.
@@ -372,6 +327,14 @@ fn first_block(r: &HostTensor, c: &HostTensor, blocks: usize, limit: f64) -> Opt
     (0..blocks).find(|&b| relative_l2(&rs[b], &cs[b]) > limit)
 }
 
+/// A trace key's site path: `s1.layers.0.out@1` → `layers.0.out`.
+fn path_of(key: &str) -> &str {
+    let key = key.rsplit_once('@').map_or(key, |(k, _)| k);
+    key.strip_prefix('s')
+        .and_then(|s| s.split_once('.'))
+        .map_or(key, |(_, p)| p)
+}
+
 fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, limit: f64) -> Site {
     let (stepped, copy) = match e.key.rsplit_once('@') {
         Some((k, n)) => (k, n.parse().ok()),
@@ -394,6 +357,7 @@ fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, l
         metric: "relative_l2".to_owned(),
         value,
         limit,
+        bound: None,
     }
 }
 
@@ -466,11 +430,13 @@ mod tests {
                 metric: "roundtrip".into(),
                 value: f64::INFINITY,
                 limit: 0.0,
+                bound: None,
             }),
             compared: 3,
             sites: vec![SiteRow {
                 key: "s0.x".into(),
                 relative_l2: f64::INFINITY,
+                bound: Some(1e-6),
             }],
             site_limit: Some(1e-4),
             cause: None,

@@ -169,6 +169,9 @@ pub struct Outcome {
     /// and the reports say there is no localization and why, instead of nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub localization_failed: Option<String>,
+    /// The smallest configuration that still fails this level (`run --shrink`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro: Option<crate::Repro>,
     pub seconds: f64,
 }
 
@@ -201,11 +204,14 @@ impl Outcome {
                 } else {
                     format!(" (reproduce: {})", c.reproduce)
                 };
-                let at = match (&self.localization, &self.localization_failed) {
+                let mut at = match (&self.localization, &self.localization_failed) {
                     (Some(l), _) => format!("; {}", l.summary()),
                     (None, Some(why)) => format!("; {}", crate::locate::failed_note(why)),
                     (None, None) => String::new(),
                 };
+                if let Some(r) = &self.repro {
+                    at += &format!("; {}", r.summary());
+                }
                 // `checkpoint differs`, `losses differ`, `logits and loss differ`.
                 let verb = if c.what.ends_with('s') || c.what.contains(" and ") {
                     "differ"

@@ -14,7 +14,8 @@ pub struct DivergenceView {
     pub reading: String,
     /// The likely cause, with its evidence; empty when none was tested.
     pub cause: String,
-    pub before: Vec<(String, String)>,
+    /// (traced value, relative L2, error-analysis bound) of the last values compared.
+    pub before: Vec<(String, String, String)>,
 }
 
 /// Values of the per-site table shown before the divergence.
@@ -23,7 +24,13 @@ const SITES_SHOWN: usize = 8;
 pub(crate) fn divergence(l: &meshparity_engine::Localization) -> DivergenceView {
     let before = l.sites[l.sites.len().saturating_sub(SITES_SHOWN)..]
         .iter()
-        .map(|s| (clean(&s.key), format!("{:.2e}", s.relative_l2)))
+        .map(|s| {
+            (
+                clean(&s.key),
+                format!("{:.2e}", s.relative_l2),
+                s.bound.map_or_else(String::new, |b| format!("{b:.1e}")),
+            )
+        })
         .collect();
     let Some(f) = &l.first else {
         return DivergenceView {

@@ -13,6 +13,7 @@
 //! reduction is missing or duplicated.
 
 mod fit;
+mod gather;
 mod hypotheses;
 mod placement;
 mod shares;
@@ -21,6 +22,7 @@ use meshparity_specs::MeshConfig;
 use serde::{Deserialize, Serialize};
 
 pub use fit::Values;
+pub(crate) use gather::gather;
 
 /// The mesh's degrees, named: what a fitted factor or a group of copies is matched against.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -79,6 +79,10 @@ pub struct Target<'a> {
     pub engine: &'a dyn Engine,
     pub level: Level,
     pub mutation: Option<&'a str>,
+    /// The limits the job failed (a failed check judged by its spec's own table): written into
+    /// the repro spec as its table for the job's dtype, so the repro judges as the job did.
+    /// `None`: the built-in table's (a mutation is caught by it).
+    pub limits: Option<&'a Limits>,
     /// The site where the original run first left the reference: a smaller case must leave it
     /// there too (`None`: not localized, the level alone decides).
     pub site: Option<&'a str>,
@@ -92,12 +96,18 @@ impl Target<'_> {
     /// run's seconds.
     fn fails(&self, case: &Case, n: usize) -> Option<f64> {
         let mesh = mesh_name(&case.mesh);
-        let text = spec::spec(case, &mesh, self.level, self.mutation);
+        let tolerance = self.limits.map(|l| (l, case.dtype));
+        let text = spec::spec(case, &mesh, self.level, self.mutation, tolerance);
         let path = self.scratch.join("candidate.toml");
         // Judged by the limits its repro spec will have: the built-in table's.
         let loaded =
             meshparity_specs::load::load_text(&path, text, &meshparity_specs::load::Disk).ok()?;
-        let (_, limits) = loaded.spec.limits(BUILTIN, self.level, case.dtype)?;
+        let table = if self.limits.is_some() {
+            spec::TOLERANCE
+        } else {
+            BUILTIN
+        };
+        let (_, limits) = loaded.spec.limits(table, self.level, case.dtype)?;
         let limits = limits.clone();
         if let Some(m) = self.mutation.and_then(catalog::find) {
             if !m.applies_to(&case.model, &case.mesh, &case.training) {
@@ -215,16 +225,16 @@ fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
 
 /// Write `shrunk`'s spec into `dir` (`spec.toml`, and `command`: the line that runs it) and
 /// describe it for the job's report.
-pub fn write(
-    dir: &Path,
-    shrunk: &Shrunk,
-    level: Level,
-    mutation: Option<&str>,
-) -> std::io::Result<Repro> {
+pub fn write(dir: &Path, shrunk: &Shrunk, t: &Target<'_>) -> std::io::Result<Repro> {
+    let (level, mutation) = (t.level, t.mutation);
+    let tolerance = t.limits.map(|l| (l, shrunk.case.dtype));
     std::fs::create_dir_all(dir)?;
     let mesh = mesh_name(&shrunk.case.mesh);
     let path: PathBuf = dir.join("spec.toml");
-    std::fs::write(&path, spec::spec(&shrunk.case, &mesh, level, mutation))?;
+    std::fs::write(
+        &path,
+        spec::spec(&shrunk.case, &mesh, level, mutation, tolerance),
+    )?;
     // Absolute, so it runs from anywhere; quoted, so pasted into a shell the path stays a
     // path whatever it holds.
     let absolute = path.canonicalize()?;

@@ -5,12 +5,14 @@
 
 use std::fmt::Write;
 
-use meshparity_specs::Level;
+use meshparity_specs::{DType, Level, Limits};
 
 use super::Case;
 
-/// The model and mesh names the repro spec uses.
+/// The model name the repro spec uses.
 pub const MODEL: &str = "m";
+/// The tolerance table a repro of a failed check carries: the job's own limits.
+pub const TOLERANCE: &str = "repro";
 
 /// TOML for one scalar (numbers and booleans bare, strings quoted).
 fn value(v: &serde_json::Value) -> Option<String> {
@@ -42,8 +44,15 @@ fn fields<T: serde::Serialize>(out: &mut String, t: &T, skip: &[&str]) {
     }
 }
 
-/// The spec of `case` judged at `level`, with `mutation` injected if given.
-pub fn spec(case: &Case, mesh: &str, level: Level, mutation: Option<&str>) -> String {
+/// The spec of `case` judged at `level`, with `mutation` injected if given, and with
+/// `tolerance`'s limits (for their dtype) as its table if given.
+pub fn spec(
+    case: &Case,
+    mesh: &str,
+    level: Level,
+    mutation: Option<&str>,
+    tolerance: Option<(&Limits, DType)>,
+) -> String {
     let t = &case.training;
     let mut out = String::from(
         "# The smallest configuration meshparity found that still fails the same way\n\
@@ -72,12 +81,41 @@ pub fn spec(case: &Case, mesh: &str, level: Level, mutation: Option<&str>) -> St
     fields(&mut out, &case.model, &["engine"]);
     let _ = writeln!(out, "\n[meshes.{mesh}]");
     fields(&mut out, &case.mesh, &[]);
+    if let Some((limits, dtype)) = tolerance {
+        let _ = writeln!(
+            out,
+            "\n[tolerances.{TOLERANCE}]\n{}",
+            table_entry(limits, level, dtype)
+        );
+    }
     let _ = writeln!(
         out,
         "\n[[matrix]]\nmodels = [\"{MODEL}\"]\nmeshes = [\"{mesh}\"]\nlevels = [\"{level}\"]"
     );
+    if tolerance.is_some() {
+        let _ = writeln!(out, "tolerance = \"{TOLERANCE}\"");
+    }
     if let Some(m) = mutation {
         let _ = writeln!(out, "\n[mutations]\nselect = [\"{m}\"]");
     }
     out
+}
+
+/// `level.dtype = { metric = limit, … }` (or `level = "exact"`) for a tolerance table.
+fn table_entry(limits: &Limits, level: Level, dtype: DType) -> String {
+    if limits.exact {
+        return format!("{level} = \"exact\"");
+    }
+    let mut items: Vec<String> = limits
+        .metrics
+        .iter()
+        .map(|(k, v)| format!("{k} = {v:e}"))
+        .collect();
+    if let Some(m) = limits.mode {
+        items.push(format!("mode = {}", word(m).unwrap_or_default()));
+    }
+    if let Some(a) = limits.layer_average {
+        items.push(format!("layer_average = {a}"));
+    }
+    format!("{level}.{dtype} = {{ {} }}", items.join(", "))
 }

@@ -178,6 +178,18 @@ impl Context<'_> {
                     o.localization_failed = Some(e.to_string());
                 }
             }
+            if let Some(budget) = self.args.shrink {
+                let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
+                let site = site.map(|s| s.site.clone());
+                let what = super::repro::Failure {
+                    level,
+                    mutation: None,
+                    limits: Some(&limits),
+                    site: site.as_deref(),
+                };
+                o.repro =
+                    super::repro::shrink(self.engine, self.job, &self.args.out, &what, budget);
+            }
         }
         Ok(WorkerResult::verdict(
             o.passed,
@@ -236,6 +248,7 @@ impl Context<'_> {
             let what = super::repro::Failure {
                 level,
                 mutation: Some(mutation),
+                limits: None,
                 site: site.as_deref(),
             };
             o.repro = super::repro::shrink(self.engine, self.job, &self.args.out, &what, budget);

@@ -81,12 +81,15 @@ fn prune_dir(dir: &Path, cited: &HashSet<PathBuf>) -> u64 {
 /// `meshparity compare` command that re-derives it (a noise-floor curve's second baseline).
 fn cited(finding: &Finding) -> HashSet<PathBuf> {
     let mut out = HashSet::new();
-    if let Finding::Mutation(m) = finding {
-        if let Some(r) = &m.repro {
-            let spec = PathBuf::from(&r.spec);
-            out.insert(spec.with_file_name("command"));
-            out.insert(spec);
-        }
+    let repro = match finding {
+        Finding::Mutation(m) => m.repro.as_ref(),
+        Finding::Level(o) => o.repro.as_ref(),
+        _ => None,
+    };
+    if let Some(r) = repro {
+        let spec = PathBuf::from(&r.spec);
+        out.insert(spec.with_file_name("command"));
+        out.insert(spec);
     }
     for c in finding.comparisons().into_iter().filter(|c| !c.passed) {
         for s in [&c.reference, &c.candidate] {

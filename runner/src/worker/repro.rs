@@ -13,6 +13,8 @@ use crate::shrink::{self, Case, Target};
 pub(super) struct Failure<'a> {
     pub level: Level,
     pub mutation: Option<&'a str>,
+    /// The limits a failed check was judged by (`None` for a mutation).
+    pub limits: Option<&'a meshparity_specs::Limits>,
     /// The first diverging site, where localized.
     pub site: Option<&'a str>,
 }
@@ -41,13 +43,14 @@ pub(super) fn shrink(
         engine,
         level: what.level,
         mutation: what.mutation,
+        limits: what.limits,
         site: what.site,
         scratch: &scratch,
         budget: std::time::Duration::from_secs_f64(budget.max(0.0)),
     };
     let shrunk = shrink::shrink(&target, case);
     let _ = std::fs::remove_dir_all(&scratch);
-    let written = shrink::write(&out.join("repro"), &shrunk?, what.level, what.mutation);
+    let written = shrink::write(&out.join("repro"), &shrunk?, &target);
     written
         .map_err(|e| eprintln!("writing the repro: {e}"))
         .ok()
