@@ -44,6 +44,15 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("seed", t.seed.to_string());
     put("steps", t.steps.to_string());
     put("oracle_steps", t.oracle_steps.to_string());
+    // Where the `weights` artifact is taken: after `oracle_steps` where the oracle level is
+    // judged (the reference always), otherwise after the last step.
+    let length = req.length();
+    let weights_after = if length.weights_after > 0 {
+        length.weights_after
+    } else {
+        t.steps as usize
+    };
+    put("weights_after", weights_after.to_string());
     put("batch", t.batch.to_string());
     put("lr", format!("{}", t.lr));
     // The largest global gradient norm a step keeps; 0 when the run does not clip (Megatron's
@@ -168,5 +177,54 @@ pub fn shell_quote(s: &str) -> String {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshparity_specs::{DType, Level, MeshConfig, Optimizer, Training};
+
+    /// `{{weights_after}}`: the oracle's step where the oracle is judged (always for the
+    /// reference), the last step otherwise — the contract of the `weights` artifact.
+    #[test]
+    fn weights_are_taken_where_the_oracle_compares_them() {
+        let model: meshparity_specs::ModelConfig = serde_json::from_value(serde_json::json!({
+            "family": "llama", "layers": 1, "hidden": 8, "heads": 2, "kv_heads": 2,
+            "ffn": 8, "vocab": 8, "seq_len": 4
+        }))
+        .unwrap();
+        let training = Training {
+            seed: 1,
+            steps: 6,
+            oracle_steps: 2,
+            batch: 2,
+            optimizer: Optimizer::Sgd,
+            lr: 1e-2,
+            clip_grad_norm: None,
+            weight_decay: None,
+            schedule: None,
+        };
+        let mesh = MeshConfig {
+            tp: 2,
+            ..MeshConfig::DEFAULT
+        };
+        let out = Path::new("/tmp/out");
+        let at = |mesh: Option<&MeshConfig>, levels: &[Level]| {
+            let req = RunRequest {
+                model: &model,
+                training: &training,
+                dtype: DType::F32,
+                mesh,
+                levels,
+                mutation: None,
+                reference: None,
+                out,
+            };
+            values(&req, out, out)["weights_after"].clone()
+        };
+        assert_eq!(at(None, &[]), "2");
+        assert_eq!(at(Some(&mesh), &[Level::Curve, Level::Oracle]), "2");
+        assert_eq!(at(Some(&mesh), &[Level::Curve]), "6");
     }
 }

@@ -8,7 +8,8 @@ model for a few SGD steps on synthetic tokens and writes its own files:
     logits.safetensors  first-step logits [batch, seq, vocab] and loss
     grads.safetensors   first-step gradients, full (unsharded) shapes
     init.safetensors    the initial weights
-    final.safetensors   the weights after the last step
+    final.safetensors   the weights after --weights-after steps (the oracle compares them
+                        there; default: after the last step)
     roundtrip.safetensors  with --roundtrip-from CKPT: that checkpoint sharded onto this mesh
                         (each rank's shards saved to its own file), loaded back and gathered
     TRACE/sites.txt, TRACE/step{0,1}.safetensors
@@ -43,6 +44,8 @@ def parse():
     p.add_argument("--dp", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--weights-after", type=int, default=0,
+                   help="write final.safetensors after this many steps (0: after the last)")
     p.add_argument("--out", required=True)
     p.add_argument("--roundtrip-from", default="",
                    help="a checkpoint to save sharded for this mesh and load back (empty: none)")
@@ -185,9 +188,13 @@ def main():
                 values = {n: np.asarray(v) for n, v in sites.items()}
                 values.update({f"grad.{n}": np.asarray(t) for n, t in grads.items()})
                 save_file(values, os.path.join(a.trace_dir, f"step{k}.safetensors"))
+            if k + 1 == a.weights_after:
+                save_file({n: np.asarray(t) for n, t in params.items()},
+                          os.path.join(a.out, "final.safetensors"))
             print(f"step {k + 1}/{a.steps} loss {loss:.6f}", flush=True)
-    save_file({n: np.asarray(t) for n, t in params.items()},
-              os.path.join(a.out, "final.safetensors"))
+    if not 0 < a.weights_after <= a.steps:
+        save_file({n: np.asarray(t) for n, t in params.items()},
+                  os.path.join(a.out, "final.safetensors"))
 
 
 def roundtrip(a, mesh, specs, path):
