@@ -590,3 +590,74 @@ levels = ["forward", "curve", "oracle"]
     let manifest = std::fs::read_to_string(Path::new(&dir).join("manifest.json")).unwrap();
     assert!(manifest.contains("\"command:dist\""), "{manifest}");
 }
+
+/// `trace = "always"`: every run writes its traces, and a caught mutation is localized from its
+/// own run's traces (and the reference's, from its artifacts) — the program is not run again.
+#[test]
+fn an_engine_that_always_traces_is_localized_without_a_rerun() {
+    if !jax() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
+    let engine = std::fs::read_to_string(example.join("jax.toml"))
+        .unwrap()
+        .replace(
+            "[engines.jax]\nkind = \"command\"\n",
+            &format!(
+                "[engines.jax]\nkind = \"command\"\ntrace = \"always\"\ncwd = {:?}\n",
+                example.display().to_string()
+            ),
+        );
+    assert!(engine.contains("trace = \"always\""));
+    std::fs::write(dir.path().join("jax.toml"), engine).unwrap();
+    std::fs::write(
+        dir.path().join("spec.toml"),
+        "include = [\"jax.toml\"]\n[run]\nname = \"always\"\nseed = 7\nsteps = 2\nbatch = 8\n\
+         [[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"tp2\"]\nlevels = [\"forward\"]\n",
+    )
+    .unwrap();
+    let out = meshparity()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "spec.toml",
+            "--keep-artifacts",
+            "--no-progress",
+            "--run-dir",
+            "run",
+        ])
+        .args(["-f", "mutation=skip-tp-psum or level=forward"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let results: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/results.json")).unwrap(),
+    )
+    .unwrap();
+    let job = results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "mutation")
+        .unwrap();
+    let summary = job["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("first divergence: step 0, forward, layers.0.mlp.out"),
+        "{summary}"
+    );
+    // The localization's run directory holds the trace copied from the job's run, and no
+    // program output: the program ran once.
+    let traced = find(&dir.path().join("run"), "trace.safetensors");
+    assert!(!traced.is_empty());
+    for t in &traced {
+        let logs = t.parent().unwrap().join("program.log");
+        let own_run = t.parent().unwrap().join("final.safetensors").exists();
+        assert!(own_run || !logs.exists(), "{} was run again", t.display());
+    }
+}

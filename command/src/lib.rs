@@ -34,6 +34,9 @@ pub struct CommandEngine {
     device: String,
     /// The variant this engine runs, and its checkout (`None`: the working tree).
     variant: Option<(String, Option<checkout::Checkout>)>,
+    /// With `trace = "always"`: the runs of this process that wrote their traces, by what they
+    /// computed, so localizing one reads its trace instead of running the program again.
+    traced: std::sync::Mutex<Vec<(String, PathBuf)>>,
 }
 
 impl CommandEngine {
@@ -42,6 +45,7 @@ impl CommandEngine {
             def,
             device: device.to_string(),
             variant: None,
+            traced: Default::default(),
         }
     }
 
@@ -169,6 +173,10 @@ impl Engine for CommandEngine {
         };
         std::fs::create_dir_all(req.out)
             .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
+        if let Some(from) = self.traced_run(req) {
+            copy_trace(&from, req.out)?;
+            return Ok(true);
+        }
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
         let traces = out.join(&dir.value);
         let inv = self.invocation_tracing(req, &out, Some(&traces))?;
@@ -183,8 +191,19 @@ impl Engine for CommandEngine {
         std::fs::create_dir_all(req.out)
             .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
-        let inv = self.invocation(req, &out)?;
+        // `trace = "always"`: this run writes its traces, kept beside its artifacts.
+        let traces = match &self.def.artifacts.trace {
+            Some(dir) if self.def.trace_always => Some(out.join(&dir.value)),
+            _ => None,
+        };
+        let inv = self.invocation_tracing(req, &out, traces.as_deref())?;
         process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
+        if let Some(traces) = &traces {
+            trace::convert(traces, &out)
+                .map_err(|e| EngineError::Run(format!("engine `{}`: {e}", self.def.name.value)))?;
+            let mut traced = self.traced.lock().unwrap_or_else(|e| e.into_inner());
+            traced.push((run_key(req), out.clone()));
+        }
         let argv = inv.display();
         let collected = collect::collect(&self.def.artifacts, &out, &argv, converts(req))
             .map_err(|e| EngineError::Run(e.to_string()))?;
@@ -208,6 +227,47 @@ impl Engine for CommandEngine {
         manifest.write(&out)?;
         Ok(manifest)
     }
+}
+
+impl CommandEngine {
+    /// With `trace = "always"`, a run that already wrote `req`'s trace: one of this process's
+    /// runs computing the same thing, or for the reference its artifact directory.
+    fn traced_run(&self, req: &RunRequest<'_>) -> Option<PathBuf> {
+        if !self.def.trace_always {
+            return None;
+        }
+        let has = |dir: &Path| dir.join(meshparity_engine::files::TRACE).is_file();
+        let key = run_key(req);
+        let traced = self.traced.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, dir)) = traced.iter().rev().find(|(k, d)| *k == key && has(d)) {
+            return Some(dir.clone());
+        }
+        req.reference
+            .filter(|dir| req.mesh.is_none() && has(dir))
+            .map(Path::to_path_buf)
+    }
+}
+
+/// What a run computes, as a key: the same key, the same trace.
+fn run_key(req: &RunRequest<'_>) -> String {
+    format!(
+        "{:?} {:?} {:?} {:?} {:?}",
+        req.model, req.training, req.dtype, req.mesh, req.mutation
+    )
+}
+
+/// Copy a traced run's trace artifact into `to`.
+fn copy_trace(from: &Path, to: &Path) -> Result<(), EngineError> {
+    use meshparity_engine::files::{TRACE, TRACE_INDEX};
+    for name in [TRACE, TRACE_INDEX] {
+        std::fs::copy(from.join(name), to.join(name)).map_err(|e| {
+            EngineError::Run(format!(
+                "copying the trace {}: {e}",
+                from.join(name).display()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// Whether this run converts the reference's seed checkpoint (the roundtrip level of a mesh).

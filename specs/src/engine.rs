@@ -21,6 +21,7 @@ pub const KEYS: &[&str] = &[
     "cwd",
     "artifacts",
     "mutations",
+    "trace",
 ];
 pub const ARTIFACT_KEYS: &[&str] = &[
     "curve",
@@ -135,6 +136,9 @@ pub struct EngineDef {
     pub cwd: Option<Located<String>>,
     pub artifacts: ArtifactMap,
     pub mutations: Vec<EngineMutation>,
+    /// `trace = "always"`: every run writes its per-site traces (`{{trace_dir}}` set), and a
+    /// failure is localized from the run's own traces instead of re-running the program.
+    pub trace_always: bool,
     pub loc: Loc,
 }
 
@@ -190,6 +194,7 @@ impl EngineDef {
                 ..ArtifactMap::default()
             });
         let mutations = mutations(cx, &mut t, &name.value);
+        let trace_always = trace_mode(cx, &mut t, &name.value, artifacts.trace.is_some());
         let loc = t.loc.clone();
         t.finish(cx);
         let def = EngineDef {
@@ -201,10 +206,45 @@ impl EngineDef {
             cwd,
             artifacts,
             mutations,
+            trace_always,
             loc,
         };
         crate::engine_checks::check(cx, &def);
         Some(def)
+    }
+}
+
+/// `trace`: `"rerun"` (the default: the program runs again with `{{trace_dir}}` set to localize
+/// a failure) or `"always"` (every run traces), which needs `artifacts.trace`.
+fn trace_mode(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, engine: &str, traces: bool) -> bool {
+    let Some(mode) = t.string(cx, "trace") else {
+        return false;
+    };
+    match mode.value.as_str() {
+        "rerun" => false,
+        "always" if traces => true,
+        "always" => {
+            cx.error(
+                Diagnostic::error(
+                    &mode.loc,
+                    format!("engine `{engine}` traces always but names no trace directory"),
+                )
+                .help(
+                    "add `trace = \"DIR\"` to its [artifacts]: where the program writes its traces",
+                ),
+            );
+            false
+        }
+        other => {
+            cx.error(
+                Diagnostic::error(
+                    &mode.loc,
+                    format!("`engines.{engine}.trace` is `{other}`: it is \"always\" or \"rerun\""),
+                )
+                .help("\"always\": every run writes traces; \"rerun\" (default): only a failure's rerun does"),
+            );
+            false
+        }
     }
 }
 

@@ -222,6 +222,18 @@ struct Engine {
     artifacts: Option<EngineArtifacts>,
     /// Bugs the program can inject: extra args, or a table with args, env and needs.
     mutations: Option<IndexMap<String, EngineMutation>>,
+    /// "rerun" (default): a failure is localized by running the program again with
+    /// `{{trace_dir}}` set; "always": every run traces (needs `artifacts.trace`), and a failure
+    /// is localized from the run's own traces.
+    trace: Option<TraceMode>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum TraceMode {
+    Rerun,
+    Always,
 }
 
 #[derive(JsonSchema)]

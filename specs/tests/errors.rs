@@ -395,6 +395,8 @@ fn command_engine_values_a_job_could_not_use() {
             "tests/broken/engine-values.toml:18:27: template: `{{out_dir}}` stands inside '…' quotes",
             "template: `{{seed}}` stands inside \"…\" quotes",
             "log pattern `(unclosed`",
+            "tests/broken/engine-values.toml:37:9: engine `always` traces always but names no trace directory",
+            "tests/broken/engine-values.toml:43:9: `engines.sometimes.trace` is `sometimes`",
         ],
     );
 }
