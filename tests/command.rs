@@ -661,3 +661,65 @@ fn an_engine_that_always_traces_is_localized_without_a_rerun() {
         assert!(own_run || !logs.exists(), "{} was run again", t.display());
     }
 }
+
+/// Localization with a global coupling: a program that records gradients after clipping, with
+/// the head's gradient alone left unreduced over dp. Clipping on, every gradient differs by the
+/// clip coefficient and the first listed (`grad.embed`) is over the limit, yet the head is
+/// named, with the coupling said; clipping off, the head is first anyway.
+#[test]
+fn a_gradient_error_spread_by_the_clip_coefficient_is_localized_to_its_source() {
+    if !jax() {
+        return;
+    }
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
+    let engine = std::fs::read_to_string(example.join("jax.toml"))
+        .unwrap()
+        .replace(
+            "[engines.jax]\nkind = \"command\"\n",
+            &format!("[engines.jax]\nkind = \"command\"\ncwd = {:?}\n", example.display().to_string()),
+        )
+        .replace(
+            "[engines.jax.mutations]\n",
+            "[engines.jax.mutations]\nskip-head-grad-psum = { args = [\"--bug\", \"skip-head-grad-psum\"], needs = [\"dp\"] }\n",
+        );
+    for clip in ["clip_grad_norm = 0.05\n", ""] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("jax.toml"), &engine).unwrap();
+        std::fs::write(
+            dir.path().join("spec.toml"),
+            format!(
+                "include = [\"jax.toml\"]\n[run]\nname = \"clip\"\nseed = 7\nsteps = 2\n\
+                 batch = 8\n{clip}[[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"dp2\"]\n\
+                 levels = [\"oracle\"]\n"
+            ),
+        )
+        .unwrap();
+        let out = meshparity()
+            .current_dir(dir.path())
+            .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+            .args(["-f", "mutation=skip-head-grad-psum or level=oracle"])
+            .output()
+            .unwrap();
+        let results: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("run/results.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{clip}{results:#}");
+        let job = results["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["kind"] == "mutation")
+            .unwrap();
+        let summary = job["summary"].as_str().unwrap();
+        assert!(
+            summary.contains("first divergence: step 0, gradients, grad.head"),
+            "{clip}{summary}"
+        );
+        assert_eq!(
+            summary.contains("a global coupling"),
+            !clip.is_empty(),
+            "{clip}{summary}"
+        );
+    }
+}

@@ -186,5 +186,6 @@ pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
         sites: Vec::new(),
         site_limit: None,
         cause: None,
+        coupling: None,
     })
 }

@@ -22,6 +22,7 @@ pub mod cause;
 pub mod check;
 pub mod checkpoint;
 pub mod conformance;
+pub mod coupling;
 pub mod engine;
 pub mod finding;
 pub mod gate;

@@ -190,6 +190,10 @@ pub struct Localization {
     /// ([`crate::cause`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Cause>,
+    /// Where the first gradient over the limit only carried a global coupling's share of
+    /// another's error ([`crate::coupling`]), in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coupling: Option<String>,
 }
 
 impl Localization {
@@ -214,7 +218,12 @@ impl Localization {
             return format!("first divergence: checkpoint save/load: {}", s.what);
         }
         let copy = s.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
-        let cause = self
+        let mut cause = self
+            .coupling
+            .as_ref()
+            .map(|c| format!("; {c}"))
+            .unwrap_or_default();
+        cause += &self
             .cause
             .as_ref()
             .map(|c| format!("; {}", c.summary()))
@@ -281,9 +290,20 @@ pub fn locate(
             bound: Some(crate::bound::at(path_of(&e.key), layers, dtype)),
         });
         if value > limit || value.is_nan() {
+            let mut first = site(e, index.microbatches, None, value, limit);
+            // A gradient first over the limit may only carry a global coupling's share of
+            // another's error: the source is the first one a common factor does not explain.
+            let coupled = (first.phase == "gradients" && e.like.contains(".grad."))
+                .then(|| crate::coupling::source(&index.entries, &want, &got, first.step, limit))
+                .flatten();
+            let (e, value) = match &coupled {
+                Some(c) => (&index.entries[c.source], c.value),
+                None => (e, value),
+            };
+            let (r, c) = (&want[&e.like], &got[&e.key]);
             let block = first_block(r, c, e.blocks, limit);
-            let mut first = site(e, index.microbatches, block, value, limit);
-            first.bound = sites.last().and_then(|s| s.bound);
+            first = site(e, index.microbatches, block, value, limit);
+            first.bound = Some(crate::bound::at(path_of(&e.key), layers, dtype));
             let cause = cause::gather(&index, &want, &got, e, &first, limit)
                 .map(|ev| cause::diagnose(&ev, axes));
             return Ok(Localization {
@@ -292,6 +312,14 @@ pub fn locate(
                 sites,
                 site_limit: Some(self::limit(dtype)),
                 cause,
+                coupling: coupled.map(|c| {
+                    format!(
+                        "{} other gradient(s) differ only by one common factor ({:.4}): a global \
+                         coupling (the clip coefficient, a loss normalizer) spreads this \
+                         gradient's error into every gradient",
+                        c.explained, c.factor
+                    )
+                }),
             });
         }
     }
@@ -301,6 +329,7 @@ pub fn locate(
         sites,
         site_limit: Some(self::limit(dtype)),
         cause: None,
+        coupling: None,
     })
 }
 
@@ -440,6 +469,7 @@ mod tests {
             }],
             site_limit: Some(1e-4),
             cause: None,
+            coupling: None,
         };
         let back: Localization = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
         assert_eq!(back, l);

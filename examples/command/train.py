@@ -29,6 +29,13 @@ Bug switches (`--bug NAME`), the ways such code goes wrong:
     skip-dp-grad-psum       gradients are not all-reduced across data-parallel ranks
     local-loss-normalization  each rank divides by its own token count
     drop-tp-shard           the sharded saver keeps only tensor-parallel rank 0's shards
+    skip-head-grad-psum     the output head's gradient alone is not all-reduced across
+                            data-parallel ranks (with --clip-grad-norm, its error reaches every
+                            gradient through the clip coefficient)
+
+With --clip-grad-norm C the gradients are clipped to global norm C (the norm over every
+parameter, tensor-parallel shards summed over "tp") before the update, and recorded after it,
+as many training loops record them.
 """
 
 import argparse
@@ -58,10 +65,12 @@ def parse():
     p.add_argument("--seq", type=int, default=8)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=0.5)
+    p.add_argument("--clip-grad-norm", type=float, default=0.0,
+                   help="clip gradients to this global norm (0: no clipping)")
     p.add_argument("--dtype", default="f32", choices=["f32", "f64"])
     p.add_argument("--bug", default="none",
                    choices=["none", "skip-tp-psum", "skip-dp-grad-psum", "local-loss-normalization",
-                            "drop-tp-shard"])
+                            "drop-tp-shard", "skip-head-grad-psum"])
     return p.parse_args()
 
 
@@ -143,7 +152,16 @@ def main():
         if a.bug == "skip-dp-grad-psum":
             g = jax.tree_util.tree_map(lambda t: rank0(t, "dp"), g)
         else:
-            g = jax.tree_util.tree_map(lambda t: jax.lax.psum(t, "dp"), g)
+            g = {k: rank0(t, "dp") if a.bug == "skip-head-grad-psum" and k == "head"
+                 else jax.lax.psum(t, "dp") for k, t in g.items()}
+        if a.clip_grad_norm > 0:
+            # Sums of squares: a tensor-parallel shard's summed over "tp", a replicated
+            # parameter's counted once.
+            sharded = sum(jnp.sum(t * t) for k, t in g.items() if specs[k] != P())
+            whole = sum(jnp.sum(t * t) for k, t in g.items() if specs[k] == P())
+            norm = jnp.sqrt(jax.lax.psum(sharded, "tp") + whole)
+            coef = jnp.minimum(1.0, a.clip_grad_norm / (norm + 1e-6))
+            g = jax.tree_util.tree_map(lambda t: t * coef, g)
         loss = jax.lax.psum(loss, "dp")
         if a.bug == "skip-tp-psum":
             loss, logits = rank0(loss, "tp"), rank0(logits, "tp")

@@ -12,7 +12,7 @@
 //! fuzzing Megatron-LM found (NVIDIA/Megatron-LM#7452) were reported this way: which axis's
 //! reduction is missing or duplicated.
 
-mod fit;
+pub(crate) mod fit;
 mod gather;
 mod hypotheses;
 mod placement;
