@@ -5,16 +5,20 @@
 
 #![allow(dead_code, clippy::large_enum_variant)]
 
+mod engine;
+mod tolerance;
+
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 
+use self::engine::{Engine, Variant};
+use self::tolerance::Tolerances;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::family::Family;
 use crate::level::Level;
 use crate::mesh::MeshSchema as Mesh;
 use crate::run::Optimizer;
-use crate::tolerance::CurveMode;
 
 /// A meshparity spec: models × meshes × check levels × tolerance tables.
 #[derive(JsonSchema)]
@@ -199,197 +203,6 @@ struct Model {
     device: Option<Device>,
 }
 
-/// A command engine: your program, its arguments as `{{name}}` templates over the job's values
-/// (dp tp pp cp ep etp sp microbatches zero shard schedule world_size seed steps oracle_steps batch lr
-/// clip_grad_norm weight_decay warmup_steps lr_decay min_lr optimizer dtype out_dir spec_dir
-/// mutation, the model's sizes, tie_embeddings and its own keys).
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct Engine {
-    /// The only kind: "command".
-    kind: EngineKind,
-    /// The executable (a template), found on PATH or relative to `cwd`.
-    program: String,
-    /// Arguments (templates), passed as an argv: no shell unless `shell = true`.
-    args: Option<Vec<String>>,
-    /// Run `program` and `args` as one `sh -c` line, every value shell-quoted.
-    shell: Option<bool>,
-    /// Extra environment (templates).
-    env: Option<IndexMap<String, String>>,
-    /// Working directory (a template), relative to this file (default: this file's directory).
-    cwd: Option<String>,
-    /// Where the program writes each artifact, relative to `{{out_dir}}`.
-    artifacts: Option<EngineArtifacts>,
-    /// Bugs the program can inject: extra args, or a table with args, env and needs.
-    mutations: Option<IndexMap<String, EngineMutation>>,
-    /// "rerun" (default): a failure is localized by running the program again with
-    /// `{{trace_dir}}` set; "always": every run traces (needs `artifacts.trace`), and a failure
-    /// is localized from the run's own traces.
-    trace: Option<TraceMode>,
-}
-
-#[derive(JsonSchema)]
-#[schemars(rename_all = "lowercase")]
-#[allow(dead_code)]
-enum TraceMode {
-    Rerun,
-    Always,
-}
-
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct Variant {
-    /// A branch, tag or commit of the repository holding the spec (default: the working tree).
-    git: Option<String>,
-    /// Runs: 2 on the baseline gives the run-to-run envelope curves are judged against.
-    #[schemars(range(min = 1, max = 2))]
-    repeats: Option<u32>,
-}
-
-#[derive(JsonSchema)]
-#[schemars(rename_all = "lowercase")]
-enum EngineKind {
-    Command,
-}
-
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct EngineArtifacts {
-    /// Per-step metrics, JSON Lines.
-    curve: Option<String>,
-    /// First-step logits (and loss), safetensors.
-    logits: Option<String>,
-    /// First-step gradients, safetensors.
-    grads: Option<String>,
-    /// Final weights, safetensors.
-    weights: Option<String>,
-    /// Initial weights, safetensors (the oracle level then compares weight updates).
-    initial: Option<String>,
-    /// The old name of `initial` (read, with a warning).
-    #[deprecated]
-    checkpoint: Option<String>,
-    /// `{{seed_checkpoint}}` saved sharded for the mesh and loaded back (the roundtrip level).
-    roundtrip: Option<String>,
-    /// Directory of per-site traces the program writes when `{{trace_dir}}` is set: sites.txt
-    /// (site names in the order they ran) and step{S}.safetensors (whole-batch values).
-    trace: Option<String>,
-    /// Key of the step number in `curve` (default step).
-    step_key: Option<String>,
-    /// Key of the loss in `curve` (default loss).
-    loss_key: Option<String>,
-    /// Loss curve from the program's output: megatron, torchtitan, pithtrain, or a regex with
-    /// named groups step and loss.
-    log: Option<String>,
-    /// Metrics of `curve` gated beside the loss (grad_norm is gated by default when present);
-    /// any other metric that is no performance figure is left out, and the level says so.
-    gate: Option<Vec<String>>,
-}
-
-#[derive(JsonSchema)]
-#[schemars(untagged)]
-enum EngineMutation {
-    Args(Vec<String>),
-    Table(EngineMutationTable),
-}
-
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct EngineMutationTable {
-    /// Extra arguments (templates).
-    args: Option<Vec<String>>,
-    /// Extra environment (templates).
-    env: Option<IndexMap<String, String>>,
-    /// What a mesh needs for the bug to exist.
-    #[schemars(schema_with = "needs_names", default)]
-    needs: Option<Vec<String>>,
-}
-
-/// `"exact"` or a table of limits.
-#[derive(JsonSchema)]
-#[schemars(untagged)]
-enum LimitsOrExact {
-    Exact(ExactKeyword),
-    Limits(Limits),
-}
-
-#[derive(JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum ExactKeyword {
-    Exact,
-}
-
-/// Metric limits. Which keys a level accepts: forward: atol rtol max_abs max_rel mean_abs_pct
-/// relative_l2 cosine top1 top1_decided topk k; routing: overlap mismatch failing_microbatches;
-/// curve: mode rel
-/// allowed_failing_steps investigate fail; oracle: the forward ones but top1/topk/k, plus
-/// layer_average and grad_norm.
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct Limits {
-    atol: Option<f64>,
-    rtol: Option<f64>,
-    max_abs: Option<f64>,
-    max_rel: Option<f64>,
-    mean_abs_pct: Option<f64>,
-    relative_l2: Option<f64>,
-    /// Minimum cosine similarity.
-    cosine: Option<f64>,
-    /// Minimum fraction of tokens whose top-1 logit agrees.
-    top1: Option<f64>,
-    /// Minimum top-1 agreement over the tokens whose reference top-two margin exceeds the
-    /// dtype's round-off (near-ties reported apart).
-    top1_decided: Option<f64>,
-    /// Minimum top-k agreement.
-    topk: Option<f64>,
-    k: Option<f64>,
-    /// Minimum per-token set overlap of MoE top-k routing.
-    overlap: Option<f64>,
-    /// Maximum fraction of tokens routed differently (over the run, and per microbatch).
-    mismatch: Option<f64>,
-    /// Microbatches allowed over the mismatch fraction (routing; default 0).
-    failing_microbatches: Option<f64>,
-    mode: Option<CurveMode>,
-    rel: Option<f64>,
-    allowed_failing_steps: Option<f64>,
-    investigate: Option<f64>,
-    fail: Option<f64>,
-    /// Gate on per-layer averages of the metrics (per-tensor rows are still reported).
-    layer_average: Option<bool>,
-    /// Oracle level: the largest relative difference of the first step's global gradient
-    /// norm (`grad_norm`, beside the gradients).
-    grad_norm: Option<f64>,
-}
-
-/// Limits for one level: `"exact"`, or per dtype.
-#[derive(JsonSchema)]
-#[schemars(untagged)]
-enum LevelLimits {
-    All(LimitsOrExact),
-    PerDtype(PerDtype),
-}
-
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct PerDtype {
-    f64: Option<LimitsOrExact>,
-    f32: Option<LimitsOrExact>,
-    f16: Option<LimitsOrExact>,
-    bf16: Option<LimitsOrExact>,
-}
-
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct Tolerances {
-    /// Another table (or `builtin`) whose limits apply where this one has none.
-    extends: Option<String>,
-    /// Always bit-exact.
-    roundtrip: Option<ExactKeyword>,
-    forward: Option<LevelLimits>,
-    routing: Option<LevelLimits>,
-    curve: Option<LevelLimits>,
-    oracle: Option<LevelLimits>,
-}
-
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 struct MatrixEntry {
@@ -499,63 +312,4 @@ fn drop_null(v: &mut serde_json::Value) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::decode::Keyword;
-
-    fn keys(v: &serde_json::Value, def: &str) -> Vec<String> {
-        let props = if def.is_empty() {
-            &v["properties"]
-        } else {
-            &v["definitions"][def]["properties"]
-        };
-        let mut k: Vec<String> = props.as_object().unwrap().keys().cloned().collect();
-        k.sort();
-        k
-    }
-
-    fn sorted(k: &[&str]) -> Vec<String> {
-        let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
-        k.sort();
-        k
-    }
-
-    #[test]
-    fn schema_keys_match_the_decoder() {
-        let v: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
-        assert_eq!(v["$schema"], "http://json-schema.org/draft-07/schema#");
-        assert_eq!(keys(&v, ""), sorted(crate::document::KEYS));
-        assert_eq!(keys(&v, "Run"), sorted(crate::run::KEYS));
-        assert_eq!(keys(&v, "Model"), sorted(crate::model::KEYS));
-        let closed: Vec<&str> = v["definitions"]["Model"]["then"]["propertyNames"]["enum"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| k.as_str().unwrap())
-            .collect();
-        assert_eq!(sorted(&closed), sorted(crate::model::KEYS));
-        assert_eq!(keys(&v, "Mesh"), sorted(crate::mesh::KEYS));
-        assert_eq!(keys(&v, "Engine"), sorted(crate::engine::KEYS));
-        assert_eq!(keys(&v, "Variant"), sorted(crate::variant::KEYS));
-        assert_eq!(keys(&v, "Executor"), sorted(crate::executor::KEYS));
-        assert_eq!(
-            keys(&v, "EngineArtifacts"),
-            sorted(crate::engine::ARTIFACT_KEYS)
-        );
-        assert_eq!(
-            keys(&v, "EngineMutationTable"),
-            sorted(crate::engine::MUTATION_KEYS)
-        );
-        assert_eq!(keys(&v, "MatrixEntry"), sorted(crate::matrix::KEYS));
-        assert_eq!(keys(&v, "Exclude"), sorted(crate::matrix::EXCLUDE_KEYS));
-        assert_eq!(keys(&v, "Mutations"), sorted(crate::mutation::KEYS));
-        let mut limit_keys: Vec<&str> = crate::level::Level::ALL
-            .iter()
-            .flat_map(|(_, l)| crate::tolerance::limit_keys(*l).iter().copied())
-            .collect();
-        limit_keys.sort();
-        limit_keys.dedup();
-        assert_eq!(keys(&v, "Limits"), sorted(&limit_keys));
-    }
-}
+mod tests;

@@ -1,0 +1,111 @@
+//! The schema of `[engines.NAME]` (command engines) and `[variants.NAME]`.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+
+use super::needs_names;
+
+/// A command engine: your program, its arguments as `{{name}}` templates over the job's values
+/// (dp tp pp cp ep etp sp microbatches zero shard schedule world_size seed steps oracle_steps batch lr
+/// clip_grad_norm weight_decay warmup_steps lr_decay min_lr optimizer dtype out_dir spec_dir
+/// mutation, the model's sizes, tie_embeddings and its own keys).
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(super) struct Engine {
+    /// The only kind: "command".
+    pub(super) kind: EngineKind,
+    /// The executable (a template), found on PATH or relative to `cwd`.
+    pub(super) program: String,
+    /// Arguments (templates), passed as an argv: no shell unless `shell = true`.
+    pub(super) args: Option<Vec<String>>,
+    /// Run `program` and `args` as one `sh -c` line, every value shell-quoted.
+    pub(super) shell: Option<bool>,
+    /// Extra environment (templates).
+    pub(super) env: Option<IndexMap<String, String>>,
+    /// Working directory (a template), relative to this file (default: this file's directory).
+    pub(super) cwd: Option<String>,
+    /// Where the program writes each artifact, relative to `{{out_dir}}`.
+    pub(super) artifacts: Option<EngineArtifacts>,
+    /// Bugs the program can inject: extra args, or a table with args, env and needs.
+    pub(super) mutations: Option<IndexMap<String, EngineMutation>>,
+    /// "rerun" (default): a failure is localized by running the program again with
+    /// `{{trace_dir}}` set; "always": every run traces (needs `artifacts.trace`), and a failure
+    /// is localized from the run's own traces.
+    pub(super) trace: Option<TraceMode>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(super) enum TraceMode {
+    Rerun,
+    Always,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(super) struct Variant {
+    /// A branch, tag or commit of the repository holding the spec (default: the working tree).
+    pub(super) git: Option<String>,
+    /// Runs: 2 on the baseline gives the run-to-run envelope curves are judged against.
+    #[schemars(range(min = 1, max = 2))]
+    pub(super) repeats: Option<u32>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+pub(super) enum EngineKind {
+    Command,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(super) struct EngineArtifacts {
+    /// Per-step metrics, JSON Lines.
+    pub(super) curve: Option<String>,
+    /// First-step logits (and loss), safetensors.
+    pub(super) logits: Option<String>,
+    /// First-step gradients, safetensors.
+    pub(super) grads: Option<String>,
+    /// Final weights, safetensors.
+    pub(super) weights: Option<String>,
+    /// Initial weights, safetensors (the oracle level then compares weight updates).
+    pub(super) initial: Option<String>,
+    /// The old name of `initial` (read, with a warning).
+    #[deprecated]
+    pub(super) checkpoint: Option<String>,
+    /// `{{seed_checkpoint}}` saved sharded for the mesh and loaded back (the roundtrip level).
+    pub(super) roundtrip: Option<String>,
+    /// Directory of per-site traces the program writes when `{{trace_dir}}` is set: sites.txt
+    /// (site names in the order they ran) and step{S}.safetensors (whole-batch values).
+    pub(super) trace: Option<String>,
+    /// Key of the step number in `curve` (default step).
+    pub(super) step_key: Option<String>,
+    /// Key of the loss in `curve` (default loss).
+    pub(super) loss_key: Option<String>,
+    /// Loss curve from the program's output: megatron, torchtitan, pithtrain, or a regex with
+    /// named groups step and loss.
+    pub(super) log: Option<String>,
+    /// Metrics of `curve` gated beside the loss (grad_norm is gated by default when present);
+    /// any other metric that is no performance figure is left out, and the level says so.
+    pub(super) gate: Option<Vec<String>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+pub(super) enum EngineMutation {
+    Args(Vec<String>),
+    Table(EngineMutationTable),
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(super) struct EngineMutationTable {
+    /// Extra arguments (templates).
+    pub(super) args: Option<Vec<String>>,
+    /// Extra environment (templates).
+    pub(super) env: Option<IndexMap<String, String>>,
+    /// What a mesh needs for the bug to exist.
+    #[schemars(schema_with = "needs_names", default)]
+    pub(super) needs: Option<Vec<String>>,
+}
