@@ -5,13 +5,13 @@ use burn::tensor::{DType, Device, Tensor};
 use indexmap::IndexMap;
 use meshparity_specs::{MeshConfig, ModelConfig, Training};
 
+use super::ranks::Ranks;
 use super::{
     batch, logits_host, seed_checkpoint, update_bias, Length, Record, Replay, Routing, RunError,
 };
 use crate::host::{HostTensor, Param};
 use crate::llama::is_buffer;
-use crate::optim::Optimizer;
-use crate::parallel::zero::{self, Sharded};
+use crate::parallel::zero::Sharded;
 use crate::parallel::{trace, Comm, Fault, MeshExec, RouteRecord, StepOutput, Topology};
 use crate::sharding::{ShardingPlan, Shards};
 
@@ -49,7 +49,7 @@ pub fn mesh(
     }
     let plan = ShardingPlan::llama(model, mesh);
     let seed = seed_checkpoint(model, training.seed, device, dtype);
-    let mut params: Vec<IndexMap<String, Tensor<2>>> = plan
+    let params: Vec<IndexMap<String, Tensor<2>>> = plan
         .shard(&seed)
         .iter()
         .map(|shards| {
@@ -59,18 +59,8 @@ pub fn mesh(
                 .collect()
         })
         .collect();
-    let mut opts: Vec<Optimizer> = params.iter().map(|_| Optimizer::new(training)).collect();
     let topo = Topology::new(mesh);
-    let sharded = Sharded::of(&topo);
-    let dims = zero::dims(&params);
-    // ZeRO-3 keeps each rank's shards between steps and unshards before each step.
-    let mut owned: Option<zero::Ranks> = sharded.filter(|z| z.stage() == 3).map(|z| {
-        params
-            .iter()
-            .enumerate()
-            .map(|(r, p)| z.shard(r, p))
-            .collect()
-    });
+    let mut ranks = Ranks::new(params, training, Sharded::of(&topo));
     // The first step whose unsharded parameters were not the all-gather of the shards.
     let mut unsharded_stale = None;
     let mut exec = MeshExec {
@@ -91,23 +81,21 @@ pub fn mesh(
     for step in 0..len.steps {
         let traced_step = probe.trace && step < trace::STEPS;
         comm.set_tracing(traced_step);
-        if let (Some(z), Some(shards)) = (sharded, &owned) {
-            let previous = (step > 0).then_some(&params);
-            params = z.unshard(&mut comm, shards, &dims, previous);
-            if unsharded_stale.is_none() {
-                unsharded_stale = z.stale(step, &params, shards, &dims);
-            }
-        }
-        exec.trace_params(&mut comm, &params);
+        let stale = ranks.unshard(&mut comm, step, unsharded_stale.is_none());
+        unsharded_stale = unsharded_stale.or(stale);
+        exec.trace_params(&mut comm, &ranks.params);
         // The catalogued bug: the scheduler stepped after every microbatch's backward, before
         // the update.
         let extra = fault.map_or(0, |f| f.schedule_extra_steps(topo.microbatches()));
         if extra > 0 {
             comm.event("lr", "scheduler stepped once per microbatch");
-            opts.iter_mut().for_each(|o| o.advance_schedule(extra));
+            ranks
+                .opts_mut()
+                .iter_mut()
+                .for_each(|o| o.advance_schedule(extra));
         }
         // The learning rate this step's update uses, as each rank's optimizer holds it.
-        let rates = opts.iter().map(|o| trace::Value {
+        let rates = ranks.opts().iter().map(|o| trace::Value {
             shape: vec![1],
             data: vec![o.next_lr()],
         });
@@ -125,7 +113,7 @@ pub fn mesh(
         } = exec
             .step(
                 &mut comm,
-                &params,
+                &ranks.params,
                 &batch(model, training, step),
                 probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
             )
@@ -140,13 +128,10 @@ pub fn mesh(
             }
         }
         if first.is_none() {
-            let whole = match sharded {
-                Some(z) if exec.backward => z.gather(None, &grads, &dims),
-                _ => grads.clone(),
-            };
+            let whole = ranks.whole(&grads, exec.backward);
             first = Some((
                 logits_host(logits),
-                host_ranks(&params, &whole),
+                host_ranks(&ranks.params, &whole),
                 rank_norms.clone(),
             ));
         }
@@ -156,34 +141,7 @@ pub fn mesh(
             break;
         }
         grad_norms.push(*rank_norms.last().expect("a backward step has norms"));
-        let held = match sharded {
-            None => {
-                for ((p, g), opt) in params.iter_mut().zip(&grads).zip(&mut opts) {
-                    opt.step(p, g);
-                }
-                &mut params
-            }
-            Some(z) => {
-                // Each rank updates its own shard; ZeRO-1/2 all-gather the updated parameters,
-                // ZeRO-3 keeps the shards until the next step's unshard.
-                let mut shards = owned.take().unwrap_or_else(|| {
-                    params
-                        .iter()
-                        .enumerate()
-                        .map(|(r, p)| z.shard(r, p))
-                        .collect()
-                });
-                for ((s, g), opt) in shards.iter_mut().zip(&grads).zip(&mut opts) {
-                    opt.step(s, g);
-                }
-                if z.stage() == 3 {
-                    owned.insert(shards)
-                } else {
-                    params = z.gather(Some(&mut comm), &shards, &dims);
-                    &mut params
-                }
-            }
-        };
+        let held = ranks.update(&mut comm, &grads);
         // Each rank moves its own copy of the bias by the all-reduced load.
         for (p, load) in held.iter_mut().zip(&loads) {
             for (&layer, counts) in load {
@@ -191,31 +149,7 @@ pub fn mesh(
             }
         }
         if step + 1 == len.weights_after {
-            let held: Vec<_> = match (sharded, &owned) {
-                (None, _) => params
-                    .iter()
-                    .zip(&opts)
-                    .map(|(p, o)| o.weights(p))
-                    .collect(),
-                // A sharded checkpoint, merged: each rank's shards as its optimizer holds them.
-                (Some(z), shards) => {
-                    let shards: zero::Ranks = match shards {
-                        Some(s) => s.clone(),
-                        None => params
-                            .iter()
-                            .enumerate()
-                            .map(|(r, p)| z.shard(r, p))
-                            .collect(),
-                    };
-                    let w: zero::Ranks = shards
-                        .iter()
-                        .zip(&opts)
-                        .map(|(s, o)| o.weights(s))
-                        .collect();
-                    z.gather(None, &w, &dims)
-                }
-            };
-            weights = Some(host_ranks(&params, &held));
+            weights = Some(ranks.weights());
         }
     }
     let (logits, grads, rank_norms) = first.expect("a run has at least one step");
@@ -285,7 +219,7 @@ fn assemble_routing(
 }
 
 /// Per-rank tensors as host shards, with the logical shapes of the rank's parameters.
-fn host_ranks(
+pub(super) fn host_ranks(
     params: &[IndexMap<String, Tensor<2>>],
     tensors: &[IndexMap<String, Tensor<2>>],
 ) -> Vec<Shards> {

@@ -16,6 +16,7 @@ use crate::sharding::Shards;
 pub use meshparity_engine::replay::Decided;
 
 mod mesh;
+mod ranks;
 
 pub use mesh::{mesh, Probe};
 

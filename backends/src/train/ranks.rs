@@ -1,0 +1,132 @@
+//! Every rank's parameters and optimizer through a mesh run, replicated or sharded (ZeRO): the
+//! unshard before a step (ZeRO-3), each rank's update of what it holds, and the weights the
+//! oracle level compares, merged from what each rank's optimizer holds.
+
+use burn::tensor::Tensor;
+use indexmap::IndexMap;
+use meshparity_specs::Training;
+
+use super::mesh::host_ranks;
+use crate::optim::Optimizer;
+use crate::parallel::zero::{self, Sharded};
+use crate::parallel::Comm;
+use crate::sharding::Shards;
+
+/// The ranks' state between steps.
+pub(super) struct Ranks<'a> {
+    /// Each rank's parameters as a step computes with them (unsharded under ZeRO-3).
+    pub params: zero::Ranks,
+    opts: Vec<Optimizer>,
+    sharded: Option<Sharded<'a>>,
+    dims: zero::Dims,
+    /// ZeRO-3: each rank's own shards, kept between steps.
+    owned: Option<zero::Ranks>,
+}
+
+impl<'a> Ranks<'a> {
+    pub fn new(
+        params: Vec<IndexMap<String, Tensor<2>>>,
+        training: &Training,
+        sharded: Option<Sharded<'a>>,
+    ) -> Self {
+        let opts = params.iter().map(|_| Optimizer::new(training)).collect();
+        let dims = zero::dims(&params);
+        let owned = sharded
+            .filter(|z| z.stage() == 3)
+            .map(|z| shards_of(z, &params));
+        Self {
+            params,
+            opts,
+            sharded,
+            dims,
+            owned,
+        }
+    }
+
+    pub fn opts_mut(&mut self) -> &mut [Optimizer] {
+        &mut self.opts
+    }
+
+    pub fn opts(&self) -> &[Optimizer] {
+        &self.opts
+    }
+
+    /// ZeRO-3's unshard before `step`; with `check`, whether the parameters in use were not
+    /// the all-gather of the shards (said in words).
+    pub fn unshard(&mut self, comm: &mut Comm, step: usize, check: bool) -> Option<String> {
+        let (z, shards) = (self.sharded?, self.owned.as_ref()?);
+        let previous = (step > 0).then_some(&self.params);
+        let params = z.unshard(comm, shards, &self.dims, previous);
+        self.params = params;
+        check.then(|| z.stale(step, &self.params, shards, &self.dims))?
+    }
+
+    /// The gradients whole, as the oracle compares them (gathered from the shards under ZeRO,
+    /// where the step reduce-scattered them).
+    pub fn whole(&self, grads: &zero::Ranks, backward: bool) -> zero::Ranks {
+        match self.sharded {
+            Some(z) if backward => z.gather(None, grads, &self.dims),
+            _ => grads.clone(),
+        }
+    }
+
+    /// Each rank's update of what it holds: its whole parameters, or (ZeRO) its own shard,
+    /// then all-gathered (ZeRO-1/2) or kept sharded until the next step's unshard (ZeRO-3).
+    /// Returns what each rank holds now.
+    pub fn update(&mut self, comm: &mut Comm, grads: &zero::Ranks) -> &mut zero::Ranks {
+        let Some(z) = self.sharded else {
+            for ((p, g), opt) in self.params.iter_mut().zip(grads).zip(&mut self.opts) {
+                opt.step(p, g);
+            }
+            return &mut self.params;
+        };
+        let mut shards = self
+            .owned
+            .take()
+            .unwrap_or_else(|| shards_of(z, &self.params));
+        for ((s, g), opt) in shards.iter_mut().zip(grads).zip(&mut self.opts) {
+            opt.step(s, g);
+        }
+        if z.stage() == 3 {
+            self.owned.insert(shards)
+        } else {
+            self.params = z.gather(Some(comm), &shards, &self.dims);
+            &mut self.params
+        }
+    }
+
+    /// The weights now, as each rank's optimizer holds them (its master copy), merged from
+    /// the shards under ZeRO: what the oracle level compares.
+    pub fn weights(&self) -> Vec<Shards> {
+        let held: zero::Ranks = match self.sharded {
+            None => self
+                .params
+                .iter()
+                .zip(&self.opts)
+                .map(|(p, o)| o.weights(p))
+                .collect(),
+            Some(z) => {
+                let shards = match &self.owned {
+                    Some(s) => s.clone(),
+                    None => shards_of(z, &self.params),
+                };
+                let w: zero::Ranks = shards
+                    .iter()
+                    .zip(&self.opts)
+                    .map(|(s, o)| o.weights(s))
+                    .collect();
+                z.gather(None, &w, &self.dims)
+            }
+        };
+        host_ranks(&self.params, &held)
+    }
+}
+
+/// Every rank's parameters cut to its shards.
+fn shards_of(z: Sharded<'_>, params: &zero::Ranks) -> zero::Ranks {
+    params
+        .iter()
+        .enumerate()
+        .map(|(r, p)| z.shard(r, p))
+        .collect()
+}
