@@ -10,9 +10,7 @@ use indexmap::IndexMap;
 use super::MeshExec;
 use crate::llama::is_buffer;
 use crate::parallel::comm::collective::Comm;
-use crate::parallel::comm::trace::{canon, Canon, Value};
 use crate::parallel::zero::{self, Sharded};
-use crate::sharding::{Placement, ShardingPlan};
 
 type Grads = Vec<IndexMap<String, Tensor<2>>>;
 
@@ -82,7 +80,6 @@ impl MeshExec<'_> {
         sharded: Option<Sharded>,
     ) -> Grads {
         let t = &self.topo;
-        let experts_parallel = t.experts().parallel();
         let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && t.cp() > 1;
         if cp_skipped {
             comm.event(
@@ -91,75 +88,16 @@ impl MeshExec<'_> {
             );
         }
         for s in 0..t.pp() {
-            for (c, d) in (0..t.dp()).flat_map(|d| (0..t.cp()).map(move |c| (c, d))) {
-                if t.sp() {
-                    let ranks = t.tp_group(c, d, s);
-                    // Replicated weights used on sequence shards: partial gradients per rank.
-                    let norms = params[ranks[0]]
-                        .keys()
-                        .filter(|n| !is_buffer(n))
-                        .filter(|n| {
-                            n.contains("norm")
-                                || n.contains(".router.")
-                                || (is_expert(n) && !experts_parallel)
-                        })
-                        .cloned()
-                        .collect();
-                    all_reduce(comm, &mut grads, &ranks, norms, "tp");
-                }
+            if t.sp() {
+                self.reduce_sequence_parallel(comm, params, &mut grads, s);
             }
-            for tp in 0..t.tp() {
-                let group = t.dp_cp_group(tp, s);
-                let names: Vec<String> = params[group[0]]
-                    .keys()
-                    .filter(|n| !is_buffer(n))
-                    .filter(|n| !(experts_parallel && is_expert(n)))
-                    .cloned()
-                    .collect();
-                if cp_skipped {
-                    for c in 0..t.cp() {
-                        let ranks = t.dp_group(tp, c, s);
-                        all_reduce(comm, &mut grads, &ranks, names.clone(), "dp");
-                    }
-                } else if let Some(z) = sharded {
-                    for shard in t.shard_groups(tp, s) {
-                        z.reduce_scatter(comm, &mut grads, &shard, &names, "dp");
-                    }
-                    for copies in t.replicate_groups(tp, s) {
-                        all_reduce(comm, &mut grads, &copies, names.clone(), "replicate");
-                    }
-                } else {
-                    all_reduce(comm, &mut grads, &group, names, "dp");
-                }
-            }
-            if experts_parallel {
+            self.reduce_data_parallel(comm, params, &mut grads, s, sharded, cp_skipped);
+            if t.experts().parallel() {
                 self.reduce_experts(comm, &mut grads, s, sharded);
             }
         }
         if self.model.tied() {
-            // The tied embedding's two copies (first stage: the lookup's gradient; last stage:
-            // the output head's) all-reduced over each embedding group, after the data-parallel
-            // reduction as Megatron's `_allreduce_embedding_grads` does.
-            let name = vec!["embed.weight".to_owned()];
-            let mut groups = t.embedding_groups();
-            let shifted =
-                sharded.is_some() && comm.fault().is_some_and(|f| f.tied_shards_mismatched());
-            if shifted {
-                // The catalogued bug: each stage's shard of the embedding at its own buffer
-                // offset, so a first-stage shard meets the next shard of the last stage's.
-                comm.event(
-                    "grad.embed.weight.embedding.all_reduce",
-                    "first- and last-stage shards at different offsets",
-                );
-                for g in &mut groups {
-                    if let Some(shard) = t.shard_group(g[1], false) {
-                        g[1] = shard.ranks[(shard.index + 1) % shard.ranks.len()];
-                    }
-                }
-            }
-            for group in groups {
-                all_reduce(comm, &mut grads, &group, name.clone(), "embedding");
-            }
+            self.reduce_tied_embedding(comm, &mut grads, sharded);
         }
         if let Some(z) = sharded {
             // What a reduction left whole (a catalogued bug's own path): the rank's shard of it.
@@ -173,6 +111,99 @@ impl MeshExec<'_> {
             }
         }
         grads
+    }
+
+    /// Stage `s`'s replicated weights used on sequence shards (norms, the router, experts
+    /// replicated over TP): each TP rank holds a partial gradient, all-reduced across TP.
+    fn reduce_sequence_parallel(
+        &self,
+        comm: &mut Comm,
+        params: &[IndexMap<String, Tensor<2>>],
+        grads: &mut Grads,
+        s: usize,
+    ) {
+        let t = &self.topo;
+        let experts_parallel = t.experts().parallel();
+        for (c, d) in (0..t.dp()).flat_map(|d| (0..t.cp()).map(move |c| (c, d))) {
+            let ranks = t.tp_group(c, d, s);
+            let norms = params[ranks[0]]
+                .keys()
+                .filter(|n| !is_buffer(n))
+                .filter(|n| {
+                    n.contains("norm")
+                        || n.contains(".router.")
+                        || (is_expert(n) && !experts_parallel)
+                })
+                .cloned()
+                .collect();
+            all_reduce(comm, grads, &ranks, norms, "tp");
+        }
+    }
+
+    /// Stage `s`'s dense gradients over the data-parallel group (cp ranks included): an
+    /// all-reduce, or on a sharded mesh a reduce-scatter over each shard group and an
+    /// all-reduce of each shard across hybrid replicas (with the catalogued bug, over dp only).
+    fn reduce_data_parallel(
+        &self,
+        comm: &mut Comm,
+        params: &[IndexMap<String, Tensor<2>>],
+        grads: &mut Grads,
+        s: usize,
+        sharded: Option<Sharded>,
+        cp_skipped: bool,
+    ) {
+        let t = &self.topo;
+        let experts_parallel = t.experts().parallel();
+        for tp in 0..t.tp() {
+            let group = t.dp_cp_group(tp, s);
+            let names: Vec<String> = params[group[0]]
+                .keys()
+                .filter(|n| !is_buffer(n))
+                .filter(|n| !(experts_parallel && is_expert(n)))
+                .cloned()
+                .collect();
+            if cp_skipped {
+                for c in 0..t.cp() {
+                    let ranks = t.dp_group(tp, c, s);
+                    all_reduce(comm, grads, &ranks, names.clone(), "dp");
+                }
+            } else if let Some(z) = sharded {
+                for shard in t.shard_groups(tp, s) {
+                    z.reduce_scatter(comm, grads, &shard, &names, "dp");
+                }
+                for copies in t.replicate_groups(tp, s) {
+                    all_reduce(comm, grads, &copies, names.clone(), "replicate");
+                }
+            } else {
+                all_reduce(comm, grads, &group, names, "dp");
+            }
+        }
+    }
+
+    /// The tied embedding's two copies (first stage: the lookup's gradient; last stage: the
+    /// output head's) all-reduced over each embedding group, after the data-parallel
+    /// reduction as Megatron's `_allreduce_embedding_grads` does.
+    fn reduce_tied_embedding(&self, comm: &mut Comm, grads: &mut Grads, sharded: Option<Sharded>) {
+        let t = &self.topo;
+        let name = vec!["embed.weight".to_owned()];
+        let mut groups = t.embedding_groups();
+        let shifted = sharded.is_some() && comm.fault().is_some_and(|f| f.tied_shards_mismatched());
+        if shifted {
+            // The catalogued bug: each stage's shard of the embedding at its own buffer
+            // offset, so a first-stage shard meets the next shard of the last stage's.
+            comm.event(
+                "grad.embed.weight.embedding.all_reduce",
+                "first- and last-stage shards at different offsets",
+            );
+            for g in &mut groups {
+                if let Some(shard) = t.shard_group(g[1], false) {
+                    g[1] = shard.ranks[(shard.index + 1) % shard.ranks.len()];
+                }
+            }
+        }
+        for group in groups {
+            all_reduce(comm, grads, &group, name.clone(), "embedding");
+        }
     }
 
     /// Stage `s`'s expert gradients all-reduced over each expert-data-parallel group (or, with
@@ -238,96 +269,6 @@ impl MeshExec<'_> {
             match sharded {
                 Some(z) => z.reduce_scatter(comm, grads, &members, &names, "edp"),
                 None => all_reduce(comm, grads, &members, names, "edp"),
-            }
-        }
-    }
-
-    /// Trace every parameter's gradient as accumulated (summed over its replicas, merged over
-    /// its blocks: what the whole batch's gradient is) or as finalized (each replica's copy,
-    /// merged over its blocks).
-    fn trace_grads(&self, comm: &mut Comm, grads: &[IndexMap<String, Tensor<2>>], finalized: bool) {
-        let what = if finalized { "dp" } else { "accumulated" };
-        self.trace_rules(comm, grads, finalized, &|name| {
-            format!("grad.{name}.{what}")
-        });
-    }
-
-    /// Trace every parameter as the step computes with it (each replica's copy, merged over
-    /// its blocks), at `param.{name}`: where a stale or wrong unshard shows.
-    pub fn trace_params(&self, comm: &mut Comm, params: &[IndexMap<String, Tensor<2>>]) {
-        self.trace_rules(comm, params, true, &|name| format!("param.{name}"));
-    }
-
-    /// Trace per-rank tensors of every parameter (not buffers) at `site(name)`: summed over
-    /// replicas or (`copies`) each replica's.
-    fn trace_rules(
-        &self,
-        comm: &mut Comm,
-        grads: &[IndexMap<String, Tensor<2>>],
-        finalized: bool,
-        site: &dyn Fn(&str) -> String,
-    ) {
-        if !comm.tracing() {
-            return;
-        }
-        let (tp, sp) = (self.topo.tp(), self.topo.sp());
-        let plan = ShardingPlan::llama(self.model, self.topo.mesh());
-        for rule in plan.rules.iter().filter(|r| !is_buffer(&r.name)) {
-            // Holders of each block, in rank order: its replicas.
-            let mut holders: Vec<Vec<usize>> = Vec::new();
-            for rank in 0..grads.len() {
-                if let Some(b) = plan.block(rule, rank) {
-                    if holders.len() <= b {
-                        holders.resize(b + 1, Vec::new());
-                    }
-                    holders[b].push(rank);
-                }
-            }
-            let over_blocks = |per_block: Vec<Tensor<2>>| match rule.placement {
-                Placement::Split(dim) | Placement::Expert { dim, .. } => {
-                    canon(&per_block, Canon::Cat(dim), None)
-                }
-                Placement::Replicated if sp && !finalized => canon(&per_block, Canon::Sum, None),
-                Placement::Replicated => canon(&per_block, Canon::Copies, None),
-            };
-            // Replicated weights: the TP ranks are blocks of a partial sum or copies.
-            let (blocks, copies) = match rule.placement {
-                Placement::Replicated => {
-                    let by_tp: Vec<Vec<usize>> = (0..tp)
-                        .map(|t| {
-                            holders[0]
-                                .iter()
-                                .copied()
-                                .filter(|&r| self.topo.coord(r).tp == t)
-                                .collect()
-                        })
-                        .collect();
-                    holders = by_tp;
-                    (tp, holders[0].len())
-                }
-                _ => (holders.len(), holders[0].len()),
-            };
-            let at = |b: usize, d: usize| grads[holders[b][d]][&rule.name].clone();
-            let values: Vec<Value> = if finalized {
-                (0..copies)
-                    .flat_map(|d| over_blocks((0..blocks).map(|b| at(b, d)).collect()))
-                    .collect()
-            } else {
-                let summed = (0..blocks).map(|b| {
-                    let mut it = (0..copies).map(|d| at(b, d));
-                    let first = it.next().expect("every block has a holder");
-                    it.fold(first, |a, b| a + b)
-                });
-                over_blocks(summed.collect())
-            };
-            comm.trace_values(&site(&rule.name), values);
-            // An accumulated gradient is the sum of its replicas': each one's, at `{site}%`
-            // (not compared), for a likely cause (one replica's share scaled or missing).
-            if !finalized && copies > 1 {
-                let parts = (0..copies)
-                    .filter_map(|d| over_blocks((0..blocks).map(|b| at(b, d)).collect()).pop())
-                    .collect();
-                comm.trace_values(&format!("{}%", site(&rule.name)), parts);
             }
         }
     }

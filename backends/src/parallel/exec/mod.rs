@@ -5,11 +5,13 @@
 //! - `pipeline.rs` — one replica's stages over its microbatches, tick by tick;
 //! - `schedule.rs` — GPipe and 1F1B orders and their clocked simulation;
 //! - `finalize.rs` — gradient finalization: the TP, DP and expert-DP reductions;
+//! - `grad_trace.rs` — traces of the gradients and parameters, per sharding rule;
 //! - `sharded.rs` — finalization on a sharded mesh: when the reduce-scatter acts (ZeRO-1/2/3);
 //! - `clip.rs` — the global gradient norm over every shard, and clipping by it.
 
 pub mod clip;
 mod finalize;
+mod grad_trace;
 mod pipeline;
 pub mod schedule;
 mod sharded;
