@@ -303,26 +303,11 @@ fn find(dir: &Path, needle: &str) -> Vec<PathBuf> {
     out
 }
 
-fn jax() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import jax, safetensors, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the JAX example: `pip install jax safetensors numpy` (see .ci/run)"
-        );
-        eprintln!("skipped: JAX is not installed (pip install jax safetensors numpy)");
-    }
-    ok
-}
-
 /// The README's command-engine example: every level passes on the correct meshes and every
 /// bug the program declares is caught where it applies.
 #[test]
 fn the_jax_example_passes_and_catches_its_bugs() {
-    if !jax() {
+    if !common::harness::jax() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
@@ -589,137 +574,4 @@ levels = ["forward", "curve", "oracle"]
         .to_owned();
     let manifest = std::fs::read_to_string(Path::new(&dir).join("manifest.json")).unwrap();
     assert!(manifest.contains("\"command:dist\""), "{manifest}");
-}
-
-/// `trace = "always"`: every run writes its traces, and a caught mutation is localized from its
-/// own run's traces (and the reference's, from its artifacts) — the program is not run again.
-#[test]
-fn an_engine_that_always_traces_is_localized_without_a_rerun() {
-    if !jax() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
-    let engine = std::fs::read_to_string(example.join("jax.toml"))
-        .unwrap()
-        .replace(
-            "[engines.jax]\nkind = \"command\"\n",
-            &format!(
-                "[engines.jax]\nkind = \"command\"\ntrace = \"always\"\ncwd = {:?}\n",
-                example.display().to_string()
-            ),
-        );
-    assert!(engine.contains("trace = \"always\""));
-    std::fs::write(dir.path().join("jax.toml"), engine).unwrap();
-    std::fs::write(
-        dir.path().join("spec.toml"),
-        "include = [\"jax.toml\"]\n[run]\nname = \"always\"\nseed = 7\nsteps = 2\nbatch = 8\n\
-         [[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"tp2\"]\nlevels = [\"forward\"]\n",
-    )
-    .unwrap();
-    let out = meshparity()
-        .current_dir(dir.path())
-        .args([
-            "run",
-            "spec.toml",
-            "--keep-artifacts",
-            "--no-progress",
-            "--run-dir",
-            "run",
-        ])
-        .args(["-f", "mutation=skip-tp-psum or level=forward"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let results: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("run/results.json")).unwrap(),
-    )
-    .unwrap();
-    let job = results["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|j| j["kind"] == "mutation")
-        .unwrap();
-    let summary = job["summary"].as_str().unwrap();
-    assert!(
-        summary.contains("first divergence: step 0, forward, layers.0.mlp.out"),
-        "{summary}"
-    );
-    // The localization's run directory holds the trace copied from the job's run, and no
-    // program output: the program ran once.
-    let traced = find(&dir.path().join("run"), "trace.safetensors");
-    assert!(!traced.is_empty());
-    for t in &traced {
-        let logs = t.parent().unwrap().join("program.log");
-        let own_run = t.parent().unwrap().join("final.safetensors").exists();
-        assert!(own_run || !logs.exists(), "{} was run again", t.display());
-    }
-}
-
-/// Localization with a global coupling: a program that records gradients after clipping, with
-/// the head's gradient alone left unreduced over dp. Clipping on, every gradient differs by the
-/// clip coefficient and the first listed (`grad.embed`) is over the limit, yet the head is
-/// named, with the coupling said; clipping off, the head is first anyway.
-#[test]
-fn a_gradient_error_spread_by_the_clip_coefficient_is_localized_to_its_source() {
-    if !jax() {
-        return;
-    }
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
-    let engine = std::fs::read_to_string(example.join("jax.toml"))
-        .unwrap()
-        .replace(
-            "[engines.jax]\nkind = \"command\"\n",
-            &format!("[engines.jax]\nkind = \"command\"\ncwd = {:?}\n", example.display().to_string()),
-        )
-        .replace(
-            "[engines.jax.mutations]\n",
-            "[engines.jax.mutations]\nskip-head-grad-psum = { args = [\"--bug\", \"skip-head-grad-psum\"], needs = [\"dp\"] }\n",
-        );
-    for clip in ["clip_grad_norm = 0.05\n", ""] {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("jax.toml"), &engine).unwrap();
-        std::fs::write(
-            dir.path().join("spec.toml"),
-            format!(
-                "include = [\"jax.toml\"]\n[run]\nname = \"clip\"\nseed = 7\nsteps = 2\n\
-                 batch = 8\n{clip}[[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"dp2\"]\n\
-                 levels = [\"oracle\"]\n"
-            ),
-        )
-        .unwrap();
-        let out = meshparity()
-            .current_dir(dir.path())
-            .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
-            .args(["-f", "mutation=skip-head-grad-psum or level=oracle"])
-            .output()
-            .unwrap();
-        let results: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.path().join("run/results.json")).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{clip}{results:#}");
-        let job = results["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["kind"] == "mutation")
-            .unwrap();
-        let summary = job["summary"].as_str().unwrap();
-        assert!(
-            summary.contains("first divergence: step 0, gradients, grad.head"),
-            "{clip}{summary}"
-        );
-        assert_eq!(
-            summary.contains("a global coupling"),
-            !clip.is_empty(),
-            "{clip}{summary}"
-        );
-    }
 }

@@ -175,23 +175,32 @@ pub fn shifted(c: &[f64], r: &[f64], s: isize) -> f64 {
 }
 
 /// For each row of `c` (the last dimension's runs), the row of `r` it matches within `tol`
-/// (relative L2), or `None` for a row that matches none.
+/// (relative L2), or `None` for a zero row; empty when some non-zero row matches no row of
+/// `r` (then neither a permutation nor dropped rows explain `c`). The search stops at the
+/// first such row, so a value that is simply wrong costs one pass over `r`, not one per row.
 pub fn match_rows(c: &[f64], r: &[f64], cols: usize, tol: f64) -> Vec<Option<usize>> {
     if cols == 0 || c.len() != r.len() || !c.len().is_multiple_of(cols) {
         return Vec::new();
     }
     let rows: Vec<&[f64]> = r.chunks(cols).collect();
-    c.chunks(cols)
-        .enumerate()
-        .map(|(i, row)| {
-            // Its own row first: most rows of a partly wrong value are where they belong.
-            if rel(row, rows[i]) <= tol {
-                return Some(i);
-            }
-            rows.iter()
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, row) in c.chunks(cols).enumerate() {
+        // Its own row first: most rows of a partly wrong value are where they belong.
+        if rel(row, rows[i]) <= tol {
+            out.push(Some(i));
+        } else if row.iter().all(|v| *v == 0.0) {
+            out.push(None);
+        } else {
+            match rows
+                .iter()
                 .position(|x| norm(x) > 0.0 && rel(row, x) <= tol)
-        })
-        .collect()
+            {
+                Some(j) => out.push(Some(j)),
+                None => return Vec::new(),
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -211,6 +220,9 @@ mod tests {
         assert!(shifted(&[2.0, 3.0, 4.0, 5.0], &[1.0, 2.0, 3.0, 4.0], 1) < 1e-12);
         let m = match_rows(&[3.0, 4.0, 1.0, 2.0], &[1.0, 2.0, 3.0, 4.0], 2, 1e-9);
         assert_eq!(m, vec![Some(1), Some(0)]);
+        let m = match_rows(&[0.0, 0.0, 3.0, 4.0], &[1.0, 2.0, 3.0, 4.0], 2, 1e-9);
+        assert_eq!(m, vec![None, Some(1)]);
+        assert!(match_rows(&[5.0, 6.0, 3.0, 4.0], &[1.0, 2.0, 3.0, 4.0], 2, 1e-9).is_empty());
         let v = Values {
             shape: vec![2, 4],
             data: (0..8).map(f64::from).collect(),

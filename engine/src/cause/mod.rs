@@ -51,14 +51,6 @@ impl Axes {
             .find(|(a, _)| *a == axis)
             .map_or(1, |&(_, n)| n)
     }
-
-    pub fn world(&self) -> usize {
-        // Experts subdivide the dense ranks (ep·etp divides dp·tp·cp), so they are not a factor.
-        ["dp", "tp", "pp", "cp"]
-            .iter()
-            .map(|a| self.degree(a))
-            .product()
-    }
 }
 
 /// What kind of wrong a value is.

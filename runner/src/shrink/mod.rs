@@ -109,6 +109,11 @@ impl Target<'_> {
         };
         let (_, limits) = loaded.spec.limits(table, self.level, case.dtype)?;
         let limits = limits.clone();
+        // The repro must be what is judged: a case the spec text does not carry whole (a key
+        // the writer does not know) is no repro.
+        if !describes(&loaded.spec, case, &mesh) {
+            return None;
+        }
         if let Some(m) = self.mutation.and_then(catalog::find) {
             if !m.applies_to(&case.model, &case.mesh, &case.training) {
                 return None;
@@ -172,6 +177,16 @@ impl Target<'_> {
         let found = meshparity_engine::localize(self.engine, &req, &dir.join("trace"));
         matches!(found, Ok(Some(l)) if l.first.as_ref().is_some_and(|f| f.site == site))
     }
+}
+
+/// Whether `spec`, as loaded, plans exactly `case`: its one model, mesh, training and dtype.
+fn describes(spec: &meshparity_specs::Spec, case: &Case, mesh: &str) -> bool {
+    let model = spec.models.get(spec::MODEL).map(|m| m.config());
+    let dtype = spec.run.dtype.value;
+    model.as_ref() == Some(&case.model)
+        && spec.meshes.get(mesh).map(|m| m.config()) == Some(case.mesh)
+        && spec.run.training == case.training
+        && dtype == case.dtype
 }
 
 /// The search's result: the smallest case, and its counts.
