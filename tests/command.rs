@@ -13,7 +13,7 @@ use serde_json::Value;
 
 fn meshparity() -> Command {
     let mut c = Command::cargo_bin("meshparity").unwrap();
-    c.env("NO_COLOR", "1");
+    c.env("NO_COLOR", "1").env("MESHPARITY_NO_SHRINK", "1");
     c
 }
 

@@ -32,6 +32,7 @@ fn run(dir: &Path, args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_meshparity"))
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        .env("MESHPARITY_NO_SHRINK", "1")
         .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
         .args(args)
         .output()

@@ -25,6 +25,7 @@ fn run(spec: &str, code: i32) -> (tempfile::TempDir, Value) {
     std::fs::write(dir.path().join("spec.toml"), spec).unwrap();
     Command::cargo_bin("meshparity")
         .unwrap()
+        .env("MESHPARITY_NO_SHRINK", "1")
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])

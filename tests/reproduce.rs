@@ -18,6 +18,7 @@ fn run_spec(spec: &str, code: i32) -> (tempfile::TempDir, Value) {
     std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
     Command::cargo_bin("meshparity")
         .unwrap()
+        .env("MESHPARITY_NO_SHRINK", "1")
         .current_dir(fx.path())
         .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
         .assert()
@@ -41,6 +42,7 @@ fn reproduce_commands_quote_the_spec_path() {
     .unwrap();
     Command::cargo_bin("meshparity")
         .unwrap()
+        .env("MESHPARITY_NO_SHRINK", "1")
         .current_dir(dir.path())
         .args(["run", name, "--no-progress", "--run-dir", "run"])
         .assert()
@@ -300,6 +302,7 @@ levels = ["forward", "curve", "oracle"]
     common::commit_all(dir.path());
     let out = Command::cargo_bin("meshparity")
         .unwrap()
+        .env("MESHPARITY_NO_SHRINK", "1")
         .current_dir(dir.path())
         .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
         .output()

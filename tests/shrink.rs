@@ -153,3 +153,156 @@ fn a_failed_check_carries_a_repro_with_its_own_limits() {
         String::from_utf8_lossy(&again.stdout)
     );
 }
+
+/// By default a run shrinks the first caught job of each mutation, within 20 s, and the other
+/// jobs of that mutation name it; the environment's switch turns it off, `--shrink` wins.
+#[test]
+fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("spec.toml"),
+        "[run]\nname = \"first\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 2\nhidden = 32\n\
+         heads = 4\nffn = 64\nvocab = 64\nseq_len = 8\n[meshes.tp2]\ntp = 2\n\
+         [meshes.dp2-tp2]\ndp = 2\ntp = 2\n[[matrix]]\nlevels = [\"forward\"]\n\
+         [mutations]\nselect = [\"tp-average-instead-of-sum\"]\n",
+    )
+    .unwrap();
+    let run = |args: &[&str], no_shrink: bool| -> Vec<Value> {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_meshparity"));
+        c.current_dir(dir.path()).env_remove("MESHPARITY_NO_SHRINK");
+        if no_shrink {
+            c.env("MESHPARITY_NO_SHRINK", "1");
+        }
+        let out = c
+            .args(["run", "spec.toml", "--no-progress", "--run-dir"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let results: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(args[0]).join("results.json")).unwrap(),
+        )
+        .unwrap();
+        let jobs = results["jobs"].as_array().unwrap();
+        jobs.iter()
+            .filter(|j| j["name"].as_str().unwrap().contains("/mutation["))
+            .cloned()
+            .collect()
+    };
+    let jobs = run(&["default"], false);
+    assert_eq!(jobs.len(), 2);
+    let shrunk: Vec<&Value> = jobs
+        .iter()
+        .filter(|j| j["detail"]["repro"].is_object())
+        .collect();
+    assert_eq!(shrunk.len(), 1, "one repro: {jobs:#?}");
+    let other = jobs
+        .iter()
+        .find(|j| !j["detail"]["repro"].is_object())
+        .unwrap();
+    let holder = shrunk[0]["name"].as_str().unwrap();
+    assert_eq!(other["detail"]["repro_in"].as_str(), Some(holder));
+    assert!(other["summary"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("repro: in job {holder}")));
+    // Off: no repro and no pointer.
+    for j in run(&["off"], true) {
+        assert!(
+            j["detail"]["repro"].is_null() && j["detail"]["repro_in"].is_null(),
+            "{j:#?}"
+        );
+    }
+    // `--shrink` wins over the environment: every job has its own.
+    for j in run(&["every", "--shrink"], true) {
+        assert!(j["detail"]["repro"].is_object(), "{j:#?}");
+    }
+}
+
+/// A command engine shrinks what its `[engines.NAME.shrink]` names, down to its floors: the JAX
+/// example's caught bug shrinks to one layer and the floors' widths, and the repro — its engine
+/// table copied with an absolute working directory and only that bug — is caught again when
+/// its command is pasted from another directory.
+#[test]
+fn a_command_engines_failure_shrinks_to_its_floors_and_reproduces_when_pasted() {
+    if !common::harness::jax() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let (code, results) = common::run_in_repo(
+        &[
+            "examples/command/jax-tp-dp.toml",
+            "-f",
+            "mesh=tp2",
+            "-f",
+            "mutation=skip-tp-psum",
+            "--shrink=20",
+        ],
+        &run,
+    );
+    assert_eq!(code, Some(0), "{results:#}");
+    let job = results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "mutation")
+        .expect("the mutation job");
+    let repro = &job["detail"]["repro"];
+    let smallest = repro["smallest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{job:#}"));
+    // Shrunk, never past a floor (hidden 8, ffn 8, vocab 16, seq 4 in jax.toml).
+    assert!(smallest.contains("1 layer,"), "{smallest}");
+    let spec = std::fs::read_to_string(repro["spec"].as_str().unwrap()).unwrap();
+    let table: toml::Table = spec.parse().unwrap();
+    let model = &table["models"]["m"];
+    for (key, floor) in [("hidden", 8), ("ffn", 8), ("vocab", 16), ("seq_len", 4)] {
+        assert!(model[key].as_integer().unwrap() >= floor, "{key}: {spec}");
+    }
+    let engine = &table["engines"]["jax"];
+    let cwd = engine["cwd"].as_str().unwrap();
+    assert!(
+        std::path::Path::new(cwd).join("train.py").is_file(),
+        "{cwd}"
+    );
+    let bugs: Vec<&String> = engine["mutations"].as_table().unwrap().keys().collect();
+    assert_eq!(bugs, ["skip-tp-psum"]);
+    // Pasted into a shell elsewhere, with meshparity on the PATH: the bug is caught again.
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_meshparity"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let command = repro["command"].as_str().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{command} --no-progress --run-dir again"))
+        .current_dir(dir.path())
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let again: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("again/results.json")).unwrap(),
+    )
+    .unwrap();
+    let caught = again["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|j| j["kind"] == "mutation" && j["status"] == "passed");
+    assert!(caught, "{again:#}");
+}

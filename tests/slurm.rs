@@ -46,6 +46,7 @@ fn meshparity(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("meshparity").unwrap();
     c.current_dir(dir)
         .env("NO_COLOR", "1")
+        .env("MESHPARITY_NO_SHRINK", "1")
         .env_remove("MESHPARITY_TEST_FAULT")
         .timeout(Duration::from_secs(300));
     c

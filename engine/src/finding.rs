@@ -130,6 +130,7 @@ mod tests {
             localization: None,
             localization_failed: None,
             repro: None,
+            repro_in: None,
             seconds: 0.5,
         };
         let json = serde_json::to_string(&Finding::Level(outcome)).unwrap();

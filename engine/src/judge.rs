@@ -128,6 +128,7 @@ impl Judge<'_> {
             localization: None,
             localization_failed: None,
             repro: None,
+            repro_in: None,
             seconds: start.elapsed().as_secs_f64(),
         })
     }

@@ -32,16 +32,16 @@ pub struct MutationOutcome {
     /// The smallest configuration that is still caught the same way (`run --shrink`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repro: Option<crate::Repro>,
+    /// The job that shrank this kind of failure, where another did (`run` shrinks the first
+    /// caught job of each mutation unless `--shrink` asks for every one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro_in: Option<String>,
     pub seconds: f64,
 }
 
 impl MutationOutcome {
     pub fn summary(&self) -> String {
-        let repro = self
-            .repro
-            .as_ref()
-            .map(|r| format!("; {}", r.summary()))
-            .unwrap_or_default();
+        let repro = crate::repro::note(self.repro.as_ref(), self.repro_in.as_deref());
         match (&self.localization, &self.localization_failed) {
             (Some(l), _) => format!("{}; {}{repro}", self.verdict(), l.summary()),
             (None, Some(why)) => format!(
@@ -115,6 +115,7 @@ impl MutationOutcome {
             localization_failed: None,
             localized_as_injected: None,
             repro: None,
+            repro_in: None,
             seconds,
         }
     }

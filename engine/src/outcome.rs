@@ -172,6 +172,9 @@ pub struct Outcome {
     /// The smallest configuration that still fails this level (`run --shrink`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repro: Option<crate::Repro>,
+    /// The job that shrank this kind of failure, where another did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repro_in: Option<String>,
     pub seconds: f64,
 }
 
@@ -209,9 +212,7 @@ impl Outcome {
                     (None, Some(why)) => format!("; {}", crate::locate::failed_note(why)),
                     (None, None) => String::new(),
                 };
-                if let Some(r) = &self.repro {
-                    at += &format!("; {}", r.summary());
-                }
+                at += &crate::repro::note(self.repro.as_ref(), self.repro_in.as_deref());
                 // `checkpoint differs`, `losses differ`, `logits and loss differ`.
                 let verb = if c.what.ends_with('s') || c.what.contains(" and ") {
                     "differ"

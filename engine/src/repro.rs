@@ -29,3 +29,12 @@ impl Repro {
         )
     }
 }
+
+/// `; <the repro's summary>`, `; repro: in job NAME` when another job holds it, or nothing.
+pub fn note(repro: Option<&Repro>, elsewhere: Option<&str>) -> String {
+    match (repro, elsewhere) {
+        (Some(r), _) => format!("; {}", r.summary()),
+        (None, Some(job)) => format!("; repro: in job {job}"),
+        (None, None) => String::new(),
+    }
+}

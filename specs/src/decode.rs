@@ -123,6 +123,11 @@ impl<'a, 'i> Table<'a, 'i> {
         }
     }
 
+    /// Whether the table has no keys at all.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
     /// Decode `v` as a table, or report that it is not one.
     pub fn from_value(
         cx: &mut Ctx<'_>,

@@ -139,6 +139,9 @@ pub struct EngineDef {
     /// `trace = "always"`: every run writes its per-site traces (`{{trace_dir}}` set), and a
     /// failure is localized from the run's own traces instead of re-running the program.
     pub trace_always: bool,
+    /// `[engines.NAME.shrink]`: the values `run`'s shrink may lower and their floors (`None`:
+    /// the program's failures are not shrunk).
+    pub shrink: Option<crate::engine_shrink::ShrinkFloors>,
     pub loc: Loc,
 }
 
@@ -195,6 +198,7 @@ impl EngineDef {
             });
         let mutations = mutations(cx, &mut t, &name.value);
         let trace_always = trace_mode(cx, &mut t, &name.value, artifacts.trace.is_some());
+        let shrink = crate::engine_shrink::decode(cx, &mut t, &name.value);
         let loc = t.loc.clone();
         t.finish(cx);
         let def = EngineDef {
@@ -207,6 +211,7 @@ impl EngineDef {
             artifacts,
             mutations,
             trace_always,
+            shrink,
             loc,
         };
         crate::engine_checks::check(cx, &def);

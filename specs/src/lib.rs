@@ -18,6 +18,7 @@ pub mod document;
 pub mod dtype;
 pub mod engine;
 pub mod engine_checks;
+pub mod engine_shrink;
 pub mod executor;
 pub mod expand;
 pub mod family;

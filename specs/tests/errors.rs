@@ -397,6 +397,9 @@ fn command_engine_values_a_job_could_not_use() {
             "log pattern `(unclosed`",
             "tests/broken/engine-values.toml:37:9: engine `always` traces always but names no trace directory",
             "tests/broken/engine-values.toml:43:9: `engines.sometimes.trace` is `sometimes`",
+            "tests/broken/engine-values.toml:48:21: `engines.floors.shrink.layers` must be between 1",
+            "tests/broken/engine-values.toml:48:24: unknown key `hidden_size` in `engines.floors.shrink`",
+            "tests/broken/engine-values.toml:53:10: `engines.nofloors.shrink` names no value",
         ],
     );
 }

@@ -64,12 +64,22 @@ pub struct Args {
     /// the end.
     #[arg(long)]
     keep_artifacts: bool,
-    /// For every caught mutation (built-in engine), search for the smallest configuration
-    /// still caught at the same level — fewer layers, smaller widths, lower degrees, f32 —
-    /// within SECONDS per job (default 20), and write it as `repro/spec.toml` in the job's
-    /// directory with the command that runs it.
+    /// Shrink every caught mutation and failed check, not only the first of each kind: search
+    /// for the smallest configuration still failing the same level at the same site — fewer
+    /// layers, smaller widths, lower degrees, f32 — within SECONDS per job (default 20), and
+    /// write it as `repro/spec.toml` in the job's directory with the command that runs it. By
+    /// default the first caught job of each (model, mutation) and the first failed check of
+    /// each (model, mesh, level) shrink, within 20 s each; the rest name that job.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "20")]
     shrink: Option<f64>,
+    /// Shrink no failure (no `repro/`); `--shrink` wins over it. The environment's
+    /// MESHPARITY_NO_SHRINK=1 says the same for every run (CI jobs that only want verdicts).
+    #[arg(
+        long,
+        env = "MESHPARITY_NO_SHRINK",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    no_shrink: bool,
     /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
     resume: Option<PathBuf>,
@@ -246,7 +256,7 @@ pub fn run(args: &Args) -> u8 {
         grace: Duration::from_secs_f64(args.grace),
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
-        shrink: args.shrink,
+        shrink: shrink_policy(args.shrink, args.no_shrink),
         executor,
         no_skip: args.no_skip,
         lines: exec::progress::LineStyle {
@@ -444,5 +454,22 @@ impl Color {
                     && std::io::IsTerminal::is_terminal(&std::io::stderr())
             }
         }
+    }
+}
+
+/// `--shrink[=S]`: every failure within S seconds; otherwise `--no-shrink`: none; neither: the
+/// first of each kind within the default budget.
+fn shrink_policy(
+    seconds: Option<f64>,
+    none: bool,
+) -> Option<meshparity_runner::shrink::policy::Policy> {
+    use meshparity_runner::shrink::policy::Policy;
+    match (seconds, none) {
+        (Some(seconds), _) => Some(Policy {
+            seconds,
+            every: true,
+        }),
+        (None, true) => None,
+        (None, false) => Some(Policy::default()),
     }
 }

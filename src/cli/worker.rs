@@ -34,9 +34,13 @@ pub struct Args {
     /// result cites.
     #[arg(long)]
     keep_artifacts: bool,
-    /// Seconds to spend shrinking a caught mutation to its smallest repro.
+    /// Seconds to spend shrinking a failure to its smallest repro.
     #[arg(long, value_name = "SECONDS")]
     shrink: Option<f64>,
+    /// With --shrink: shrink only if this job is the first to claim its kind of failure here
+    /// (the runner's default; without it every failure shrinks).
+    #[arg(long, value_name = "DIR", requires = "shrink")]
+    shrink_claims: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     attempt: u32,
     /// Every job on this device (the runner's `--device`).
@@ -87,7 +91,12 @@ pub fn run(args: &Args) -> u8 {
         cache: args.cache.clone(),
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
-        shrink: args.shrink,
+        shrink: args
+            .shrink
+            .map(|seconds| meshparity_runner::shrink::policy::Order {
+                seconds,
+                claims: args.shrink_claims.clone(),
+            }),
         attempt: args.attempt,
         device: args.device,
         threads: args.threads,

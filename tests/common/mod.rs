@@ -5,10 +5,12 @@
 pub mod harness;
 pub mod slurm;
 
-/// The binary from the repository root, colour off (what tests/cli.rs and tests/plan.rs run).
+/// The binary from the repository root, colour off (what tests/cli.rs and tests/plan.rs run),
+/// failures not shrunk: shrinking is tested on its own (tests/shrink.rs), and the rest of the
+/// tests judge verdicts.
 pub fn cli() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("meshparity").unwrap();
-    c.env("NO_COLOR", "1");
+    c.env("NO_COLOR", "1").env("MESHPARITY_NO_SHRINK", "1");
     c
 }
 
@@ -59,6 +61,7 @@ pub fn run_in_repo(args: &[&str], run: &std::path::Path) -> (Option<i32>, serde_
         .unwrap()
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("NO_COLOR", "1")
+        .env("MESHPARITY_NO_SHRINK", "1")
         .arg("run")
         .args(args)
         .args(["--no-progress", "--run-dir"])

@@ -30,8 +30,9 @@ pub struct RunOptions {
     /// `--keep-artifacts`: judged jobs keep every file they wrote (traces, mutated runs), and
     /// the run its shared reference traces; otherwise only what a report cites stays.
     pub keep_artifacts: bool,
-    /// `--shrink`: seconds each caught mutation's job may spend finding its smallest repro.
-    pub shrink: Option<f64>,
+    /// Which failing jobs look for their smallest repro, and for how long (`--no-shrink`:
+    /// `None`).
+    pub shrink: Option<crate::shrink::policy::Policy>,
     /// Where attempts run.
     pub executor: super::executor::ExecutorKind,
     /// `--no-skip`: a check runs after a failed check of its cell (it still waits for it);

@@ -56,8 +56,14 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
         args.push("--keep-artifacts".into());
     }
     if let Some(s) = opts.shrink {
-        args.push("--shrink".into());
-        args.push(s.to_string());
+        args.extend(["--shrink".into(), s.seconds.to_string()]);
+        if !s.every {
+            // The first failing job of each kind shrinks: kinds are claimed in the run's
+            // scratch directory.
+            let claims = opts.run_dir.join(super::run_dir::SCRATCH);
+            let claims = claims.join(crate::shrink::policy::CLAIMS);
+            args.extend(["--shrink-claims".into(), claims.display().to_string()]);
+        }
     }
     if let Some(device) = opts.device {
         args.extend(["--device".into(), device.to_string()]);

@@ -5,9 +5,15 @@
 //! (NVIDIA/Megatron-LM#7452) reported each bug this way: a 2-rank CPU reproduction.
 //!
 //! - `candidates.rs` — one step smaller along each axis of a case;
-//! - `spec.rs` — a case as the spec file that plans exactly its job.
+//! - `spec.rs` — a case as the spec file that plans exactly its job;
+//! - `floors.rs`, `engine.rs` — a command engine's: what it lets shrink, and its table in the
+//!   repro spec;
+//! - `policy.rs` — which failing jobs shrink (by default the first of each kind).
 
 mod candidates;
+mod engine;
+mod floors;
+pub mod policy;
 pub mod spec;
 
 use std::path::{Path, PathBuf};
@@ -89,6 +95,42 @@ pub struct Target<'a> {
     /// Scratch space for the tries; emptied as they are judged.
     pub scratch: &'a Path,
     pub budget: Duration,
+    /// A command engine's definition, and its table as the repro spec writes it (`None`: the
+    /// built-in engine).
+    pub command: Option<Command<'a>>,
+}
+
+/// A command engine to shrink on.
+pub struct Command<'a> {
+    pub def: &'a meshparity_specs::EngineDef,
+    pub table: String,
+}
+
+impl<'a> Target<'a> {
+    /// `[engines.NAME]` for a command engine's repro spec that injects `mutation` (if any).
+    pub fn command_engine(
+        def: &'a meshparity_specs::EngineDef,
+        mutation: Option<&str>,
+    ) -> Result<Command<'a>, String> {
+        if def.shrink.is_none() {
+            return Err(format!(
+                "engine `{}` names no value that may shrink ([engines.{}.shrink])",
+                def.name.value, def.name.value
+            ));
+        }
+        Ok(Command {
+            def,
+            table: engine::table(def, mutation)?,
+        })
+    }
+
+    fn spec_text(&self, case: &Case, mesh: &str) -> String {
+        let tolerance = self.limits.map(|l| (l, case.dtype));
+        let engine = self.command.as_ref().map(|c| c.table.as_str());
+        // A command engine's bug is selected by its table (above), not by the catalog's list.
+        let catalogued = self.mutation.filter(|_| engine.is_none());
+        spec::spec(case, mesh, self.level, catalogued, tolerance, engine)
+    }
 }
 
 impl Target<'_> {
@@ -96,12 +138,19 @@ impl Target<'_> {
     /// run's seconds.
     fn fails(&self, case: &Case, n: usize) -> Option<f64> {
         let mesh = mesh_name(&case.mesh);
-        let tolerance = self.limits.map(|l| (l, case.dtype));
-        let text = spec::spec(case, &mesh, self.level, self.mutation, tolerance);
+        let text = self.spec_text(case, &mesh);
         let path = self.scratch.join("candidate.toml");
         // Judged by the limits its repro spec will have: the built-in table's.
-        let loaded =
-            meshparity_specs::load::load_text(&path, text, &meshparity_specs::load::Disk).ok()?;
+        let loaded = meshparity_specs::load::load_text(&path, text, &meshparity_specs::load::Disk);
+        // The job's own case must load as a spec: if it does not, no repro can be written, and
+        // the job's stderr says why.
+        let loaded = loaded
+            .map_err(|e| {
+                if n == 0 {
+                    eprintln!("no repro: the job's case does not load as a spec: {e}");
+                }
+            })
+            .ok()?;
         let table = if self.limits.is_some() {
             spec::TOLERANCE
         } else {
@@ -111,7 +160,8 @@ impl Target<'_> {
         let limits = limits.clone();
         // The repro must be what is judged: a case the spec text does not carry whole (a key
         // the writer does not know) is no repro.
-        if !describes(&loaded.spec, case, &mesh) {
+        if !describes(&loaded.spec, case, &mesh) || !plans(&loaded.spec, self.level, self.mutation)
+        {
             return None;
         }
         if let Some(m) = self.mutation.and_then(catalog::find) {
@@ -189,6 +239,19 @@ fn describes(spec: &meshparity_specs::Spec, case: &Case, mesh: &str) -> bool {
         && dtype == case.dtype
 }
 
+/// Whether `spec` plans the job a repro must run: the mutation's job (a command engine's bug
+/// whose `needs` the smaller mesh lacks plans none), or the level's check.
+fn plans(spec: &meshparity_specs::Spec, level: Level, mutation: Option<&str>) -> bool {
+    let plan = crate::plan::Plan::build(spec);
+    plan.graph
+        .node_weights()
+        .any(|j| match (&j.kind, mutation) {
+            (crate::plan::JobKind::Mutation { mutation: m, .. }, Some(want)) => m == want,
+            (crate::plan::JobKind::Check { level: l }, None) => *l == level,
+            _ => false,
+        })
+}
+
 /// The search's result: the smallest case, and its counts.
 pub struct Shrunk {
     pub case: Case,
@@ -215,9 +278,15 @@ fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
     let mut run_seconds = t.fails(&case, 0)?;
     let (mut current, mut steps) = (case, 0);
     'search: while start.elapsed() < t.budget {
+        let floors = t.command.as_ref().map(|c| c.def.shrink.as_ref());
         for candidate in candidates::smaller(&current) {
             if start.elapsed() >= t.budget {
                 break 'search;
+            }
+            if let Some(floors) = floors {
+                if !floors::allows(floors, &current, &candidate) {
+                    continue;
+                }
             }
             tried += 1;
             if let Some(s) = t.fails(&candidate, tried) {
@@ -241,15 +310,11 @@ fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
 /// Write `shrunk`'s spec into `dir` (`spec.toml`, and `command`: the line that runs it) and
 /// describe it for the job's report.
 pub fn write(dir: &Path, shrunk: &Shrunk, t: &Target<'_>) -> std::io::Result<Repro> {
-    let (level, mutation) = (t.level, t.mutation);
-    let tolerance = t.limits.map(|l| (l, shrunk.case.dtype));
+    let level = t.level;
     std::fs::create_dir_all(dir)?;
     let mesh = mesh_name(&shrunk.case.mesh);
     let path: PathBuf = dir.join("spec.toml");
-    std::fs::write(
-        &path,
-        spec::spec(&shrunk.case, &mesh, level, mutation, tolerance),
-    )?;
+    std::fs::write(&path, t.spec_text(&shrunk.case, &mesh))?;
     // Absolute, so it runs from anywhere; quoted, so pasted into a shell the path stays a
     // path whatever it holds.
     let absolute = path.canonicalize()?;

@@ -52,6 +52,7 @@ pub fn spec(
     level: Level,
     mutation: Option<&str>,
     tolerance: Option<(&Limits, DType)>,
+    engine: Option<&str>,
 ) -> String {
     let t = &case.training;
     let mut out = String::from(
@@ -77,8 +78,23 @@ pub fn spec(
         let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());
         let _ = writeln!(out, "min_lr = {:e}", s.min_lr);
     }
+    if let Some(table) = engine {
+        let _ = writeln!(out, "\n{table}");
+    }
     let _ = writeln!(out, "\n[models.{MODEL}]");
     fields(&mut out, &case.model, &["engine"]);
+    if let Some(name) = &case.model.engine {
+        let _ = writeln!(out, "engine = {name:?}");
+    }
+    // A command model's own keys, as written: numbers and booleans bare.
+    for (k, v) in &case.model.params {
+        let bare = v.parse::<f64>().is_ok() || v == "true" || v == "false";
+        if bare {
+            let _ = writeln!(out, "{k} = {v}");
+        } else {
+            let _ = writeln!(out, "{k} = {v:?}");
+        }
+    }
     let _ = writeln!(out, "\n[meshes.{mesh}]");
     fields(&mut out, &case.mesh, &[]);
     if let Some((limits, dtype)) = tolerance {

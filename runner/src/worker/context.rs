@@ -26,6 +26,8 @@ pub(super) struct Context<'a> {
     pub adapter: &'a str,
     /// The spec's baseline variant, if it has variants.
     pub baseline: Option<String>,
+    /// The spec, where the job needed it loaded (a command engine's, a variant's).
+    pub spec: Option<&'a meshparity_specs::Spec>,
 }
 
 impl Context<'_> {
@@ -178,7 +180,7 @@ impl Context<'_> {
                     o.localization_failed = Some(e.to_string());
                 }
             }
-            if let Some(budget) = self.args.shrink {
+            if let Some(order) = &self.args.shrink {
                 let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
                 let site = site.map(|s| s.site.clone());
                 let what = super::repro::Failure {
@@ -187,8 +189,15 @@ impl Context<'_> {
                     limits: Some(&limits),
                     site: site.as_deref(),
                 };
-                o.repro =
-                    super::repro::shrink(self.engine, self.job, &self.args.out, &what, budget);
+                let shrunk = super::repro::shrink(
+                    self.engine,
+                    self.spec,
+                    self.job,
+                    &self.args.out,
+                    &what,
+                    order,
+                );
+                (o.repro, o.repro_in) = shrunk.into_parts();
             }
         }
         Ok(WorkerResult::verdict(
@@ -242,7 +251,7 @@ impl Context<'_> {
         if let Some(l) = found {
             o.localized(l);
         }
-        if let (Some(budget), Some(&level)) = (self.args.shrink, o.caught_by.first()) {
+        if let (Some(order), Some(&level)) = (&self.args.shrink, o.caught_by.first()) {
             let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
             let site = site.map(|s| s.site.clone());
             let what = super::repro::Failure {
@@ -251,7 +260,15 @@ impl Context<'_> {
                 limits: None,
                 site: site.as_deref(),
             };
-            o.repro = super::repro::shrink(self.engine, self.job, &self.args.out, &what, budget);
+            let shrunk = super::repro::shrink(
+                self.engine,
+                self.spec,
+                self.job,
+                &self.args.out,
+                &what,
+                order,
+            );
+            (o.repro, o.repro_in) = shrunk.into_parts();
         }
         Ok(WorkerResult::verdict(
             o.caught,

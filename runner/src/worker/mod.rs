@@ -59,8 +59,8 @@ pub struct WorkerArgs {
     /// Keep every file a judged job wrote; otherwise only those its result cites stay
     /// ([`prune`]).
     pub keep_artifacts: bool,
-    /// Seconds a caught mutation may spend shrinking to its smallest repro (`None`: no shrink).
-    pub shrink: Option<f64>,
+    /// How a failing job shrinks to its smallest repro (`None`: it does not).
+    pub shrink: Option<crate::shrink::policy::Order>,
     /// 1 for the first try; retries count up.
     pub attempt: u32,
     /// `--device`, as the runner was given it: the plan is rebuilt the same way.
@@ -224,6 +224,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         baseline: spec
             .and_then(|s| s.baseline())
             .map(|v| v.name.value.clone()),
+        spec,
     };
     let mut result = match &job.kind {
         JobKind::Reference | JobKind::Train { .. } => ctx.artifacts()?,

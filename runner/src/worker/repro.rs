@@ -7,7 +7,9 @@ use meshparity_engine::{Engine, Repro};
 use meshparity_specs::Level;
 
 use crate::plan::Job;
-use crate::shrink::{self, Case, Target};
+use crate::shrink::policy::{self, Kind, Order};
+use crate::shrink::{self, Case, Command, Target};
+use meshparity_specs::Spec;
 
 /// How the job failed: what a smaller case must still do.
 pub(super) struct Failure<'a> {
@@ -19,19 +21,91 @@ pub(super) struct Failure<'a> {
     pub site: Option<&'a str>,
 }
 
-/// The smallest case of `job` still failing as `what` says (built-in engine only), written
-/// into `out/repro/`; `None` where none was found or it could not be written (said on stderr:
-/// the verdict stands without it).
+/// What shrinking `job`'s failure gave: its repro, or the job that claimed this kind of
+/// failure first and shrinks it instead.
+pub(super) enum Shrunk {
+    Here(Option<Repro>),
+    In(String),
+}
+
+impl Shrunk {
+    /// The outcome's `repro` and `repro_in`.
+    pub(super) fn into_parts(self) -> (Option<Repro>, Option<String>) {
+        match self {
+            Shrunk::Here(r) => (r, None),
+            Shrunk::In(job) => (None, Some(job)),
+        }
+    }
+}
+
+/// What `job` is shrunk on: the built-in engine (`Ok(None)`), a command engine that names
+/// what may shrink, or why it cannot be.
+fn command<'s>(
+    spec: Option<&'s Spec>,
+    job: &Job,
+    mutation: Option<&str>,
+) -> Result<Option<Command<'s>>, String> {
+    let Some(name) = &job.model_config.engine else {
+        return Ok(None);
+    };
+    let spec = spec.ok_or("the spec was not loaded")?;
+    let def = spec
+        .engines
+        .get(name)
+        .ok_or_else(|| format!("the spec defines no engine `{name}`"))?;
+    let model = job.models.first().and_then(|m| spec.models.get(m));
+    if model.is_some_and(|m| m.reference.is_some()) {
+        return Err("its reference runs on another engine".into());
+    }
+    Target::command_engine(def, mutation).map(Some)
+}
+
+/// Shrink `job`'s failure if `order` lets it: the first job to claim its kind does. A command
+/// engine's job shrinks only where its engine names what may shrink.
 pub(super) fn shrink(
     engine: &dyn Engine,
+    spec: Option<&Spec>,
+    job: &Job,
+    out: &Path,
+    what: &Failure<'_>,
+    order: &Order,
+) -> Shrunk {
+    let command = match command(spec, job, what.mutation) {
+        Ok(c) => c,
+        Err(why) => {
+            if job.model_config.engine.is_some() && spec.is_some() {
+                eprintln!("no repro: {why}");
+            }
+            return Shrunk::Here(None);
+        }
+    };
+    let model = job.models.first().map(String::as_str).unwrap_or_default();
+    let level = what.level.to_string();
+    let kind = match what.mutation {
+        Some(mutation) => Kind::Mutation { model, mutation },
+        None => Kind::Check {
+            model,
+            mesh: job.mesh.as_deref().unwrap_or("world1"),
+            level: &level,
+        },
+    };
+    match policy::claim(order.claims.as_deref(), &kind, &job.name) {
+        Ok(()) => Shrunk::Here(search(engine, command, job, out, what, order.seconds)),
+        Err(by) => Shrunk::In(by),
+    }
+}
+
+/// The smallest case of `job` still failing as `what` says, written into `out/repro/`;
+/// `None` where none was found or it could not be written (said on stderr: the verdict stands
+/// without it).
+fn search(
+    engine: &dyn Engine,
+    command: Option<Command<'_>>,
     job: &Job,
     out: &Path,
     what: &Failure<'_>,
     budget: f64,
 ) -> Option<Repro> {
-    if job.model_config.engine.is_some() {
-        return None;
-    }
     let case = Case {
         model: job.model_config.clone(),
         mesh: job.mesh_config?,
@@ -47,6 +121,7 @@ pub(super) fn shrink(
         site: what.site,
         scratch: &scratch,
         budget: std::time::Duration::from_secs_f64(budget.max(0.0)),
+        command,
     };
     let shrunk = shrink::shrink(&target, case);
     let _ = std::fs::remove_dir_all(&scratch);

@@ -32,6 +32,49 @@ pub(super) struct Engine {
     /// `{{trace_dir}}` set; "always": every run traces (needs `artifacts.trace`), and a failure
     /// is localized from the run's own traces.
     pub(super) trace: Option<TraceMode>,
+    /// The values `run`'s shrink may lower to find a failure's smallest repro, each with its
+    /// floor (nothing shrinks without this table).
+    pub(super) shrink: Option<EngineShrink>,
+}
+
+/// `[engines.NAME.shrink]`: value = the lowest it may go.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub(super) struct EngineShrink {
+    #[schemars(range(min = 1))]
+    pub(super) layers: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) hidden: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) heads: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) kv_heads: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) ffn: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) vocab: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) seq_len: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) experts: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) batch: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) steps: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) dp: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) tp: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) pp: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) cp: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) ep: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) etp: Option<u32>,
+    #[schemars(range(min = 1))]
+    pub(super) microbatches: Option<u32>,
 }
 
 #[derive(JsonSchema)]
