@@ -97,6 +97,25 @@ impl Optimizer {
         }
     }
 
+    /// The AdamW moments of parameter `name` (first, second), once it has been updated.
+    pub fn moments(&self, name: &str) -> Option<&(Tensor<2>, Tensor<2>)> {
+        self.moments.get(name)
+    }
+
+    /// The parameters with moments.
+    pub fn moment_names(&self) -> impl Iterator<Item = &str> {
+        self.moments.keys().map(String::as_str)
+    }
+
+    /// Move the moments of `name` the fraction `t` toward `other` (1: `other` taken as its
+    /// own): the state of another shard associated with this one, a catalogued bug.
+    pub fn blend_moments(&mut self, name: &str, other: &(Tensor<2>, Tensor<2>), t: f64) {
+        if let Some((m, v)) = self.moments.get_mut(name) {
+            *m = m.clone() * (1.0 - t) + other.0.clone() * t;
+            *v = v.clone() * (1.0 - t) + other.1.clone() * t;
+        }
+    }
+
     /// The learning rate the next update uses.
     pub fn next_lr(&self) -> f64 {
         self.training.lr_at(self.schedule_step)

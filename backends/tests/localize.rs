@@ -23,6 +23,11 @@ const MESHES: &[&str] = &[
     "dp2-tp2-pp2-mb2",
     "cp2",
     "dp2-tp2-sp-cp2",
+    // Sharded data parallelism (ZeRO-1/2/3): its own bugs — reduce-scatter offsets, the
+    // accumulators, the unshard, another shard's optimizer state — and the catalog's.
+    "dp2-z1",
+    "dp2-tp2-z2-mb2",
+    "dp4-z3",
 ];
 const LEN: Length = Length {
     steps: 2,
@@ -158,6 +163,24 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("clip-norm-local-shards", &["partial-norm"]),
     ("clip-norm-tp-duplicates", &["scaled"]),
     ("clip-norm-missing-ep", &["partial-norm"]),
+    // One TP rank's partial sum corrupted: that rank's rows where replicas tell them apart,
+    // otherwise the computation before the reduction (a partial has no reference of its own).
+    (
+        "activation-shard-corrupted",
+        &["one-block", "one-copy", "one-shard", "computation"],
+    ),
+    // One rank's shard updated from another shard's state.
+    ("zero-foreign-optimizer-state", &["one-shard", "one-block"]),
+    // Each rank reads its neighbour's reduce-scattered shard: the gradient's rows moved.
+    ("zero-grad-shard-misaligned", &["permuted", "shifted"]),
+    // Only the last microbatch's share reaches the optimizer (ZeRO-2), or is reduced (ZeRO-1).
+    ("zero2-last-microbatch-only", &["part-scaled"]),
+    (
+        "zero1-last-microbatch-unreduced",
+        &["part-scaled", "partial"],
+    ),
+    // The unshard is a no-op: the parameters of the step before the last update.
+    ("fsdp-stale-unshard", &["other-step"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

@@ -391,7 +391,9 @@ fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, l
 }
 
 fn phase(path: &str) -> &'static str {
-    if path.contains(".bwd.") {
+    if path.starts_with("adam.") {
+        "optimizer"
+    } else if path.contains(".bwd.") {
         "backward"
     } else if path.starts_with("grad.")
         || path.starts_with("grad_norm")
@@ -419,6 +421,8 @@ fn what(path: &str) -> &'static str {
         "learning rate of the step's update, as each rank's optimizer holds it"
     } else if path.starts_with("param.") {
         "parameter as the step computes with it (unsharded, on a sharded mesh)"
+    } else if path.starts_with("adam.") {
+        "AdamW first moment after the step's update (merged over its shards)"
     } else if path.starts_with("loss.tokens") {
         "loss normalizer: the global token count"
     } else if path.starts_with("grad.") && ends(".accumulated") {

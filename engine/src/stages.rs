@@ -151,9 +151,12 @@ fn first_stage(
     steps: impl Fn(Level) -> usize,
 ) -> usize {
     use meshparity_specs::catalog::{self, Phase};
-    let after_backward = mutation
-        .and_then(catalog::find)
-        .is_some_and(|m| matches!(m.phase, Phase::Backward | Phase::Gradients));
+    let after_backward = mutation.and_then(catalog::find).is_some_and(|m| {
+        matches!(
+            m.phase,
+            Phase::Backward | Phase::Gradients | Phase::Optimizer
+        )
+    });
     if !after_backward {
         return 0;
     }

@@ -59,6 +59,8 @@ pub enum Needs {
     TiedEmbeddings,
     /// A learning rate that changes over the run (`warmup_steps` or `lr_decay`).
     LrSchedule,
+    /// The AdamW optimizer (state to corrupt: its moments).
+    Adamw,
 }
 
 impl Needs {
@@ -93,7 +95,7 @@ impl Needs {
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,
             // A property of the model: see `Mutation::applies_to`.
-            Needs::TiedEmbeddings | Needs::LrSchedule => true,
+            Needs::TiedEmbeddings | Needs::LrSchedule | Needs::Adamw => true,
         }
     }
 
@@ -174,6 +176,7 @@ impl Needs {
             Needs::Zero3 => "zero = 3 (FSDP)",
             Needs::TiedEmbeddings => "tied embeddings",
             Needs::LrSchedule => "a learning-rate schedule (warmup or decay)",
+            Needs::Adamw => "the AdamW optimizer",
         }
     }
 }

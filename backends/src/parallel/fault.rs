@@ -95,6 +95,10 @@ pub const WRONG_EPS: f64 = 1e-2;
 /// the quickstart model at init: 1.01 moves the logits by 6e-3 (f32 catches it, bf16 cannot:
 /// its gate is 7e-2), 1.1 by 1.2e-2 (bf16 still cannot), 2 by 0.40. See docs/mutations.md.
 pub const RESIDUAL_SCALE: f64 = 2.0;
+/// The relative size of `activation-shard-corrupted`'s noise: a corruption as large as the
+/// values it hits, as the silent-data-corruption reports describe (a few bits flipped high in
+/// the exponent or mantissa move a value by its own size).
+pub const ACTIVATION_NOISE: f64 = 1.0;
 
 impl Fault {
     /// Every catalogued fault, in catalog order.
@@ -104,11 +108,14 @@ impl Fault {
 
     /// The faults whose size can be chosen (`NAME@ε`): one rank's gradients ×(1+ε), one
     /// replica's accumulated gradients ×(1−ε), the first layer's attention residual branch
-    /// ×(1+ε) on every rank.
+    /// ×(1+ε) on every rank, noise of relative size ε on one TP rank's share of an activation,
+    /// one rank's optimizer moments moved the fraction ε toward another shard's.
     pub const SCALABLE: &[Id] = &[
         Id::ScaleOneRankGrad,
         Id::WrongAccumulationCount,
         Id::ResidualScaleAllRanks,
+        Id::ActivationShardCorrupted,
+        Id::ForeignOptimizerState,
     ];
 
     pub fn name(self) -> &'static str {
@@ -223,6 +230,19 @@ impl Fault {
             Id::NormWrongPowerOneRank if layer == 0 => Some(NormFault::Power),
             _ => None,
         }
+    }
+
+    /// The relative size of the noise on the odd rank's partial output of `layer`'s MLP (the
+    /// catalogued size: as large as the values themselves).
+    pub fn activation_noise(self, layer: u32) -> Option<f64> {
+        (self.0 == Id::ActivationShardCorrupted && layer == 0)
+            .then(|| self.1.map_or(ACTIVATION_NOISE, Epsilon::get))
+    }
+
+    /// How far one rank's optimizer moments move toward its shard-group neighbour's before
+    /// each update (the catalogued size: all the way, the neighbour's state used as its own).
+    pub fn foreign_optimizer_state(self) -> Option<f64> {
+        (self.0 == Id::ForeignOptimizerState).then(|| self.1.map_or(1.0, |e| e.get().min(1.0)))
     }
 
     /// The wrong residual-branch factor of `layer`'s attention, on every rank.
@@ -387,6 +407,8 @@ mod tests {
                 || f.fsdp_stale_unshard("layers.0.attn.q.weight")
                 || f.tied_shards_mismatched()
                 || f.schedule_extra_steps(2) > 0
+                || f.activation_noise(0).is_some()
+                || f.foreign_optimizer_state().is_some()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));
@@ -400,6 +422,11 @@ mod tests {
         assert_eq!(f.grad_scale(1, 2), Some(1.001));
         let f = Fault::from_name("dp-wrong-accumulation-count@0.25").unwrap();
         assert_eq!(f.replica_scale(1, 2, 4), Some(0.75));
+        let f = Fault::from_name("activation-shard-corrupted@1e-2").unwrap();
+        assert_eq!(f.activation_noise(0), Some(0.01));
+        assert_eq!(f.activation_noise(1), None);
+        let f = Fault::from_name("zero-foreign-optimizer-state@0.5").unwrap();
+        assert_eq!(f.foreign_optimizer_state(), Some(0.5));
         assert!(Fault::from_name("tp-skip-forward-all-reduce@0.1").is_none());
         assert!(Fault::from_name("scale-one-rank-grad@0").is_none());
         assert!(Fault::from_name("scale-one-rank-grad@x").is_none());

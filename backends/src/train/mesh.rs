@@ -148,6 +148,13 @@ pub fn mesh(
                 update_bias(p, layer, counts);
             }
         }
+        if let Some(moments) = ranks.moments().filter(|_| traced_step) {
+            // The optimizer's state after the update: where a wrong state shows, a step
+            // before the parameters it moves would (and measurably in bf16, where one
+            // update moves a parameter by less than its round-off).
+            exec.trace_moments(&mut comm, &moments);
+            traced.extend(trace::merge(step, comm.take_records()));
+        }
         if step + 1 == len.weights_after {
             weights = Some(ranks.weights());
         }

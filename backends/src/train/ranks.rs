@@ -84,6 +84,13 @@ impl<'a> Ranks<'a> {
             .owned
             .take()
             .unwrap_or_else(|| shards_of(z, &self.params));
+        if let Some(t) = comm.fault().and_then(|f| f.foreign_optimizer_state()) {
+            comm.event(
+                "optimizer.state",
+                "one rank's moments taken from its neighbour's shard",
+            );
+            foreign_state(z, &mut self.opts, t);
+        }
         for ((s, g), opt) in shards.iter_mut().zip(grads).zip(&mut self.opts) {
             opt.step(s, g);
         }
@@ -93,6 +100,27 @@ impl<'a> Ranks<'a> {
             self.params = z.gather(Some(comm), &shards, &self.dims);
             &mut self.params
         }
+    }
+
+    /// Each rank's AdamW first moments, whole (gathered from the shards under ZeRO); `None`
+    /// before the first update and for SGD, which keeps none.
+    pub fn moments(&self) -> Option<zero::Ranks> {
+        let held: zero::Ranks = self
+            .opts
+            .iter()
+            .map(|o| {
+                o.moment_names()
+                    .filter_map(|n| Some((n.to_owned(), o.moments(n)?.0.clone())))
+                    .collect()
+            })
+            .collect();
+        if held.iter().all(IndexMap::is_empty) {
+            return None;
+        }
+        Some(match self.sharded {
+            Some(z) => z.gather(None, &held, &self.dims),
+            None => held,
+        })
     }
 
     /// The weights now, as each rank's optimizer holds them (its master copy), merged from
@@ -129,4 +157,24 @@ fn shards_of(z: Sharded<'_>, params: &zero::Ranks) -> zero::Ranks {
         .enumerate()
         .map(|(r, p)| z.shard(r, p))
         .collect()
+}
+
+/// The catalogued `zero-foreign-optimizer-state`: the last rank's moments of each parameter
+/// move the fraction `t` toward those of the previous rank of its shard group, whose shard of
+/// the same parameter has the same width (flat shards are padded equal). Parameters a group
+/// of one rank holds alone are left: there is no other shard to confuse.
+fn foreign_state(z: Sharded, opts: &mut [Optimizer], t: f64) {
+    let victim = opts.len() - 1;
+    let names: Vec<String> = opts[victim].moment_names().map(str::to_owned).collect();
+    for name in names {
+        let g = z.group(victim, &name);
+        let k = g.ranks.len();
+        if k < 2 {
+            continue;
+        }
+        let donor = g.ranks[(g.index + k - 1) % k];
+        if let Some(state) = opts[donor].moments(&name).cloned() {
+            opts[victim].blend_moments(&name, &state, t);
+        }
+    }
 }

@@ -53,7 +53,10 @@ pub(super) fn copy_axes(site: &str, n: usize, axes: &Axes) -> Vec<(String, usize
     };
     let tried: &[&[&'static str]] = if site.starts_with("layers.") || site.starts_with("pp.") {
         &[&["tp"]]
-    } else if site.starts_with("grad.") || site.starts_with("param.") || site.starts_with("loss.") {
+    } else if ["grad.", "param.", "adam.", "loss."]
+        .iter()
+        .any(|p| site.starts_with(p))
+    {
         &[&["dp", "cp", "tp"], &["dp", "cp"], &["tp"]]
     } else {
         &[]
@@ -207,8 +210,9 @@ pub(super) fn named(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Str
 /// data-parallel axes for gradients and the loss.
 fn factor(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Option<(String, String)> {
     let mut candidates: Vec<(f64, String, String)> = Vec::new();
-    let gradient =
-        site.starts_with("grad") || site.starts_with("loss") || site.starts_with("param");
+    let gradient = ["grad", "loss", "param", "adam"]
+        .iter()
+        .any(|p| site.starts_with(p));
     let mut degrees = axes.degrees.clone();
     degrees.sort_by_key(|(a, _)| usize::from(gradient != matches!(*a, "dp" | "cp")));
     for &(a, n) in &degrees {

@@ -1,6 +1,7 @@
 //! Detection power (`meshparity calibrate --power`): how small a bug the spec's gates can see.
 //! Each perturbation class is a catalogued fault whose factor the built-in engine can set
-//! (`NAME@ε`: one rank's gradients ×(1+ε), and so on); the sweep runs it at every size of a
+//! (`NAME@ε`: one rank's gradients ×(1+ε), noise of relative size ε on one shard of an
+//! activation, one optimizer-state shard moved toward another's, …); the sweep runs it at every size of a
 //! 1-2-5 ladder on every seed, judges every level, and reports per (mesh, level) the smallest ε
 //! such that it and every larger one were caught on every seed — "this spec detects a 0.5 %
 //! single-rank gradient scaling on tp2". No published parity test states its power
@@ -39,6 +40,16 @@ pub const PERTURBATIONS: &[Perturbation] = &[
         class: "residual-scale",
         fault: "residual-scale-all-ranks",
         what: "the first layer's attention residual branch ×(1+ε) on every rank",
+    },
+    Perturbation {
+        class: "activation-shard-noise",
+        fault: "activation-shard-corrupted",
+        what: "noise of relative size ε on one TP rank's partial output of the first MLP",
+    },
+    Perturbation {
+        class: "optimizer-state-shard",
+        fault: "zero-foreign-optimizer-state",
+        what: "one rank's AdamW moments moved the fraction ε toward its neighbour shard's",
     },
 ];
 

@@ -133,7 +133,11 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
             }
         }
         JobKind::Mutation { mutation, .. } => {
-            if !mesh.mutations.contains(mutation) {
+            // The plan paired the bug with the spec's training; a configuration may change
+            // what it needs (no AdamW moments to corrupt under SGD).
+            let applies = meshparity_specs::catalog::find(mutation)
+                .is_none_or(|m| m.applies_to(&unit.model_config, config, &unit.training));
+            if applies && !mesh.mutations.contains(mutation) {
                 mesh.mutations.push(mutation.clone());
             }
         }

@@ -4,7 +4,7 @@ use super::{
     m,
     Id::*,
     Mutation,
-    Phase::{Backward, Checkpoint, Forward, Gradients},
+    Phase::{Backward, Checkpoint, Forward, Gradients, Optimizer},
 };
 use crate::mutation::Needs::*;
 
@@ -179,4 +179,12 @@ pub const CATALOG: &[Mutation] = &[
         "the learning-rate scheduler is stepped once per microbatch instead of once per optimizer step: under gradient accumulation the warmup and decay run microbatches times too fast",
         &[Microbatches, LrSchedule], Gradients, "lr",
         &["huggingface/accelerate#963: the scheduler stepped once per process and accumulation step", "Lightning-AI/pytorch-lightning#1476: LR scheduler stepped per batch under accumulate_grad_batches"]),
+    m(ActivationShardCorrupted, "activation-shard-corrupted",
+        "one TP rank's partial output of the first layer's MLP carries noise as large as itself (a device that silently miscomputes): the row-parallel all-reduce spreads it to every rank",
+        &[Tp, DenseMlp], Forward, "layers.0.mlp.down.fwd.in",
+        &["Dixit et al., Silent Data Corruptions at Scale (arXiv 2102.11245): defective CPUs and GPUs return wrong results without an error", "Hochschild et al., Cores that don't count (HotOS 2021): mercurial cores corrupt computations silently"]),
+    m(ForeignOptimizerState, "zero-foreign-optimizer-state",
+        "under a sharded optimizer one rank updates its parameter shard with the AdamW moments of its neighbour's shard (state associated with the wrong shard)",
+        &[Sharded, Adamw], Optimizer, "adam.*",
+        &["NVIDIA/Megatron-LM PR#5835: the distributed optimizer fetches the wrong parameter's shard state and silently associates wrong optimizer state", "NVIDIA/Megatron-LM PR#5077: re-sharded DistributedOptimizer state read from the wrong offsets", "facebookresearch/fairscale PR#1202: incorrect param-group mapping silently corrupts sharded optimizer state"]),
 ];

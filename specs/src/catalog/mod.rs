@@ -54,6 +54,8 @@ pub enum Id {
     TiedEmbeddingGradUnsynced,
     TiedEmbeddingShardsMismatched,
     LrSchedulerPerMicrobatch,
+    ActivationShardCorrupted,
+    ForeignOptimizerState,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -66,6 +68,8 @@ pub enum Phase {
     Gradients,
     /// Checkpoint save and load (the roundtrip level).
     Checkpoint,
+    /// The optimizer's update from the finished gradients, and the state it keeps.
+    Optimizer,
 }
 
 impl Phase {
@@ -75,6 +79,7 @@ impl Phase {
             Phase::Backward => "backward",
             Phase::Gradients => "gradients",
             Phase::Checkpoint => "checkpoint",
+            Phase::Optimizer => "optimizer",
         }
     }
 }
@@ -150,6 +155,7 @@ impl Mutation {
             Needs::ExpertBias => experts && model.moe.expert_bias(),
             Needs::TiedEmbeddings => model.tied(),
             Needs::LrSchedule => training.schedule.is_some(),
+            Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
             n => n.holds(mesh),
         })
     }

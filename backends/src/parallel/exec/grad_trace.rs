@@ -33,6 +33,13 @@ impl MeshExec<'_> {
         self.trace_rules(comm, params, true, &|name| format!("param.{name}"));
     }
 
+    /// Trace every parameter's AdamW first moment after the step's update (each replica's
+    /// copy, merged over its blocks and shards), at `adam.{name}.m`: where a wrong optimizer
+    /// state shows first.
+    pub fn trace_moments(&self, comm: &mut Comm, moments: &[IndexMap<String, Tensor<2>>]) {
+        self.trace_rules(comm, moments, true, &|name| format!("adam.{name}.m"));
+    }
+
     /// Trace per-rank tensors of every parameter (not buffers) at `site(name)`: summed over
     /// replicas or (`copies`) each replica's.
     fn trace_rules(

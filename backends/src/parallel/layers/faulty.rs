@@ -3,7 +3,7 @@
 //! the forward value bit-identical).
 
 use burn::tensor::activation::silu;
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData};
 
 use crate::llama::layers::{linear, rope_at, NORM_EPS};
 use crate::parallel::fault::{NormFault, WRONG_EPS};
@@ -55,4 +55,20 @@ pub fn unweighted_merge(blocks: Vec<(Tensor<4>, Tensor<4>)>) -> Tensor<4> {
         .map(|(o, _)| o)
         .reduce(|a, b| a + b)
         .expect("a ring has steps")
+}
+
+/// `x` plus fixed noise whose L2 norm is `eps` times `x`'s (a value corrupted by a device that
+/// miscomputes silently). The noise is a pure function of `stream` and the shape, the same on
+/// every step, and a constant to autodiff: gradients flow through `x` unchanged.
+pub fn corrupted(x: Tensor<3>, eps: f64, stream: &str) -> Tensor<3> {
+    let dims = x.dims();
+    let noise = crate::rng::uniform(0, stream, dims.iter().product(), 1.0);
+    let norm = noise.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let unit: Vec<f64> = noise
+        .iter()
+        .map(|v| v / norm.max(f64::MIN_POSITIVE))
+        .collect();
+    let unit = Tensor::<3>::from_data(TensorData::new(unit, dims), (&x.device(), x.dtype()));
+    let size = x.clone().detach().powi_scalar(2).sum().sqrt() * eps;
+    x + unit * size.reshape([1, 1, 1])
 }

@@ -240,18 +240,26 @@ impl StageCtx<'_> {
     ) -> Vec<Val> {
         let name = |s: &str| format!("layers.{l}.{prefix}.{s}");
         let hn = tape.collective(comm, self.enter(), &name("in"), self.ranks(), hn);
+        // The dense MLP's partial output on the odd rank, where a corruption is injected.
+        let noise = f.activation_noise.filter(|_| prefix == "mlp");
         let part = tape.per_rank(self.ranks(), &[&hn], |i, v| {
             let mlp = if f.swiglu_wrong_operand {
                 faulty::swiglu_wrong_operand
             } else {
                 swiglu
             };
-            mlp(
+            let out = mlp(
                 v[0].clone(),
                 self.w(i, &name("gate.weight")),
                 self.w(i, &name("up.weight")),
                 self.w(i, &name("down.weight")),
-            )
+            );
+            match noise {
+                Some(eps) if self.group.ranks[i] == self.topo.odd_rank() => {
+                    faulty::corrupted(out, eps, &name("down"))
+                }
+                _ => out,
+            }
         });
         tape.collective(comm, self.leave(), &name("down"), self.ranks(), &part)
     }
@@ -269,6 +277,10 @@ impl StageCtx<'_> {
             swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
             rope_swapped: fault.rope_swapped(l),
             unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
+            // One TP rank's share: a no-op without tensor parallelism.
+            activation_noise: fault
+                .activation_noise(l)
+                .filter(|_| self.topo.tp() > 1 && self.group.ranks.contains(&self.topo.odd_rank())),
         };
         let site = |s: &str| format!("layers.{l}.{s}");
         if f.norm.is_some() {
@@ -279,6 +291,12 @@ impl StageCtx<'_> {
         }
         if f.swiglu_wrong_operand {
             comm.event(&site("mlp.swiglu.bwd"), "wrong operand");
+        }
+        if f.activation_noise.is_some() {
+            comm.event(
+                &site("mlp.down"),
+                "one TP rank's partial output corrupted by noise",
+            );
         }
         if f.rope_swapped {
             comm.event(&site("attn.rope.bwd"), "outputs swapped");
