@@ -109,13 +109,15 @@ impl Fault {
     /// The faults whose size can be chosen (`NAME@ε`): one rank's gradients ×(1+ε), one
     /// replica's accumulated gradients ×(1−ε), the first layer's attention residual branch
     /// ×(1+ε) on every rank, noise of relative size ε on one TP rank's share of an activation,
-    /// one rank's optimizer moments moved the fraction ε toward another shard's.
+    /// one rank's optimizer moments moved the fraction ε toward another shard's, the last
+    /// microbatch's gradients lost by the fraction ε.
     pub const SCALABLE: &[Id] = &[
         Id::ScaleOneRankGrad,
         Id::WrongAccumulationCount,
         Id::ResidualScaleAllRanks,
         Id::ActivationShardCorrupted,
         Id::ForeignOptimizerState,
+        Id::ReduceBeforeLastMicrobatch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -204,7 +206,14 @@ impl Fault {
     /// Whether the gradients of microbatch `mb` of `count` are lost because the gradients were
     /// finalized (reduced and handed to the optimizer) before it accumulated.
     pub fn drops_microbatch(self, mb: usize, count: usize) -> bool {
-        self.0 == Id::ReduceBeforeLastMicrobatch && count > 1 && mb + 1 == count
+        self.microbatch_scale(mb, count) == Some(0.0)
+    }
+
+    /// What reaches the accumulator of microbatch `mb`'s gradients, as a factor: 0 when they
+    /// are lost whole (the catalogued bug), 1 − ε at a chosen size.
+    pub fn microbatch_scale(self, mb: usize, count: usize) -> Option<f64> {
+        (self.0 == Id::ReduceBeforeLastMicrobatch && count > 1 && mb + 1 == count)
+            .then(|| self.1.map_or(0.0, |e| (1.0 - e.get()).max(0.0)))
     }
 
     /// The wrong factor applied to a rank's gradients, if this fault scales that rank.
@@ -427,6 +436,11 @@ mod tests {
         assert_eq!(f.activation_noise(1), None);
         let f = Fault::from_name("zero-foreign-optimizer-state@0.5").unwrap();
         assert_eq!(f.foreign_optimizer_state(), Some(0.5));
+        let f = Fault::from_name("grad-reduce-before-last-microbatch@0.25").unwrap();
+        assert_eq!(f.microbatch_scale(1, 2), Some(0.75));
+        assert!(!f.drops_microbatch(1, 2));
+        let f = Fault::from_name("grad-reduce-before-last-microbatch").unwrap();
+        assert!(f.drops_microbatch(1, 2) && !f.drops_microbatch(0, 2));
         assert!(Fault::from_name("tp-skip-forward-all-reduce@0.1").is_none());
         assert!(Fault::from_name("scale-one-rank-grad@0").is_none());
         assert!(Fault::from_name("scale-one-rank-grad@x").is_none());

@@ -37,6 +37,11 @@ pub const PERTURBATIONS: &[Perturbation] = &[
         what: "the last data-parallel replica's accumulated gradients ×(1−ε)",
     },
     Perturbation {
+        class: "microbatch-short",
+        fault: "grad-reduce-before-last-microbatch",
+        what: "the last microbatch's gradients reach the accumulator ×(1−ε): a fraction ε lost",
+    },
+    Perturbation {
         class: "residual-scale",
         fault: "residual-scale-all-ranks",
         what: "the first layer's attention residual branch ×(1+ε) on every rank",
