@@ -52,11 +52,13 @@ fn spec(matrix: &str) -> String {
     )
 }
 
-const SHARDING_BUGS: [&str; 4] = [
+const SHARDING_BUGS: [&str; 6] = [
     "zero-grad-shard-misaligned",
     "zero2-last-microbatch-only",
     "zero1-last-microbatch-unreduced",
     "fsdp-stale-unshard",
+    "zero-foreign-optimizer-state",
+    "zero-decay-exemptions-lost",
 ];
 
 #[test]
@@ -69,7 +71,7 @@ dtypes = ["f32", "f64"]
 levels = ["roundtrip", "forward", "oracle", "curve"]
 
 [mutations]
-select = ["zero-grad-shard-misaligned", "zero2-last-microbatch-only", "zero1-last-microbatch-unreduced", "fsdp-stale-unshard", "dp-skip-grad-all-reduce", "clip-norm-local-shards"]
+select = ["zero-grad-shard-misaligned", "zero2-last-microbatch-only", "zero1-last-microbatch-unreduced", "fsdp-stale-unshard", "zero-foreign-optimizer-state", "zero-decay-exemptions-lost", "dp-skip-grad-all-reduce", "clip-norm-local-shards"]
 "#,
     ));
     let r = run_passing(fx.path());

@@ -33,6 +33,9 @@ pub struct Optimizer {
     moments: IndexMap<String, (Tensor<2>, Tensor<2>)>,
     /// f32 master weights of half-precision parameters.
     master: IndexMap<String, Tensor<2>>,
+    /// Every parameter decayed, the exempt ones too (a catalogued bug of sharded optimizers,
+    /// which classify flat shards by shape).
+    exemptions_lost: bool,
 }
 
 /// The f32 master dtype of a half-precision parameter, if it needs one.
@@ -53,7 +56,14 @@ impl Optimizer {
             schedule_step: 0,
             moments: IndexMap::new(),
             master: IndexMap::new(),
+            exemptions_lost: false,
         }
+    }
+
+    /// Decay every parameter from now on, norms and biases included (the catalogued
+    /// `zero-decay-exemptions-lost`).
+    pub fn lose_decay_exemptions(&mut self) {
+        self.exemptions_lost = true;
     }
 
     /// The weights as the optimizer holds them: f32 master weights for half-precision
@@ -155,7 +165,7 @@ impl Optimizer {
     /// and biases exempt); unset, AdamW's [`WEIGHT_DECAY`] on every parameter and none for SGD.
     fn decay(&self, name: &str) -> f64 {
         match (self.training.weight_decay, self.kind) {
-            (Some(wd), _) if decays(name) => wd,
+            (Some(wd), _) if decays(name) || self.exemptions_lost => wd,
             (Some(_), _) => 0.0,
             (None, Kind::Adamw) => WEIGHT_DECAY,
             (None, Kind::Sgd) => 0.0,

@@ -84,13 +84,12 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
     assert_eq!(levels.len(), 5, "{levels:?}");
     assert_eq!(kinds.len(), 7, "{kinds:?}");
     // Every mutation but those that need a run setting the sweep leaves at its default (a
-    // learning-rate schedule: tests/schedule.rs injects those).
+    // learning-rate schedule: tests/schedule.rs injects those; weight decay with exemptions:
+    // tests/zero.rs).
+    use meshparity_specs::mutation::Needs;
     let applicable = meshparity_specs::CATALOG
         .iter()
-        .filter(|m| {
-            !m.needs
-                .contains(&meshparity_specs::mutation::Needs::LrSchedule)
-        })
+        .filter(|m| !m.needs.contains(&Needs::LrSchedule) && !m.needs.contains(&Needs::WeightDecay))
         .count();
     assert_eq!(mutations.len(), applicable, "{mutations:?}");
 }

@@ -22,6 +22,7 @@ pub const KEYS: &[&str] = &[
     "artifacts",
     "mutations",
     "trace",
+    "shrink",
 ];
 pub const ARTIFACT_KEYS: &[&str] = &[
     "curve",

@@ -61,6 +61,8 @@ pub enum Needs {
     LrSchedule,
     /// The AdamW optimizer (state to corrupt: its moments).
     Adamw,
+    /// Weight decay set in `[run]` (`weight_decay`), with norms and biases exempt.
+    WeightDecay,
 }
 
 impl Needs {
@@ -95,7 +97,7 @@ impl Needs {
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,
             // A property of the model: see `Mutation::applies_to`.
-            Needs::TiedEmbeddings | Needs::LrSchedule | Needs::Adamw => true,
+            Needs::TiedEmbeddings | Needs::LrSchedule | Needs::Adamw | Needs::WeightDecay => true,
         }
     }
 
@@ -177,6 +179,7 @@ impl Needs {
             Needs::TiedEmbeddings => "tied embeddings",
             Needs::LrSchedule => "a learning-rate schedule (warmup or decay)",
             Needs::Adamw => "the AdamW optimizer",
+            Needs::WeightDecay => "weight decay set (`weight_decay`), norms exempt",
         }
     }
 }

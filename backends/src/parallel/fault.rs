@@ -63,6 +63,14 @@ impl SaveFault {
     }
 }
 
+/// `zero-foreign-optimizer-state`: the fraction of the way a rank's moments move toward its
+/// neighbour shard's, and whether every rank's do or only the last rank's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForeignState {
+    pub fraction: f64,
+    pub every_rank: bool,
+}
+
 /// One injected bug, at its catalogued size or (for detection power) at a chosen one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault(Id, Option<Epsilon>);
@@ -248,10 +256,21 @@ impl Fault {
             .then(|| self.1.map_or(ACTIVATION_NOISE, Epsilon::get))
     }
 
-    /// How far one rank's optimizer moments move toward its shard-group neighbour's before
-    /// each update (the catalogued size: all the way, the neighbour's state used as its own).
-    pub fn foreign_optimizer_state(self) -> Option<f64> {
-        (self.0 == Id::ForeignOptimizerState).then(|| self.1.map_or(1.0, |e| e.get().min(1.0)))
+    /// Whose optimizer moments move toward their shard-group neighbour's before each update,
+    /// and how far: as catalogued, every rank's all the way (each shard updated with the next
+    /// one's state: an offset off by one shard); at a chosen size ε, one rank's by the
+    /// fraction ε (`calibrate --power`: one perturbed shard).
+    pub fn foreign_optimizer_state(self) -> Option<ForeignState> {
+        (self.0 == Id::ForeignOptimizerState).then(|| match self.1 {
+            None => ForeignState {
+                fraction: 1.0,
+                every_rank: true,
+            },
+            Some(e) => ForeignState {
+                fraction: e.get().min(1.0),
+                every_rank: false,
+            },
+        })
     }
 
     /// The wrong residual-branch factor of `layer`'s attention, on every rank.
@@ -327,6 +346,12 @@ impl Fault {
     /// Whether each rank of a shard group keeps its neighbour's reduce-scattered gradient.
     pub fn zero_shard_misaligned(self) -> bool {
         self.0 == Id::ZeroShardMisaligned
+    }
+
+    /// Whether the sharded optimizer decays every parameter's flat shard, the exempt ones
+    /// (norms) included.
+    pub fn decays_exempt_shards(self) -> bool {
+        self.0 == Id::ShardDecayExemptionsLost
     }
 
     /// Whether ZeRO-2's sharded accumulator keeps only the last microbatch's gradient.
@@ -418,6 +443,7 @@ mod tests {
                 || f.schedule_extra_steps(2) > 0
                 || f.activation_noise(0).is_some()
                 || f.foreign_optimizer_state().is_some()
+                || f.decays_exempt_shards()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));
@@ -435,7 +461,11 @@ mod tests {
         assert_eq!(f.activation_noise(0), Some(0.01));
         assert_eq!(f.activation_noise(1), None);
         let f = Fault::from_name("zero-foreign-optimizer-state@0.5").unwrap();
-        assert_eq!(f.foreign_optimizer_state(), Some(0.5));
+        let state = f.foreign_optimizer_state().unwrap();
+        assert_eq!((state.fraction, state.every_rank), (0.5, false));
+        let f = Fault::from_name("zero-foreign-optimizer-state").unwrap();
+        let state = f.foreign_optimizer_state().unwrap();
+        assert_eq!((state.fraction, state.every_rank), (1.0, true));
         let f = Fault::from_name("grad-reduce-before-last-microbatch@0.25").unwrap();
         assert_eq!(f.microbatch_scale(1, 2), Some(0.75));
         assert!(!f.drops_microbatch(1, 2));

@@ -8,6 +8,7 @@ use meshparity_specs::Training;
 
 use super::mesh::host_ranks;
 use crate::optim::Optimizer;
+use crate::parallel::fault::ForeignState;
 use crate::parallel::zero::{self, Sharded};
 use crate::parallel::Comm;
 use crate::sharding::Shards;
@@ -84,12 +85,21 @@ impl<'a> Ranks<'a> {
             .owned
             .take()
             .unwrap_or_else(|| shards_of(z, &self.params));
-        if let Some(t) = comm.fault().and_then(|f| f.foreign_optimizer_state()) {
+        if comm.fault().is_some_and(|f| f.decays_exempt_shards()) {
+            comm.event(
+                "optimizer.decay",
+                "flat shards decayed, the exempt norms included",
+            );
+            self.opts
+                .iter_mut()
+                .for_each(Optimizer::lose_decay_exemptions);
+        }
+        if let Some(state) = comm.fault().and_then(|f| f.foreign_optimizer_state()) {
             comm.event(
                 "optimizer.state",
-                "one rank's moments taken from its neighbour's shard",
+                "moments taken from the neighbour shard's state",
             );
-            foreign_state(z, &mut self.opts, t);
+            foreign_state(z, &mut self.opts, state);
         }
         for ((s, g), opt) in shards.iter_mut().zip(grads).zip(&mut self.opts) {
             opt.step(s, g);
@@ -159,22 +169,33 @@ fn shards_of(z: Sharded<'_>, params: &zero::Ranks) -> zero::Ranks {
         .collect()
 }
 
-/// The catalogued `zero-foreign-optimizer-state`: the last rank's moments of each parameter
-/// move the fraction `t` toward those of the previous rank of its shard group, whose shard of
-/// the same parameter has the same width (flat shards are padded equal). Parameters a group
-/// of one rank holds alone are left: there is no other shard to confuse.
-fn foreign_state(z: Sharded, opts: &mut [Optimizer], t: f64) {
-    let victim = opts.len() - 1;
-    let names: Vec<String> = opts[victim].moment_names().map(str::to_owned).collect();
-    for name in names {
-        let g = z.group(victim, &name);
-        let k = g.ranks.len();
-        if k < 2 {
-            continue;
+/// The catalogued `zero-foreign-optimizer-state`: a rank's moments of each parameter move
+/// toward those of the previous rank of its shard group, whose shard of the same parameter
+/// has the same width (flat shards are padded equal) — every rank's, or only the last rank's.
+/// Each reads its neighbour's state as it was before any moved. Parameters a group of one
+/// rank holds alone are left: there is no other shard to confuse.
+fn foreign_state(z: Sharded, opts: &mut [Optimizer], state: ForeignState) {
+    let last = opts.len() - 1;
+    let victims: Vec<usize> = if state.every_rank {
+        (0..opts.len()).collect()
+    } else {
+        vec![last]
+    };
+    let mut moves = Vec::new();
+    for &victim in &victims {
+        for name in opts[victim].moment_names() {
+            let g = z.group(victim, name);
+            let k = g.ranks.len();
+            if k < 2 {
+                continue;
+            }
+            let donor = g.ranks[(g.index + k - 1) % k];
+            if let Some(moments) = opts[donor].moments(name) {
+                moves.push((victim, name.to_owned(), moments.clone()));
+            }
         }
-        let donor = g.ranks[(g.index + k - 1) % k];
-        if let Some(state) = opts[donor].moments(&name).cloned() {
-            opts[victim].blend_moments(&name, &state, t);
-        }
+    }
+    for (victim, name, moments) in moves {
+        opts[victim].blend_moments(&name, &moments, state.fraction);
     }
 }

@@ -184,7 +184,11 @@ pub const CATALOG: &[Mutation] = &[
         &[Tp, DenseMlp], Forward, "layers.0.mlp.down.fwd.in",
         &["Dixit et al., Silent Data Corruptions at Scale (arXiv 2102.11245): defective CPUs and GPUs return wrong results without an error", "Hochschild et al., Cores that don't count (HotOS 2021): mercurial cores corrupt computations silently"]),
     m(ForeignOptimizerState, "zero-foreign-optimizer-state",
-        "under a sharded optimizer one rank updates its parameter shard with the AdamW moments of its neighbour's shard (state associated with the wrong shard)",
+        "under a sharded optimizer each rank updates its parameter shard with the AdamW moments of its neighbour's shard (state associated with the wrong shard: an offset off by one shard)",
         &[Sharded, Adamw], Optimizer, "adam.*",
         &["NVIDIA/Megatron-LM PR#5835: the distributed optimizer fetches the wrong parameter's shard state and silently associates wrong optimizer state", "NVIDIA/Megatron-LM PR#5077: re-sharded DistributedOptimizer state read from the wrong offsets", "facebookresearch/fairscale PR#1202: incorrect param-group mapping silently corrupts sharded optimizer state"]),
+    m(ShardDecayExemptionsLost, "zero-decay-exemptions-lost",
+        "under a sharded optimizer the parameters are classified for weight decay after flattening: the norm weights' flat shards look like matrices and are decayed, though the run exempts them",
+        &[Sharded, WeightDecay], Optimizer, "param.*norm.weight",
+        &["verl-project/verl PR#7215: an FSDP1 FlatParameter mixes weights, biases and norm parameters, so the decay/no-decay classification cannot be made after wrapping", "pytorch/pytorch#101343: applying weight decay to certain parameters with FSDP", "facebookresearch/fairscale#697: flattened parameters cannot get their own weight decay"]),
 ];

@@ -56,6 +56,7 @@ pub enum Id {
     LrSchedulerPerMicrobatch,
     ActivationShardCorrupted,
     ForeignOptimizerState,
+    ShardDecayExemptionsLost,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -156,6 +157,7 @@ impl Mutation {
             Needs::TiedEmbeddings => model.tied(),
             Needs::LrSchedule => training.schedule.is_some(),
             Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
+            Needs::WeightDecay => training.weight_decay.is_some_and(|w| w > 0.0),
             n => n.holds(mesh),
         })
     }

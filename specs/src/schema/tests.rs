@@ -47,6 +47,10 @@ fn schema_keys_match_the_decoder() {
         keys(&v, "EngineMutationTable"),
         sorted(crate::engine::MUTATION_KEYS)
     );
+    assert_eq!(
+        keys(&v, "EngineShrink"),
+        sorted(&crate::engine_shrink::SHRINKABLE)
+    );
     assert_eq!(keys(&v, "MatrixEntry"), sorted(crate::matrix::KEYS));
     assert_eq!(keys(&v, "Exclude"), sorted(crate::matrix::EXCLUDE_KEYS));
     assert_eq!(keys(&v, "Mutations"), sorted(crate::mutation::KEYS));
