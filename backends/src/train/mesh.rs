@@ -148,7 +148,7 @@ pub fn mesh(
                 update_bias(p, layer, counts);
             }
         }
-        if let Some(moments) = ranks.moments().filter(|_| traced_step) {
+        if let Some(moments) = traced_step.then(|| ranks.moments()).flatten() {
             // The optimizer's state after the update: where a wrong state shows, a step
             // before the parameters it moves would (and measurably in bf16, where one
             // update moves a parameter by less than its round-off).
