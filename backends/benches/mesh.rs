@@ -23,6 +23,7 @@ fn mesh(dp: u32, tp: u32, pp: u32, sp: bool, microbatches: u32) -> MeshConfig {
         sp,
         microbatches,
         schedule: Schedule::OneFOneB,
+        virtual_stages: 0,
         zero: 0,
         shard: 0,
     }

@@ -139,6 +139,7 @@ mod tests {
             sp: false,
             microbatches: 1,
             schedule: meshparity_specs::Schedule::GPipe,
+            virtual_stages: 0,
             zero: 0,
             shard: 0,
         }

@@ -20,7 +20,7 @@ use meshparity_specs::{MeshConfig, ModelConfig};
 use crate::host::HostTensor;
 use crate::llama::specs;
 
-/// Where a parameter lives within a pipeline stage's tensor-parallel group.
+/// Where a parameter lives within a pipeline rank's tensor-parallel group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// Every TP rank holds the whole tensor (norm weights).
@@ -37,7 +37,7 @@ pub struct Rule {
     pub name: String,
     pub shape: Vec<usize>,
     pub placement: Placement,
-    /// Pipeline stage that owns it.
+    /// Pipeline rank (pp coordinate) that owns it.
     pub stage: usize,
     /// A second stage holding a copy (the last stage's copy of a tied embedding, whose
     /// gradient the two stages all-reduce: Megatron's embedding group).
@@ -96,8 +96,11 @@ pub use meshparity_engine::Shards;
 
 impl ShardingPlan {
     pub fn llama(model: &ModelConfig, mesh: &MeshConfig) -> Self {
-        let per_stage = (model.layers / mesh.pp) as usize;
-        let last = mesh.pp as usize - 1;
+        // Layers go to stages in pipeline order; under the interleaved schedule stage s is
+        // chunk s div pp of pipeline rank s mod pp.
+        let per_stage = (model.layers / mesh.virtual_pp()) as usize;
+        let pp = mesh.pp as usize;
+        let last = pp - 1;
         let rules = specs(model)
             .into_iter()
             .map(|s| {
@@ -125,7 +128,7 @@ impl ShardingPlan {
                     .nth(1)
                     .and_then(|l| l.parse::<usize>().ok())
                 {
-                    Some(layer) if s.name.starts_with("layers.") => layer / per_stage,
+                    Some(layer) if s.name.starts_with("layers.") => layer / per_stage % pp,
                     _ if s.name == "embed.weight" => 0,
                     _ => last,
                 };

@@ -41,6 +41,7 @@ fn mesh(dp: u32, tp: u32, pp: u32, cp: u32, sp: bool) -> MeshConfig {
         sp,
         microbatches: 1,
         schedule: Schedule::OneFOneB,
+        virtual_stages: 0,
         zero: 0,
         shard: 0,
     }

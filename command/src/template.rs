@@ -39,6 +39,8 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     }
     put("sp", m.sp.to_string());
     put("schedule", m.schedule.name().to_owned());
+    // Model chunks per pipeline rank: 1 unless the schedule is interleaved.
+    put("virtual_stages", m.chunks().to_string());
     put("world_size", m.world_size().to_string());
     let t = req.training;
     put("seed", t.seed.to_string());

@@ -86,17 +86,38 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
-    rule(
-        divides(model.layers.value, mesh.pp.value),
-        format!(
-            "layers ({}) is not divisible by pp ({})",
-            model.layers.value, mesh.pp.value
-        ),
-        "pipeline stages hold equal numbers of layers",
-        &mesh.pp.loc,
-        &model.layers.loc,
-        "model",
-    );
+    let virtual_pp = mesh.config().virtual_pp();
+    if virtual_pp == mesh.pp.value {
+        rule(
+            divides(model.layers.value, mesh.pp.value),
+            format!(
+                "layers ({}) is not divisible by pp ({})",
+                model.layers.value, mesh.pp.value
+            ),
+            "pipeline stages hold equal numbers of layers",
+            &mesh.pp.loc,
+            &model.layers.loc,
+            "model",
+        );
+    } else {
+        rule(
+            divides(model.layers.value, virtual_pp),
+            format!(
+                "layers ({}) is not divisible by pp·virtual_stages ({}·{} = {virtual_pp})",
+                model.layers.value,
+                mesh.pp.value,
+                virtual_pp / mesh.pp.value
+            ),
+            "virtual pipeline stages hold equal numbers of layers",
+            if mesh.virtual_stages.value > 0 {
+                &mesh.virtual_stages.loc
+            } else {
+                &mesh.schedule.loc
+            },
+            &model.layers.loc,
+            "model",
+        );
+    }
     let chunks = if cp > 1 { 2 * cp } else { 1 };
     rule(
         divides(model.seq_len.value, chunks),

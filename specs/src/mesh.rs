@@ -82,6 +82,11 @@ mesh_axes! {
     microbatches: u32 = 1, degree, schema(range(min = 1));
     /// Pipeline schedule (default 1f1b).
     schedule: Schedule = Schedule::OneFOneB, keyword;
+    /// Model chunks per pipeline rank under the interleaved schedule (Megatron's virtual
+    /// pipeline size): rank p holds virtual stages p, p + pp, p + 2·pp, … Unset: 2 when
+    /// interleaved.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    virtual_stages: u32 = 0, degree, schema(range(min = 2));
     /// Sharded data parallelism (ZeRO stage): 0 replicates everything; 1 shards the optimizer
     /// state over the data-parallel group (Megatron's distributed optimizer: gradients
     /// reduce-scattered, each rank updates its shard, parameters all-gathered); 2 also keeps
@@ -164,12 +169,20 @@ pub enum Schedule {
     /// One forward, one backward in steady state (PipeDream-flush).
     #[serde(rename = "1f1b")]
     OneFOneB,
+    /// 1F1B over virtual stages: each rank holds several model chunks and alternates between
+    /// them in groups of pp microbatches (Megatron's interleaved schedule, Narayanan et al.
+    /// 2021).
+    #[serde(rename = "interleaved")]
+    Interleaved,
 }
 
 impl Keyword for Schedule {
     const WHAT: &'static str = "schedule";
-    const ALL: &'static [(&'static str, Self)] =
-        &[("gpipe", Schedule::GPipe), ("1f1b", Schedule::OneFOneB)];
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("gpipe", Schedule::GPipe),
+        ("1f1b", Schedule::OneFOneB),
+        ("interleaved", Schedule::Interleaved),
+    ];
 }
 
 /// A rank's coordinates in a mesh.
@@ -223,6 +236,22 @@ impl MeshConfig {
         }
     }
 
+    /// Model chunks each pipeline rank holds: `virtual_stages` (2 when unset) under the
+    /// interleaved schedule, else 1.
+    pub fn chunks(&self) -> u32 {
+        match (self.schedule, self.virtual_stages) {
+            (Schedule::Interleaved, 0) => 2,
+            (Schedule::Interleaved, v) => v,
+            _ => 1,
+        }
+    }
+
+    /// Virtual pipeline stages in pipeline order: pp · chunks. Virtual stage s runs on
+    /// pipeline rank s mod pp, as that rank's chunk s div pp.
+    pub fn virtual_pp(&self) -> u32 {
+        self.pp * self.chunks()
+    }
+
     /// Ranks the mesh occupies: dp·tp·pp·cp (expert groups are carved out of dp·tp).
     pub fn world_size(&self) -> u64 {
         u64::from(self.dp) * u64::from(self.tp) * u64::from(self.pp) * u64::from(self.cp)
@@ -252,6 +281,9 @@ impl MeshConfig {
         if self.pp > 1 {
             tag.push('-');
             tag.push_str(self.schedule.name());
+            if self.chunks() > 1 {
+                tag.push_str(&format!("-v{}", self.chunks()));
+            }
         }
         tag.push('-');
         tag.push_str(dtype.as_str());
@@ -287,6 +319,7 @@ impl Mesh {
             );
         }
         self.check_sharding(cx);
+        self.check_interleaving(cx);
         if self.world_size() > 1 << 20 {
             cx.error(Diagnostic::error(
                 &self.loc,
@@ -300,6 +333,54 @@ impl Mesh {
 
     pub fn world_size(&self) -> u64 {
         self.config().world_size()
+    }
+
+    /// The interleaved schedule needs a pipeline, two or more chunks per rank and microbatches
+    /// in whole groups of pp (Megatron asserts the same); `virtual_stages` means nothing
+    /// without it.
+    fn check_interleaving(&self, cx: &mut Ctx<'_>) {
+        let name = &self.name.value;
+        let (pp, mb) = (self.pp.value, self.microbatches.value);
+        let interleaved = self.schedule.value == Schedule::Interleaved;
+        let v = self.virtual_stages.value;
+        if !interleaved {
+            if v > 0 {
+                cx.error(
+                    Diagnostic::error(
+                        &self.virtual_stages.loc,
+                        format!("mesh `{name}`: `virtual_stages` needs `schedule = \"interleaved\"`"),
+                    )
+                    .help("virtual stages are the model chunks the interleaved schedule alternates between; set the schedule or drop the key"),
+                );
+            }
+            return;
+        }
+        if pp < 2 {
+            cx.error(
+                Diagnostic::error(
+                    &self.schedule.loc,
+                    format!("mesh `{name}`: the interleaved schedule needs pp ≥ 2, found {pp}"),
+                )
+                .help("interleaving alternates model chunks between pipeline ranks; set pp ≥ 2"),
+            );
+        } else if v == 1 {
+            cx.error(
+                Diagnostic::error(
+                    &self.virtual_stages.loc,
+                    format!("mesh `{name}`: the interleaved schedule needs virtual_stages ≥ 2, found 1"),
+                )
+                .help("with one chunk per rank the schedule is 1f1b: set `schedule = \"1f1b\"` or virtual_stages ≥ 2"),
+            );
+        } else if mb % pp != 0 {
+            cx.error(
+                Diagnostic::error(
+                    &self.microbatches.loc,
+                    format!("mesh `{name}`: the interleaved schedule runs microbatches in groups of pp = {pp}, and {mb} is not a multiple of it"),
+                )
+                .label("not a multiple of pp")
+                .help(format!("use microbatches = {} (or another multiple of pp)", pp * (mb / pp).max(1))),
+            );
+        }
     }
 
     /// Hybrid sharding needs sharded data parallelism and a shard group that divides dp.
@@ -352,6 +433,7 @@ mod tests {
             sp: false,
             microbatches: 1,
             schedule: Schedule::OneFOneB,
+            virtual_stages: 0,
             zero: 0,
             shard: 0,
         };

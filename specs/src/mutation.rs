@@ -63,6 +63,8 @@ pub enum Needs {
     Adamw,
     /// Weight decay set in `[run]` (`weight_decay`), with norms and biases exempt.
     WeightDecay,
+    /// The interleaved pipeline schedule: several model chunks per pipeline rank.
+    Interleaved,
 }
 
 impl Needs {
@@ -96,6 +98,7 @@ impl Needs {
             Needs::Zero1 => m.zero == 1,
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,
+            Needs::Interleaved => m.pp > 1 && m.chunks() > 1,
             // A property of the model: see `Mutation::applies_to`.
             Needs::TiedEmbeddings | Needs::LrSchedule | Needs::Adamw | Needs::WeightDecay => true,
         }
@@ -122,6 +125,7 @@ impl Needs {
         "expert-bias",
         "model-parallel",
         "tp-replicated-experts",
+        "interleaved",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -145,6 +149,7 @@ impl Needs {
             "expert-bias" => Needs::ExpertBias,
             "model-parallel" => Needs::ModelParallel,
             "tp-replicated-experts" => Needs::TpReplicatedExperts,
+            "interleaved" => Needs::Interleaved,
             _ => return None,
         })
     }
@@ -180,6 +185,7 @@ impl Needs {
             Needs::LrSchedule => "a learning-rate schedule (warmup or decay)",
             Needs::Adamw => "the AdamW optimizer",
             Needs::WeightDecay => "weight decay set (`weight_decay`), norms exempt",
+            Needs::Interleaved => "the interleaved pipeline schedule (pp > 1, virtual stages)",
         }
     }
 }

@@ -72,6 +72,7 @@ fn locate<'a>(cell: &'a Cell<'_>, field: Field) -> &'a Loc {
             "sp" => &mesh.sp.loc,
             "schedule" => &mesh.schedule.loc,
             "microbatches" => &mesh.microbatches.loc,
+            "virtual_stages" => &mesh.virtual_stages.loc,
             _ => &mesh.name.loc,
         },
     }

@@ -454,3 +454,20 @@ fn the_old_name_of_the_initial_weights_still_reads() {
         .iter()
         .any(|d| d.to_string().contains("both name the initial weights")));
 }
+
+/// The interleaved schedule's constraints, each at the value that breaks it: microbatches in
+/// whole groups of pp (as Megatron asserts), a pipeline, two or more chunks, layers that split
+/// evenly over pp·virtual_stages; `virtual_stages` without the schedule means nothing.
+#[test]
+fn interleaved_pipeline_constraints() {
+    assert_reports(
+        "tests/broken/interleaved.toml",
+        &[
+            "tests/broken/interleaved.toml:12:16: mesh `odd-microbatches`: the interleaved schedule runs microbatches in groups of pp = 2",
+            "tests/broken/interleaved.toml:16:18: mesh `no-schedule`: `virtual_stages` needs `schedule = \"interleaved\"`",
+            "tests/broken/interleaved.toml:19:12: mesh `no-pipeline`: the interleaved schedule needs pp ≥ 2",
+            "tests/broken/interleaved.toml:23:18: mesh `one-chunk`: the interleaved schedule needs virtual_stages ≥ 2",
+            "tests/broken/interleaved.toml:28:18: mesh `uneven` does not fit model `tiny`: layers (4) is not divisible by pp·virtual_stages (2·3 = 6)",
+        ],
+    );
+}

@@ -354,6 +354,11 @@ impl Fault {
         self.0 == Id::ShardDecayExemptionsLost
     }
 
+    /// Whether a pipeline rank runs its model chunks in reverse order (interleaved schedule).
+    pub fn chunks_reversed(self) -> bool {
+        self.0 == Id::InterleavedChunksReversed
+    }
+
     /// Whether ZeRO-2's sharded accumulator keeps only the last microbatch's gradient.
     pub fn zero2_last_microbatch_only(self) -> bool {
         self.0 == Id::Zero2LastMicrobatchOnly
@@ -444,6 +449,7 @@ mod tests {
                 || f.activation_noise(0).is_some()
                 || f.foreign_optimizer_state().is_some()
                 || f.decays_exempt_shards()
+                || f.chunks_reversed()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

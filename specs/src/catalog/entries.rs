@@ -191,4 +191,8 @@ pub const CATALOG: &[Mutation] = &[
         "under a sharded optimizer the parameters are classified for weight decay after flattening: the norm weights' flat shards look like matrices and are decayed, though the run exempts them",
         &[Sharded, WeightDecay], Optimizer, "param.*norm.weight",
         &["verl-project/verl PR#7215: an FSDP1 FlatParameter mixes weights, biases and norm parameters, so the decay/no-decay classification cannot be made after wrapping", "pytorch/pytorch#101343: applying weight decay to certain parameters with FSDP", "facebookresearch/fairscale#697: flattened parameters cannot get their own weight decay"]),
+    m(InterleavedChunksReversed, "interleaved-chunks-reversed",
+        "under the interleaved schedule each pipeline rank runs its model chunks in the wrong order: the schedule's chunk c computes the layers of the rank's chunk v−1−c, so the model's layers run permuted though every weight is where the plan puts it",
+        &[Interleaved], Forward, "layers.*.attn.in.fwd.in",
+        &["NVIDIA/Megatron-LM#1584: the layer offset of a virtual pipeline stage computed wrongly on every rank but the first", "NVIDIA/Megatron-LM#513: two computations of the virtual stages' layer offsets that must agree", "swiss-ai/Megatron-LM PR#116: a layer route built without virtual stages silently puts layers in the wrong model chunks"]),
 ];

@@ -57,6 +57,7 @@ pub enum Id {
     ActivationShardCorrupted,
     ForeignOptimizerState,
     ShardDecayExemptionsLost,
+    InterleavedChunksReversed,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).

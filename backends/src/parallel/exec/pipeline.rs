@@ -203,6 +203,17 @@ impl MeshExec<'_> {
         })
     }
 
+    /// The tag of a message to stage `to` about microbatch `mb` of replica `d`. Under the
+    /// interleaved schedule a rank's chunks exchange messages with the same peers about the
+    /// same microbatch, so the stage is part of it.
+    fn mail(&self, d: usize, to: usize, mb: usize, what: &str) -> String {
+        if self.topo.chunks() == 1 {
+            format!("d{d}.mb{mb}.{what}")
+        } else {
+            format!("d{d}.s{to}.mb{mb}.{what}")
+        }
+    }
+
     /// A stage's ranks in replicas `ds` (their groups one after the other).
     fn group(&self, ds: &Range<usize>, stage: usize) -> Vec<usize> {
         self.topo.stage(ds.clone(), stage).ranks
@@ -216,13 +227,13 @@ impl MeshExec<'_> {
         action: Action,
         held: Option<StageOut>,
     ) -> Result<Done, String> {
-        let (ds, pp, mbs) = (&ctx.ds, self.topo.pp(), self.topo.microbatches());
+        let (ds, stages, mbs) = (&ctx.ds, self.topo.stages(), self.topo.microbatches());
         let d = ds.start;
         match action {
             Action::Forward { stage, mb } => {
                 let input = self.receive_activations(comm, stage, ds, mb, &ctx.micro[mb]);
                 if stage > 0 {
-                    let per = self.model.layers as usize / pp;
+                    let per = self.model.layers as usize / stages;
                     let how = if self.topo.sp() {
                         Canon::Cat(1)
                     } else {
@@ -241,9 +252,9 @@ impl MeshExec<'_> {
                 };
                 let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizers);
                 let mut loss = None;
-                if stage + 1 < pp {
+                if stage + 1 < stages {
                     let (here, next) = (self.group(ds, stage), self.group(ds, stage + 1));
-                    let misrouted = self.group(ds, (stage + 2) % pp);
+                    let misrouted = self.group(ds, (stage + 2) % stages);
                     for (i, &v) in out.outputs.iter().enumerate() {
                         let (from, to, wrong) = (here[i], next[i], misrouted[i]);
                         let site = format!("pp.stage{stage}.fwd.send");
@@ -252,7 +263,7 @@ impl MeshExec<'_> {
                             from,
                             to,
                             wrong,
-                            &format!("d{d}.mb{mb}.act"),
+                            &self.mail(d, stage + 1, mb, "act"),
                             out.tape.value(v),
                         );
                     }
@@ -273,7 +284,7 @@ impl MeshExec<'_> {
                 // Auxiliary losses enter backward where they were computed (Megatron's
                 // MoEAuxLossAutoScaler), beside the loss or the received gradients.
                 let aux = out.moe.aux.iter().map(|&v| (v, one.clone()));
-                let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == pp {
+                let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == stages {
                     out.outputs
                         .iter()
                         .map(|&v| (v, one.clone()))
@@ -290,7 +301,13 @@ impl MeshExec<'_> {
                             let like = out.tape.value(v).zeros_like();
                             (
                                 v,
-                                comm.recv(&site, from, to, &format!("d{d}.mb{mb}.grad"), || like),
+                                comm.recv(
+                                    &site,
+                                    from,
+                                    to,
+                                    &self.mail(d, stage, mb, "grad"),
+                                    || like,
+                                ),
                             )
                         })
                         .chain(aux)
@@ -330,7 +347,8 @@ impl MeshExec<'_> {
                             .ok_or("a stage input got no gradient")?;
                         let (from, to) = (here[i], prev[i]);
                         let site = format!("pp.stage{stage}.bwd.send");
-                        comm.send(&site, from, to, to, &format!("d{d}.mb{mb}.grad"), g);
+                        let tag = self.mail(d, stage - 1, mb, "grad");
+                        comm.send(&site, from, to, to, &tag, g);
                     }
                 }
                 Ok(Done::Backward { mb, grads })
@@ -404,7 +422,7 @@ impl MeshExec<'_> {
             .map(|i| {
                 let (from, to) = (prev[i], here[i]);
                 let site = format!("pp.stage{stage}.fwd.recv");
-                comm.recv(&site, from, to, &format!("d{d}.mb{mb}.act"), || {
+                comm.recv(&site, from, to, &self.mail(d, stage, mb, "act"), || {
                     Tensor::<3>::zeros(shape, (self.device, self.dtype))
                 })
             })

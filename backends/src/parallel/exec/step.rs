@@ -65,7 +65,8 @@ impl MeshExec<'_> {
                     .collect()
             })
             .collect();
-        let (mut ticks, _) = simulate(&stage_orders(t.mesh().schedule, pp, mbs))?;
+        let orders = stage_orders(t.mesh().schedule, pp, t.chunks(), mbs);
+        let (mut ticks, _) = simulate(&orders, t.stages())?;
         if !self.backward {
             for tick in &mut ticks {
                 tick.retain(|a| matches!(a, Action::Forward { .. }));

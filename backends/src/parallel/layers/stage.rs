@@ -41,9 +41,19 @@ struct Micro<'a> {
 }
 
 impl StageCtx<'_> {
+    /// The layers of this stage (a virtual stage's under the interleaved schedule). The
+    /// catalogued bug: the rank's chunks taken in reverse order, chunk c running the layers of
+    /// chunk v−1−c (the same rank holds them, so nothing is missing; with one chunk, a no-op).
     fn layers(&self) -> std::ops::Range<u32> {
-        let per = self.model.layers / self.topo.pp() as u32;
-        self.group.stage as u32 * per..(self.group.stage as u32 + 1) * per
+        let t = self.topo;
+        let per = self.model.layers / t.stages() as u32;
+        let mut stage = self.group.stage;
+        if self.fault.is_some_and(|f| f.chunks_reversed()) {
+            let chunk = stage / t.pp();
+            stage = (t.chunks() - 1 - chunk) * t.pp() + self.group.pp;
+        }
+        let stage = stage as u32;
+        stage * per..(stage + 1) * per
     }
 
     /// The canonical form of the residual stream (replicated, or sequence shards under SP).
@@ -99,6 +109,10 @@ impl StageCtx<'_> {
             inputs.clone()
         };
         let mut moe = MoeOut::default();
+        if self.topo.chunks() > 1 && self.fault.is_some_and(|f| f.chunks_reversed()) {
+            let site = format!("pp.stage{}.layers", self.group.stage);
+            comm.event(&site, "ran another model chunk's layers");
+        }
         for l in self.layers() {
             let micro = Micro {
                 locals: &locals,
@@ -106,7 +120,7 @@ impl StageCtx<'_> {
             };
             x = self.layer(&mut tape, comm, &micro, l, x, &mut moe);
         }
-        if self.group.stage + 1 < self.topo.pp() {
+        if self.group.stage + 1 < self.topo.stages() {
             return StageOut {
                 tape,
                 inputs,

@@ -111,6 +111,10 @@ pub struct Explanation {
     pub experts_parallel: bool,
     /// Each global rank's (tp, cp, dp, pp).
     pub ranks: Vec<[usize; 4]>,
+    /// Under the interleaved schedule, the pipeline stages (virtual stages, in pipeline order)
+    /// each pp rank holds as its model chunks; empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<Vec<usize>>,
     pub groups: Vec<Family>,
 }
 
@@ -181,6 +185,13 @@ impl Topology {
                     [c.tp, c.cp, c.dp, c.pp]
                 })
                 .collect(),
+            chunks: if self.chunks() > 1 {
+                (0..self.pp())
+                    .map(|p| (0..self.stages()).filter(|&s| self.pp_of(s) == p).collect())
+                    .collect()
+            } else {
+                Vec::new()
+            },
             groups,
         }
     }
@@ -204,6 +215,17 @@ impl Explanation {
         let _ = writeln!(out, "\nranks (tp fastest, then cp, dp, pp):");
         for (r, [t, c, d, p]) in self.ranks.iter().enumerate() {
             let _ = writeln!(out, "  {r:>4}  tp{t} cp{c} dp{d} pp{p}");
+        }
+        if !self.chunks.is_empty() {
+            let _ = writeln!(
+                out,
+                "\npipeline stages (interleaved: {} model chunks per pp rank):",
+                self.chunks[0].len()
+            );
+            for (p, stages) in self.chunks.iter().enumerate() {
+                let listed: Vec<String> = stages.iter().map(usize::to_string).collect();
+                let _ = writeln!(out, "  pp{p}  stages {}", listed.join(" "));
+            }
         }
         let _ = writeln!(out, "\ngroups:");
         for f in &self.groups {

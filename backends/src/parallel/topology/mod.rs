@@ -35,7 +35,10 @@ pub struct Topology {
 /// ranks (every replica's, in lockstep, under expert parallelism), in global rank order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StageGroup {
+    /// The stage's place in the pipeline: a virtual stage under the interleaved schedule.
     pub stage: usize,
+    /// The pipeline rank (pp coordinate) that holds it.
+    pub pp: usize,
     pub ranks: Vec<usize>,
     pub layout: Layout,
 }
@@ -71,6 +74,23 @@ impl Topology {
 
     pub fn microbatches(&self) -> usize {
         self.mesh.microbatches as usize
+    }
+
+    /// Model chunks each pipeline rank holds: 1 unless the schedule is interleaved.
+    pub fn chunks(&self) -> usize {
+        self.mesh.chunks() as usize
+    }
+
+    /// Stages in pipeline order (virtual stages under the interleaved schedule): stage s runs
+    /// on pipeline rank s mod pp, as its chunk s div pp (Megatron's layout: with 2 ranks and 2
+    /// chunks, rank 0 holds stages 0 and 2, rank 1 stages 1 and 3).
+    pub fn stages(&self) -> usize {
+        self.mesh.virtual_pp() as usize
+    }
+
+    /// The pipeline rank that runs stage `stage`.
+    pub fn pp_of(&self, stage: usize) -> usize {
+        stage % self.pp()
     }
 
     /// The global rank at these coordinates.
@@ -119,14 +139,17 @@ impl Topology {
         (0..self.tp()).map(|t| self.rank(t, cp, dp, pp)).collect()
     }
 
-    /// Stage `pp`'s ranks of replicas `ds`: each replica's TP groups, one per cp index.
-    pub fn stage(&self, ds: Range<usize>, pp: usize) -> StageGroup {
+    /// Stage `stage`'s ranks of replicas `ds`: each replica's TP groups, one per cp index, on
+    /// the pipeline rank that holds the stage.
+    pub fn stage(&self, ds: Range<usize>, stage: usize) -> StageGroup {
         let replicas = ds.len();
+        let pp = self.pp_of(stage);
         let ranks = ds
             .flat_map(|d| (0..self.cp()).flat_map(move |c| self.tp_group(c, d, pp)))
             .collect();
         StageGroup {
-            stage: pp,
+            stage,
+            pp,
             ranks,
             layout: self.layout(replicas),
         }
