@@ -3,7 +3,7 @@
 //! Candidates the spec language refuses are dropped by the caller's validation, so a step here
 //! need only be plausible.
 
-use meshparity_specs::{DType, MeshConfig};
+use meshparity_specs::{DType, MeshConfig, Schedule};
 
 use super::Case;
 
@@ -84,14 +84,57 @@ fn mesh_steps(c: &Case, out: &mut Vec<Case>) {
                     n.mesh.zero = 0;
                     n.mesh.shard = 0;
                 }
+                if n.mesh.pp == 1 {
+                    n.mesh.schedule = Schedule::OneFOneB;
+                    n.mesh.virtual_stages = 0;
+                }
                 out.push(n);
             }
         }
+    }
+    // The interleaved schedule to plain 1F1B: a bug that is not about the chunks stays.
+    if c.mesh.chunks() > 1 {
+        let mut n = c.clone();
+        n.mesh.schedule = Schedule::OneFOneB;
+        n.mesh.virtual_stages = 0;
+        out.push(n);
     }
     if c.mesh.zero > 0 {
         let mut n = c.clone();
         n.mesh.zero = 0;
         n.mesh.shard = 0;
         out.push(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An interleaved mesh shrinks to plain 1F1B, and a pipeline lowered to one rank drops the
+    /// schedule its degree no longer has: every candidate is a mesh the spec language accepts.
+    #[test]
+    fn an_interleaved_mesh_shrinks_to_one_chunk_and_no_pipeline() {
+        let text = "[run]\nname = \"t\"\n[models.m]\nlayers = 4\n[meshes.pp2]\npp = 2\n\
+                    microbatches = 2\nschedule = \"interleaved\"\n";
+        let disk = meshparity_specs::load::Disk;
+        let path = std::path::Path::new("t.toml");
+        let loaded = meshparity_specs::load::load_text(path, text.into(), &disk).unwrap();
+        let s = &loaded.spec;
+        let mesh = s.meshes["pp2"].config();
+        let case = Case {
+            model: s.models["m"].config(),
+            mesh,
+            training: s.run.training.clone(),
+            dtype: DType::F32,
+        };
+        let meshes: Vec<MeshConfig> = smaller(&case).into_iter().map(|c| c.mesh).collect();
+        assert!(meshes
+            .iter()
+            .any(|m| m.pp == 2 && m.schedule == Schedule::OneFOneB));
+        for m in meshes.iter().filter(|m| m.pp == 1) {
+            assert_eq!((m.schedule, m.chunks()), (Schedule::OneFOneB, 1), "{m:?}");
+        }
+        assert_eq!(super::super::mesh_name(&mesh), "pp2-mb2-interleaved-v2");
     }
 }

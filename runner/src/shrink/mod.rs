@@ -16,11 +16,13 @@ mod floors;
 pub mod policy;
 pub mod spec;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 pub use meshparity_engine::Repro;
-use meshparity_engine::{check, Engine, RunRequest};
+use meshparity_engine::{check, Engine, ReferenceTrace, RunRequest};
 use meshparity_specs::tolerance::BUILTIN;
 use meshparity_specs::{catalog, DType, Level, Limits, MeshConfig, ModelConfig, Training};
 
@@ -72,6 +74,12 @@ pub fn mesh_name(m: &MeshConfig) -> String {
     }
     if m.zero > 0 {
         parts.push(format!("z{}", m.zero));
+    }
+    if m.pp > 1 && m.schedule != meshparity_specs::Schedule::OneFOneB {
+        parts.push(meshparity_specs::Keyword::name(m.schedule).to_owned());
+        if m.chunks() > 1 {
+            parts.push(format!("v{}", m.chunks()));
+        }
     }
     if parts.is_empty() {
         "world1".into()
@@ -136,7 +144,7 @@ impl<'a> Target<'a> {
 impl Target<'_> {
     /// Whether `case` still fails the level (a mutation: is still caught there), and one
     /// run's seconds.
-    fn fails(&self, case: &Case, n: usize) -> Option<f64> {
+    fn fails(&self, refs: &References, case: &Case, n: usize) -> Option<f64> {
         let mesh = mesh_name(&case.mesh);
         let text = self.spec_text(case, &mesh);
         let path = self.scratch.join("candidate.toml");
@@ -171,13 +179,12 @@ impl Target<'_> {
         }
         let dir = self.scratch.join(format!("try{n}"));
         let start = Instant::now();
-        let failed = self.judge(case, &limits, &dir);
+        let failed = self.judge(refs, case, &limits, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         failed.then(|| start.elapsed().as_secs_f64())
     }
 
-    fn judge(&self, case: &Case, limits: &Limits, dir: &Path) -> bool {
-        let reference = dir.join("reference");
+    fn judge(&self, refs: &References, case: &Case, limits: &Limits, dir: &Path) -> bool {
         let req = RunRequest {
             model: &case.model,
             training: &case.training,
@@ -186,11 +193,12 @@ impl Target<'_> {
             levels: &[],
             mutation: None,
             reference: None,
-            out: &reference,
+            out: dir,
         };
-        if self.engine.reference(&req).is_err() {
+        let Some((reference, trace)) = refs.of(self.engine, &req, &self.scratch.join("references"))
+        else {
             return false;
-        }
+        };
         let levels = [self.level];
         let req = RunRequest {
             mesh: Some(&case.mesh),
@@ -224,7 +232,7 @@ impl Target<'_> {
             out: &dir.join("trace-run"),
             ..req
         };
-        let found = meshparity_engine::localize(self.engine, &req, &dir.join("trace"));
+        let found = trace.localize(self.engine, &req, &dir.join("trace-run"));
         matches!(found, Ok(Some(l)) if l.first.as_ref().is_some_and(|f| f.site == site))
     }
 }
@@ -268,14 +276,56 @@ pub fn shrink(t: &Target<'_>, case: Case) -> Option<Shrunk> {
     // is put back when the search ends.
     let synced = meshparity_engine::checkpoint::sync_to_disk(false);
     let found = search(t, case);
+    let _ = std::fs::remove_dir_all(t.scratch.join("references"));
     meshparity_engine::checkpoint::sync_to_disk(synced);
     found
 }
 
+/// The world-size-1 references of one search and their traces, by what they depend on (model,
+/// training, dtype): a candidate that only lowers a mesh degree, or drops the mesh's ZeRO
+/// stage, is judged against the reference (and its trace) that an earlier try made.
+#[derive(Default)]
+struct References {
+    made: RefCell<Vec<(Case, PathBuf, Rc<ReferenceTrace>)>>,
+}
+
+impl References {
+    /// `req`'s reference (its `out` ignored) and its trace, made under `root` on first use;
+    /// `None` where the engine could not make it.
+    fn of(
+        &self,
+        engine: &dyn Engine,
+        req: &RunRequest<'_>,
+        root: &Path,
+    ) -> Option<(PathBuf, Rc<ReferenceTrace>)> {
+        let key = Case {
+            model: req.model.clone(),
+            mesh: MeshConfig::SINGLE,
+            training: req.training.clone(),
+            dtype: req.dtype,
+        };
+        let mut made = self.made.borrow_mut();
+        if let Some((_, dir, trace)) = made.iter().find(|(k, _, _)| *k == key) {
+            return Some((dir.clone(), trace.clone()));
+        }
+        let dir = root.join(format!("{}", made.len()));
+        let reference = dir.join("reference");
+        let req = RunRequest {
+            out: &reference,
+            ..*req
+        };
+        engine.reference(&req).ok()?;
+        let trace = Rc::new(ReferenceTrace::new(dir.join("trace")));
+        made.push((key, reference.clone(), trace.clone()));
+        Some((reference, trace))
+    }
+}
+
 fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
     let start = Instant::now();
+    let refs = References::default();
     let mut tried = 1;
-    let mut run_seconds = t.fails(&case, 0)?;
+    let mut run_seconds = t.fails(&refs, &case, 0)?;
     let (mut current, mut steps) = (case, 0);
     'search: while start.elapsed() < t.budget {
         let floors = t.command.as_ref().map(|c| c.def.shrink.as_ref());
@@ -289,7 +339,7 @@ fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
                 }
             }
             tried += 1;
-            if let Some(s) = t.fails(&candidate, tried) {
+            if let Some(s) = t.fails(&refs, &candidate, tried) {
                 current = candidate;
                 run_seconds = s;
                 steps += 1;
