@@ -26,6 +26,8 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
     let specs = [
         "examples/quickstart.toml",
         "examples/full-sweep.toml",
+        "examples/production.toml",
+        "examples/clipping.toml",
         "examples/shared/meshes.toml",
         "examples/shared/tolerances.toml",
         "examples/command/jax-tp-dp.toml",
@@ -48,13 +50,13 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), specs.len(), "{stdout}");
-    for line in &lines[..7] {
+    for line in &lines[..9] {
         assert!(line.ends_with(" ok"), "{line}");
     }
     assert!(
-        lines[7].contains("'hiden' is not one of") || lines[7].contains("'kv_head' is not one of"),
+        lines[9].contains("'hiden' is not one of") || lines[9].contains("'kv_head' is not one of"),
         "{}",
-        lines[7]
+        lines[9]
     );
-    assert!(lines[8].contains("invalid"), "{}", lines[8]);
+    assert!(lines[10].contains("invalid"), "{}", lines[10]);
 }
