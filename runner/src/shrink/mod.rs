@@ -321,28 +321,38 @@ impl References {
     }
 }
 
+/// Greedy, resuming where the last step was taken: after a smaller candidate is kept, the
+/// next pass starts at the same place in the new case's list (the same axis, which often halves
+/// again) and wraps around, and the search ends after a whole pass keeps nothing — a local
+/// minimum, as restarting from the top gave, without retrying every earlier axis after each
+/// step (the quickstart's searches tried 118–182 candidates each that way).
 fn search(t: &Target<'_>, case: Case) -> Option<Shrunk> {
     let start = Instant::now();
     let refs = References::default();
     let mut tried = 1;
     let mut run_seconds = t.fails(&refs, &case, 0)?;
-    let (mut current, mut steps) = (case, 0);
+    let (mut current, mut steps, mut from) = (case, 0, 0);
+    let floors = t.command.as_ref().map(|c| c.def.shrink.as_ref());
     'search: while start.elapsed() < t.budget {
-        let floors = t.command.as_ref().map(|c| c.def.shrink.as_ref());
-        for candidate in candidates::smaller(&current) {
+        let list = candidates::smaller(&current);
+        let n = list.len();
+        for k in 0..n {
             if start.elapsed() >= t.budget {
                 break 'search;
             }
+            let i = (from + k) % n;
+            let candidate = &list[i];
             if let Some(floors) = floors {
-                if !floors::allows(floors, &current, &candidate) {
+                if !floors::allows(floors, &current, candidate) {
                     continue;
                 }
             }
             tried += 1;
-            if let Some(s) = t.fails(&refs, &candidate, tried) {
-                current = candidate;
+            if let Some(s) = t.fails(&refs, candidate, tried) {
+                current = candidate.clone();
                 run_seconds = s;
                 steps += 1;
+                from = i;
                 continue 'search;
             }
         }
