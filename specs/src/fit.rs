@@ -86,27 +86,19 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
-    let virtual_pp = mesh.config().virtual_pp();
-    if virtual_pp == mesh.pp.value {
-        rule(
-            divides(model.layers.value, mesh.pp.value),
-            format!(
-                "layers ({}) is not divisible by pp ({})",
-                model.layers.value, mesh.pp.value
-            ),
+    // Under the interleaved schedule the layers split over pp·virtual_stages chunks.
+    let (pp, virtual_pp) = (mesh.pp.value, mesh.config().virtual_pp());
+    let (over, help, at) = if virtual_pp == pp {
+        (
+            format!("pp ({pp})"),
             "pipeline stages hold equal numbers of layers",
             &mesh.pp.loc,
-            &model.layers.loc,
-            "model",
-        );
+        )
     } else {
-        rule(
-            divides(model.layers.value, virtual_pp),
+        (
             format!(
-                "layers ({}) is not divisible by pp·virtual_stages ({}·{} = {virtual_pp})",
-                model.layers.value,
-                mesh.pp.value,
-                virtual_pp / mesh.pp.value
+                "pp·virtual_stages ({pp}·{} = {virtual_pp})",
+                virtual_pp / pp
             ),
             "virtual pipeline stages hold equal numbers of layers",
             if mesh.virtual_stages.value > 0 {
@@ -114,10 +106,16 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             } else {
                 &mesh.schedule.loc
             },
-            &model.layers.loc,
-            "model",
-        );
-    }
+        )
+    };
+    rule(
+        divides(model.layers.value, virtual_pp),
+        format!("layers ({}) is not divisible by {over}", model.layers.value),
+        help,
+        at,
+        &model.layers.loc,
+        "model",
+    );
     let chunks = if cp > 1 { 2 * cp } else { 1 };
     rule(
         divides(model.seq_len.value, chunks),
