@@ -156,9 +156,16 @@ fn a_failed_check_carries_a_repro_with_its_own_limits() {
 
 /// By default a run shrinks the first caught job of each mutation, within 20 s, and the other
 /// jobs of that mutation name it; the environment's switch turns it off, `--shrink` wins.
+/// The searches make their tries in memory (a directory of the runner's on a tmpfs, removed
+/// when it ends, with any a killed runner left there) and none in the jobs' directories.
 #[test]
 fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
     let dir = tempfile::tempdir().unwrap();
+    let shm = std::path::Path::new(meshparity_files::SHM);
+    let in_memory = meshparity_files::is_tmpfs_with(shm, 2 << 30);
+    let memory = tempfile::tempdir_in(if in_memory { shm } else { dir.path() }).unwrap();
+    let abandoned = memory.path().join("meshparity-1-2");
+    std::fs::create_dir(&abandoned).unwrap();
     std::fs::write(
         dir.path().join("spec.toml"),
         "[run]\nname = \"first\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 2\nhidden = 32\n\
@@ -169,7 +176,9 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
     .unwrap();
     let run = |args: &[&str], no_shrink: bool| -> Vec<Value> {
         let mut c = Command::new(env!("CARGO_BIN_EXE_meshparity"));
-        c.current_dir(dir.path()).env_remove("MESHPARITY_NO_SHRINK");
+        c.current_dir(dir.path())
+            .env_remove("MESHPARITY_NO_SHRINK")
+            .env("MESHPARITY_MEMORY_DIR", memory.path());
         if no_shrink {
             c.env("MESHPARITY_NO_SHRINK", "1");
         }
@@ -207,6 +216,10 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
         .unwrap();
     let holder = shrunk[0]["name"].as_str().unwrap();
     assert_eq!(other["detail"]["repro_in"].as_str(), Some(holder));
+    let left: Vec<_> = std::fs::read_dir(memory.path()).unwrap().collect();
+    assert_eq!(left.is_empty(), in_memory, "left in memory: {left:?}");
+    let on_disk = walk(&dir.path().join("default")).into_iter();
+    assert_eq!(on_disk.filter(|p| p.ends_with("shrink")).count(), 0);
     assert!(other["summary"]
         .as_str()
         .unwrap()
@@ -305,4 +318,17 @@ fn a_command_engines_failure_shrinks_to_its_floors_and_reproduces_when_pasted() 
         .iter()
         .any(|j| j["kind"] == "mutation" && j["status"] == "passed");
     assert!(caught, "{again:#}");
+}
+
+/// Every path under `dir`, directories included.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
 }

@@ -4,12 +4,14 @@
 //! it can be a FIFO, a device or a huge file. Reading one must never block forever or pull
 //! gigabytes: [`read`] opens without blocking, refuses anything that is not a regular file and
 //! caps the size. Files other runs may read at the same time are replaced atomically
-//! ([`write_atomic`]), and a run directory is held by one process at a time ([`Lock`]).
+//! ([`write_atomic`]), a run directory is held by one process at a time ([`Lock`]), and short-lived files can live
+//! in memory ([`MemoryDir`]).
 
 mod atomic;
 mod create;
 mod flush;
 mod lock;
+mod memory;
 mod regular;
 mod tail;
 
@@ -17,5 +19,6 @@ pub use atomic::{temp_sibling, write_atomic, write_atomic_with, write_replace};
 pub use create::{create, write};
 pub use flush::flush_filesystems;
 pub use lock::{Lock, LockError, LOCK_FILE};
+pub use memory::{is_tmpfs_with, MemoryDir, SHM};
 pub use regular::{open, open_limited, read, read_to_string, Limit};
 pub use tail::{tail, TAIL_LINE, TAIL_WINDOW};

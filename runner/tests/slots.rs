@@ -39,6 +39,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         no_cache: false,
         keep_artifacts: false,
         shrink: None,
+        tries: None,
         executor: Default::default(),
         no_skip: false,
         lines: Default::default(),

@@ -13,6 +13,10 @@ use meshparity_runner::{say, Plan};
 
 use crate::exit;
 
+/// The free room a memory filesystem needs before shrink searches make their tries there: a
+/// try of the built-in models writes a few megabytes, and a full one must not fail a search.
+const TRIES_ROOM: u64 = 2 << 30;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Spec file.
@@ -80,6 +84,17 @@ pub struct Args {
         value_parser = clap::builder::FalseyValueParser::new()
     )]
     no_shrink: bool,
+    /// A memory filesystem (tmpfs) where shrink searches make and delete their tries, which on
+    /// a disk filesystem cost more than the runs; one that is not a tmpfs or has under 2 GiB
+    /// free keeps them in each job's directory. The runner removes its directory there when
+    /// it ends, and the next runner any that a killed one left.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "MESHPARITY_MEMORY_DIR",
+        default_value = meshparity_files::SHM
+    )]
+    memory_dir: PathBuf,
     /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
     resume: Option<PathBuf>,
@@ -235,6 +250,14 @@ pub fn run(args: &Args) -> u8 {
             return exit::INFRA_ERROR;
         }
     };
+    // Shrink tries in memory where jobs run on this machine and it has room (a Slurm job's
+    // node has its own /dev/shm); held until the run ends.
+    let memory = match (&executor, shrink_policy(args.shrink, args.no_shrink)) {
+        (ExecutorKind::Local, Some(_)) => {
+            meshparity_files::MemoryDir::create(&args.memory_dir, TRIES_ROOM)
+        }
+        _ => None,
+    };
     let opts = RunOptions {
         exe,
         spec: absolute(&args.spec),
@@ -257,6 +280,7 @@ pub fn run(args: &Args) -> u8 {
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
         shrink: shrink_policy(args.shrink, args.no_shrink),
+        tries: memory.as_ref().map(|m| m.path().to_owned()),
         executor,
         no_skip: args.no_skip,
         lines: exec::progress::LineStyle {

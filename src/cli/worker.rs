@@ -41,6 +41,10 @@ pub struct Args {
     /// (the runner's default; without it every failure shrinks).
     #[arg(long, value_name = "DIR", requires = "shrink")]
     shrink_claims: Option<PathBuf>,
+    /// With --shrink: make the search's tries here (the runner's directory in memory) instead
+    /// of in the job's directory.
+    #[arg(long, value_name = "DIR", requires = "shrink")]
+    shrink_tries: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     attempt: u32,
     /// Every job on this device (the runner's `--device`).
@@ -96,6 +100,7 @@ pub fn run(args: &Args) -> u8 {
             .map(|seconds| meshparity_runner::shrink::policy::Order {
                 seconds,
                 claims: args.shrink_claims.clone(),
+                tries: args.shrink_tries.clone(),
             }),
         attempt: args.attempt,
         device: args.device,

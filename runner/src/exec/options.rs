@@ -33,6 +33,9 @@ pub struct RunOptions {
     /// Which failing jobs look for their smallest repro, and for how long (`--no-shrink`:
     /// `None`).
     pub shrink: Option<crate::shrink::policy::Policy>,
+    /// A directory in memory the runner holds, where shrink searches make and delete their
+    /// tries (`None`: each job's own directory; see [`meshparity_files::MemoryDir`]).
+    pub tries: Option<PathBuf>,
     /// Where attempts run.
     pub executor: super::executor::ExecutorKind,
     /// `--no-skip`: a check runs after a failed check of its cell (it still waits for it);

@@ -327,6 +327,10 @@ impl Run<'_> {
             let scratch = self.opts.run_dir.join(super::run_dir::SCRATCH);
             crate::worker::clean_up_partial(&dir, &[&self.opts.cache_dir, &scratch]);
         }
+        // A search's tries, whatever became of its worker.
+        if let Some(tries) = super::worker_argv::tries_dir(&self.opts, self.job(i), attempt) {
+            let _ = std::fs::remove_dir_all(tries);
+        }
         let timeout = self.opts.timeouts.for_job(self.job(i));
         let exit = f.exit_text();
         let Verdict {

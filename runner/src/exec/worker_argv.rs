@@ -23,6 +23,13 @@ pub struct Attempt<'a> {
     pub cpus: usize,
 }
 
+/// Where `a`'s shrink search makes its tries, when the runner holds a directory in memory:
+/// one per attempt, which the runner removes when the attempt ends, however it ended.
+pub fn tries_dir(opts: &RunOptions, job: &Job, attempt: u32) -> Option<std::path::PathBuf> {
+    let root = opts.tries.as_ref().filter(|_| opts.shrink.is_some())?;
+    Some(root.join(format!("{}-{attempt}", job.id)))
+}
+
 /// `meshparity worker …` for `a` (the program itself is the executor's).
 pub fn args(a: &Attempt<'_>) -> Vec<String> {
     let opts = a.opts;
@@ -63,6 +70,9 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
             let claims = opts.run_dir.join(super::run_dir::SCRATCH);
             let claims = claims.join(crate::shrink::policy::CLAIMS);
             args.extend(["--shrink-claims".into(), claims.display().to_string()]);
+        }
+        if let Some(dir) = tries_dir(opts, a.job, a.attempt) {
+            args.extend(["--shrink-tries".into(), dir.display().to_string()]);
         }
     }
     if let Some(device) = opts.device {

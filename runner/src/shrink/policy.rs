@@ -41,6 +41,8 @@ impl Default for Policy {
 pub struct Order {
     pub seconds: f64,
     pub claims: Option<PathBuf>,
+    /// Where the search makes its tries (`None`: the job's directory).
+    pub tries: Option<PathBuf>,
 }
 
 /// What a job's failure is an instance of, for claiming.

@@ -90,7 +90,7 @@ pub(super) fn shrink(
         },
     };
     match policy::claim(order.claims.as_deref(), &kind, &job.name) {
-        Ok(()) => Shrunk::Here(search(engine, command, job, out, what, order.seconds)),
+        Ok(()) => Shrunk::Here(search(engine, command, job, out, what, order)),
         Err(by) => Shrunk::In(by),
     }
 }
@@ -104,7 +104,7 @@ fn search(
     job: &Job,
     out: &Path,
     what: &Failure<'_>,
-    budget: f64,
+    order: &Order,
 ) -> Option<Repro> {
     let case = Case {
         model: job.model_config.clone(),
@@ -112,7 +112,7 @@ fn search(
         training: job.training.clone(),
         dtype: job.dtype,
     };
-    let scratch = out.join("shrink");
+    let scratch = order.tries.clone().unwrap_or_else(|| out.join("shrink"));
     let target = Target {
         engine,
         level: what.level,
@@ -120,7 +120,7 @@ fn search(
         limits: what.limits,
         site: what.site,
         scratch: &scratch,
-        budget: std::time::Duration::from_secs_f64(budget.max(0.0)),
+        budget: std::time::Duration::from_secs_f64(order.seconds.max(0.0)),
         command,
     };
     let shrunk = shrink::shrink(&target, case);
