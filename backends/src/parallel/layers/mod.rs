@@ -1,7 +1,8 @@
 //! One pipeline stage's layers on its stage group, for one microbatch.
 //!
 //! - `ctx.rs` — what a stage knows about itself (`StageCtx`), below every layer file;
-//! - `stage.rs` — the stage: embedding, TP/SP attention and MLP blocks, the vocab-parallel head;
+//! - `stage.rs` — the stage: embedding, TP/SP attention and MLP blocks;
+//! - `head.rs` — the last stage's vocab-parallel output and cross-entropy;
 //! - `ring.rs` — attention on whole sequences or around the CP ring (online softmax);
 //! - `experts.rs` — the moe family's routed MLP on a stage's ranks;
 //! - `router.rs` — the router's host-side decisions: own top-k, replay, capacity drops;
@@ -12,6 +13,7 @@ pub mod ctx;
 mod dispatch;
 pub mod experts;
 mod faulty;
+mod head;
 mod ring;
 mod router;
 pub mod stage;

@@ -4,7 +4,7 @@
 //! The same layer functions as the oracle (`llama::layers`), called with each rank's shards,
 //! and every collective explicit on the tape: vocab-parallel embedding, column-parallel q/k/v and
 //! gate/up, row-parallel o and down, sequence-parallel norms and residuals (all-gather before
-//! and reduce-scatter after each TP region), vocab-parallel cross-entropy. Under context
+//! and reduce-scatter after each TP region); the head is `head.rs`. Under context
 //! parallelism each TP group holds its cp rank's chunks of the sequence ([`Local`]) and
 //! attention runs around the ring (`ring.rs`).
 
@@ -13,13 +13,12 @@ use burn::tensor::{Int, Tensor, TensorData};
 use super::ctx::{LayerFaults, StageCtx};
 use super::experts::MoeOut;
 use super::faulty;
-use crate::data::{Batch, IGNORE};
-use crate::llama::layers::{linear, rms_norm, swiglu};
+use crate::data::Batch;
+use crate::llama::layers::{rms_norm, swiglu};
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::tape::{Conj, Tape, Val};
 use crate::parallel::comm::trace::Canon;
 use crate::parallel::context::Local;
-use crate::parallel::topology::Layout;
 
 /// What a stage produced for one microbatch.
 pub struct StageOut {
@@ -75,7 +74,7 @@ impl StageCtx<'_> {
 
     /// Conjugate pair entering a TP region (`f` or SP all-gather) and leaving it (`g` or SP
     /// reduce-scatter).
-    fn enter(&self) -> Conj {
+    pub(super) fn enter(&self) -> Conj {
         if self.topo.sp() {
             Conj::GatherFromSp(1)
         } else {
@@ -322,88 +321,5 @@ impl StageCtx<'_> {
             );
         }
         f
-    }
-
-    /// Final norm, vocab-parallel output projection and vocab-parallel cross-entropy (Megatron's:
-    /// all-reduce of the max, of Σ exp and of the target logit). Returns (logits, loss) per rank.
-    fn head(
-        &self,
-        tape: &mut Tape,
-        comm: &mut Comm,
-        locals: &[Local],
-        x: Vec<Val>,
-        normalizers: &[f64],
-    ) -> (Vec<Val>, Vec<Val>) {
-        let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
-        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
-            rms_norm(v[0].clone(), self.w(i, "norm.weight"))
-        });
-        let hn = tape.collective(comm, self.enter(), "output.in", self.ranks(), &hn);
-        let logits = tape.per_rank(self.ranks(), &[&hn], |i, v| {
-            // Tied: the rank's vocabulary block of the embedding, transposed, is its block of
-            // the output head.
-            let head = if self.model.tied() {
-                self.w(i, "embed.weight").transpose()
-            } else {
-                self.w(i, "output.weight")
-            };
-            linear(v[0].clone(), head)
-        });
-        let maxes: Vec<Tensor<3>> = logits.iter().map(|&v| tape.value(v).max_dim(2)).collect();
-        let shift = Layout::each(&g.tp_groups(), self.ranks(), maxes, |r, p| {
-            comm.all_reduce_max("loss.max.fwd.all_reduce_max", r, p)
-        });
-        let sumexp = tape.per_rank(self.ranks(), &[&logits], |i, v| {
-            (v[0].clone() - shift[i].clone()).exp().sum_dim(2)
-        });
-        let picked = tape.per_rank(self.ranks(), &[&logits], |i, v| {
-            let mb = &locals[g.local_of(i)].batch;
-            let (b, s) = (mb.batch, mb.seq_len);
-            let start = (i % g.tp * block) as i64;
-            let local: Vec<i64> = mb
-                .targets
-                .iter()
-                .map(|&t| (t - start).clamp(0, block as i64 - 1))
-                .collect();
-            let keep: Vec<f64> = mb
-                .targets
-                .iter()
-                .map(|&t| {
-                    f64::from(u8::from(
-                        t != IGNORE && (start..start + block as i64).contains(&t),
-                    ))
-                })
-                .collect();
-            let idx = Tensor::<2, Int>::from_data(TensorData::new(local, [b * s, 1]), self.device);
-            let z = (v[0].clone() - shift[i].clone()).reshape([b * s, block]);
-            (z.gather(1, idx) * self.constant(keep, [b * s, 1])).reshape([b, s, 1])
-        });
-        let sumexp = tape.collective(
-            comm,
-            Conj::ReduceFromTp,
-            "loss.sumexp",
-            self.ranks(),
-            &sumexp,
-        );
-        let picked = tape.collective(
-            comm,
-            Conj::ReduceFromTp,
-            "loss.target",
-            self.ranks(),
-            &picked,
-        );
-        let loss = tape.per_rank(self.ranks(), &[&sumexp, &picked], |i, v| {
-            let c = g.local_of(i);
-            let mb = &locals[c].batch;
-            let keep: Vec<f64> = mb
-                .targets
-                .iter()
-                .map(|&t| f64::from(u8::from(t != IGNORE)))
-                .collect();
-            let keep = self.constant(keep, [mb.batch, mb.seq_len, 1]);
-            let ce = v[0].clone().log() - v[1].clone();
-            ((ce * keep).sum() / normalizers[c]).reshape([1, 1, 1])
-        });
-        (logits, loss)
     }
 }

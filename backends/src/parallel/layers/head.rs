@@ -1,0 +1,98 @@
+//! The last stage's head: final norm, vocab-parallel output projection and vocab-parallel
+//! cross-entropy (Megatron's: all-reduce of the max, of Σ exp and of the target logit), with
+//! label smoothing's uniform share over the whole vocabulary (all-reduce of Σ z).
+
+use burn::tensor::{Int, Tensor, TensorData};
+
+use super::ctx::StageCtx;
+use crate::data::IGNORE;
+use crate::llama::layers::{linear, rms_norm};
+use crate::parallel::comm::collective::Comm;
+use crate::parallel::comm::tape::{Conj, Tape, Val};
+use crate::parallel::context::Local;
+use crate::parallel::topology::Layout;
+
+impl StageCtx<'_> {
+    /// Final norm, vocab-parallel output projection and vocab-parallel cross-entropy (Megatron's:
+    /// all-reduce of the max, of Σ exp and of the target logit). Returns (logits, loss) per rank.
+    pub(super) fn head(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        locals: &[Local],
+        x: Vec<Val>,
+        normalizers: &[f64],
+    ) -> (Vec<Val>, Vec<Val>) {
+        let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
+        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
+            rms_norm(v[0].clone(), self.w(i, "norm.weight"))
+        });
+        let hn = tape.collective(comm, self.enter(), "output.in", self.ranks(), &hn);
+        let logits = tape.per_rank(self.ranks(), &[&hn], |i, v| {
+            // Tied: the rank's vocabulary block of the embedding, transposed, is its block of
+            // the output head.
+            let head = if self.model.tied() {
+                self.w(i, "embed.weight").transpose()
+            } else {
+                self.w(i, "output.weight")
+            };
+            linear(v[0].clone(), head)
+        });
+        let maxes: Vec<Tensor<3>> = logits.iter().map(|&v| tape.value(v).max_dim(2)).collect();
+        let shift = Layout::each(&g.tp_groups(), self.ranks(), maxes, |r, p| {
+            comm.all_reduce_max("loss.max.fwd.all_reduce_max", r, p)
+        });
+        let sumexp = tape.per_rank(self.ranks(), &[&logits], |i, v| {
+            (v[0].clone() - shift[i].clone()).exp().sum_dim(2)
+        });
+        let picked = tape.per_rank(self.ranks(), &[&logits], |i, v| {
+            let mb = &locals[g.local_of(i)].batch;
+            let (b, s) = (mb.batch, mb.seq_len);
+            let start = (i % g.tp * block) as i64;
+            let local: Vec<i64> = mb
+                .targets
+                .iter()
+                .map(|&t| (t - start).clamp(0, block as i64 - 1))
+                .collect();
+            let keep: Vec<f64> = mb
+                .targets
+                .iter()
+                .map(|&t| {
+                    f64::from(u8::from(
+                        t != IGNORE && (start..start + block as i64).contains(&t),
+                    ))
+                })
+                .collect();
+            let idx = Tensor::<2, Int>::from_data(TensorData::new(local, [b * s, 1]), self.device);
+            let z = (v[0].clone() - shift[i].clone()).reshape([b * s, block]);
+            (z.gather(1, idx) * self.constant(keep, [b * s, 1])).reshape([b, s, 1])
+        });
+        let sumexp = tape.collective(
+            comm,
+            Conj::ReduceFromTp,
+            "loss.sumexp",
+            self.ranks(),
+            &sumexp,
+        );
+        let picked = tape.collective(
+            comm,
+            Conj::ReduceFromTp,
+            "loss.target",
+            self.ranks(),
+            &picked,
+        );
+        let loss = tape.per_rank(self.ranks(), &[&sumexp, &picked], |i, v| {
+            let c = g.local_of(i);
+            let mb = &locals[c].batch;
+            let keep: Vec<f64> = mb
+                .targets
+                .iter()
+                .map(|&t| f64::from(u8::from(t != IGNORE)))
+                .collect();
+            let keep = self.constant(keep, [mb.batch, mb.seq_len, 1]);
+            let ce = v[0].clone().log() - v[1].clone();
+            ((ce * keep).sum() / normalizers[c]).reshape([1, 1, 1])
+        });
+        (logits, loss)
+    }
+}
