@@ -26,6 +26,7 @@ pub mod coupling;
 pub mod engine;
 pub mod finding;
 pub mod gate;
+pub mod gate_site;
 pub mod judge;
 pub mod locate;
 pub mod mutation;

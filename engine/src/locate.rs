@@ -217,6 +217,22 @@ impl Localization {
         if s.phase == "checkpoint" {
             return format!("first divergence: checkpoint save/load: {}", s.what);
         }
+        if s.phase == crate::gate_site::PHASE {
+            let limit = self
+                .site_limit
+                .map(|l| format!(" beyond relative L2 {l:e}"))
+                .unwrap_or_default();
+            return format!(
+                "first divergence: {} ({}: {} {:.3e} > {:e}); no traced site diverged{limit} \
+                 ({} values compared): the difference is below what the trace resolves",
+                s.site,
+                s.what,
+                s.metric,
+                s.value,
+                s.limit,
+                self.compared
+            );
+        }
         let copy = s.copy.map(|c| format!(", copy {c}")).unwrap_or_default();
         let mut cause = self
             .coupling

@@ -53,8 +53,12 @@ impl MutationOutcome {
         }
     }
 
-    /// Record where the run was localized, and whether that is the catalog's site.
+    /// Record where the run was localized, and whether that is the catalog's site. Where no
+    /// traced site diverged, the catching level's per-tensor gate names the tensor
+    /// ([`crate::gate_site`]).
     pub fn localized(&mut self, l: Localization) {
+        let caught = self.caught_by.first();
+        let l = l.or_gate(self.levels.iter().find(|o| Some(&o.level) == caught));
         let site = l.first.as_ref().map(|s| s.site.as_str());
         self.localized_as_injected = meshparity_specs::catalog::find(&self.mutation)
             .zip(site)

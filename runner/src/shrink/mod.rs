@@ -215,11 +215,11 @@ impl Target<'_> {
             &reference,
             dir,
         );
-        let failed = judged.is_ok_and(|c| {
-            c.outcomes
-                .iter()
-                .any(|o| o.level == self.level && !o.passed)
-        });
+        let Ok(judged) = judged else {
+            return false;
+        };
+        let outcome = judged.outcomes.iter().find(|o| o.level == self.level);
+        let failed = outcome.is_some_and(|o| !o.passed);
         let Some(site) = self.site.filter(|_| failed) else {
             return failed;
         };
@@ -233,6 +233,7 @@ impl Target<'_> {
             ..req
         };
         let found = trace.localize(self.engine, &req, &dir.join("trace-run"));
+        let found = found.map(|l| l.map(|l| l.or_gate(outcome)));
         matches!(found, Ok(Some(l)) if l.first.as_ref().is_some_and(|f| f.site == site))
     }
 }

@@ -174,7 +174,7 @@ impl Context<'_> {
         if !o.passed && self.job.variant.is_none() && !o.only_vacuous() {
             // A verdict already computed is kept whatever happens to its localization.
             match self.localize(level, &o) {
-                Ok(l) => o.localization = l,
+                Ok(l) => o.localization = l.map(|l| l.or_gate(Some(&o))),
                 Err(e) => {
                     eprintln!("localizing the failure: {e}");
                     o.localization_failed = Some(e.to_string());
