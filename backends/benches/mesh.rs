@@ -75,6 +75,7 @@ fn main() {
         clip_grad_norm: None,
         weight_decay: None,
         schedule: None,
+        label_smoothing: None,
     };
     let len = Length {
         steps,

@@ -125,6 +125,7 @@ mod tests {
             clip_grad_norm: None,
             weight_decay: None,
             schedule: None,
+            label_smoothing: None,
         }
     }
 

@@ -23,6 +23,7 @@ fn clipped(opt: Optimizer) -> Training {
         clip_grad_norm: Some(1.0),
         weight_decay: None,
         schedule: None,
+        label_smoothing: None,
         ..training(11, opt)
     }
 }

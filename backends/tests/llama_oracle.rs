@@ -166,3 +166,46 @@ fn finite_differences(c: ModelConfig, per_layer: usize) {
         "every parameter was checked"
     );
 }
+
+/// Label smoothing ε: the loss is Σ over counted tokens of −(1 − ε)·log p_label − ε/V · Σ_j
+/// log p_j (torch's `label_smoothing`), computed here from the logits by hand in f64; ε = 0 is
+/// the plain cross-entropy, and padding counts for nothing either way.
+#[test]
+fn label_smoothing_is_torchs_uniform_share_over_the_vocabulary() {
+    use meshparity_backends::llama::forward_smoothed;
+    let c = tiny();
+    let dev = Device::flex();
+    let p = Params::init(&c, 9, &dev, DType::F64);
+    let (s, v) = (c.seq_len as usize, c.vocab as usize);
+    let mut batch = Batch::synthetic(9, 0, 2, s, v);
+    batch.lengths = vec![s, 5];
+    batch.targets[s + 5..].fill(meshparity_backends::data::IGNORE);
+    for eps in [0.0, 0.1, 0.3] {
+        let f = forward_smoothed(&c, &p, &batch, &dev, eps);
+        let logits = values(&f.logits);
+        let mut want = 0.0;
+        for (t, &label) in batch.targets.iter().enumerate() {
+            if label == meshparity_backends::data::IGNORE {
+                continue;
+            }
+            let z = &logits[t * v..(t + 1) * v];
+            let max = z.iter().cloned().fold(f64::MIN, f64::max);
+            let lse = max + z.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            let logp = |j: usize| z[j] - lse;
+            let uniform: f64 = (0..v).map(logp).sum::<f64>() / v as f64;
+            want -= (1.0 - eps) * logp(label as usize) + eps * uniform;
+        }
+        let got = scalar(f.loss_sum);
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs(),
+            "ε {eps}: {got} vs {want}"
+        );
+        if eps > 0.0 {
+            let plain = scalar(forward(&c, &p, &batch, &dev).loss_sum);
+            assert!(
+                (got - plain).abs() > 1e-3 * plain,
+                "ε {eps} changed nothing"
+            );
+        }
+    }
+}

@@ -12,7 +12,9 @@ use meshparity_backends::train::{self, Length, Probe, Replay};
 use meshparity_engine::cause::{Axes, Cause};
 use meshparity_engine::locate::{limit, locate};
 use meshparity_specs::catalog::{Phase, CATALOG};
-use meshparity_specs::{DType as SpecDType, DropPolicy, MeshConfig, ModelConfig, Optimizer};
+use meshparity_specs::{
+    DType as SpecDType, DropPolicy, MeshConfig, ModelConfig, Optimizer, Training,
+};
 use std::collections::BTreeMap;
 
 const MESHES: &[&str] = &[
@@ -43,27 +45,27 @@ fn burn_dtype(dtype: SpecDType) -> DType {
 }
 
 /// The oracle's routing (moe), which every traced run replays, as the engine's do.
-fn oracle_routing(model: &ModelConfig, dtype: SpecDType) -> Replay {
-    let t = training(7, Optimizer::Adamw);
-    train::oracle(model, &t, LEN, &Device::default(), burn_dtype(dtype)).replay
+fn oracle_routing(model: &ModelConfig, t: &Training, dtype: SpecDType) -> Replay {
+    train::oracle(model, t, LEN, &Device::default(), burn_dtype(dtype)).replay
 }
 
+#[allow(clippy::too_many_arguments)]
 fn traced(
     model: &ModelConfig,
+    t: &Training,
     replay: &Replay,
     dir: &std::path::Path,
     m: &MeshConfig,
     fault: Option<Fault>,
     dtype: SpecDType,
 ) {
-    let t = training(7, Optimizer::Adamw);
     let probe = Probe {
         fault,
         trace: true,
         replay: Some(replay).filter(|r| !r.is_empty()),
     };
     let burn_dtype = burn_dtype(dtype);
-    let rec = train::mesh(model, m, &t, LEN, probe, &Device::default(), burn_dtype).unwrap();
+    let rec = train::mesh(model, m, t, LEN, probe, &Device::default(), burn_dtype).unwrap();
     levels::trace::write(dir, m.microbatches as usize, rec.trace).unwrap();
 }
 
@@ -75,6 +77,34 @@ fn every_mutation_is_localized_where_it_was_injected_f32() {
 #[test]
 fn every_mutation_is_localized_where_it_was_injected_bf16() {
     localized(&tiny(), MESHES, SpecDType::Bf16, 40);
+}
+
+/// The interleaved pipeline (2 chunks per pipeline rank, so 4 layers): the dense catalog on
+/// its meshes, and the chunks run out of order.
+#[test]
+fn interleaved_pipeline_mutations_are_localized_where_they_were_injected() {
+    let model = ModelConfig {
+        layers: 4,
+        ..tiny()
+    };
+    let meshes = ["pp2-mb2-interleaved", "dp2-tp2-pp2-mb2-interleaved"];
+    for dtype in [SpecDType::F32, SpecDType::Bf16] {
+        localized(&model, &meshes, dtype, 20);
+    }
+}
+
+/// Label smoothing (ε = 0.1): the dense catalog on the meshes that split the vocabulary (TP,
+/// with SP and pipeline stages) or the sequence (CP), and the uniform share left unreduced.
+#[test]
+fn label_smoothing_mutations_are_localized_where_they_were_injected() {
+    let smoothed = Training {
+        label_smoothing: Some(0.1),
+        ..training(7, Optimizer::Adamw)
+    };
+    let meshes = ["tp2", "tp2-sp", "dp2-tp2-pp2-mb2", "cp2"];
+    for dtype in [SpecDType::F32, SpecDType::Bf16] {
+        localized_with(&tiny(), &smoothed, &meshes, dtype, 30);
+    }
 }
 
 /// The moe family: the dense catalog on its meshes, the router's own bugs and expert
@@ -181,6 +211,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     // The unshard is a no-op: the parameters of the step before the last update.
     ("fsdp-stale-unshard", &["other-step"]),
+    // A chunk computes another chunk's layers: its output is another computation's.
+    ("interleaved-chunks-reversed", &["computation"]),
+    // Each TP rank's own block of Σ z, never summed over TP.
+    ("label-smoothing-local-vocab", &["partial:tp"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named
@@ -223,7 +257,23 @@ fn print_tally(t: &Tally) -> f64 {
 const RIGHT_CAUSES: f64 = 0.8;
 
 fn localized(model: &ModelConfig, meshes: &[&str], dtype: SpecDType, at_least: usize) {
-    let t = localized_tally(model, meshes, dtype, at_least);
+    localized_with(
+        model,
+        &training(7, Optimizer::Adamw),
+        meshes,
+        dtype,
+        at_least,
+    );
+}
+
+fn localized_with(
+    model: &ModelConfig,
+    training: &Training,
+    meshes: &[&str],
+    dtype: SpecDType,
+    at_least: usize,
+) {
+    let t = localized_tally(model, training, meshes, dtype, at_least);
     let share = print_tally(&t);
     assert!(
         share >= RIGHT_CAUSES,
@@ -235,6 +285,7 @@ fn localized(model: &ModelConfig, meshes: &[&str], dtype: SpecDType, at_least: u
 
 fn localized_tally(
     model: &ModelConfig,
+    t: &Training,
     meshes: &[&str],
     dtype: SpecDType,
     at_least: usize,
@@ -242,13 +293,21 @@ fn localized_tally(
     let mut tally = Tally::new();
     let root = tempfile::tempdir().unwrap();
     let reference = root.path().join("reference");
-    let replay = oracle_routing(model, dtype);
-    traced(model, &replay, &reference, &MeshConfig::SINGLE, None, dtype);
+    let replay = oracle_routing(model, t, dtype);
+    traced(
+        model,
+        t,
+        &replay,
+        &reference,
+        &MeshConfig::SINGLE,
+        None,
+        dtype,
+    );
     let mut checked = 0;
     for name in meshes {
         let m = mesh(name);
         let correct = root.path().join(format!("{name}-correct"));
-        traced(model, &replay, &correct, &m, None, dtype);
+        traced(model, t, &replay, &correct, &m, None, dtype);
         let l = locate(&reference, &correct, dtype, &Axes::of(&m)).unwrap();
         let worst = l.sites.iter().map(|s| s.relative_l2).fold(0.0, f64::max);
         assert!(l.first.is_none(), "{name} correct: {}", l.summary());
@@ -275,12 +334,14 @@ fn localized_tally(
             l.compared,
             limit(dtype)
         );
-        for mutation in CATALOG.iter().filter(|x| {
-            x.applies_to(model, &m, &training(7, Optimizer::Adamw)) && x.phase != Phase::Checkpoint
-        }) {
+        for mutation in CATALOG
+            .iter()
+            .filter(|x| x.applies_to(model, &m, t) && x.phase != Phase::Checkpoint)
+        {
             let dir = root.path().join(format!("{name}-{}", mutation.name));
             traced(
                 model,
+                t,
                 &replay,
                 &dir,
                 &m,

@@ -197,6 +197,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         clip_grad_norm: None,
         weight_decay: None,
         schedule: None,
+        label_smoothing: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

@@ -68,6 +68,11 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         "weight_decay",
         format!("{}", t.weight_decay.unwrap_or(0.01)),
     );
+    // torch's `label_smoothing`; 0 when the run sets none.
+    put(
+        "label_smoothing",
+        format!("{}", t.label_smoothing.unwrap_or(0.0)),
+    );
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {
@@ -206,6 +211,7 @@ mod tests {
             clip_grad_norm: None,
             weight_decay: None,
             schedule: None,
+            label_smoothing: None,
         };
         let mesh = MeshConfig {
             tp: 2,

@@ -94,7 +94,10 @@ mod tests {
             ],
         );
         let s = gate_site(&o).unwrap();
-        assert_eq!((s.site.as_str(), s.phase.as_str()), ("param.norm.weight", PHASE));
+        assert_eq!(
+            (s.site.as_str(), s.phase.as_str()),
+            ("param.norm.weight", PHASE)
+        );
         assert_eq!(s.what, "the oracle level's updates gate");
         assert!(gate_site(&outcome("updates", vec![gate("layer 3", 40.0, 12.0)])).is_none());
         assert!(gate_site(&outcome("losses", vec![gate("loss", 40.0, 12.0)])).is_none());

@@ -225,12 +225,7 @@ impl Localization {
             return format!(
                 "first divergence: {} ({}: {} {:.3e} > {:e}); no traced site diverged{limit} \
                  ({} values compared): the difference is below what the trace resolves",
-                s.site,
-                s.what,
-                s.metric,
-                s.value,
-                s.limit,
-                self.compared
+                s.site, s.what, s.metric, s.value, s.limit, self.compared
             );
         }
         let copy = s.copy.map(|c| format!(", copy {c}")).unwrap_or_default();

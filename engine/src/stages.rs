@@ -124,6 +124,7 @@ impl FirstStages {
             clip_grad_norm: None,
             weight_decay: None,
             schedule: None,
+            label_smoothing: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -256,6 +257,7 @@ mod tests {
             clip_grad_norm: None,
             weight_decay: None,
             schedule: None,
+            label_smoothing: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

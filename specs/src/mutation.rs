@@ -65,6 +65,8 @@ pub enum Needs {
     WeightDecay,
     /// The interleaved pipeline schedule: several model chunks per pipeline rank.
     Interleaved,
+    /// Label smoothing set in `[run]` (`label_smoothing`).
+    LabelSmoothing,
 }
 
 impl Needs {
@@ -100,7 +102,11 @@ impl Needs {
             Needs::Zero3 => m.zero == 3,
             Needs::Interleaved => m.pp > 1 && m.chunks() > 1,
             // A property of the model: see `Mutation::applies_to`.
-            Needs::TiedEmbeddings | Needs::LrSchedule | Needs::Adamw | Needs::WeightDecay => true,
+            Needs::TiedEmbeddings
+            | Needs::LrSchedule
+            | Needs::Adamw
+            | Needs::WeightDecay
+            | Needs::LabelSmoothing => true,
         }
     }
 
@@ -186,6 +192,7 @@ impl Needs {
             Needs::Adamw => "the AdamW optimizer",
             Needs::WeightDecay => "weight decay set (`weight_decay`), norms exempt",
             Needs::Interleaved => "the interleaved pipeline schedule (pp > 1, virtual stages)",
+            Needs::LabelSmoothing => "label smoothing set (`label_smoothing`)",
         }
     }
 }

@@ -20,6 +20,7 @@ pub const KEYS: &[&str] = &[
     "lr",
     "clip_grad_norm",
     "weight_decay",
+    "label_smoothing",
     "warmup_steps",
     "lr_decay",
     "min_lr",
@@ -67,6 +68,11 @@ pub struct Training {
     /// Warmup and decay of the learning rate; `None`: `lr` at every step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<LrSchedule>,
+    /// Label smoothing ε of the cross-entropy (torch's `label_smoothing`): each token's
+    /// target is 1 − ε on its label plus ε spread uniformly over the whole vocabulary. `None`
+    /// (or 0): none, and absent from the serialized form so those jobs keep their identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_smoothing: Option<f64>,
 }
 
 impl Training {
@@ -115,6 +121,7 @@ impl RunSettings {
                 clip_grad_norm: None,
                 weight_decay: None,
                 schedule: None,
+                label_smoothing: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -192,6 +199,19 @@ impl RunSettings {
             }
         }
         run.training.weight_decay = t.limit(cx, "weight_decay").map(|w| w.value);
+        if let Some(e) = t.limit(cx, "label_smoothing") {
+            if e.value < 1.0 {
+                run.training.label_smoothing = Some(e.value).filter(|&e| e > 0.0);
+            } else {
+                cx.error(
+                    Diagnostic::error(
+                        &e.loc,
+                        "`run.label_smoothing` is 1 or more: the label itself would weigh nothing",
+                    )
+                    .help("give ε in [0, 1), as torch and Megatron take it (0.1 is usual)"),
+                );
+            }
+        }
         run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;

@@ -471,3 +471,16 @@ fn interleaved_pipeline_constraints() {
         ],
     );
 }
+
+/// `[run]` values a training cannot use, each at its value: clipping to a norm of 0, label
+/// smoothing that leaves the label no weight.
+#[test]
+fn training_values_out_of_range() {
+    assert_reports(
+        "tests/broken/training-values.toml",
+        &[
+            "tests/broken/training-values.toml:3:18: `run.clip_grad_norm` is 0",
+            "tests/broken/training-values.toml:4:19: `run.label_smoothing` is 1 or more",
+        ],
+    );
+}

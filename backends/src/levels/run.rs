@@ -107,6 +107,13 @@ pub fn run(
             let to = (out, files::WEIGHTS);
             merged(&plan, w, to, &mut written, &mut manifest, |_| {})?;
         }
+        // The logits and loss of a run whose TP ranks computed different losses stand for none
+        // of them: the forward level reports the disagreement, as a merge of unequal replicas.
+        if let Some(why) = rec.divergent.first() {
+            manifest
+                .unmerged
+                .insert(files::FORWARD.to_owned(), why.clone());
+        }
         if let Some(why) = &rec.unsharded_stale {
             manifest
                 .unmerged

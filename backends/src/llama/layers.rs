@@ -203,11 +203,13 @@ pub fn swiglu(x: Tensor<3>, gate: Tensor<2>, up: Tensor<2>, down: Tensor<2>) -> 
 }
 
 /// Sum of token cross-entropies (not a mean: normalization is the caller's, by the *global*
-/// token count) and the number of tokens that counted.
+/// token count) and the number of tokens that counted. With label smoothing ε each token's
+/// target is 1 − ε on its label and ε/V on every entry of the vocabulary (torch's
+/// `label_smoothing`): −(1 − ε)·log p_label − ε/V · Σ_j log p_j.
 ///
 /// # Shapes
 /// logits: [B, S, V], targets: [B·S] (with `IGNORE`) → scalar [1]
-pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64]) -> Tensor<1> {
+pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64], smoothing: f64) -> Tensor<1> {
     let [b, s, v] = logits.dims();
     let device = logits.device();
     let keep: Vec<f64> = targets
@@ -217,7 +219,13 @@ pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64]) -> Tensor<1> {
     let idx: Vec<i64> = targets.iter().map(|&t| t.max(0)).collect();
     let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [b * s, 1]), &device);
     let logp = log_softmax(logits.reshape([b * s, v]), 1);
-    let picked = logp.gather(1, idx).reshape([b * s]);
+    let picked = logp.clone().gather(1, idx).reshape([b * s]);
+    let picked = if smoothing > 0.0 {
+        let uniform = logp.sum_dim(1).reshape([b * s]);
+        picked * (1.0 - smoothing) + uniform * (smoothing / v as f64)
+    } else {
+        picked
+    };
     let keep = Tensor::<1>::from_data(TensorData::new(keep, [b * s]), (&device, picked.dtype()));
     (picked * keep).sum().neg()
 }

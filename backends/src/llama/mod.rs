@@ -14,5 +14,5 @@ pub mod model;
 pub mod moe;
 pub mod params;
 
-pub use model::{forward, Forward};
+pub use model::{forward, forward_smoothed, Forward};
 pub use params::{is_buffer, specs, ParamSpec, Params};

@@ -42,6 +42,17 @@ pub struct Layer {
 /// # Shapes
 /// batch: [B, S] tokens → logits [B, S, V]
 pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> Forward {
+    forward_smoothed(c, p, batch, device, 0.0)
+}
+
+/// [`forward`] with the loss's label smoothing ε ([`cross_entropy_sum`]).
+pub fn forward_smoothed(
+    c: &ModelConfig,
+    p: &Params,
+    batch: &Batch,
+    device: &Device,
+    smoothing: f64,
+) -> Forward {
     let (b, s) = (batch.batch, batch.seq_len);
     let h = c.hidden as usize;
     let (nq, nkv) = (c.heads as usize, c.kv_heads as usize);
@@ -84,7 +95,7 @@ pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> F
         p.get("output.weight")
     };
     let logits = linear(x, head);
-    let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets);
+    let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets, smoothing);
     Forward {
         logits,
         loss_sum,

@@ -203,12 +203,21 @@ impl Fault {
             // The receive of the first ring step never lands: the buffer keeps the rank's own
             // chunk, used as if it were the previous rank's.
             Id::CpStaleKvChunk if hit("layers.0.attn.kv.ring1.fwd.") => Some(Alteration::Skip),
+            // Label smoothing's uniform share from the rank's own vocabulary block, never
+            // reduced (and divided by the block's size: `smooths_over_local_vocab`).
+            Id::LabelSmoothingLocalVocab if hit("loss.smooth.") => Some(Alteration::Skip),
             // Each rank's load balance from its own tokens' expert counts.
             Id::LoadBalanceLocalCounts if hit("layers.") && site.contains(".router.counts.") => {
                 Some(Alteration::Skip)
             }
             _ => None,
         }
+    }
+
+    /// Whether label smoothing's uniform share is averaged over the rank's own vocabulary block
+    /// (its size as the vocabulary's) instead of the whole vocabulary.
+    pub fn smooths_over_local_vocab(self) -> bool {
+        self.0 == Id::LabelSmoothingLocalVocab
     }
 
     /// Whether the gradients of microbatch `mb` of `count` are lost because the gradients were
@@ -420,6 +429,7 @@ mod tests {
             "layers.0.mlp.router.counts.all_reduce",
             "grad_norm.dense.all_reduce",
             "grad.embed.weight.embedding.all_reduce",
+            "loss.smooth.fwd.all_reduce",
         ];
         for f in Fault::all() {
             let acts = sites.iter().any(|s| f.alter(s).is_some())

@@ -70,6 +70,7 @@ pub fn mesh(
         dtype,
         backward: len.backward,
         clip_grad_norm: training.clip_grad_norm,
+        label_smoothing: training.label_smoothing.unwrap_or(0.0),
     };
     let mut comm = Comm::new(fault);
     let mut traced = Vec::new();
@@ -177,6 +178,7 @@ pub fn mesh(
             .map(|c| format!("{}: {}", c.site, c.altered.unwrap_or("")))
             .collect(),
         anomalies: comm.anomalies.clone(),
+        divergent: comm.divergent.clone(),
         trace: traced,
         unsharded_stale,
     })

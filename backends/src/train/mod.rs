@@ -9,7 +9,7 @@ use meshparity_specs::{ModelConfig, Training};
 
 use crate::data::Batch;
 use crate::host::{HostTensor, Param};
-use crate::llama::{forward, is_buffer, specs, Params};
+use crate::llama::{forward_smoothed, is_buffer, specs, Params};
 use crate::optim::Optimizer;
 use crate::parallel::{clip, exec::scalar, trace};
 use crate::sharding::Shards;
@@ -52,6 +52,10 @@ pub struct Record {
     pub collectives: usize,
     pub altered: Vec<String>,
     pub anomalies: Vec<String>,
+    /// Values the ranks of a group must hold alike that differed ([`Comm::divergent`]).
+    ///
+    /// [`Comm::divergent`]: crate::parallel::comm::collective::Comm::divergent
+    pub divergent: Vec<String>,
     /// Per-site traces of the first [`trace::STEPS`] steps, when asked for.
     pub trace: Vec<trace::Entry>,
     /// On a ZeRO-3 mesh, why the parameters a step computed with were not its shards'
@@ -131,7 +135,8 @@ pub fn oracle(
             tensors: params.clone(),
         }
         .require_grad();
-        let f = forward(model, &leaves, &b, device);
+        let smoothing = training.label_smoothing.unwrap_or(0.0);
+        let f = forward_smoothed(model, &leaves, &b, device, smoothing);
         let ce = f.loss_sum / b.counted() as f64;
         let loss = match &f.aux {
             Some(aux) => {
@@ -187,6 +192,7 @@ pub fn oracle(
                 collectives: 0,
                 altered: Vec::new(),
                 anomalies: Vec::new(),
+                divergent: Vec::new(),
                 trace: Vec::new(),
                 unsharded_stale: None,
             });

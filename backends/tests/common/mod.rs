@@ -64,6 +64,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         clip_grad_norm: None,
         weight_decay: None,
         schedule: None,
+        label_smoothing: None,
     }
 }
 
@@ -88,6 +89,7 @@ pub fn mesh(name: &str) -> MeshConfig {
             "hs" => m.shard = n,
             "sp" => m.sp = true,
             "gpipe" => m.schedule = Schedule::GPipe,
+            "interleaved" => m.schedule = Schedule::Interleaved,
             "oracle" => {}
             _ => panic!("unknown mesh part `{part}`"),
         }

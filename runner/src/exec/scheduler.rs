@@ -328,7 +328,7 @@ impl Run<'_> {
             crate::worker::clean_up_partial(&dir, &[&self.opts.cache_dir, &scratch]);
         }
         // A search's tries, whatever became of its worker.
-        if let Some(tries) = super::worker_argv::tries_dir(&self.opts, self.job(i), attempt) {
+        if let Some(tries) = super::worker_argv::tries_dir(self.opts, self.job(i), attempt) {
             let _ = std::fs::remove_dir_all(tries);
         }
         let timeout = self.opts.timeouts.for_job(self.job(i));

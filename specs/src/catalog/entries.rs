@@ -195,4 +195,8 @@ pub const CATALOG: &[Mutation] = &[
         "under the interleaved schedule each pipeline rank runs its model chunks in the wrong order: the schedule's chunk c computes the layers of the rank's chunk v−1−c, so the model's layers run permuted though every weight is where the plan puts it",
         &[Interleaved], Forward, "layers.*.attn.in.fwd.in",
         &["NVIDIA/Megatron-LM#1584: the layer offset of a virtual pipeline stage computed wrongly on every rank but the first", "NVIDIA/Megatron-LM#513: two computations of the virtual stages' layer offsets that must agree", "swiss-ai/Megatron-LM PR#116: a layer route built without virtual stages silently puts layers in the wrong model chunks"]),
+    m(LabelSmoothingLocalVocab, "label-smoothing-local-vocab",
+        "the vocab-parallel cross-entropy smooths labels over each TP rank's vocabulary shard: the uniform share is the mean log-probability of the rank's own block (its size taken as the vocabulary's, its sum never all-reduced), so the loss differs per TP rank and the logits' gradients are wrong",
+        &[Tp, LabelSmoothing], Forward, "loss.smooth.fwd.out",
+        &["NVIDIA/Megatron-LM#737: with label_smoothing, mean_log_probs is a local mean and the loss differs across TP ranks", "NVIDIA/Megatron-LM#7464 (and PR#5522, PR#7466): vocab_size and mean_log_probs taken from the local partition, loss and gradient differ between TP1 and TP2", "NVIDIA/Megatron-LM#7452 finding 1: label smoothing uses the local vocabulary, a 2-rank CPU repro"]),
 ];

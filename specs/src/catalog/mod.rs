@@ -58,6 +58,7 @@ pub enum Id {
     ForeignOptimizerState,
     ShardDecayExemptionsLost,
     InterleavedChunksReversed,
+    LabelSmoothingLocalVocab,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -159,6 +160,7 @@ impl Mutation {
             Needs::LrSchedule => training.schedule.is_some(),
             Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
             Needs::WeightDecay => training.weight_decay.is_some_and(|w| w > 0.0),
+            Needs::LabelSmoothing => training.label_smoothing.is_some_and(|e| e > 0.0),
             n => n.holds(mesh),
         })
     }

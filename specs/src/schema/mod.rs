@@ -117,6 +117,10 @@ struct Run {
     /// 0.01 on every parameter.
     #[schemars(range(min = 0))]
     weight_decay: Option<f64>,
+    /// Label smoothing ε of the cross-entropy, in [0, 1): 1 − ε on each token's label and ε
+    /// spread uniformly over the whole vocabulary, as torch's `label_smoothing`; default 0.
+    #[schemars(range(min = 0, max = 1))]
+    label_smoothing: Option<f64>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,
     /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),

@@ -37,6 +37,9 @@ pub struct Comm {
     mailbox: HashMap<Address, Tensor<3>>,
     /// Things that would deadlock or corrupt a real run (a receive with no matching send).
     pub anomalies: Vec<String>,
+    /// Values every rank of a group must hold alike (each computed from the same reduced
+    /// sums) that differ between them, in words: a correct mesh never has one.
+    pub divergent: Vec<String>,
     /// Whether sites record their canonical values ([`super::trace`]).
     tracing: bool,
     /// The row block the work on this communicator computes (replica × microbatches + mb).
@@ -58,6 +61,7 @@ impl Comm {
             calls: Vec::new(),
             mailbox: HashMap::new(),
             anomalies: Vec::new(),
+            divergent: Vec::new(),
             tracing: false,
             block: None,
             records: Vec::new(),
@@ -391,6 +395,7 @@ impl Comm {
     pub fn absorb(&mut self, sub: Comm) {
         self.calls.extend(sub.calls);
         self.anomalies.extend(sub.anomalies);
+        self.divergent.extend(sub.divergent);
         self.records.extend(sub.records);
         self.mailbox.extend(sub.mailbox);
     }

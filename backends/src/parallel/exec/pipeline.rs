@@ -269,6 +269,9 @@ impl MeshExec<'_> {
                     }
                 } else {
                     loss = Some(self.gather_last(&out, ds.len()));
+                    if let Some(why) = self.losses_disagree(&out, ds, mb) {
+                        comm.divergent.push(why);
+                    }
                 }
                 Ok(Done::Forward {
                     stage,
@@ -368,6 +371,7 @@ impl MeshExec<'_> {
             sequences: 0,
             replay: None,
             first_rows: Vec::new(),
+            label_smoothing: self.label_smoothing,
         }
     }
 
@@ -396,6 +400,28 @@ impl MeshExec<'_> {
                 (loss, zigzag(per_cp))
             })
             .collect()
+    }
+
+    /// Where the TP ranks of a replica's last stage computed different losses for microbatch
+    /// `mb`: each computes its loss from the same all-reduced sums (max, Σ exp, target logit,
+    /// Σ z), so a correct mesh agrees to the bit, and a loss term taken from a rank's own shard
+    /// (label smoothing over the local vocabulary, Megatron-LM#737) shows here whatever its
+    /// size.
+    fn losses_disagree(&self, out: &StageOut, ds: &Range<usize>, mb: usize) -> Option<String> {
+        let tp_groups = self.topo.layout(ds.len()).tp_groups();
+        tp_groups.iter().find_map(|g| {
+            let loss = |i: usize| scalar(out.tape.value(out.outputs[g[i]]).reshape([1]));
+            let first = loss(0);
+            (1..g.len()).map(|i| (i, loss(i))).find_map(|(i, other)| {
+                (other.to_bits() != first.to_bits()).then(|| {
+                    format!(
+                        "`loss`: microbatch {mb}'s loss is {other} on TP rank {i} and {first} on \
+                         TP rank 0 of the same group: the ranks of a TP group compute different \
+                         losses"
+                    )
+                })
+            })
+        })
     }
 
     fn receive_activations(

@@ -32,6 +32,8 @@ pub struct StageCtx<'a> {
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
     pub fault: Option<Fault>,
+    /// The loss's label smoothing ε (0: none).
+    pub label_smoothing: f64,
 }
 
 /// Which computation faults act in one layer.

@@ -14,7 +14,8 @@ use crate::parallel::topology::Layout;
 
 impl StageCtx<'_> {
     /// Final norm, vocab-parallel output projection and vocab-parallel cross-entropy (Megatron's:
-    /// all-reduce of the max, of Σ exp and of the target logit). Returns (logits, loss) per rank.
+    /// all-reduce of the max, of Σ exp and of the target logit, and with label smoothing of
+    /// Σ z). Returns (logits, loss) per rank.
     pub(super) fn head(
         &self,
         tape: &mut Tape,
@@ -81,7 +82,20 @@ impl StageCtx<'_> {
             self.ranks(),
             &picked,
         );
-        let loss = tape.per_rank(self.ranks(), &[&sumexp, &picked], |i, v| {
+        let uniform = self.uniform_share(tape, comm, &logits, &shift);
+        let mut inputs: Vec<&[Val]> = vec![&sumexp, &picked];
+        if let Some(u) = &uniform {
+            inputs.push(u);
+        }
+        // Label smoothing's divisor: the whole vocabulary, or (the bug) the rank's own block.
+        let local = self.fault.is_some_and(|f| f.smooths_over_local_vocab());
+        let vocab = if local {
+            block
+        } else {
+            self.model.vocab as usize
+        };
+        let eps = self.label_smoothing;
+        let loss = tape.per_rank(self.ranks(), &inputs, |i, v| {
             let c = g.local_of(i);
             let mb = &locals[c].batch;
             let keep: Vec<f64> = mb
@@ -90,9 +104,32 @@ impl StageCtx<'_> {
                 .map(|&t| f64::from(u8::from(t != IGNORE)))
                 .collect();
             let keep = self.constant(keep, [mb.batch, mb.seq_len, 1]);
-            let ce = v[0].clone().log() - v[1].clone();
+            let mut ce = v[0].clone().log() - v[1].clone();
+            if let Some(sum) = v.get(2) {
+                // lse − (1 − ε)·z_label − ε/V · Σ_j z_j, every z shifted by the same max.
+                ce = ce + v[1].clone() * eps - sum.clone() * (eps / vocab as f64);
+            }
             ((ce * keep).sum() / normalizers[c]).reshape([1, 1, 1])
         });
         (logits, loss)
+    }
+
+    /// Label smoothing's uniform share: Σ_j over the whole vocabulary of the shifted logits,
+    /// each rank's block summed and all-reduced over TP (`loss.smooth`, the reduce the
+    /// Megatron bug leaves out); `None` without smoothing.
+    fn uniform_share(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        logits: &[Val],
+        shift: &[Tensor<3>],
+    ) -> Option<Vec<Val>> {
+        if self.label_smoothing <= 0.0 {
+            return None;
+        }
+        let sums = tape.per_rank(self.ranks(), &[logits], |i, v| {
+            (v[0].clone() - shift[i].clone()).sum_dim(2)
+        });
+        Some(tape.collective(comm, Conj::ReduceFromTp, "loss.smooth", self.ranks(), &sums))
     }
 }
