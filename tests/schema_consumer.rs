@@ -28,6 +28,7 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
         "examples/full-sweep.toml",
         "examples/production.toml",
         "examples/clipping.toml",
+        "examples/label-smoothing.toml",
         "examples/shared/meshes.toml",
         "examples/shared/tolerances.toml",
         "examples/command/jax-tp-dp.toml",

@@ -12,10 +12,38 @@ use crate::parallel::comm::tape::{Conj, Tape, Val};
 use crate::parallel::context::Local;
 use crate::parallel::topology::Layout;
 
+/// One rank's loss terms, on the host.
+struct RankTerms {
+    sumexp: Vec<f64>,
+    picked: Vec<f64>,
+    uniform: Option<Vec<f64>>,
+}
+
+impl RankTerms {
+    /// Σ over counted tokens of lse − (1 − ε)·z_label − ε/V · Σ_j z_j, in f64.
+    fn loss(&self, targets: &[i64], eps: f64, vocab: usize) -> f64 {
+        let mut total = 0.0;
+        for (t, _) in targets.iter().enumerate().filter(|(_, &l)| l != IGNORE) {
+            let mut ce = self.sumexp[t].ln() - self.picked[t];
+            if let Some(u) = &self.uniform {
+                ce += eps * self.picked[t] - u[t] * (eps / vocab as f64);
+            }
+            total += ce;
+        }
+        total
+    }
+}
+
+fn host(tape: &Tape, v: Val) -> Vec<f64> {
+    let data = tape.value(v).into_data().convert::<f64>();
+    data.try_to_vec::<f64>().expect("float data")
+}
+
 impl StageCtx<'_> {
     /// Final norm, vocab-parallel output projection and vocab-parallel cross-entropy (Megatron's:
     /// all-reduce of the max, of Σ exp and of the target logit, and with label smoothing of
-    /// Σ z). Returns (logits, loss) per rank.
+    /// Σ z). Returns the logits and loss per rank, and each rank's loss in f64
+    /// ([`StageOut::rank_losses`](super::stage::StageOut::rank_losses)).
     pub(super) fn head(
         &self,
         tape: &mut Tape,
@@ -23,7 +51,7 @@ impl StageCtx<'_> {
         locals: &[Local],
         x: Vec<Val>,
         normalizers: &[f64],
-    ) -> (Vec<Val>, Vec<Val>) {
+    ) -> (Vec<Val>, Vec<Val>, Vec<f64>) {
         let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
         let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
             rms_norm(v[0].clone(), self.w(i, "norm.weight"))
@@ -111,7 +139,18 @@ impl StageCtx<'_> {
             }
             ((ce * keep).sum() / normalizers[c]).reshape([1, 1, 1])
         });
-        (logits, loss)
+        let exact = (0..self.ranks().len())
+            .map(|i| {
+                let c = g.local_of(i);
+                let terms = RankTerms {
+                    sumexp: host(tape, sumexp[i]),
+                    picked: host(tape, picked[i]),
+                    uniform: uniform.as_ref().map(|u| host(tape, u[i])),
+                };
+                terms.loss(&locals[c].batch.targets, eps, vocab) / normalizers[c]
+            })
+            .collect();
+        (logits, loss, exact)
     }
 
     /// Label smoothing's uniform share: Σ_j over the whole vocabulary of the shifted logits,

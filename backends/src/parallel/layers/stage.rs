@@ -31,6 +31,10 @@ pub struct StageOut {
     pub logits: Vec<Val>,
     /// The moe family's auxiliary losses and routing (empty for dense models).
     pub moe: MoeOut,
+    /// The last stage's loss per TP rank in f64, from the terms each rank holds (empty on
+    /// other stages): what a TP group must agree on, at a precision that does not round a
+    /// difference away.
+    pub rank_losses: Vec<f64>,
 }
 
 /// One microbatch as the layers see it: each cp rank's share and loss normalizer.
@@ -126,15 +130,17 @@ impl StageCtx<'_> {
                 outputs: x,
                 logits: Vec::new(),
                 moe,
+                rank_losses: Vec::new(),
             };
         }
-        let (logits, loss) = self.head(&mut tape, comm, &locals, x, normalizers);
+        let (logits, loss, rank_losses) = self.head(&mut tape, comm, &locals, x, normalizers);
         StageOut {
             tape,
             inputs,
             outputs: loss,
             logits,
             moe,
+            rank_losses,
         }
     }
 
