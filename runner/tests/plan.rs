@@ -85,11 +85,12 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
     assert_eq!(kinds.len(), 7, "{kinds:?}");
     // Every mutation but those that need a run setting the sweep leaves at its default (a
     // learning-rate schedule: tests/schedule.rs injects those; weight decay with exemptions:
-    // tests/zero.rs).
+    // tests/zero.rs; label smoothing: examples/label-smoothing.toml).
     use meshparity_specs::mutation::Needs;
+    let set_elsewhere = [Needs::LrSchedule, Needs::WeightDecay, Needs::LabelSmoothing];
     let applicable = meshparity_specs::CATALOG
         .iter()
-        .filter(|m| !m.needs.contains(&Needs::LrSchedule) && !m.needs.contains(&Needs::WeightDecay))
+        .filter(|m| !set_elsewhere.iter().any(|n| m.needs.contains(n)))
         .count();
     assert_eq!(mutations.len(), applicable, "{mutations:?}");
 }
