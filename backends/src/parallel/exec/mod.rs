@@ -3,6 +3,7 @@
 //!
 //! - `step.rs` — one training step: DP replicas, then gradient finalization and the norm;
 //! - `pipeline.rs` — one replica's stages over its microbatches, tick by tick;
+//! - `last_stage.rs` — the last stage's losses and logits, and the TP group's agreement on them;
 //! - `schedule.rs` — GPipe and 1F1B orders and their clocked simulation;
 //! - `finalize.rs` — gradient finalization: the TP, DP and expert-DP reductions;
 //! - `grad_trace.rs` — traces of the gradients and parameters, per sharding rule;
@@ -12,6 +13,7 @@
 pub mod clip;
 mod finalize;
 mod grad_trace;
+mod last_stage;
 mod pipeline;
 pub mod schedule;
 mod sharded;

@@ -1,0 +1,66 @@
+//! What the last pipeline stage hands back for a microbatch: each replica's loss and its
+//! logits put back together, and whether the ranks of a TP group agreed on the loss.
+
+use std::ops::Range;
+
+use burn::tensor::Tensor;
+
+use super::{scalar, MeshExec};
+use crate::parallel::context::zigzag;
+use crate::parallel::layers::stage::StageOut;
+
+impl MeshExec<'_> {
+    /// Each replica's microbatch loss (the cp ranks' partial sums added, as the loss report's
+    /// all-reduce over cp does) and its logits, vocab blocks joined and cp chunks put back in
+    /// sequence order.
+    pub(super) fn gather_last(&self, out: &StageOut, replicas: usize) -> Vec<(f64, Tensor<3>)> {
+        let cp = self.topo.cp();
+        let tp_groups = self.topo.layout(replicas).tp_groups();
+        tp_groups
+            .chunks(cp)
+            .map(|replica| {
+                let loss = replica
+                    .iter()
+                    .map(|g| scalar(out.tape.value(out.outputs[g[0]]).reshape([1])))
+                    .sum();
+                let per_cp = replica
+                    .iter()
+                    .map(|g| {
+                        Tensor::cat(
+                            g.iter().map(|&i| out.tape.value(out.logits[i])).collect(),
+                            2,
+                        )
+                    })
+                    .collect();
+                (loss, zigzag(per_cp))
+            })
+            .collect()
+    }
+
+    /// Where the TP ranks of a replica's last stage computed different losses for microbatch
+    /// `mb`: each computes its loss from the same all-reduced sums (max, Σ exp, target logit,
+    /// Σ z), so a correct mesh agrees to the bit, and a loss term taken from a rank's own shard
+    /// (label smoothing over the local vocabulary, Megatron-LM#737) shows here whatever its
+    /// size.
+    pub(super) fn losses_disagree(
+        &self,
+        out: &StageOut,
+        ds: &Range<usize>,
+        mb: usize,
+    ) -> Option<String> {
+        let tp_groups = self.topo.layout(ds.len()).tp_groups();
+        tp_groups.iter().find_map(|g| {
+            let loss = |i: usize| out.rank_losses[g[i]];
+            let first = loss(0);
+            (1..g.len()).map(|i| (i, loss(i))).find_map(|(i, other)| {
+                (other.to_bits() != first.to_bits()).then(|| {
+                    format!(
+                        "`loss`: microbatch {mb}'s loss is {other} on TP rank {i} and {first} on \
+                         TP rank 0 of the same group: the ranks of a TP group compute different \
+                         losses"
+                    )
+                })
+            })
+        })
+    }
+}
