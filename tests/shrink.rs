@@ -164,8 +164,9 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
     let shm = std::path::Path::new(meshparity_files::SHM);
     let in_memory = meshparity_files::is_tmpfs_with(shm, 2 << 30);
     let memory = tempfile::tempdir_in(if in_memory { shm } else { dir.path() }).unwrap();
-    let abandoned = memory.path().join("meshparity-1-2");
+    let abandoned = memory.path().join("meshparity-tries-1-2");
     std::fs::create_dir(&abandoned).unwrap();
+    drop(meshparity_files::Lock::acquire(&abandoned).unwrap());
     std::fs::write(
         dir.path().join("spec.toml"),
         "[run]\nname = \"first\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 2\nhidden = 32\n\

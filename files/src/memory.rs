@@ -7,7 +7,8 @@
 //!
 //! The directory is held by a [`Lock`] like a run directory, so a runner that was killed leaves
 //! nothing another cannot tell is abandoned: the next one to open a directory here removes
-//! every `meshparity-*` directory whose lock it can take.
+//! every directory it could have made (named `meshparity-tries-PID-NANOS`, holding a lock
+//! file, owned by this user) whose lock it can take — nothing else, whatever its name.
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +17,8 @@ use crate::Lock;
 /// Where memory directories are made on Linux.
 pub const SHM: &str = "/dev/shm";
 
-/// The name prefix of memory directories.
-const PREFIX: &str = "meshparity-";
+/// The name prefix of memory directories: `meshparity-tries-PID-NANOS`.
+const PREFIX: &str = "meshparity-tries-";
 
 /// A directory on a memory filesystem, held by this process and removed on drop.
 #[derive(Debug)]
@@ -62,15 +63,14 @@ impl Drop for MemoryDir {
     }
 }
 
-/// Remove the `meshparity-*` directories under `root` that this user owns and no process
-/// holds.
+/// Remove the directories under `root` that a [`MemoryDir`] made (by name and lock file), that
+/// this user owns and that no process holds.
 fn remove_abandoned(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with(PREFIX) {
+        if !made_here(&entry.file_name().to_string_lossy()) {
             continue;
         }
         let path = entry.path();
@@ -78,7 +78,9 @@ fn remove_abandoned(root: &Path) {
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        if !meta.is_dir() || !owned(&meta) {
+        // A directory without the lock file was not made here (acquiring would create one).
+        let locked = std::fs::symlink_metadata(path.join(crate::LOCK_FILE));
+        if !meta.is_dir() || !owned(&meta) || !locked.is_ok_and(|m| m.is_file()) {
             continue;
         }
         if let Ok(lock) = Lock::acquire(&path) {
@@ -86,6 +88,14 @@ fn remove_abandoned(root: &Path) {
             drop(lock);
         }
     }
+}
+
+/// Whether `name` is one [`MemoryDir::create`] gives: the prefix, then two numbers.
+fn made_here(name: &str) -> bool {
+    let numbers = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name.strip_prefix(PREFIX)
+        .and_then(|rest| rest.split_once('-'))
+        .is_some_and(|(pid, nanos)| numbers(pid) && numbers(nanos))
 }
 
 fn owned(meta: &std::fs::Metadata) -> bool {
@@ -136,11 +146,23 @@ mod tests {
         let held = first.path().to_owned();
         assert!(held.is_dir());
         // An abandoned one: made, its lock released, not removed.
-        let abandoned = shm.join(format!("{PREFIX}test-{}", std::process::id()));
+        let abandoned = shm.join(format!("{PREFIX}{}-1", std::process::id()));
         std::fs::create_dir_all(abandoned.join("try1")).unwrap();
         drop(Lock::acquire(&abandoned).unwrap());
+        // A user's directories that only look alike: another name, or no lock file.
+        let user = shm.join(format!("meshparity-out-{}", std::process::id()));
+        let unlocked = shm.join(format!("{PREFIX}{}-2", std::process::id()));
+        for d in [&user, &unlocked] {
+            std::fs::create_dir_all(d.join("keep")).unwrap();
+        }
+        drop(Lock::acquire(&user).unwrap());
         let second = MemoryDir::create(shm, 0).unwrap();
         assert!(!abandoned.exists(), "an abandoned directory was kept");
+        for d in [&user, &unlocked] {
+            assert!(d.join("keep").is_dir(), "{} was removed", d.display());
+            assert!(!d.join(crate::LOCK_FILE).exists() || d == &user);
+            std::fs::remove_dir_all(d).unwrap();
+        }
         assert!(held.is_dir(), "a held directory was removed");
         drop(first);
         assert!(!held.exists());
