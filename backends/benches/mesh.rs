@@ -76,6 +76,7 @@ fn main() {
         weight_decay: None,
         schedule: None,
         label_smoothing: None,
+        z_loss: None,
     };
     let len = Length {
         steps,

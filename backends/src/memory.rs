@@ -126,6 +126,7 @@ mod tests {
             weight_decay: None,
             schedule: None,
             label_smoothing: None,
+            z_loss: None,
         }
     }
 

@@ -158,13 +158,13 @@ impl ShardingPlan {
         self.mesh.coord(rank)
     }
 
-    /// The shape a rank holds of a parameter.
+    /// The shape a rank holds of a parameter: a split dimension that the blocks do not divide
+    /// (a vocabulary not divisible by tp) is padded up to the next multiple, as Megatron pads
+    /// its vocabulary, and the last blocks hold zero rows past the end.
     pub fn shard_shape(&self, rule: &Rule) -> Vec<usize> {
         let mut shape = rule.shape.clone();
-        match rule.placement {
-            Placement::Split(dim) => shape[dim] /= self.mesh.tp as usize,
-            Placement::Expert { dim, .. } => shape[dim] /= self.mesh.etp as usize,
-            Placement::Replicated => {}
+        if let Placement::Split(dim) | Placement::Expert { dim, .. } = rule.placement {
+            shape[dim] = shape[dim].div_ceil(self.blocks(rule));
         }
         shape
     }
@@ -205,7 +205,9 @@ impl ShardingPlan {
         for r in &self.rules {
             match r.placement {
                 Placement::Split(dim) | Placement::Expert { dim, .. } => {
-                    split_cache.insert(&r.name, full[&r.name].split(dim, self.blocks(r)));
+                    let n = self.blocks(r);
+                    let padded = full[&r.name].pad(dim, self.shard_shape(r)[dim] * n);
+                    split_cache.insert(&r.name, padded.split(dim, n));
                 }
                 Placement::Replicated => {}
             }
@@ -280,7 +282,7 @@ impl ShardingPlan {
                         .iter()
                         .map(|b| b.expect("every tp block has an owner").1.clone())
                         .collect();
-                    HostTensor::concat(&parts, dim)
+                    HostTensor::concat(&parts, dim).truncate(dim, r.shape[dim])
                 }
             };
             out.insert(r.name.clone(), merged);

@@ -24,6 +24,7 @@ fn clipped(opt: Optimizer) -> Training {
         weight_decay: None,
         schedule: None,
         label_smoothing: None,
+        z_loss: None,
         ..training(11, opt)
     }
 }

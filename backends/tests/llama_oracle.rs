@@ -167,12 +167,13 @@ fn finite_differences(c: ModelConfig, per_layer: usize) {
     );
 }
 
-/// Label smoothing ε: the loss is Σ over counted tokens of −(1 − ε)·log p_label − ε/V · Σ_j
-/// log p_j (torch's `label_smoothing`), computed here from the logits by hand in f64; ε = 0 is
-/// the plain cross-entropy, and padding counts for nothing either way.
+/// Label smoothing ε and z-loss w: the loss is Σ over counted tokens of −(1 − ε)·log p_label −
+/// ε/V · Σ_j log p_j (torch's `label_smoothing`) + w·(log Σ_j exp z_j)² (PaLM's z-loss),
+/// computed here from the logits by hand in f64; ε = w = 0 is the plain cross-entropy, and
+/// padding counts for nothing either way.
 #[test]
-fn label_smoothing_is_torchs_uniform_share_over_the_vocabulary() {
-    use meshparity_backends::llama::forward_smoothed;
+fn label_smoothing_and_z_loss_are_torchs_and_palms() {
+    use meshparity_backends::llama::{forward_with, LossTerms};
     let c = tiny();
     let dev = Device::flex();
     let p = Params::init(&c, 9, &dev, DType::F64);
@@ -180,8 +181,12 @@ fn label_smoothing_is_torchs_uniform_share_over_the_vocabulary() {
     let mut batch = Batch::synthetic(9, 0, 2, s, v);
     batch.lengths = vec![s, 5];
     batch.targets[s + 5..].fill(meshparity_backends::data::IGNORE);
-    for eps in [0.0, 0.1, 0.3] {
-        let f = forward_smoothed(&c, &p, &batch, &dev, eps);
+    for (eps, w) in [(0.0, 0.0), (0.1, 0.0), (0.3, 0.0), (0.0, 1e-2), (0.1, 1e-4)] {
+        let terms = LossTerms {
+            label_smoothing: eps,
+            z_loss: w,
+        };
+        let f = forward_with(&c, &p, &batch, &dev, terms);
         let logits = values(&f.logits);
         let mut want = 0.0;
         for (t, &label) in batch.targets.iter().enumerate() {
@@ -194,17 +199,18 @@ fn label_smoothing_is_torchs_uniform_share_over_the_vocabulary() {
             let logp = |j: usize| z[j] - lse;
             let uniform: f64 = (0..v).map(logp).sum::<f64>() / v as f64;
             want -= (1.0 - eps) * logp(label as usize) + eps * uniform;
+            want += w * lse * lse;
         }
         let got = scalar(f.loss_sum);
         assert!(
             (got - want).abs() <= 1e-12 * want.abs(),
-            "ε {eps}: {got} vs {want}"
+            "ε {eps}, w {w}: {got} vs {want}"
         );
-        if eps > 0.0 {
+        if eps > 0.0 || w > 0.0 {
             let plain = scalar(forward(&c, &p, &batch, &dev).loss_sum);
             assert!(
                 (got - plain).abs() > 1e-3 * plain,
-                "ε {eps} changed nothing"
+                "ε {eps}, w {w} changed nothing"
             );
         }
     }

@@ -198,6 +198,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         weight_decay: None,
         schedule: None,
         label_smoothing: None,
+        z_loss: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

@@ -73,6 +73,8 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         "label_smoothing",
         format!("{}", t.label_smoothing.unwrap_or(0.0)),
     );
+    // The z-loss weight; 0 when the run sets none.
+    put("z_loss", format!("{}", t.z_loss.unwrap_or(0.0)));
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {
@@ -212,6 +214,7 @@ mod tests {
             weight_decay: None,
             schedule: None,
             label_smoothing: None,
+            z_loss: None,
         };
         let mesh = MeshConfig {
             tp: 2,

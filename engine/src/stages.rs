@@ -125,6 +125,7 @@ impl FirstStages {
             weight_decay: None,
             schedule: None,
             label_smoothing: None,
+            z_loss: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -258,6 +259,7 @@ mod tests {
             weight_decay: None,
             schedule: None,
             label_smoothing: None,
+            z_loss: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

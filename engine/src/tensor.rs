@@ -50,6 +50,53 @@ impl HostTensor {
             .collect()
     }
 
+    /// Zeros appended along `dim` up to `len` (a vocabulary padded to a multiple of tp, as
+    /// Megatron pads it): the bytes of zero are zero in every float dtype.
+    pub fn pad(&self, dim: usize, len: usize) -> HostTensor {
+        let have = self.shape[dim];
+        if len <= have {
+            return self.clone();
+        }
+        let size = self.dtype.size();
+        let outer: usize = self.shape[..dim].iter().product();
+        let inner: usize = self.shape[dim + 1..].iter().product::<usize>() * size;
+        let mut bytes = Vec::with_capacity(outer * len * inner);
+        for o in 0..outer {
+            bytes.extend_from_slice(&self.bytes[o * have * inner..(o + 1) * have * inner]);
+            bytes.resize(bytes.len() + (len - have) * inner, 0);
+        }
+        let mut shape = self.shape.clone();
+        shape[dim] = len;
+        HostTensor {
+            dtype: self.dtype,
+            shape,
+            bytes,
+        }
+    }
+
+    /// The first `len` entries along `dim`: the inverse of [`HostTensor::pad`].
+    pub fn truncate(&self, dim: usize, len: usize) -> HostTensor {
+        let have = self.shape[dim];
+        if len >= have {
+            return self.clone();
+        }
+        let size = self.dtype.size();
+        let outer: usize = self.shape[..dim].iter().product();
+        let inner: usize = self.shape[dim + 1..].iter().product::<usize>() * size;
+        let mut bytes = Vec::with_capacity(outer * len * inner);
+        for o in 0..outer {
+            let row = o * have * inner;
+            bytes.extend_from_slice(&self.bytes[row..row + len * inner]);
+        }
+        let mut shape = self.shape.clone();
+        shape[dim] = len;
+        HostTensor {
+            dtype: self.dtype,
+            shape,
+            bytes,
+        }
+    }
+
     /// Inverse of [`HostTensor::split`].
     pub fn concat(parts: &[HostTensor], dim: usize) -> HostTensor {
         let first = &parts[0];
@@ -88,6 +135,15 @@ mod tests {
             let parts = t.split(dim, 2);
             assert_eq!(parts[0].shape[dim], t.shape[dim] / 2);
             assert_eq!(HostTensor::concat(&parts, dim), t);
+        }
+        for dim in 0..3 {
+            let padded = t.pad(dim, t.shape[dim] + 3);
+            assert_eq!(padded.shape[dim], t.shape[dim] + 3);
+            assert_eq!(
+                padded.bytes.iter().filter(|&&b| b == 0).count(),
+                1 + 3 * 48 / t.shape[dim]
+            );
+            assert_eq!(padded.truncate(dim, t.shape[dim]), t);
         }
         let cols = t.split(2, 3);
         assert_eq!(

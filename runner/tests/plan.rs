@@ -85,9 +85,15 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
     assert_eq!(kinds.len(), 7, "{kinds:?}");
     // Every mutation but those that need a run setting the sweep leaves at its default (a
     // learning-rate schedule: tests/schedule.rs injects those; weight decay with exemptions:
-    // tests/zero.rs; label smoothing: examples/label-smoothing.toml).
+    // tests/zero.rs; label smoothing: examples/label-smoothing.toml; a padded vocabulary:
+    // examples/vocabulary.toml).
     use meshparity_specs::mutation::Needs;
-    let set_elsewhere = [Needs::LrSchedule, Needs::WeightDecay, Needs::LabelSmoothing];
+    let set_elsewhere = [
+        Needs::LrSchedule,
+        Needs::WeightDecay,
+        Needs::LabelSmoothing,
+        Needs::PaddedVocab,
+    ];
     let applicable = meshparity_specs::CATALOG
         .iter()
         .filter(|m| !set_elsewhere.iter().any(|n| m.needs.contains(n)))

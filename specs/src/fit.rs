@@ -42,12 +42,11 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         ("heads", &model.heads),
         ("kv_heads", &model.kv_heads),
         ("ffn", &model.ffn),
-        ("vocab", &model.vocab),
     ] {
         rule(
             divides(field.value, tp),
             format!("{what} ({}) is not divisible by tp ({tp})", field.value),
-            "tensor parallelism splits heads, the MLP and the vocabulary evenly across tp ranks",
+            "tensor parallelism splits heads and the MLP evenly across tp ranks (a vocabulary is padded instead)",
             &mesh.tp.loc,
             &field.loc,
             "model",

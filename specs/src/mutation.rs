@@ -67,6 +67,8 @@ pub enum Needs {
     Interleaved,
     /// Label smoothing set in `[run]` (`label_smoothing`).
     LabelSmoothing,
+    /// A vocabulary not divisible by tp, padded to a multiple of it.
+    PaddedVocab,
 }
 
 impl Needs {
@@ -106,7 +108,8 @@ impl Needs {
             | Needs::LrSchedule
             | Needs::Adamw
             | Needs::WeightDecay
-            | Needs::LabelSmoothing => true,
+            | Needs::LabelSmoothing
+            | Needs::PaddedVocab => true,
         }
     }
 
@@ -193,6 +196,7 @@ impl Needs {
             Needs::WeightDecay => "weight decay set (`weight_decay`), norms exempt",
             Needs::Interleaved => "the interleaved pipeline schedule (pp > 1, virtual stages)",
             Needs::LabelSmoothing => "label smoothing set (`label_smoothing`)",
+            Needs::PaddedVocab => "a vocabulary not divisible by tp (padded)",
         }
     }
 }

@@ -21,6 +21,7 @@ pub const KEYS: &[&str] = &[
     "clip_grad_norm",
     "weight_decay",
     "label_smoothing",
+    "z_loss",
     "warmup_steps",
     "lr_decay",
     "min_lr",
@@ -73,6 +74,11 @@ pub struct Training {
     /// (or 0): none, and absent from the serialized form so those jobs keep their identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_smoothing: Option<f64>,
+    /// The z-loss weight w (PaLM's auxiliary loss, 1e-4 there): each counted token adds
+    /// w · (log Σ_j exp z_j)², normalized like the cross-entropy, so the softmax normalizer
+    /// stays near 1. `None` (or 0): none, and absent from the serialized form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub z_loss: Option<f64>,
 }
 
 impl Training {
@@ -122,6 +128,7 @@ impl RunSettings {
                 weight_decay: None,
                 schedule: None,
                 label_smoothing: None,
+                z_loss: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -209,6 +216,19 @@ impl RunSettings {
                         "`run.label_smoothing` is 1 or more: the label itself would weigh nothing",
                     )
                     .help("give ε in [0, 1), as torch and Megatron take it (0.1 is usual)"),
+                );
+            }
+        }
+        if let Some(w) = t.limit(cx, "z_loss") {
+            if w.value < 1.0 {
+                run.training.z_loss = Some(w.value).filter(|&w| w > 0.0);
+            } else {
+                cx.error(
+                    Diagnostic::error(
+                        &w.loc,
+                        "`run.z_loss` is 1 or more: the normalizer's penalty would outweigh the loss",
+                    )
+                    .help("give the weight in [0, 1), as PaLM's 1e-4"),
                 );
             }
         }

@@ -481,6 +481,7 @@ fn training_values_out_of_range() {
         &[
             "tests/broken/training-values.toml:3:18: `run.clip_grad_norm` is 0",
             "tests/broken/training-values.toml:4:19: `run.label_smoothing` is 1 or more",
+            "tests/broken/training-values.toml:5:10: `run.z_loss` is 1 or more",
         ],
     );
 }

@@ -202,14 +202,34 @@ pub fn swiglu(x: Tensor<3>, gate: Tensor<2>, up: Tensor<2>, down: Tensor<2>) -> 
     linear(g * u, down)
 }
 
+/// The loss's terms beyond the plain cross-entropy, as a run sets them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LossTerms {
+    /// Label smoothing ε (torch's `label_smoothing`).
+    pub label_smoothing: f64,
+    /// The z-loss weight w (PaLM's): w · (log Σ_j exp z_j)² per counted token.
+    pub z_loss: f64,
+}
+
+impl LossTerms {
+    pub fn of(t: &meshparity_specs::Training) -> Self {
+        Self {
+            label_smoothing: t.label_smoothing.unwrap_or(0.0),
+            z_loss: t.z_loss.unwrap_or(0.0),
+        }
+    }
+}
+
 /// Sum of token cross-entropies (not a mean: normalization is the caller's, by the *global*
 /// token count) and the number of tokens that counted. With label smoothing ε each token's
 /// target is 1 − ε on its label and ε/V on every entry of the vocabulary (torch's
-/// `label_smoothing`): −(1 − ε)·log p_label − ε/V · Σ_j log p_j.
+/// `label_smoothing`): −(1 − ε)·log p_label − ε/V · Σ_j log p_j. With a z-loss weight w each
+/// token adds w · (log Σ_j exp z_j)².
 ///
 /// # Shapes
 /// logits: [B, S, V], targets: [B·S] (with `IGNORE`) → scalar [1]
-pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64], smoothing: f64) -> Tensor<1> {
+pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64], terms: LossTerms) -> Tensor<1> {
+    let smoothing = terms.label_smoothing;
     let [b, s, v] = logits.dims();
     let device = logits.device();
     let keep: Vec<f64> = targets
@@ -218,11 +238,20 @@ pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64], smoothing: f64) -> 
         .collect();
     let idx: Vec<i64> = targets.iter().map(|&t| t.max(0)).collect();
     let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [b * s, 1]), &device);
-    let logp = log_softmax(logits.reshape([b * s, v]), 1);
+    let flat = logits.reshape([b * s, v]);
+    let logp = log_softmax(flat.clone(), 1);
     let picked = logp.clone().gather(1, idx).reshape([b * s]);
+    // log Σ exp z = z_j − log p_j at any j (the first): the z-loss's normalizer.
+    let lse = (flat.narrow(1, 0, 1) - logp.clone().narrow(1, 0, 1)).reshape([b * s]);
     let picked = if smoothing > 0.0 {
         let uniform = logp.sum_dim(1).reshape([b * s]);
         picked * (1.0 - smoothing) + uniform * (smoothing / v as f64)
+    } else {
+        picked
+    };
+    // The z-loss enters as a negative log-likelihood would: subtracted before the negation.
+    let picked = if terms.z_loss > 0.0 {
+        picked - lse.powi_scalar(2) * terms.z_loss
     } else {
         picked
     };

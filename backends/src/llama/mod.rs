@@ -14,5 +14,6 @@ pub mod model;
 pub mod moe;
 pub mod params;
 
-pub use model::{forward, forward_smoothed, Forward};
+pub use layers::LossTerms;
+pub use model::{forward, forward_with, Forward};
 pub use params::{is_buffer, specs, ParamSpec, Params};

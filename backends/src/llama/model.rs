@@ -4,7 +4,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use meshparity_specs::ModelConfig;
 
 use super::balance;
-use super::layers::{attention, attention_mask, cross_entropy_sum, linear, rms_norm, rope, swiglu};
+use super::layers::{
+    attention, attention_mask, cross_entropy_sum, linear, rms_norm, rope, swiglu, LossTerms,
+};
 use super::moe::{self, Decided};
 use super::params::Params;
 use crate::data::{Batch, IGNORE};
@@ -42,16 +44,16 @@ pub struct Layer {
 /// # Shapes
 /// batch: [B, S] tokens → logits [B, S, V]
 pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> Forward {
-    forward_smoothed(c, p, batch, device, 0.0)
+    forward_with(c, p, batch, device, LossTerms::default())
 }
 
-/// [`forward`] with the loss's label smoothing ε ([`cross_entropy_sum`]).
-pub fn forward_smoothed(
+/// [`forward`] with the loss's label smoothing and z-loss ([`cross_entropy_sum`]).
+pub fn forward_with(
     c: &ModelConfig,
     p: &Params,
     batch: &Batch,
     device: &Device,
-    smoothing: f64,
+    terms: LossTerms,
 ) -> Forward {
     let (b, s) = (batch.batch, batch.seq_len);
     let h = c.hidden as usize;
@@ -95,7 +97,7 @@ pub fn forward_smoothed(
         p.get("output.weight")
     };
     let logits = linear(x, head);
-    let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets, smoothing);
+    let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets, terms);
     Forward {
         logits,
         loss_sum,

@@ -220,6 +220,18 @@ impl Fault {
         self.0 == Id::LabelSmoothingLocalVocab
     }
 
+    /// Whether the output layer's logits are gathered over TP and the vocab-parallel
+    /// cross-entropy takes each rank's full copy as its shard (Megatron-LM#7452 finding 2).
+    pub fn gathers_logits_before_loss(self) -> bool {
+        self.0 == Id::CeOnGatheredLogits
+    }
+
+    /// Whether a padded vocabulary's padding logits enter the softmax and label smoothing's
+    /// share as if they were tokens (Megatron-LM#1754).
+    pub fn leaves_vocab_padding_unmasked(self) -> bool {
+        self.0 == Id::VocabPaddingUnmasked
+    }
+
     /// Whether the gradients of microbatch `mb` of `count` are lost because the gradients were
     /// finalized (reduced and handed to the optimizer) before it accumulated.
     pub fn drops_microbatch(self, mb: usize, count: usize) -> bool {
@@ -460,6 +472,8 @@ mod tests {
                 || f.foreign_optimizer_state().is_some()
                 || f.decays_exempt_shards()
                 || f.chunks_reversed()
+                || f.leaves_vocab_padding_unmasked()
+                || f.gathers_logits_before_loss()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

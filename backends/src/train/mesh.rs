@@ -70,7 +70,7 @@ pub fn mesh(
         dtype,
         backward: len.backward,
         clip_grad_norm: training.clip_grad_norm,
-        label_smoothing: training.label_smoothing.unwrap_or(0.0),
+        loss: crate::llama::LossTerms::of(training),
     };
     let mut comm = Comm::new(fault);
     let mut traced = Vec::new();

@@ -9,7 +9,7 @@ use meshparity_specs::{ModelConfig, Training};
 
 use crate::data::Batch;
 use crate::host::{HostTensor, Param};
-use crate::llama::{forward_smoothed, is_buffer, specs, Params};
+use crate::llama::{forward_with, is_buffer, specs, LossTerms, Params};
 use crate::optim::Optimizer;
 use crate::parallel::{clip, exec::scalar, trace};
 use crate::sharding::Shards;
@@ -135,8 +135,7 @@ pub fn oracle(
             tensors: params.clone(),
         }
         .require_grad();
-        let smoothing = training.label_smoothing.unwrap_or(0.0);
-        let f = forward_smoothed(model, &leaves, &b, device, smoothing);
+        let f = forward_with(model, &leaves, &b, device, LossTerms::of(training));
         let ce = f.loss_sum / b.counted() as f64;
         let loss = match &f.aux {
             Some(aux) => {

@@ -65,6 +65,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         weight_decay: None,
         schedule: None,
         label_smoothing: None,
+        z_loss: None,
     }
 }
 

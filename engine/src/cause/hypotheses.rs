@@ -207,12 +207,18 @@ pub(super) fn named(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Str
 
 /// The mesh's factors a fitted `k` may be: (label, words). Where two axes have the same
 /// degree, the one the site belongs to comes first: TP and CP for activations, the
-/// data-parallel axes for gradients and the loss.
+/// data-parallel axes for gradients and the loss (tp for the vocab-parallel loss's sums).
 fn factor(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Option<(String, String)> {
     let mut candidates: Vec<(f64, String, String)> = Vec::new();
-    let gradient = ["grad", "loss", "param", "adam"]
+    // The vocab-parallel cross-entropy's sums (`loss.sumexp`, `loss.target`, `loss.smooth`)
+    // are reduced over tp, within one replica's loss: tp first there.
+    let vocab_parallel = ["loss.sumexp", "loss.target", "loss.smooth"]
         .iter()
         .any(|p| site.starts_with(p));
+    let gradient = !vocab_parallel
+        && ["grad", "loss", "param", "adam"]
+            .iter()
+            .any(|p| site.starts_with(p));
     let mut degrees = axes.degrees.clone();
     degrees.sort_by_key(|(a, _)| usize::from(gradient != matches!(*a, "dp" | "cp")));
     for &(a, n) in &degrees {

@@ -76,6 +76,9 @@ pub fn spec(
     if let Some(e) = t.label_smoothing {
         let _ = writeln!(out, "label_smoothing = {e:e}");
     }
+    if let Some(w) = t.z_loss {
+        let _ = writeln!(out, "z_loss = {w:e}");
+    }
     if let Some(s) = t.schedule {
         let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);
         let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());

@@ -199,4 +199,12 @@ pub const CATALOG: &[Mutation] = &[
         "the vocab-parallel cross-entropy smooths labels over each TP rank's vocabulary shard: the uniform share is the mean log-probability of the rank's own block (its size taken as the vocabulary's, its sum never all-reduced), so the loss differs per TP rank and the logits' gradients are wrong",
         &[Tp, LabelSmoothing], Forward, "loss.smooth.fwd.out",
         &["NVIDIA/Megatron-LM#737: with label_smoothing, mean_log_probs is a local mean and the loss differs across TP ranks", "NVIDIA/Megatron-LM#7464 (and PR#5522, PR#7466): vocab_size and mean_log_probs taken from the local partition, loss and gradient differ between TP1 and TP2", "NVIDIA/Megatron-LM#7452 finding 1: label smoothing uses the local vocabulary, a 2-rank CPU repro"]),
+    m(VocabPaddingUnmasked, "vocab-padding-unmasked",
+        "a vocabulary not divisible by tp is padded to a multiple of it, and the padding's logits enter the vocab-parallel softmax as if they were tokens: the loss and every logit's gradient differ from world size 1's, and the padding rows train",
+        &[Tp, PaddedVocab], Forward, "loss.sumexp.fwd.in",
+        &["NVIDIA/Megatron-LM#1754: with a vocabulary not divisible by TP, TP=2's loss is 47 points from a single GPU's after 2,000 steps", "NVIDIA-BioNeMo/bionemo-recipes PR#631: vocab_parallel_cross_entropy counts the padded vocabulary's logits, a loss offset between TP=1 and TP=2 that shrinks as training goes on"]),
+    m(CeOnGatheredLogits, "ce-on-gathered-logits",
+        "the output layer's logits are gathered over TP (the full vocabulary on every rank) and handed to the vocab-parallel cross-entropy, which takes each rank's copy as its shard: Σ exp is counted tp times (the loss is off by log tp), only the first rank finds the targets, and each rank keeps its own block of its own gradient, so the logits' gradients are wrong",
+        &[Tp], Forward, "loss.sumexp.fwd.in",
+        &["NVIDIA/Megatron-LM#7452 finding 2: vocab_parallel_cross_entropy silently accepts replicated (already gathered) full-vocabulary logits, as GPT can supply them, and returns a loss off by log(TP) with a wrong gradient; a 2-rank CPU repro"]),
 ];

@@ -59,6 +59,8 @@ pub enum Id {
     ShardDecayExemptionsLost,
     InterleavedChunksReversed,
     LabelSmoothingLocalVocab,
+    VocabPaddingUnmasked,
+    CeOnGatheredLogits,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -161,6 +163,7 @@ impl Mutation {
             Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
             Needs::WeightDecay => training.weight_decay.is_some_and(|w| w > 0.0),
             Needs::LabelSmoothing => training.label_smoothing.is_some_and(|e| e > 0.0),
+            Needs::PaddedVocab => !model.vocab.is_multiple_of(mesh.tp),
             n => n.holds(mesh),
         })
     }

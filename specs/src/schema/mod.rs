@@ -121,6 +121,10 @@ struct Run {
     /// spread uniformly over the whole vocabulary, as torch's `label_smoothing`; default 0.
     #[schemars(range(min = 0, max = 1))]
     label_smoothing: Option<f64>,
+    /// The z-loss weight w, in [0, 1): each counted token adds w·(log Σ exp z)² to the loss,
+    /// normalized like the cross-entropy (PaLM's, 1e-4 there); default 0.
+    #[schemars(range(min = 0, max = 1))]
+    z_loss: Option<f64>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,
     /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),

@@ -33,6 +33,11 @@ pub enum Conj {
     GatherFromSp(usize),
     /// Sequence parallelism: reduce-scatter forward along `dim`, all-gather backward.
     ScatterToSp(usize),
+    /// Megatron's `gather_from_tensor_model_parallel_region`: all-gather forward along `dim`,
+    /// each rank keeping its own block of its own gradient backward (no reduction). Only a
+    /// catalogued bug uses it (logits gathered before a vocab-parallel loss); not traced, as a
+    /// world-size-1 run has nothing like it.
+    GatherFromTp(usize),
     /// Context parallelism: one step around each CP ring forward (rank c gets rank c−1's
     /// value), the reverse step backward (a gradient returns to the rank that sent the value).
     /// Not traced: a world-size-1 run has nothing like it.
@@ -309,7 +314,9 @@ fn forward(
     Layout::each(&groups.tp_groups(), ranks, parts, |r, p| match conj {
         Conj::CopyToTp | Conj::Ring | Conj::Mark(_) => p,
         Conj::ReduceFromTp => comm.all_reduce_sum(&format!("{site}.fwd.all_reduce"), r, p),
-        Conj::GatherFromSp(d) => comm.all_gather(&format!("{site}.fwd.all_gather"), r, p, d),
+        Conj::GatherFromSp(d) | Conj::GatherFromTp(d) => {
+            comm.all_gather(&format!("{site}.fwd.all_gather"), r, p, d)
+        }
         Conj::ScatterToSp(d) => comm.reduce_scatter(&format!("{site}.fwd.reduce_scatter"), r, p, d),
     })
 }
@@ -336,6 +343,13 @@ fn backward(
             comm.reduce_scatter(&format!("{site}.bwd.reduce_scatter"), r, g, d)
         }
         Conj::ScatterToSp(d) => comm.all_gather(&format!("{site}.bwd.all_gather"), r, g, d),
+        Conj::GatherFromTp(d) => {
+            let block = g[0].dims()[d] / g.len();
+            g.into_iter()
+                .enumerate()
+                .map(|(i, t)| t.narrow(d, i * block, block))
+                .collect()
+        }
     })
 }
 
@@ -343,7 +357,7 @@ impl Conj {
     /// Whether its inputs are traced, and its outputs too (a mark's are the same values).
     fn traced(self) -> (bool, bool) {
         match self {
-            Conj::Ring => (false, false),
+            Conj::Ring | Conj::GatherFromTp(_) => (false, false),
             Conj::Mark(_) => (true, false),
             _ => (true, true),
         }
@@ -353,7 +367,7 @@ impl Conj {
     fn canon_in(self) -> Canon {
         match self {
             Conj::CopyToTp => Canon::Copies,
-            Conj::GatherFromSp(d) => Canon::Cat(d),
+            Conj::GatherFromSp(d) | Conj::GatherFromTp(d) => Canon::Cat(d),
             Conj::ReduceFromTp | Conj::ScatterToSp(_) => Canon::Sum,
             Conj::Ring => Canon::Copies,
             Conj::Mark(c) => c,
@@ -374,7 +388,7 @@ impl Conj {
     fn canon_grad_out(self) -> Canon {
         match self {
             Conj::CopyToTp | Conj::GatherFromSp(_) => Canon::Sum,
-            Conj::ReduceFromTp | Conj::Ring => Canon::Copies,
+            Conj::ReduceFromTp | Conj::Ring | Conj::GatherFromTp(_) => Canon::Copies,
             Conj::ScatterToSp(d) => Canon::Cat(d),
             Conj::Mark(c) => c,
         }
@@ -383,7 +397,7 @@ impl Conj {
     /// Canonical form of the gradients of its inputs (after the conjugate).
     fn canon_grad_in(self) -> Canon {
         match self {
-            Conj::GatherFromSp(d) => Canon::Cat(d),
+            Conj::GatherFromSp(d) | Conj::GatherFromTp(d) => Canon::Cat(d),
             Conj::Mark(c) => c,
             _ => Canon::Copies,
         }

@@ -66,8 +66,10 @@ impl MeshExec<'_> {
                 }
             }
             let over_blocks = |per_block: Vec<Tensor<2>>| match rule.placement {
+                // A padded vocabulary's blocks run past it: the padding is cut off.
                 Placement::Split(dim) | Placement::Expert { dim, .. } => {
-                    canon(&per_block, Canon::Cat(dim), None)
+                    let whole = Tensor::cat(per_block, dim).narrow(dim, 0, rule.shape[dim]);
+                    canon(&[whole], Canon::Copies, None)
                 }
                 Placement::Replicated if sp && !finalized => canon(&per_block, Canon::Sum, None),
                 Placement::Replicated => canon(&per_block, Canon::Copies, None),

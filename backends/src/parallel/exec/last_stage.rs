@@ -12,7 +12,7 @@ use crate::parallel::layers::stage::StageOut;
 impl MeshExec<'_> {
     /// Each replica's microbatch loss (the cp ranks' partial sums added, as the loss report's
     /// all-reduce over cp does) and its logits, vocab blocks joined and cp chunks put back in
-    /// sequence order.
+    /// sequence order (a padded vocabulary's padding cut off).
     pub(super) fn gather_last(&self, out: &StageOut, replicas: usize) -> Vec<(f64, Tensor<3>)> {
         let cp = self.topo.cp();
         let tp_groups = self.topo.layout(replicas).tp_groups();
@@ -23,6 +23,8 @@ impl MeshExec<'_> {
                     .iter()
                     .map(|g| scalar(out.tape.value(out.outputs[g[0]]).reshape([1])))
                     .sum();
+                // A padded vocabulary's blocks run past it: the padding is cut off.
+                let vocab = self.model.vocab as usize;
                 let per_cp = replica
                     .iter()
                     .map(|g| {
@@ -30,6 +32,7 @@ impl MeshExec<'_> {
                             g.iter().map(|&i| out.tape.value(out.logits[i])).collect(),
                             2,
                         )
+                        .narrow(2, 0, vocab)
                     })
                     .collect();
                 (loss, zigzag(per_cp))

@@ -41,8 +41,8 @@ pub struct MeshExec<'a> {
     pub backward: bool,
     /// `[run] clip_grad_norm`: the largest global gradient norm a step keeps.
     pub clip_grad_norm: Option<f64>,
-    /// `[run] label_smoothing` (0: none).
-    pub label_smoothing: f64,
+    /// `[run] label_smoothing` and `z_loss` (0: none).
+    pub loss: crate::llama::LossTerms,
 }
 
 /// A one-element tensor for token counts and reported losses: f64 where the device has it;

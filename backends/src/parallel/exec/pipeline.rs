@@ -370,7 +370,7 @@ impl MeshExec<'_> {
             sequences: 0,
             replay: None,
             first_rows: Vec::new(),
-            label_smoothing: self.label_smoothing,
+            loss: self.loss,
         }
     }
 

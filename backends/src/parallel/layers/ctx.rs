@@ -32,8 +32,8 @@ pub struct StageCtx<'a> {
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
     pub fault: Option<Fault>,
-    /// The loss's label smoothing ε (0: none).
-    pub label_smoothing: f64,
+    /// The loss's label smoothing ε and z-loss weight (0: none).
+    pub loss: crate::llama::LossTerms,
 }
 
 /// Which computation faults act in one layer.
@@ -61,6 +61,12 @@ impl StageCtx<'_> {
 
     pub(super) fn tp(&self) -> usize {
         self.topo.tp()
+    }
+
+    /// Each TP rank's block of the vocabulary: the vocabulary padded up to a multiple of tp
+    /// (Megatron's padding), the last blocks ending in rows past the vocabulary.
+    pub(super) fn vocab_block(&self) -> usize {
+        (self.model.vocab as usize).div_ceil(self.tp())
     }
 
     pub(super) fn w(&self, i: usize, name: &str) -> Tensor<2> {

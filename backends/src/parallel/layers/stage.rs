@@ -148,7 +148,7 @@ impl StageCtx<'_> {
     /// elsewhere); the partial embeddings are reduced (or reduce-scattered under SP).
     fn embed(&self, tape: &mut Tape, comm: &mut Comm, locals: &[Local]) -> Vec<Val> {
         let h = self.model.hidden as usize;
-        let (g, block) = (self.groups(), self.model.vocab as usize / self.tp());
+        let (g, block) = (self.groups(), self.vocab_block());
         let parts = tape.per_rank(self.ranks(), &[], |i, _| {
             let mb = &locals[g.local_of(i)].batch;
             let (b, s) = (mb.batch, mb.seq_len);
