@@ -89,6 +89,17 @@ pub enum MergeError {
     },
     #[error("expected {want} ranks of shards, got {got}")]
     RankCount { want: usize, got: usize },
+    #[error(
+        "`{name}`: its {} (index {at} along dim {dim}; the vocabulary has {len}) holds a \
+         nonzero value: the padding's logits reached the loss, so it trained",
+        meshparity_engine::artifact::PADDING_TRAINED
+    )]
+    PaddingTrained {
+        name: String,
+        dim: usize,
+        at: usize,
+        len: usize,
+    },
 }
 
 /// One rank's parameters.
@@ -282,7 +293,19 @@ impl ShardingPlan {
                         .iter()
                         .map(|b| b.expect("every tp block has an owner").1.clone())
                         .collect();
-                    HostTensor::concat(&parts, dim).truncate(dim, r.shape[dim])
+                    // A padded vocabulary's padding never enters the loss: a correct run
+                    // leaves it zero, in weights, gradients and optimizer state alike.
+                    let whole = HostTensor::concat(&parts, dim);
+                    let len = r.shape[dim];
+                    if let Some(at) = whole.nonzero_past(dim, len) {
+                        return Err(MergeError::PaddingTrained {
+                            name: r.name.clone(),
+                            dim,
+                            at,
+                            len,
+                        });
+                    }
+                    whole.truncate(dim, len)
                 }
             };
             out.insert(r.name.clone(), merged);

@@ -13,6 +13,11 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 /// Artifact file names, shared by the reference and the candidates.
+/// The words an unmerged artifact's reason holds when a padded vocabulary's padding rows are not
+/// zero (they never enter the loss, so a correct run never moves them): the judge names the
+/// failed gate `padding_trained` for it, `replicas_differ` otherwise.
+pub const PADDING_TRAINED: &str = "padding past the vocabulary";
+
 pub mod files {
     /// The manifest of a run directory.
     pub const MANIFEST: &str = "manifest.json";
@@ -66,7 +71,8 @@ pub struct Manifest {
     /// Receives with no matching send and the like.
     #[serde(default)]
     pub anomalies: Vec<String>,
-    /// Artifacts whose rank shards could not be merged (replicas that must agree did not), with
+    /// Artifacts whose rank shards could not be merged (replicas that must agree did not, or
+    /// a padded vocabulary's padding that must stay zero did not: [`PADDING_TRAINED`]), with
     /// why: such an artifact is absent and judged as failed, not as missing.
     #[serde(default)]
     pub unmerged: IndexMap<String, String>,

@@ -305,6 +305,11 @@ impl Sides<'_> {
 /// Rank shards that could not be merged: a failed comparison, not an error.
 fn unmerged(what: &str, world_size: u64, why: &str) -> Comparison {
     let shards = format!("{world_size} rank shards");
+    let gate = if why.contains(crate::artifact::PADDING_TRAINED) {
+        "padding_trained"
+    } else {
+        "replicas_differ"
+    };
     Comparison {
         what: what.to_owned(),
         reference: String::new(),
@@ -315,7 +320,7 @@ fn unmerged(what: &str, world_size: u64, why: &str) -> Comparison {
         reproduce: String::new(),
         gates: vec![Gate {
             scope: what.to_owned(),
-            ..Gate::new(shards, "replicas_differ", 1.0, 0.0)
+            ..Gate::new(shards, gate, 1.0, 0.0)
         }],
         report: serde_json::Value::Null,
         notes: Vec::new(),

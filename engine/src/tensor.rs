@@ -97,6 +97,27 @@ impl HostTensor {
         }
     }
 
+    /// The first index along `dim`, at or past `len`, where some element is not zero (a padded
+    /// vocabulary's padding that moved), or `None`. Values are compared, not bytes: −0 is zero.
+    pub fn nonzero_past(&self, dim: usize, len: usize) -> Option<usize> {
+        let have = self.shape[dim];
+        if len >= have {
+            return None;
+        }
+        let size = self.dtype.size();
+        let outer: usize = self.shape[..dim].iter().product();
+        let inner: usize = self.shape[dim + 1..].iter().product();
+        let zero = |b: &[u8]| meshparity_compare::agreement::decode(self.dtype, b) == Some(0.0);
+        (len..have).find(|&i| {
+            (0..outer).any(|o| {
+                let at = (o * have + i) * inner * size;
+                self.bytes[at..at + inner * size]
+                    .chunks_exact(size)
+                    .any(|b| !zero(b))
+            })
+        })
+    }
+
     /// Inverse of [`HostTensor::split`].
     pub fn concat(parts: &[HostTensor], dim: usize) -> HostTensor {
         let first = &parts[0];
@@ -144,6 +165,8 @@ mod tests {
                 1 + 3 * 48 / t.shape[dim]
             );
             assert_eq!(padded.truncate(dim, t.shape[dim]), t);
+            assert_eq!(padded.nonzero_past(dim, t.shape[dim]), None);
+            assert_eq!(padded.nonzero_past(dim, 0), Some(0));
         }
         let cols = t.split(2, 3);
         assert_eq!(

@@ -44,6 +44,24 @@ impl Local {
             .collect()
     }
 
+    /// The catalogued bug: next-token labels made on the rank's own share, by rolling its tokens
+    /// one place (`torch.roll(ids, -1)` on the CP shard) instead of shifting once over the whole
+    /// sequence. Each label becomes the next *local* token: wrong wherever the next local
+    /// position is not the next global one (the end of a zigzag chunk, and the wrap). Ignored
+    /// labels stay ignored (the loss mask is built over the whole sequence), so with one rank
+    /// nothing changes.
+    pub fn roll_targets_locally(&mut self) {
+        let (rows, s) = (self.batch.batch, self.batch.seq_len);
+        for r in 0..rows {
+            for j in 0..s {
+                let t = &mut self.batch.targets[r * s + j];
+                if *t != crate::data::IGNORE {
+                    *t = self.batch.tokens[r * s + (j + 1) % s];
+                }
+            }
+        }
+    }
+
     /// Each cp rank's share of `mb`.
     fn split_rows(mb: &Batch, cp: usize) -> Vec<Local> {
         (0..cp)

@@ -226,6 +226,12 @@ impl Fault {
         self.0 == Id::CeOnGatheredLogits
     }
 
+    /// Whether each CP rank makes its next-token labels by rolling its own tokens (alibaba
+    /// ChatLearn PR#343's review, verl PR#6564).
+    pub fn rolls_labels_per_cp_shard(self) -> bool {
+        self.0 == Id::CpLabelsRolledPerShard
+    }
+
     /// Whether a padded vocabulary's padding logits enter the softmax and label smoothing's
     /// share as if they were tokens (Megatron-LM#1754).
     pub fn leaves_vocab_padding_unmasked(self) -> bool {
@@ -474,6 +480,7 @@ mod tests {
                 || f.chunks_reversed()
                 || f.leaves_vocab_padding_unmasked()
                 || f.gathers_logits_before_loss()
+                || f.rolls_labels_per_cp_shard()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -207,4 +207,8 @@ pub const CATALOG: &[Mutation] = &[
         "the output layer's logits are gathered over TP (the full vocabulary on every rank) and handed to the vocab-parallel cross-entropy, which takes each rank's copy as its shard: Σ exp is counted tp times (the loss is off by log tp), only the first rank finds the targets, and each rank keeps its own block of its own gradient, so the logits' gradients are wrong",
         &[Tp], Forward, "loss.sumexp.fwd.in",
         &["NVIDIA/Megatron-LM#7452 finding 2: vocab_parallel_cross_entropy silently accepts replicated (already gathered) full-vocabulary logits, as GPT can supply them, and returns a loss off by log(TP) with a wrong gradient; a 2-rank CPU repro"]),
+    m(CpLabelsRolledPerShard, "cp-labels-rolled-per-shard",
+        "under context parallelism each rank makes its next-token labels by rolling its own share of the tokens (torch.roll(ids, -1) on the CP shard) instead of shifting once over the whole sequence: at the end of each zigzag chunk the label is the next local token, not the next one of the sequence",
+        &[Cp], Forward, "loss.target.fwd.in",
+        &["verl-project/verl PR#4250: the label roll after the CP selection misaligned the loss at the CP split's boundary points (log-prob outliers there)", "alibaba/ChatLearn PR#343 (review): labels rolled after the CP split, so each chunk's last token is labelled with the next chunk's first token", "verl-project/verl PR#6564 (#6475): next-token labels built by torch.roll over a flat packed tensor leak across sequence boundaries"]),
 ];

@@ -61,6 +61,7 @@ pub enum Id {
     LabelSmoothingLocalVocab,
     VocabPaddingUnmasked,
     CeOnGatheredLogits,
+    CpLabelsRolledPerShard,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).

@@ -104,7 +104,11 @@ impl StageCtx<'_> {
         normalizers: &[f64],
     ) -> StageOut {
         let mut tape = Tape::new();
-        let locals = Local::split(mb, self.topo.cp(), self.group.layout.replicas);
+        let mut locals = Local::split(mb, self.topo.cp(), self.group.layout.replicas);
+        if self.topo.cp() > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
+            locals.iter_mut().for_each(Local::roll_targets_locally);
+            comm.event("loss.labels", "labels rolled on each CP rank's own tokens");
+        }
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
         let mut x = if self.group.stage == 0 {
             self.embed(&mut tape, comm, &locals)
