@@ -229,6 +229,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("ce-on-gathered-logits", &["scaled:tp", "computation"]),
     // Each CP rank's labels are its own tokens rolled: the target logits it picks are wrong.
     ("cp-labels-rolled-per-shard", &["computation"]),
+    // The loss's gradient cp times world size 1's.
+    ("cp-loss-grad-scaled-by-cp", &["scaled:cp"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

@@ -232,6 +232,11 @@ impl Fault {
         self.0 == Id::CpLabelsRolledPerShard
     }
 
+    /// Whether each CP rank's loss enters backward scaled by cp (verl PR#4250).
+    pub fn scales_loss_grad_by_cp(self) -> bool {
+        self.0 == Id::CpLossGradScaledByCp
+    }
+
     /// Whether a padded vocabulary's padding logits enter the softmax and label smoothing's
     /// share as if they were tokens (Megatron-LM#1754).
     pub fn leaves_vocab_padding_unmasked(self) -> bool {
@@ -481,6 +486,7 @@ mod tests {
                 || f.leaves_vocab_padding_unmasked()
                 || f.gathers_logits_before_loss()
                 || f.rolls_labels_per_cp_shard()
+                || f.scales_loss_grad_by_cp()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -211,10 +211,12 @@ pub(super) fn named(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Str
 fn factor(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Option<(String, String)> {
     let mut candidates: Vec<(f64, String, String)> = Vec::new();
     // The vocab-parallel cross-entropy's sums (`loss.sumexp`, `loss.target`, `loss.smooth`)
-    // are reduced over tp, within one replica's loss: tp first there.
-    let vocab_parallel = ["loss.sumexp", "loss.target", "loss.smooth"]
-        .iter()
-        .any(|p| site.starts_with(p));
+    // are reduced over tp, within one replica's loss: tp first for their forward values (their
+    // gradients scale with the loss's normalization: data-parallel axes first there).
+    let vocab_parallel = site.contains(".fwd.")
+        && ["loss.sumexp", "loss.target", "loss.smooth"]
+            .iter()
+            .any(|p| site.starts_with(p));
     let gradient = !vocab_parallel
         && ["grad", "loss", "param", "adam"]
             .iter()

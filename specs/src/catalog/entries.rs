@@ -211,4 +211,8 @@ pub const CATALOG: &[Mutation] = &[
         "under context parallelism each rank makes its next-token labels by rolling its own share of the tokens (torch.roll(ids, -1) on the CP shard) instead of shifting once over the whole sequence: at the end of each zigzag chunk the label is the next local token, not the next one of the sequence",
         &[Cp], Forward, "loss.target.fwd.in",
         &["verl-project/verl PR#4250: the label roll after the CP selection misaligned the loss at the CP split's boundary points (log-prob outliers there)", "alibaba/ChatLearn PR#343 (review): labels rolled after the CP split, so each chunk's last token is labelled with the next chunk's first token", "verl-project/verl PR#6564 (#6475): next-token labels built by torch.roll over a flat packed tensor leak across sequence boundaries"]),
+    m(CpLossGradScaledByCp, "cp-loss-grad-scaled-by-cp",
+        "under context parallelism each rank's loss enters backward scaled by cp (a CP loss scale applied once too often): the reported loss is right, every gradient is cp times world size 1's",
+        &[Cp], Backward, "loss.*.bwd.in",
+        &["verl-project/verl PR#4250 (second fix): the loss scale with CP enabled misaligned the gradients before and after enabling CP, and the gradient norm with them"]),
 ];

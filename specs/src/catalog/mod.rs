@@ -62,6 +62,7 @@ pub enum Id {
     VocabPaddingUnmasked,
     CeOnGatheredLogits,
     CpLabelsRolledPerShard,
+    CpLossGradScaledByCp,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).

@@ -287,9 +287,10 @@ impl MeshExec<'_> {
                 // MoEAuxLossAutoScaler), beside the loss or the received gradients.
                 let aux = out.moe.aux.iter().map(|&v| (v, one.clone()));
                 let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == stages {
+                    let scale = self.loss_backward_scale(comm);
                     out.outputs
                         .iter()
-                        .map(|&v| (v, one.clone()))
+                        .map(|&v| (v, one.clone() * scale))
                         .chain(aux)
                         .collect()
                 } else {
@@ -355,6 +356,19 @@ impl MeshExec<'_> {
                 }
                 Ok(Done::Backward { mb, grads })
             }
+        }
+    }
+
+    /// The loss's backward scale on each rank: 1 (each CP rank's loss is its tokens' share of
+    /// the global normalizer already), or (the catalogued bug, verl PR#4250's second) cp, as
+    /// when a CP loss scale is applied once too often.
+    fn loss_backward_scale(&self, comm: &mut Comm) -> f64 {
+        let cp = self.topo.cp();
+        if cp > 1 && comm.fault().is_some_and(|f| f.scales_loss_grad_by_cp()) {
+            comm.event("loss.bwd", "loss gradient scaled by cp");
+            cp as f64
+        } else {
+            1.0
         }
     }
 
