@@ -237,6 +237,12 @@ impl Fault {
         self.0 == Id::CpLossGradScaledByCp
     }
 
+    /// Whether each data-parallel replica draws its own initial weights (facebookresearch/detr
+    /// #544).
+    pub fn init_seeded_per_dp_rank(self) -> bool {
+        self.0 == Id::InitSeededPerDpRank
+    }
+
     /// Whether a padded vocabulary's padding logits enter the softmax and label smoothing's
     /// share as if they were tokens (Megatron-LM#1754).
     pub fn leaves_vocab_padding_unmasked(self) -> bool {
@@ -487,6 +493,7 @@ mod tests {
                 || f.gathers_logits_before_loss()
                 || f.rolls_labels_per_cp_shard()
                 || f.scales_loss_grad_by_cp()
+                || f.init_seeded_per_dp_rank()
                 || f.save().is_some();
             assert!(acts, "{} is never injected", f.name());
             assert_eq!(Fault::from_name(f.name()), Some(f));

@@ -49,8 +49,13 @@ pub fn mesh(
     }
     let plan = ShardingPlan::llama(model, mesh);
     let seed = seed_checkpoint(model, training.seed, device, dtype);
-    let params: Vec<IndexMap<String, Tensor<2>>> = plan
-        .shard(&seed)
+    let per_dp = mesh.dp > 1 && fault.is_some_and(|f| f.init_seeded_per_dp_rank());
+    let shards = if per_dp {
+        init_per_dp_rank(&plan, model, training.seed, device, dtype)
+    } else {
+        plan.shard(&seed)
+    };
+    let params: Vec<IndexMap<String, Tensor<2>>> = shards
         .iter()
         .map(|shards| {
             shards
@@ -73,6 +78,9 @@ pub fn mesh(
         loss: crate::llama::LossTerms::of(training),
     };
     let mut comm = Comm::new(fault);
+    if per_dp {
+        comm.event("init", "initial weights drawn per dp rank");
+    }
     let mut traced = Vec::new();
     let (mut load_balance, mut routing, mut microbatch) = (Vec::new(), Vec::new(), None);
     let mut losses = Vec::with_capacity(len.steps);
@@ -249,5 +257,24 @@ pub(super) fn host_ranks(
                 })
                 .collect()
         })
+        .collect()
+}
+
+/// The catalogued bug (facebookresearch/detr#544): every rank seeds its initialization with
+/// `seed + rank` and nothing broadcasts rank 0's weights, so each data-parallel replica starts
+/// from its own weights. Each rank holds its shards of the checkpoint drawn from `seed + dp`.
+fn init_per_dp_rank(
+    plan: &ShardingPlan,
+    model: &ModelConfig,
+    seed: u64,
+    device: &Device,
+    dtype: DType,
+) -> Vec<Shards> {
+    let dp = plan.mesh.dp as u64;
+    let drawn: Vec<Vec<Shards>> = (0..dp)
+        .map(|d| plan.shard(&seed_checkpoint(model, seed + d, device, dtype)))
+        .collect();
+    (0..plan.world_size())
+        .map(|rank| drawn[plan.coord(rank).dp][rank].clone())
         .collect()
 }

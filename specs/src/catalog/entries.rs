@@ -215,4 +215,8 @@ pub const CATALOG: &[Mutation] = &[
         "under context parallelism each rank's loss enters backward scaled by cp (a CP loss scale applied once too often): the reported loss is right, every gradient is cp times world size 1's",
         &[Cp], Backward, "loss.*.bwd.in",
         &["verl-project/verl PR#4250 (second fix): the loss scale with CP enabled misaligned the gradients before and after enabling CP, and the gradient norm with them"]),
+    m(InitSeededPerDpRank, "init-seeded-per-dp-rank",
+        "every rank seeds its initialization with the seed plus its rank and nothing broadcasts rank 0's weights: each data-parallel replica starts from its own initial weights, and the replicas train different models on their shards of the batch",
+        &[Dp], Forward, "param.*",
+        &["facebookresearch/detr#544 (and antoyang/TubeDETR#15): seed = args.seed + rank before the model is built gives each rank its own initial weights", "Lightning-AI/pytorch-lightning#6013: each rank gets its own set of initial weights unless the seed is the same; if they don't match, the gradients will not match either", "pytorch/torchtitan PR#1363: per-rank sharded initialization is not equivalent to initializing on rank 0, hence seed checkpoints"]),
 ];

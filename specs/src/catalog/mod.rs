@@ -63,6 +63,7 @@ pub enum Id {
     CeOnGatheredLogits,
     CpLabelsRolledPerShard,
     CpLossGradScaledByCp,
+    InitSeededPerDpRank,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
