@@ -233,7 +233,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("cp-loss-grad-scaled-by-cp", &["scaled:cp"]),
     // One replica's weights are another draw: its copy alone differs (under ZeRO-3, where the
     // parameters are the all-gather of the dp ranks' shards, those ranks' shards).
-    ("init-seeded-per-dp-rank", &["one-copy", "one-copy:dp", "one-shard:dp"]),
+    (
+        "init-seeded-per-dp-rank",
+        &["one-copy", "one-copy:dp", "one-shard:dp"],
+    ),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

@@ -12,7 +12,8 @@
 //!   what applies on a mesh;
 //! - `zero/` — sharded data parallelism: flat shards, their reduce-scatter and all-gather;
 //! - `context.rs` — how a sequence is split over the cp ranks and put back in order;
-//! - `fault.rs` — the catalogued mutations and where each one acts.
+//! - `fault/` — the catalogued mutations and where each one acts (`loss.rs`: the loss and data
+//!   side's flags).
 
 pub mod comm;
 pub mod context;

@@ -1,11 +1,13 @@
 //! What the last pipeline stage hands back for a microbatch: each replica's loss and its
-//! logits put back together, and whether the ranks of a TP group agreed on the loss.
+//! logits put back together, whether the ranks of a TP group agreed on the loss, and the scale
+//! the loss enters backward at.
 
 use std::ops::Range;
 
 use burn::tensor::Tensor;
 
 use super::{scalar, MeshExec};
+use crate::parallel::comm::collective::Comm;
 use crate::parallel::context::zigzag;
 use crate::parallel::layers::stage::StageOut;
 
@@ -65,5 +67,18 @@ impl MeshExec<'_> {
                 })
             })
         })
+    }
+
+    /// The loss's backward scale on each rank: 1 (each CP rank's loss is its tokens' share of
+    /// the global normalizer already), or (the catalogued bug, verl PR#4250's second) cp, as
+    /// when a CP loss scale is applied once too often.
+    pub(super) fn loss_backward_scale(&self, comm: &mut Comm) -> f64 {
+        let cp = self.topo.cp();
+        if cp > 1 && comm.fault().is_some_and(|f| f.scales_loss_grad_by_cp()) {
+            comm.event("loss.bwd", "loss gradient scaled by cp");
+            cp as f64
+        } else {
+            1.0
+        }
     }
 }

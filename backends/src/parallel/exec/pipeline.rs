@@ -359,19 +359,6 @@ impl MeshExec<'_> {
         }
     }
 
-    /// The loss's backward scale on each rank: 1 (each CP rank's loss is its tokens' share of
-    /// the global normalizer already), or (the catalogued bug, verl PR#4250's second) cp, as
-    /// when a CP loss scale is applied once too often.
-    fn loss_backward_scale(&self, comm: &mut Comm) -> f64 {
-        let cp = self.topo.cp();
-        if cp > 1 && comm.fault().is_some_and(|f| f.scales_loss_grad_by_cp()) {
-            comm.event("loss.bwd", "loss gradient scaled by cp");
-            cp as f64
-        } else {
-            1.0
-        }
-    }
-
     fn ctx<'l>(&'l self, stage: usize, ds: &Range<usize>, leaves: &'l [Leaves]) -> StageCtx<'l> {
         StageCtx {
             model: self.model,

@@ -1,0 +1,44 @@
+//! Where the catalogued bugs of the loss and the data side act: the vocab-parallel
+//! cross-entropy (smoothing, padding, gathered logits), the labels and the loss's scale under
+//! context parallelism, and the initial weights. Each is a flag the layer that owns the code
+//! path reads.
+
+use super::Fault;
+use meshparity_specs::catalog::Id;
+
+impl Fault {
+    /// Whether label smoothing's uniform share is averaged over the rank's own vocabulary block
+    /// (its size as the vocabulary's) instead of the whole vocabulary.
+    pub fn smooths_over_local_vocab(self) -> bool {
+        self.0 == Id::LabelSmoothingLocalVocab
+    }
+
+    /// Whether the output layer's logits are gathered over TP and the vocab-parallel
+    /// cross-entropy takes each rank's full copy as its shard (Megatron-LM#7452 finding 2).
+    pub fn gathers_logits_before_loss(self) -> bool {
+        self.0 == Id::CeOnGatheredLogits
+    }
+
+    /// Whether each CP rank makes its next-token labels by rolling its own tokens (alibaba
+    /// ChatLearn PR#343's review, verl PR#6564).
+    pub fn rolls_labels_per_cp_shard(self) -> bool {
+        self.0 == Id::CpLabelsRolledPerShard
+    }
+
+    /// Whether each CP rank's loss enters backward scaled by cp (verl PR#4250).
+    pub fn scales_loss_grad_by_cp(self) -> bool {
+        self.0 == Id::CpLossGradScaledByCp
+    }
+
+    /// Whether each data-parallel replica draws its own initial weights (facebookresearch/detr
+    /// #544).
+    pub fn init_seeded_per_dp_rank(self) -> bool {
+        self.0 == Id::InitSeededPerDpRank
+    }
+
+    /// Whether a padded vocabulary's padding logits enter the softmax and label smoothing's
+    /// share as if they were tokens (Megatron-LM#1754).
+    pub fn leaves_vocab_padding_unmasked(self) -> bool {
+        self.0 == Id::VocabPaddingUnmasked
+    }
+}
