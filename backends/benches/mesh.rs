@@ -77,6 +77,7 @@ fn main() {
         schedule: None,
         label_smoothing: None,
         z_loss: None,
+        dropout: None,
     };
     let len = Length {
         steps,

@@ -3,6 +3,7 @@
 //! only; the rest of meshparity sees a [`meshparity_engine::Engine`].
 //!
 //! - [`rng`], [`data`] — deterministic init and synthetic batches that expose bugs;
+//! - [`dropout`] — dropout masks as a function of the global position they act at;
 //! - [`llama`] — the single-device dense model, the oracle;
 //! - [`host`], [`sharding`] — host tensors to and from burn, sharding plans;
 //! - [`parallel`] — collectives, segment-wise autodiff, TP/SP/DP/PP, schedules, faults;
@@ -15,6 +16,7 @@
 pub mod backend;
 pub mod data;
 pub mod device;
+pub mod dropout;
 pub mod host;
 pub mod levels;
 pub mod llama;

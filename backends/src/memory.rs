@@ -127,6 +127,7 @@ mod tests {
             schedule: None,
             label_smoothing: None,
             z_loss: None,
+            dropout: None,
         }
     }
 

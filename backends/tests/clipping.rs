@@ -25,6 +25,7 @@ fn clipped(opt: Optimizer) -> Training {
         schedule: None,
         label_smoothing: None,
         z_loss: None,
+        dropout: None,
         ..training(11, opt)
     }
 }

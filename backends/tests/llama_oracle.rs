@@ -186,7 +186,7 @@ fn label_smoothing_and_z_loss_are_torchs_and_palms() {
             label_smoothing: eps,
             z_loss: w,
         };
-        let f = forward_with(&c, &p, &batch, &dev, terms);
+        let f = forward_with(&c, &p, &batch, &dev, terms, None);
         let logits = values(&f.logits);
         let mut want = 0.0;
         for (t, &label) in batch.targets.iter().enumerate() {

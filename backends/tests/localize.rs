@@ -115,6 +115,24 @@ fn label_smoothing_mutations_are_localized_where_they_were_injected() {
     localized_with(&tiny(), &smoothed, &meshes, SpecDType::Bf16, 30);
 }
 
+/// Dropout on the attention probabilities and the residual branches: the dense catalog with
+/// every mask drawn where it belongs, and the random streams' own bugs (a TP region drawn from
+/// the replicated stream, a replicated region from a forked one, CP ranks at local indices).
+#[test]
+fn dropout_mutations_are_localized_where_they_were_injected() {
+    let dropped = Training {
+        dropout: Some(meshparity_specs::Dropout {
+            attention: 0.1,
+            hidden: 0.1,
+        }),
+        ..training(7, Optimizer::Adamw)
+    };
+    let meshes = ["tp2", "tp2-sp", "dp2-tp2-pp2-mb2", "cp2", "dp2-tp2-sp-cp2"];
+    for dtype in [SpecDType::F32, SpecDType::Bf16] {
+        localized_with(&tiny(), &dropped, &meshes, dtype, 30);
+    }
+}
+
 /// The moe family: the dense catalog on its meshes, the router's own bugs and expert
 /// parallelism's.
 #[test]
@@ -237,6 +255,16 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "init-seeded-per-dp-rank",
         &["one-copy", "one-copy:dp", "one-shard:dp"],
     ),
+    // Every TP rank drops its heads' probabilities with the first heads' mask: each rank's
+    // own computation is wrong.
+    ("dropout-shared-across-tp", &["computation"]),
+    // The TP ranks drop different elements of the replicated stream: the copies differ.
+    (
+        "dropout-forked-in-replicated-region",
+        &["one-copy", "one-copy:tp"],
+    ),
+    // Every CP rank drops at its local indices: each rank's own computation is wrong.
+    ("dropout-shared-across-cp", &["computation"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

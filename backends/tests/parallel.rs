@@ -4,9 +4,9 @@
 mod common;
 
 use burn::tensor::{DType, Device};
-use common::{mesh, rel_l2, tiny, tiny_moe, tiny_moe_options, training};
+use common::{mesh, tiny, tiny_moe, tiny_moe_options, training, worst};
 use meshparity_backends::sharding::ShardingPlan;
-use meshparity_backends::train::{self, Length, Record};
+use meshparity_backends::train::{self, Length};
 use meshparity_specs::{DropPolicy, ModelConfig, Optimizer};
 
 const LEN: Length = Length {
@@ -14,26 +14,6 @@ const LEN: Length = Length {
     weights_after: 2,
     backward: true,
 };
-
-fn worst(plan: &ShardingPlan, oracle: &Record, run: &Record) -> (f64, f64, f64, f64) {
-    let grads = plan.merge(&run.grads).unwrap();
-    let weights = plan.merge(run.weights.as_ref().unwrap()).unwrap();
-    let loss = oracle
-        .losses
-        .iter()
-        .zip(&run.losses)
-        .map(|(a, b)| ((a - b) / a).abs())
-        .fold(0.0, f64::max);
-    let grads = oracle.grads[0]
-        .iter()
-        .map(|(n, t)| rel_l2(t, &grads[n]))
-        .fold(0.0, f64::max);
-    let weights = oracle.weights.as_ref().unwrap()[0]
-        .iter()
-        .map(|(n, t)| rel_l2(t, &weights[n]))
-        .fold(0.0, f64::max);
-    (rel_l2(&oracle.logits, &run.logits), loss, grads, weights)
-}
 
 fn check(dtype: DType, opt: Optimizer, meshes: &[&str], limit: f64) {
     check_model(tiny(), dtype, opt, meshes, limit);

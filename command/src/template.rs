@@ -75,6 +75,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     );
     // The z-loss weight; 0 when the run sets none.
     put("z_loss", format!("{}", t.z_loss.unwrap_or(0.0)));
+    // Megatron's `--attention-dropout` and `--hidden-dropout`; 0 when the run sets none.
+    let dropout = t.dropout.unwrap_or(meshparity_specs::Dropout {
+        attention: 0.0,
+        hidden: 0.0,
+    });
+    put("attention_dropout", format!("{}", dropout.attention));
+    put("hidden_dropout", format!("{}", dropout.hidden));
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {
@@ -215,6 +222,7 @@ mod tests {
             schedule: None,
             label_smoothing: None,
             z_loss: None,
+            dropout: None,
         };
         let mesh = MeshConfig {
             tp: 2,

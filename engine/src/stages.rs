@@ -126,6 +126,7 @@ impl FirstStages {
             schedule: None,
             label_smoothing: None,
             z_loss: None,
+            dropout: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -260,6 +261,7 @@ mod tests {
             schedule: None,
             label_smoothing: None,
             z_loss: None,
+            dropout: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

@@ -69,6 +69,13 @@ pub enum Needs {
     LabelSmoothing,
     /// A vocabulary not divisible by tp, padded to a multiple of it.
     PaddedVocab,
+    /// Tensor parallelism without sequence parallelism: the residual stream is replicated over
+    /// each TP group.
+    TpWithoutSp,
+    /// Dropout on the attention probabilities (`attention_dropout`).
+    AttentionDropout,
+    /// Dropout on the residual branches (`hidden_dropout`).
+    HiddenDropout,
 }
 
 impl Needs {
@@ -103,13 +110,16 @@ impl Needs {
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,
             Needs::Interleaved => m.pp > 1 && m.chunks() > 1,
+            Needs::TpWithoutSp => m.tp > 1 && !m.sp,
             // A property of the model: see `Mutation::applies_to`.
             Needs::TiedEmbeddings
             | Needs::LrSchedule
             | Needs::Adamw
             | Needs::WeightDecay
             | Needs::LabelSmoothing
-            | Needs::PaddedVocab => true,
+            | Needs::PaddedVocab
+            | Needs::AttentionDropout
+            | Needs::HiddenDropout => true,
         }
     }
 
@@ -135,6 +145,7 @@ impl Needs {
         "model-parallel",
         "tp-replicated-experts",
         "interleaved",
+        "tp-without-sp",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -159,6 +170,7 @@ impl Needs {
             "model-parallel" => Needs::ModelParallel,
             "tp-replicated-experts" => Needs::TpReplicatedExperts,
             "interleaved" => Needs::Interleaved,
+            "tp-without-sp" => Needs::TpWithoutSp,
             _ => return None,
         })
     }
@@ -197,6 +209,9 @@ impl Needs {
             Needs::Interleaved => "the interleaved pipeline schedule (pp > 1, virtual stages)",
             Needs::LabelSmoothing => "label smoothing set (`label_smoothing`)",
             Needs::PaddedVocab => "a vocabulary not divisible by tp (padded)",
+            Needs::TpWithoutSp => "tp > 1 without sequence parallelism (the stream replicated)",
+            Needs::AttentionDropout => "attention dropout set (`attention_dropout`)",
+            Needs::HiddenDropout => "hidden dropout set (`hidden_dropout`)",
         }
     }
 }

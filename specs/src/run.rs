@@ -22,6 +22,8 @@ pub const KEYS: &[&str] = &[
     "weight_decay",
     "label_smoothing",
     "z_loss",
+    "attention_dropout",
+    "hidden_dropout",
     "warmup_steps",
     "lr_decay",
     "min_lr",
@@ -79,6 +81,22 @@ pub struct Training {
     /// stays near 1. `None` (or 0): none, and absent from the serialized form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub z_loss: Option<f64>,
+    /// Dropout on the attention probabilities and the residual branches. `None`: none, and
+    /// absent from the serialized form so jobs without it keep their identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<Dropout>,
+}
+
+/// Megatron's two dropout probabilities (`--attention-dropout`, `--hidden-dropout`), each in
+/// [0, 1). The masks are not random draws of a rank but a function of the run's seed, the step
+/// and where they act (meshparity's engine), so a correct mesh drops exactly what world size 1
+/// drops.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Dropout {
+    /// On the attention probabilities (after the softmax, before the values).
+    pub attention: f64,
+    /// On each residual branch's output (attention's and the MLP's), before the residual add.
+    pub hidden: f64,
 }
 
 impl Training {
@@ -129,6 +147,7 @@ impl RunSettings {
                 schedule: None,
                 label_smoothing: None,
                 z_loss: None,
+                dropout: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -206,32 +225,28 @@ impl RunSettings {
             }
         }
         run.training.weight_decay = t.limit(cx, "weight_decay").map(|w| w.value);
-        if let Some(e) = t.limit(cx, "label_smoothing") {
-            if e.value < 1.0 {
-                run.training.label_smoothing = Some(e.value).filter(|&e| e > 0.0);
-            } else {
-                cx.error(
-                    Diagnostic::error(
-                        &e.loc,
-                        "`run.label_smoothing` is 1 or more: the label itself would weigh nothing",
-                    )
-                    .help("give ε in [0, 1), as torch and Megatron take it (0.1 is usual)"),
-                );
-            }
-        }
-        if let Some(w) = t.limit(cx, "z_loss") {
-            if w.value < 1.0 {
-                run.training.z_loss = Some(w.value).filter(|&w| w > 0.0);
-            } else {
-                cx.error(
-                    Diagnostic::error(
-                        &w.loc,
-                        "`run.z_loss` is 1 or more: the normalizer's penalty would outweigh the loss",
-                    )
-                    .help("give the weight in [0, 1), as PaLM's 1e-4"),
-                );
-            }
-        }
+        run.training.label_smoothing = fraction(
+            cx,
+            &mut t,
+            "label_smoothing",
+            "the label itself would weigh nothing",
+            "give ε in [0, 1), as torch and Megatron take it (0.1 is usual)",
+        );
+        run.training.z_loss = fraction(
+            cx,
+            &mut t,
+            "z_loss",
+            "the normalizer's penalty would outweigh the loss",
+            "give the weight in [0, 1), as PaLM's 1e-4",
+        );
+        let dropped = "every activation would be dropped";
+        let usual = "give a probability in [0, 1), as Megatron's --attention-dropout and --hidden-dropout (0.1 is usual)";
+        let attention = fraction(cx, &mut t, "attention_dropout", dropped, usual);
+        let hidden = fraction(cx, &mut t, "hidden_dropout", dropped, usual);
+        run.training.dropout = (attention.is_some() || hidden.is_some()).then(|| Dropout {
+            attention: attention.unwrap_or(0.0),
+            hidden: hidden.unwrap_or(0.0),
+        });
         run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;
@@ -242,6 +257,25 @@ impl RunSettings {
         t.finish(cx);
         run
     }
+}
+
+/// A `[run]` value in [0, 1) (a probability or weight), `None` when absent or 0; 1 or more is
+/// an error saying `why` it cannot be and `help`.
+fn fraction(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'_, '_>,
+    key: &'static str,
+    why: &str,
+    help: &str,
+) -> Option<f64> {
+    let v = t.limit(cx, key)?;
+    if v.value < 1.0 {
+        return Some(v.value).filter(|&v| v > 0.0);
+    }
+    cx.error(
+        Diagnostic::error(&v.loc, format!("`run.{key}` is 1 or more: {why}")).help(help.to_owned()),
+    );
+    None
 }
 
 /// `warmup_steps`, `lr_decay` and `min_lr`: a schedule when any is given (warmup 0, constant,

@@ -106,23 +106,42 @@ pub fn attention_mask_at(
 /// heads. q and k arrive rotated.
 ///
 /// # Shapes
-/// q: [B, Nq, S, D], k/v: [B, Nkv, S, D], mask: [B, 1, S, S] → [B, Nq, S, D]
-pub fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<4> {
+/// q: [B, Nq, S, D], k/v: [B, Nkv, S, D], mask: [B, 1, S, S], keep: [B, Nq, S, S] →
+/// [B, Nq, S, D]
+pub fn attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+    keep: Option<Tensor<4>>,
+) -> Tensor<4> {
     let group = group(&q, &k);
-    softmax(scores(q, k, mask), 3).matmul(expand_kv(v, group))
+    dropped(softmax(scores(q, k, mask), 3), keep).matmul(expand_kv(v, group))
+}
+
+/// Attention probabilities times dropout's multipliers, where dropout acts.
+fn dropped(probs: Tensor<4>, keep: Option<Tensor<4>>) -> Tensor<4> {
+    match keep {
+        Some(keep) => probs * keep,
+        None => probs,
+    }
 }
 
 /// Attention of the queries over one block of keys (a ring step of context parallelism): the
 /// block's softmax-weighted values and the log-sum-exp of its scores, from which blocks merge
-/// exactly ([`merge_blocks`]).
+/// exactly ([`merge_blocks`]). Dropout on the probabilities drops within the block: the merge
+/// rescales each block's output linearly, so a block's mask is the whole mask's block, as in
+/// flash attention.
 ///
 /// # Shapes
-/// q: [B, Nq, Sq, D], k/v: [B, Nkv, Sk, D], mask: [B, 1, Sq, Sk] → ([B, Nq, Sq, D], [B, Nq, Sq, 1])
+/// q: [B, Nq, Sq, D], k/v: [B, Nkv, Sk, D], mask: [B, 1, Sq, Sk], keep: [B, Nq, Sq, Sk] →
+/// ([B, Nq, Sq, D], [B, Nq, Sq, 1])
 pub fn attention_block(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     mask: Tensor<4, Bool>,
+    keep: Option<Tensor<4>>,
 ) -> (Tensor<4>, Tensor<4>) {
     let group = group(&q, &k);
     let scores = scores(q, k, mask);
@@ -130,7 +149,7 @@ pub fn attention_block(
     let max = scores.clone().max_dim(3).detach();
     let e = (scores - max.clone()).exp();
     let sum = e.clone().sum_dim(3);
-    let out = (e / sum.clone()).matmul(expand_kv(v, group));
+    let out = dropped(e / sum.clone(), keep).matmul(expand_kv(v, group));
     (out, max + sum.log())
 }
 

@@ -10,6 +10,7 @@ use super::layers::{
 use super::moe::{self, Decided};
 use super::params::Params;
 use crate::data::{Batch, IGNORE};
+use crate::dropout::{Block, Dropout, Site};
 
 /// What a forward pass yields.
 pub struct Forward {
@@ -44,16 +45,18 @@ pub struct Layer {
 /// # Shapes
 /// batch: [B, S] tokens → logits [B, S, V]
 pub fn forward(c: &ModelConfig, p: &Params, batch: &Batch, device: &Device) -> Forward {
-    forward_with(c, p, batch, device, LossTerms::default())
+    forward_with(c, p, batch, device, LossTerms::default(), None)
 }
 
-/// [`forward`] with the loss's label smoothing and z-loss ([`cross_entropy_sum`]).
+/// [`forward`] with the loss's label smoothing and z-loss ([`cross_entropy_sum`]) and the
+/// step's dropout (masks at every global position: [`Dropout::mask`]).
 pub fn forward_with(
     c: &ModelConfig,
     p: &Params,
     batch: &Batch,
     device: &Device,
     terms: LossTerms,
+    dropout: Option<&Dropout>,
 ) -> Forward {
     let (b, s) = (batch.batch, batch.seq_len);
     let h = c.hidden as usize;
@@ -63,6 +66,23 @@ pub fn forward_with(
         Tensor::<1, Int>::from_data(TensorData::new(batch.tokens.clone(), [b * s]), device);
     let mut x: Tensor<3> = p.get("embed.weight").select(0, tokens).reshape([b, s, h]);
     let mask = attention_mask(&batch.lengths, s, device);
+    let (rows, positions, hidden): (Vec<usize>, Vec<usize>, Vec<usize>) =
+        ((0..b).collect(), (0..s).collect(), (0..h).collect());
+    let all_heads: Vec<usize> = (0..nq).collect();
+    let on = (device, x.dtype());
+    // Dropout of layer l's `site` over the whole batch, its axes' global indices all of them.
+    let dropped = |t: Tensor<3>, site: Site, l: u32| match dropout.filter(|d| d.p(site) > 0.0) {
+        Some(d) => {
+            let block = Block {
+                rows: &rows,
+                heads: &[],
+                queries: &positions,
+                keys: &hidden,
+            };
+            t * d.keep::<3>(site, l, &block, 0, on)
+        }
+        None => t,
+    };
     let mut aux = c.family.has_experts().then(|| Aux {
         load_balance: Tensor::<1>::zeros([1], (device, x.dtype())),
         z: Tensor::<1>::zeros([1], (device, x.dtype())),
@@ -75,11 +95,20 @@ pub fn forward_with(
         let q = heads(linear(hn.clone(), w("attn.q.weight")), nq);
         let k = heads(linear(hn.clone(), w("attn.k.weight")), nkv);
         let v = heads(linear(hn, w("attn.v.weight")), nkv);
-        let a = attention(rope(q, 0), rope(k, 0), v, mask.clone());
+        let keep = dropout.filter(|d| d.attention > 0.0).map(|d| {
+            let block = Block {
+                rows: &rows,
+                heads: &all_heads,
+                queries: &positions,
+                keys: &positions,
+            };
+            d.keep::<4>(Site::Attention, l, &block, 0, on)
+        });
+        let a = attention(rope(q, 0), rope(k, 0), v, mask.clone(), keep);
         let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
-        x = x + linear(a, w("attn.o.weight"));
+        x = x + dropped(linear(a, w("attn.o.weight")), Site::AttnResidual, l);
         let hn = rms_norm(x.clone(), w("mlp_norm.weight"));
-        x = x + match aux.as_mut() {
+        let mlp = match aux.as_mut() {
             Some(aux) => moe_mlp(c, p, l, hn, batch, aux),
             None => swiglu(
                 hn,
@@ -88,6 +117,7 @@ pub fn forward_with(
                 w("mlp.down.weight"),
             ),
         };
+        x = x + dropped(mlp, Site::MlpResidual, l);
     }
     let x = rms_norm(x, p.get("norm.weight"));
     // Tied: the output head is the embedding, transposed ([V, H] → [H, V]).

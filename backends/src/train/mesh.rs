@@ -76,6 +76,7 @@ pub fn mesh(
         backward: len.backward,
         clip_grad_norm: training.clip_grad_norm,
         loss: crate::llama::LossTerms::of(training),
+        dropout: None,
     };
     let mut comm = Comm::new(fault);
     if per_dp {
@@ -89,6 +90,7 @@ pub fn mesh(
     let mut weights = None;
     for step in 0..len.steps {
         let traced_step = probe.trace && step < trace::STEPS;
+        exec.dropout = crate::dropout::Dropout::of(training, step);
         comm.set_tracing(traced_step);
         let stale = ranks.unshard(&mut comm, step, unsharded_stale.is_none());
         unsharded_stale = unsharded_stale.or(stale);

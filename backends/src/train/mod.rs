@@ -8,6 +8,7 @@ use indexmap::IndexMap;
 use meshparity_specs::{ModelConfig, Training};
 
 use crate::data::Batch;
+use crate::dropout::Dropout;
 use crate::host::{HostTensor, Param};
 use crate::llama::{forward_with, is_buffer, specs, LossTerms, Params};
 use crate::optim::Optimizer;
@@ -135,7 +136,15 @@ pub fn oracle(
             tensors: params.clone(),
         }
         .require_grad();
-        let f = forward_with(model, &leaves, &b, device, LossTerms::of(training));
+        let dropout = Dropout::of(training, step);
+        let f = forward_with(
+            model,
+            &leaves,
+            &b,
+            device,
+            LossTerms::of(training),
+            dropout.as_ref(),
+        );
         let ce = f.loss_sum / b.counted() as f64;
         let loss = match &f.aux {
             Some(aux) => {

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use meshparity_backends::host::HostTensor;
+use meshparity_backends::sharding::ShardingPlan;
+use meshparity_backends::train::Record;
 use meshparity_compare::TensorDtype;
 use meshparity_specs::{Family, MeshConfig, ModelConfig, Schedule, Training};
 
@@ -66,6 +68,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         schedule: None,
         label_smoothing: None,
         z_loss: None,
+        dropout: None,
     }
 }
 
@@ -124,4 +127,26 @@ pub fn rel_l2(a: &HostTensor, b: &HostTensor) -> f64 {
     let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y).powi(2)).sum();
     let den: f64 = a.iter().map(|x| x * x).sum();
     (num / den.max(1e-300)).sqrt()
+}
+
+/// The largest relative distance of a mesh run from the oracle: (logits, loss, gradients,
+/// weights), the mesh's shards merged by `plan`.
+pub fn worst(plan: &ShardingPlan, oracle: &Record, run: &Record) -> (f64, f64, f64, f64) {
+    let grads = plan.merge(&run.grads).unwrap();
+    let weights = plan.merge(run.weights.as_ref().unwrap()).unwrap();
+    let loss = oracle
+        .losses
+        .iter()
+        .zip(&run.losses)
+        .map(|(a, b)| ((a - b) / a).abs())
+        .fold(0.0, f64::max);
+    let grads = oracle.grads[0]
+        .iter()
+        .map(|(n, t)| rel_l2(t, &grads[n]))
+        .fold(0.0, f64::max);
+    let weights = oracle.weights.as_ref().unwrap()[0]
+        .iter()
+        .map(|(n, t)| rel_l2(t, &weights[n]))
+        .fold(0.0, f64::max);
+    (rel_l2(&oracle.logits, &run.logits), loss, grads, weights)
 }

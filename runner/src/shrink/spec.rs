@@ -79,6 +79,10 @@ pub fn spec(
     if let Some(w) = t.z_loss {
         let _ = writeln!(out, "z_loss = {w:e}");
     }
+    if let Some(d) = t.dropout {
+        let _ = writeln!(out, "attention_dropout = {:e}", d.attention);
+        let _ = writeln!(out, "hidden_dropout = {:e}", d.hidden);
+    }
     if let Some(s) = t.schedule {
         let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);
         let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());

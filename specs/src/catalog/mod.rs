@@ -64,6 +64,9 @@ pub enum Id {
     CpLabelsRolledPerShard,
     CpLossGradScaledByCp,
     InitSeededPerDpRank,
+    DropoutSharedAcrossTp,
+    DropoutForkedInReplicatedRegion,
+    DropoutSharedAcrossCp,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -167,6 +170,8 @@ impl Mutation {
             Needs::WeightDecay => training.weight_decay.is_some_and(|w| w > 0.0),
             Needs::LabelSmoothing => training.label_smoothing.is_some_and(|e| e > 0.0),
             Needs::PaddedVocab => !model.vocab.is_multiple_of(mesh.tp),
+            Needs::AttentionDropout => training.dropout.is_some_and(|d| d.attention > 0.0),
+            Needs::HiddenDropout => training.dropout.is_some_and(|d| d.hidden > 0.0),
             n => n.holds(mesh),
         })
     }

@@ -125,6 +125,15 @@ struct Run {
     /// normalized like the cross-entropy (PaLM's, 1e-4 there); default 0.
     #[schemars(range(min = 0, max = 1))]
     z_loss: Option<f64>,
+    /// Dropout probability of the attention probabilities, in [0, 1) (Megatron's
+    /// `--attention-dropout`); default 0. Masks are a function of the seed, the step and the
+    /// global position, so a correct mesh drops what world size 1 drops.
+    #[schemars(range(min = 0, max = 1))]
+    attention_dropout: Option<f64>,
+    /// Dropout probability of each residual branch's output, in [0, 1) (Megatron's
+    /// `--hidden-dropout`); default 0.
+    #[schemars(range(min = 0, max = 1))]
+    hidden_dropout: Option<f64>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,
     /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),

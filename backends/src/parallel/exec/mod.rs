@@ -43,6 +43,8 @@ pub struct MeshExec<'a> {
     pub clip_grad_norm: Option<f64>,
     /// `[run] label_smoothing` and `z_loss` (0: none).
     pub loss: crate::llama::LossTerms,
+    /// The current step's dropout, `None` where the run drops nothing.
+    pub dropout: Option<crate::dropout::Dropout>,
 }
 
 /// A one-element tensor for token counts and reported losses: f64 where the device has it;

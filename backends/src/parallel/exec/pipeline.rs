@@ -372,6 +372,7 @@ impl MeshExec<'_> {
             replay: None,
             first_rows: Vec::new(),
             loss: self.loss,
+            dropout: self.dropout,
         }
     }
 

@@ -6,11 +6,12 @@
 //! every injection point in this module makes it easy to see that the correct path and the
 //! mutated path differ only where the catalog ([`meshparity_specs::catalog`]) says; names,
 //! descriptions and what a mesh needs live only there. `loss.rs` holds the loss and data
-//! side's flags; `tests.rs` checks every entry is injected somewhere.
+//! side's flags, `rng.rs` the random streams'; `tests.rs` checks every entry is injected somewhere.
 
 use meshparity_specs::catalog::{self, Id};
 
 mod loss;
+mod rng;
 
 /// How a collective call is altered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,6 +53,9 @@ fn every_catalog_entry_does_something() {
             || f.rolls_labels_per_cp_shard()
             || f.scales_loss_grad_by_cp()
             || f.init_seeded_per_dp_rank()
+            || f.dropout_shared_across_tp()
+            || f.dropout_forked_in_replicated_region()
+            || f.dropout_shared_across_cp()
             || f.save().is_some();
         assert!(acts, "{} is never injected", f.name());
         assert_eq!(Fault::from_name(f.name()), Some(f));

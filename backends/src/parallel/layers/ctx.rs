@@ -1,6 +1,6 @@
 //! What a stage's layers know about themselves: the topology, their stage group, the
 //! microbatch's context, and every rank's parameters. The layers (`stage.rs`, `experts.rs`,
-//! `router.rs`, `dispatch.rs`, `ring.rs`) add their methods to [`StageCtx`] in their own files;
+//! `router.rs`, `dispatch.rs`, `ring.rs`, `rng.rs`) add their methods to [`StageCtx`] in their own files;
 //! the type lives here, below all of them, so none of them imports another's.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
@@ -34,6 +34,8 @@ pub struct StageCtx<'a> {
     pub fault: Option<Fault>,
     /// The loss's label smoothing ε and z-loss weight (0: none).
     pub loss: crate::llama::LossTerms,
+    /// The step's dropout, `None` where the run drops nothing.
+    pub dropout: Option<crate::dropout::Dropout>,
 }
 
 /// Which computation faults act in one layer.

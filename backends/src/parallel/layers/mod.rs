@@ -4,6 +4,7 @@
 //! - `stage.rs` — the stage: embedding, TP/SP attention and MLP blocks;
 //! - `head.rs` — the last stage's vocab-parallel output and cross-entropy;
 //! - `ring.rs` — attention on whole sequences or around the CP ring (online softmax);
+//! - `rng.rs` — the ranks' random streams: which block of dropout's mask each rank draws;
 //! - `experts.rs` — the moe family's routed MLP on a stage's ranks;
 //! - `router.rs` — the router's host-side decisions: own top-k, replay, capacity drops;
 //! - `dispatch.rs` — expert parallelism: tokens to their experts' ranks and back;
@@ -15,5 +16,6 @@ pub mod experts;
 mod faulty;
 mod head;
 mod ring;
+mod rng;
 mod router;
 pub mod stage;

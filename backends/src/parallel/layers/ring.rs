@@ -79,7 +79,8 @@ impl StageCtx<'_> {
             let k = heads(linear(h.clone(), w(i, "attn.k.weight")), nkv, hd);
             let v = heads(linear(h, w(i, "attn.v.weight")), nkv, hd);
             let rot = |t| Self::rotate(t, &local.positions, f);
-            let a = attention(rot(q), rot(k), v, mask);
+            let keep = self.attention_keep(i, l, local, &local.positions);
+            let a = attention(rot(q), rot(k), v, mask, keep);
             let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
             linear(a, w(i, "attn.o.weight"))
         })
@@ -134,7 +135,8 @@ impl StageCtx<'_> {
                         &keys,
                         self.device,
                     );
-                    attention_block(q.clone(), k, val, mask)
+                    let keep = self.attention_keep(i, l, local, &keys);
+                    attention_block(q.clone(), k, val, mask, keep)
                 })
                 .collect();
             let a = if f.unweighted_merge {

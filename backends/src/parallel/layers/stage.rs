@@ -14,6 +14,7 @@ use super::ctx::{LayerFaults, StageCtx};
 use super::experts::MoeOut;
 use super::faulty;
 use crate::data::Batch;
+use crate::dropout::Site;
 use crate::llama::layers::{rms_norm, swiglu};
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::tape::{Conj, Tape, Val};
@@ -204,9 +205,12 @@ impl StageCtx<'_> {
             self.local_attention(tape, locals, l, &hn, f)
         };
         let o = tape.collective(comm, self.leave(), &name("attn.o"), self.ranks(), &part);
-        let x = tape.per_rank(self.ranks(), &[&x, &o], |_, v| match f.residual {
-            Some(scale) => v[0].clone() + v[1].clone() * scale,
-            None => v[0].clone() + v[1].clone(),
+        let x = tape.per_rank(self.ranks(), &[&x, &o], |i, v| {
+            let o = self.dropped(i, l, Site::AttnResidual, locals, v[1].clone());
+            match f.residual {
+                Some(scale) => v[0].clone() + o * scale,
+                None => v[0].clone() + o,
+            }
         });
 
         // MLP block.
@@ -239,12 +243,16 @@ impl StageCtx<'_> {
                 }
                 None => y,
             };
-            let out = tape.per_rank(self.ranks(), &[&x, &y], |_, v| v[0].clone() + v[1].clone());
+            let out = tape.per_rank(self.ranks(), &[&x, &y], |i, v| {
+                v[0].clone() + self.dropped(i, l, Site::MlpResidual, locals, v[1].clone())
+            });
             self.trace_stream(comm, tape, &name("out"), &out);
             return out;
         }
         let d = self.tp_mlp(tape, comm, l, "mlp", &hn, f);
-        let out = tape.per_rank(self.ranks(), &[&x, &d], |_, v| v[0].clone() + v[1].clone());
+        let out = tape.per_rank(self.ranks(), &[&x, &d], |i, v| {
+            v[0].clone() + self.dropped(i, l, Site::MlpResidual, locals, v[1].clone())
+        });
         self.trace_stream(comm, tape, &name("out"), &out);
         out
     }
@@ -287,11 +295,20 @@ impl StageCtx<'_> {
         tape.collective(comm, self.leave(), &name("down"), self.ranks(), &part)
     }
 
+    /// A residual branch's output `t` of group index `i` after dropout at `site`.
+    fn dropped(&self, i: usize, l: u32, site: Site, locals: &[Local], t: Tensor<3>) -> Tensor<3> {
+        match self.residual_keep(i, l, site, &locals[self.groups().local_of(i)]) {
+            Some(keep) => t * keep,
+            None => t,
+        }
+    }
+
     /// The computation faults that hit layer `l` on this group, each on record as an event.
     fn faults(&self, comm: &mut Comm, l: u32) -> LayerFaults {
         let Some(fault) = self.fault else {
             return LayerFaults::default();
         };
+        self.rng_events(comm, l);
         let f = LayerFaults {
             norm: fault
                 .norm(l)
