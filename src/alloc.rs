@@ -12,8 +12,11 @@ mod purge;
 
 pub use purge::keep_freed_memory;
 
+/// mimalloc, its live bytes counted where a worker asks (`meshparity_engine::heap`: a job's
+/// memory figure).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: meshparity_engine::heap::Counting<mimalloc::MiMalloc> =
+    meshparity_engine::heap::Counting(mimalloc::MiMalloc);
 
 /// The purge delay in force (for the test that `PURGE_DELAY` names that option).
 #[cfg(test)]

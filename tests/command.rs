@@ -232,7 +232,7 @@ args = ["--tp", "{{tensor_parallel}}"]"#,
     );
     assert!(err.contains("unknown value `tensor_parallel`"), "{err}");
     assert!(
-        err.contains("(known: batch, clip_grad_norm, cp, dp,"),
+        err.contains("(known: attention_dropout, batch, clip_grad_norm, cp, dp,"),
         "lists what exists: {err}"
     );
 }

@@ -78,6 +78,7 @@ fn main() {
         label_smoothing: None,
         z_loss: None,
         dropout: None,
+        recompute: None,
     };
     let len = Length {
         steps,

@@ -128,6 +128,7 @@ mod tests {
             label_smoothing: None,
             z_loss: None,
             dropout: None,
+            recompute: None,
         }
     }
 

@@ -26,6 +26,7 @@ fn clipped(opt: Optimizer) -> Training {
         label_smoothing: None,
         z_loss: None,
         dropout: None,
+        recompute: None,
         ..training(11, opt)
     }
 }

@@ -117,7 +117,8 @@ fn label_smoothing_mutations_are_localized_where_they_were_injected() {
 
 /// Dropout on the attention probabilities and the residual branches: the dense catalog with
 /// every mask drawn where it belongs, and the random streams' own bugs (a TP region drawn from
-/// the replicated stream, a replicated region from a forked one, CP ranks at local indices).
+/// the replicated stream, a replicated region from a forked one, CP ranks at local indices, a
+/// recompute that does not restore the model-parallel stream).
 #[test]
 fn dropout_mutations_are_localized_where_they_were_injected() {
     let dropped = Training {
@@ -130,6 +131,18 @@ fn dropout_mutations_are_localized_where_they_were_injected() {
     let meshes = ["tp2", "tp2-sp", "dp2-tp2-pp2-mb2", "cp2", "dp2-tp2-sp-cp2"];
     for dtype in [SpecDType::F32, SpecDType::Bf16] {
         localized_with(&tiny(), &dropped, &meshes, dtype, 30);
+    }
+    // Recompute, full and selective: the catalog with backward re-running the forward, and
+    // the re-run drawing unrestored masks.
+    for (recompute, dtype) in [
+        (meshparity_specs::Recompute::Full, SpecDType::F32),
+        (meshparity_specs::Recompute::Selective, SpecDType::Bf16),
+    ] {
+        let recomputed = Training {
+            recompute: Some(recompute),
+            ..dropped.clone()
+        };
+        localized_with(&tiny(), &recomputed, &["tp2", "dp2-tp2-sp-cp2"], dtype, 20);
     }
 }
 
@@ -265,6 +278,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     // Every CP rank drops at its local indices: each rank's own computation is wrong.
     ("dropout-shared-across-cp", &["computation"]),
+    // The re-run drops other elements than the forward: backward's own arithmetic is wrong.
+    ("recompute-rng-not-restored", &["computation"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

@@ -6,7 +6,7 @@ mod common;
 use burn::tensor::{DType, Device};
 use common::{mesh, tiny, tiny_moe, tiny_moe_options, training, worst};
 use meshparity_backends::sharding::ShardingPlan;
-use meshparity_backends::train::{self, Length};
+use meshparity_backends::train::{self, Length, Record};
 use meshparity_specs::{DropPolicy, ModelConfig, Optimizer};
 
 const LEN: Length = Length {

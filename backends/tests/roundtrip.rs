@@ -238,6 +238,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         label_smoothing: None,
         z_loss: None,
         dropout: None,
+        recompute: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

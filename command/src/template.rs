@@ -82,6 +82,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     });
     put("attention_dropout", format!("{}", dropout.attention));
     put("hidden_dropout", format!("{}", dropout.hidden));
+    // Megatron's `--recompute-granularity`; "none" when the run recomputes nothing.
+    let recompute = match t.recompute {
+        Some(meshparity_specs::Recompute::Full) => "full",
+        Some(meshparity_specs::Recompute::Selective) => "selective",
+        None => "none",
+    };
+    put("recompute", recompute.to_owned());
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {
@@ -223,6 +230,7 @@ mod tests {
             label_smoothing: None,
             z_loss: None,
             dropout: None,
+            recompute: None,
         };
         let mesh = MeshConfig {
             tp: 2,

@@ -65,6 +65,11 @@ pub struct Manifest {
     /// Collective calls the run made (0 where the engine cannot count them).
     #[serde(default)]
     pub collectives: usize,
+    /// The most a training step's heap grew over what it started with (activations held for
+    /// backward, gradients, temporaries), where the engine measures it (the burn engine, in a
+    /// worker: [`crate::heap`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_bytes: Option<u64>,
     /// Sites an injected mutation altered, as `site: what happened`.
     #[serde(default)]
     pub altered: Vec<String>,

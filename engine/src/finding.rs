@@ -24,6 +24,9 @@ pub struct Artifacts {
     pub artifacts: String,
     #[serde(default)]
     pub collectives: usize,
+    /// The run's peak activations held for backward, where the engine measures it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_bytes: Option<u64>,
 }
 
 impl Finding {
@@ -51,6 +54,15 @@ impl Finding {
             Finding::Level(o) => Some(o.collectives),
             Finding::Mutation(m) => m.levels.first().map(|o| o.collectives),
             Finding::Artifacts(a) => Some(a.collectives),
+        }
+    }
+
+    /// Peak bytes of activations a step of the run held for backward (the run that wrote the
+    /// artifacts, where its engine measures it).
+    pub fn activation_bytes(&self) -> Option<u64> {
+        match self {
+            Finding::Artifacts(a) => a.activation_bytes,
+            _ => None,
         }
     }
 

@@ -14,7 +14,8 @@
 //! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`update`] — weight updates, what the oracle level compares;
 //! - [`vacuity`] — a level passes only against a reference that computes and trains;
-//! - [`conformance`] — the suite every engine must pass.
+//! - [`conformance`] — the suite every engine must pass;
+//! - [`heap`] — the process heap's live and peak bytes, counted where the binary asks.
 
 pub mod artifact;
 pub mod bound;
@@ -27,6 +28,7 @@ pub mod engine;
 pub mod finding;
 pub mod gate;
 pub mod gate_site;
+pub mod heap;
 pub mod judge;
 pub mod locate;
 pub mod mutation;

@@ -127,6 +127,7 @@ impl FirstStages {
             label_smoothing: None,
             z_loss: None,
             dropout: None,
+            recompute: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -262,6 +263,7 @@ mod tests {
             label_smoothing: None,
             z_loss: None,
             dropout: None,
+            recompute: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

@@ -165,6 +165,9 @@ pub fn junit(results: &RunResults) -> String {
             if let Some(n) = job.detail.as_ref().and_then(|d| d.collectives()) {
                 case.add_property(Property::new("collectives", n.to_string()));
             }
+            if let Some(b) = job.detail.as_ref().and_then(|d| d.activation_bytes()) {
+                case.add_property(Property::new("activation_bytes", b.to_string()));
+            }
             if !job.reproduce.is_empty() {
                 case.add_property(Property::new("reproduce", job.reproduce.as_str()));
             }

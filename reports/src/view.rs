@@ -91,6 +91,8 @@ pub struct JobView {
     pub device: String,
     pub compared: Option<u64>,
     pub collectives: Option<u64>,
+    /// The run's peak activations held for backward, e.g. `1.2 MB`.
+    pub activations: Option<String>,
     pub comparisons: Vec<ComparisonView>,
     pub curve: Option<Plot>,
     pub caught_by: Vec<String>,
@@ -251,6 +253,9 @@ fn job_view(job: &JobRecord) -> JobView {
         }),
         compared: compared(job),
         collectives: d.and_then(|d| d.collectives()).map(|n| n as u64),
+        activations: d
+            .and_then(|d| d.activation_bytes())
+            .map(|b| format!("{:.1} MB", b as f64 / 1e6)),
         comparisons,
         curve,
         caught_by: mutation

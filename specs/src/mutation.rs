@@ -76,6 +76,8 @@ pub enum Needs {
     AttentionDropout,
     /// Dropout on the residual branches (`hidden_dropout`).
     HiddenDropout,
+    /// Activation recompute (`recompute`).
+    Recompute,
 }
 
 impl Needs {
@@ -119,7 +121,8 @@ impl Needs {
             | Needs::LabelSmoothing
             | Needs::PaddedVocab
             | Needs::AttentionDropout
-            | Needs::HiddenDropout => true,
+            | Needs::HiddenDropout
+            | Needs::Recompute => true,
         }
     }
 
@@ -212,6 +215,7 @@ impl Needs {
             Needs::TpWithoutSp => "tp > 1 without sequence parallelism (the stream replicated)",
             Needs::AttentionDropout => "attention dropout set (`attention_dropout`)",
             Needs::HiddenDropout => "hidden dropout set (`hidden_dropout`)",
+            Needs::Recompute => "activation recompute (`recompute`)",
         }
     }
 }

@@ -24,6 +24,7 @@ pub const KEYS: &[&str] = &[
     "z_loss",
     "attention_dropout",
     "hidden_dropout",
+    "recompute",
     "warmup_steps",
     "lr_decay",
     "min_lr",
@@ -38,6 +39,28 @@ pub const KEYS: &[&str] = &[
 pub enum Optimizer {
     Sgd,
     Adamw,
+}
+
+/// Activation recompute (Megatron's `--recompute-granularity`): what the backward re-runs from
+/// saved inputs instead of keeping its activations.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    /// Every transformer layer's attention and MLP blocks (a moe layer's routed experts are
+    /// kept: their routing and auxiliary losses are the forward's).
+    Full,
+    /// The core attention only (scores, softmax, dropout, values), Megatron's selective recompute.
+    Selective,
+}
+
+impl Keyword for Recompute {
+    const WHAT: &'static str = "recompute granularity";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("full", Recompute::Full),
+        ("selective", Recompute::Selective),
+    ];
 }
 
 impl Keyword for Optimizer {
@@ -85,6 +108,10 @@ pub struct Training {
     /// absent from the serialized form so jobs without it keep their identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropout: Option<Dropout>,
+    /// Activation recompute; `None`: every activation kept for backward, and absent from the
+    /// serialized form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute: Option<Recompute>,
 }
 
 /// Megatron's two dropout probabilities (`--attention-dropout`, `--hidden-dropout`), each in
@@ -148,6 +175,7 @@ impl RunSettings {
                 label_smoothing: None,
                 z_loss: None,
                 dropout: None,
+                recompute: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -247,6 +275,7 @@ impl RunSettings {
             attention: attention.unwrap_or(0.0),
             hidden: hidden.unwrap_or(0.0),
         });
+        run.training.recompute = t.keyword::<Recompute>(cx, "recompute").map(|r| r.value);
         run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;

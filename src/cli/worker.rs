@@ -86,6 +86,8 @@ pub fn run(args: &Args) -> u8 {
         eprintln!("error: `{}` is not a job id (16 hex digits)", args.job);
         return exit::SPEC_ERROR;
     };
+    // One job per process: its heap is the job's, so its memory figure is measured.
+    meshparity_engine::heap::enable();
     let wa = WorkerArgs {
         spec: args.spec.clone(),
         job,

@@ -121,6 +121,7 @@ pub fn run(
         }
         manifest.steps = rec.losses.len();
         manifest.collectives = rec.collectives;
+        manifest.activation_bytes = rec.activation_bytes;
         altered.extend(rec.altered);
         manifest.anomalies = rec.anomalies;
     }

@@ -3,6 +3,7 @@
 
 use burn::tensor::{DType, Device, Tensor};
 use indexmap::IndexMap;
+use meshparity_engine::heap;
 use meshparity_specs::{MeshConfig, ModelConfig, Training};
 
 use super::ranks::Ranks;
@@ -77,6 +78,7 @@ pub fn mesh(
         clip_grad_norm: training.clip_grad_norm,
         loss: crate::llama::LossTerms::of(training),
         dropout: None,
+        recompute: training.recompute,
     };
     let mut comm = Comm::new(fault);
     if per_dp {
@@ -88,6 +90,9 @@ pub fn mesh(
     let mut grad_norms = Vec::new();
     let mut first: Option<(HostTensor, Vec<Shards>, Vec<f64>)> = None;
     let mut weights = None;
+    // The most a step's heap grew over what it started with: its activations, gradients and
+    // temporaries at their peak (measured where the process counts: a worker's one job).
+    let mut activation_bytes = None;
     for step in 0..len.steps {
         let traced_step = probe.trace && step < trace::STEPS;
         exec.dropout = crate::dropout::Dropout::of(training, step);
@@ -113,6 +118,8 @@ pub fn mesh(
         comm.trace_values("lr", rates.collect());
         // A traced step keeps its backward: localization compares the backward's sites too.
         exec.backward = len.backward_at(step) || (len.backward && traced_step);
+        let base = heap::live();
+        heap::reset_peak();
         let StepOutput {
             loss,
             logits,
@@ -131,6 +138,9 @@ pub fn mesh(
             .map_err(RunError::Engine)?;
         traced.extend(trace::merge(step, comm.take_records()));
         losses.push(loss);
+        if let (Some(peak), Some(base)) = (heap::peak(), base) {
+            activation_bytes = Some(activation_bytes.unwrap_or(0).max(peak.saturating_sub(base)));
+        }
         if model.family.has_experts() {
             load_balance.push(lb);
             if step == 0 {
@@ -191,6 +201,7 @@ pub fn mesh(
         divergent: comm.divergent.clone(),
         trace: traced,
         unsharded_stale,
+        activation_bytes: activation_bytes.map(|b| b as u64),
     })
 }
 

@@ -62,6 +62,11 @@ pub struct Record {
     /// On a ZeRO-3 mesh, why the parameters a step computed with were not its shards'
     /// all-gather (an unshard that did not happen): the trained weights' replicas disagree.
     pub unsharded_stale: Option<String>,
+    /// A mesh run's most heap growth in a step over the heap it started with: activations
+    /// held for backward, gradients and temporaries at the step's peak. Measured where the
+    /// process counts its heap (`meshparity_engine::heap`: a worker's one job); `None` elsewhere
+    /// and for the oracle.
+    pub activation_bytes: Option<u64>,
 }
 
 pub use meshparity_engine::Length;
@@ -203,6 +208,7 @@ pub fn oracle(
                 divergent: Vec::new(),
                 trace: Vec::new(),
                 unsharded_stale: None,
+                activation_bytes: None,
             });
         }
         opt.step(&mut params, &grads);

@@ -69,6 +69,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         label_smoothing: None,
         z_loss: None,
         dropout: None,
+        recompute: None,
     }
 }
 

@@ -83,6 +83,9 @@ pub fn spec(
         let _ = writeln!(out, "attention_dropout = {:e}", d.attention);
         let _ = writeln!(out, "hidden_dropout = {:e}", d.hidden);
     }
+    if let Some(r) = t.recompute {
+        let _ = writeln!(out, "recompute = {}", word(r).unwrap_or_default());
+    }
     if let Some(s) = t.schedule {
         let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);
         let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());

@@ -100,6 +100,7 @@ impl Context<'_> {
             detail: Some(Finding::Artifacts(Artifacts {
                 artifacts: dir.display().to_string(),
                 collectives: manifest.collectives,
+                activation_bytes: manifest.activation_bytes,
             })),
             adapter: self.adapter.to_owned(),
         };
@@ -150,6 +151,7 @@ impl Context<'_> {
             detail: Some(Finding::Artifacts(Artifacts {
                 artifacts: dir.display().to_string(),
                 collectives: 0,
+                activation_bytes: None,
             })),
             adapter: self.adapter.to_owned(),
         }

@@ -231,4 +231,8 @@ pub const CATALOG: &[Mutation] = &[
         "under context parallelism the attention probabilities' dropout is drawn at each rank's local indices, the offsets of its sequence chunks lost: every CP rank drops the same pattern over its own queries and keys, not world size 1's mask at those positions",
         &[Cp, AttentionDropout], Forward, "layers.*.attn.o.fwd.in",
         &["NVIDIA/Megatron-LM PR#4828: the RNG tracker did not distinguish CP ranks, so dropout and recompute under context parallelism drew from underspecified streams (CP-only and TPxCP states added)"]),
+    m(RecomputeRngNotRestored, "recompute-rng-not-restored",
+        "activation recompute restores the default generator's state but not the tracker's model-parallel stream: backward's re-run of the attention draws the TP region's next dropout masks, so the gradients are taken through masks the forward did not use",
+        &[Tp, Recompute, AttentionDropout], Backward, "layers.*.attn.in.bwd.in",
+        &["allenai/OLMo-core PR#828: activation checkpointing with preserve_rng_state = False drew fresh dropout masks on recompute, the gradients taken for another sample than the loss (CE 2.49 against 2.19 without checkpointing)", "pytorch/pytorch#121212: checkpoint did not restore the CUDA random state when its inputs were nested", "pytorch/pytorch PR#194478 (#127676): on MPS checkpoint recomputed with a fresh dropout mask, the gradient silently wrong", "NVIDIA/Megatron-LM tensor_parallel/random.py: CheckpointFunction saves and restores the tracker's states beside the default generator's, which torch's checkpoint does not know of"]),
 ];

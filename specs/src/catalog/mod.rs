@@ -67,6 +67,7 @@ pub enum Id {
     DropoutSharedAcrossTp,
     DropoutForkedInReplicatedRegion,
     DropoutSharedAcrossCp,
+    RecomputeRngNotRestored,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -172,6 +173,7 @@ impl Mutation {
             Needs::PaddedVocab => !model.vocab.is_multiple_of(mesh.tp),
             Needs::AttentionDropout => training.dropout.is_some_and(|d| d.attention > 0.0),
             Needs::HiddenDropout => training.dropout.is_some_and(|d| d.hidden > 0.0),
+            Needs::Recompute => training.recompute.is_some(),
             n => n.holds(mesh),
         })
     }

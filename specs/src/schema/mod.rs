@@ -134,6 +134,10 @@ struct Run {
     /// `--hidden-dropout`); default 0.
     #[schemars(range(min = 0, max = 1))]
     hidden_dropout: Option<f64>,
+    /// Activation recompute (Megatron's `--recompute-granularity`): "full" re-runs each
+    /// layer's attention and MLP blocks in backward from their saved inputs, "selective" the
+    /// core attention only; default: none. Dropout's masks are the forward's either way.
+    recompute: Option<crate::run::Recompute>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,
     /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use burn::tensor::{Gradients, Tensor};
 
 use super::collective::Comm;
+use super::recompute::{Rerunner, Span};
 use super::route::{Exchange, Route};
 use super::trace::Canon;
 use crate::parallel::topology::Layout;
@@ -49,14 +50,14 @@ pub enum Conj {
 }
 
 /// One rank's computation between collectives.
-struct Segment {
+pub(super) struct Segment {
     rank: usize,
     inputs: Vec<(Val, Tensor<3>)>,
     output: Tensor<3>,
     out: Val,
 }
 
-enum Node {
+pub(super) enum Node {
     /// The segments of a group's ranks, one per rank, run concurrently.
     Segments(Vec<Segment>),
     Collective {
@@ -74,18 +75,36 @@ enum Node {
         inputs: Vec<Val>,
         outputs: Vec<Val>,
     },
+    /// A span whose activations were not kept: backward re-runs its forward from the inputs'
+    /// values (`recompute.rs`).
+    Recomputed {
+        span: Span,
+        inputs: Vec<Val>,
+        outputs: Vec<Val>,
+    },
 }
 
 /// The forward record of one microbatch on one pipeline stage.
 #[derive(Default)]
 pub struct Tape {
     values: Vec<Tensor<3>>,
-    nodes: Vec<Node>,
+    pub(super) nodes: Vec<Node>,
+    /// Whether segments build graphs to backpropagate (not for a recomputed span's forward,
+    /// which keeps nothing: `recompute.rs`).
+    untracked: bool,
 }
 
 impl Tape {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A tape whose segments build no graphs: its values are all it computes.
+    pub fn untracked() -> Self {
+        Self {
+            untracked: true,
+            ..Self::default()
+        }
     }
 
     /// The forward value (no autodiff association).
@@ -102,7 +121,17 @@ impl Tape {
     fn leaves(&self, inputs: &[Val]) -> Vec<(Val, Tensor<3>)> {
         inputs
             .iter()
-            .map(|&v| (v, self.values[v].clone().autodiff().require_grad()))
+            .map(|&v| {
+                let leaf = self.values[v].clone().autodiff();
+                (
+                    v,
+                    if self.untracked {
+                        leaf
+                    } else {
+                        leaf.require_grad()
+                    },
+                )
+            })
             .collect()
     }
 
@@ -213,17 +242,21 @@ impl Tape {
     /// Backpropagate from `seeds` (gradients of output values). `params(rank, grads)` is handed
     /// every segment's gradients so the caller can take its parameters' shares. Returns the
     /// gradients of the values that entered through [`Tape::input`] (and have one).
+    ///
+    /// `rerun` re-runs a recomputed span's forward (the stage's layers know how); a tape without
+    /// recomputed spans never calls it.
     pub fn backward(
         self,
         comm: &mut Comm,
         seeds: Vec<(Val, Tensor<3>)>,
-        mut params: impl FnMut(usize, &Gradients),
+        params: &mut dyn FnMut(usize, &Gradients),
+        rerun: &mut Rerunner<'_>,
     ) -> HashMap<Val, Tensor<3>> {
         let mut grads: HashMap<Val, Tensor<3>> = HashMap::new();
         for (v, g) in seeds {
             accumulate(&mut grads, v, g.inner());
         }
-        let Tape { values, nodes } = self;
+        let Tape { values, nodes, .. } = self;
         for node in nodes.into_iter().rev() {
             match node {
                 Node::Segments(segments) => {
@@ -288,6 +321,24 @@ impl Tape {
                     exchange.log(comm, "bwd", exchange.back_op);
                     for (v, g) in inputs.into_iter().zip(back.apply(&upstream)) {
                         accumulate(&mut grads, v, g);
+                    }
+                }
+                Node::Recomputed {
+                    span,
+                    inputs,
+                    outputs,
+                } => {
+                    let Some(upstream) = upstream(&mut grads, &values, &outputs) else {
+                        continue;
+                    };
+                    let at: Vec<Tensor<3>> = inputs.iter().map(|&v| values[v].clone()).collect();
+                    let again = rerun(comm, span, at);
+                    let seeds = again.outputs.iter().copied().zip(upstream).collect();
+                    let mut inner = again.tape.backward(comm, seeds, params, rerun);
+                    for (v, sub) in inputs.into_iter().zip(again.inputs) {
+                        if let Some(g) = inner.remove(&sub) {
+                            accumulate(&mut grads, v, g);
+                        }
                     }
                 }
             }

@@ -45,6 +45,8 @@ pub struct MeshExec<'a> {
     pub loss: crate::llama::LossTerms,
     /// The current step's dropout, `None` where the run drops nothing.
     pub dropout: Option<crate::dropout::Dropout>,
+    /// `[run] recompute`.
+    pub recompute: Option<meshparity_specs::Recompute>,
 }
 
 /// A one-element tensor for token counts and reported losses: f64 where the device has it;

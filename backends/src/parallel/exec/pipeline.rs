@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Gradients, Tensor};
 use indexmap::IndexMap;
 
 use super::schedule::Action;
@@ -242,13 +242,7 @@ impl MeshExec<'_> {
                     let site = format!("pp.stage{}.fwd.send", stage - 1);
                     comm.trace_like(&site, Some(like), &input, how);
                 }
-                let stage_ctx = StageCtx {
-                    fault: comm.fault(),
-                    sequences: ctx.sequences,
-                    replay: ctx.replay,
-                    first_rows: ctx.first_rows[mb].clone(),
-                    ..self.ctx(stage, ds, ctx.leaves)
-                };
+                let stage_ctx = self.stage_ctx(comm, ctx, stage, mb);
                 let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizers);
                 let mut loss = None;
                 if stage + 1 < stages {
@@ -326,7 +320,14 @@ impl MeshExec<'_> {
                 }
                 let inputs = out.inputs.clone();
                 let mut grads: HashMap<usize, Vec<(String, Tensor<2>)>> = HashMap::new();
-                let mut input_grads = out.tape.backward(comm, seeds, |rank, g| {
+                let rerunner = StageCtx {
+                    rerunning: true,
+                    ..self.stage_ctx(comm, ctx, stage, mb)
+                };
+                let mut rerun = |comm: &mut Comm, span, values| {
+                    rerunner.rerun(comm, &ctx.micro[mb], ctx.normalizers, span, values)
+                };
+                let mut params = |rank, g: &Gradients| {
                     if dropped {
                         return;
                     }
@@ -341,7 +342,8 @@ impl MeshExec<'_> {
                             mine.push((name.clone(), grad));
                         }
                     }
-                });
+                };
+                let mut input_grads = out.tape.backward(comm, seeds, &mut params, &mut rerun);
                 if stage > 0 {
                     let prev = self.group(ds, stage - 1);
                     for (i, v) in inputs.into_iter().enumerate() {
@@ -359,6 +361,23 @@ impl MeshExec<'_> {
         }
     }
 
+    /// The context of `stage`'s layers for microbatch `mb`.
+    fn stage_ctx<'l>(
+        &'l self,
+        comm: &Comm,
+        ctx: &'l Act<'_>,
+        stage: usize,
+        mb: usize,
+    ) -> StageCtx<'l> {
+        StageCtx {
+            fault: comm.fault(),
+            sequences: ctx.sequences,
+            replay: ctx.replay,
+            first_rows: ctx.first_rows[mb].clone(),
+            ..self.ctx(stage, &ctx.ds, ctx.leaves)
+        }
+    }
+
     fn ctx<'l>(&'l self, stage: usize, ds: &Range<usize>, leaves: &'l [Leaves]) -> StageCtx<'l> {
         StageCtx {
             model: self.model,
@@ -373,6 +392,9 @@ impl MeshExec<'_> {
             first_rows: Vec::new(),
             loss: self.loss,
             dropout: self.dropout,
+            recompute: self.recompute,
+            rerunning: false,
+            untracked: Default::default(),
         }
     }
 

@@ -22,4 +22,11 @@ impl Fault {
     pub fn dropout_shared_across_cp(self) -> bool {
         self.0 == Id::DropoutSharedAcrossCp
     }
+
+    /// Whether activation recompute restores the default generator but not the tracker's
+    /// model-parallel stream, so the re-run draws the TP region's next masks (torch's
+    /// `checkpoint` around Megatron's tracker; allenai/OLMo-core PR#828).
+    pub fn recompute_rng_not_restored(self) -> bool {
+        self.0 == Id::RecomputeRngNotRestored
+    }
 }

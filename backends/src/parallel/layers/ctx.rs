@@ -3,6 +3,8 @@
 //! `router.rs`, `dispatch.rs`, `ring.rs`, `rng.rs`) add their methods to [`StageCtx`] in their own files;
 //! the type lives here, below all of them, so none of them imports another's.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use indexmap::IndexMap;
 use meshparity_specs::ModelConfig;
@@ -36,6 +38,13 @@ pub struct StageCtx<'a> {
     pub loss: crate::llama::LossTerms,
     /// The step's dropout, `None` where the run drops nothing.
     pub dropout: Option<crate::dropout::Dropout>,
+    /// What backward re-runs instead of keeping (`None`: every activation kept).
+    pub recompute: Option<meshparity_specs::Recompute>,
+    /// Whether this is backward's re-run of a recomputed span.
+    pub rerunning: bool,
+    /// Whether the layers run a recomputed span's forward, which builds no graph: the
+    /// parameters are read as plain values ([`StageCtx::w`]).
+    pub untracked: AtomicBool,
 }
 
 /// Which computation faults act in one layer.
@@ -72,7 +81,14 @@ impl StageCtx<'_> {
     }
 
     pub(super) fn w(&self, i: usize, name: &str) -> Tensor<2> {
-        self.leaves[self.group.ranks[i]][name].clone()
+        let leaf = self.leaves[self.group.ranks[i]][name].clone();
+        if self.untracked.load(Relaxed) {
+            // Not `detach()`: burn keeps a detached leaf's `require_grad`, so ops on it would
+            // still build a graph.
+            leaf.inner().autodiff()
+        } else {
+            leaf
+        }
     }
 
     pub(super) fn constant<const D: usize>(&self, v: Vec<f64>, shape: [usize; D]) -> Tensor<D> {

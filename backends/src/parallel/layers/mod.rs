@@ -1,7 +1,8 @@
 //! One pipeline stage's layers on its stage group, for one microbatch.
 //!
 //! - `ctx.rs` — what a stage knows about itself (`StageCtx`), below every layer file;
-//! - `stage.rs` — the stage: embedding, TP/SP attention and MLP blocks;
+//! - `stage.rs` — the stage: embedding, its layers, the TP MLP, the faults that hit a layer;
+//! - `layer.rs` — one layer's attention and MLP blocks, the spans recompute re-runs;
 //! - `head.rs` — the last stage's vocab-parallel output and cross-entropy;
 //! - `ring.rs` — attention on whole sequences or around the CP ring (online softmax);
 //! - `rng.rs` — the ranks' random streams: which block of dropout's mask each rank draws;
@@ -15,6 +16,7 @@ mod dispatch;
 pub mod experts;
 mod faulty;
 mod head;
+mod layer;
 mod ring;
 mod rng;
 mod router;

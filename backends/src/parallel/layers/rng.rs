@@ -65,7 +65,14 @@ impl StageCtx<'_> {
             queries,
             keys,
         };
-        Some(d.keep::<4>(Site::Attention, l, &block, 0, (self.device, self.dtype)))
+        // The catalogued bug: recompute restored the default generator but not this stream, so
+        // the re-run draws the model-parallel stream's next masks (tp > 1: with one TP rank the
+        // heads are not a TP region).
+        let stale = self.rerunning
+            && self.tp() > 1
+            && self.fault.is_some_and(|f| f.recompute_rng_not_restored());
+        let salt = u64::from(stale);
+        Some(d.keep::<4>(Site::Attention, l, &block, salt, (self.device, self.dtype)))
     }
 
     /// Dropout's multipliers on a residual branch's output at `site` of group index `i` for

@@ -14,8 +14,7 @@ use super::ctx::{LayerFaults, StageCtx};
 use super::experts::MoeOut;
 use super::faulty;
 use crate::data::Batch;
-use crate::dropout::Site;
-use crate::llama::layers::{rms_norm, swiglu};
+use crate::llama::layers::swiglu;
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::tape::{Conj, Tape, Val};
 use crate::parallel::comm::trace::Canon;
@@ -39,9 +38,9 @@ pub struct StageOut {
 }
 
 /// One microbatch as the layers see it: each cp rank's share and loss normalizer.
-struct Micro<'a> {
-    locals: &'a [Local],
-    normalizers: &'a [f64],
+pub(super) struct Micro<'a> {
+    pub(super) locals: &'a [Local],
+    pub(super) normalizers: &'a [f64],
 }
 
 impl StageCtx<'_> {
@@ -61,7 +60,7 @@ impl StageCtx<'_> {
     }
 
     /// The canonical form of the residual stream (replicated, or sequence shards under SP).
-    fn stream(&self) -> Canon {
+    pub(super) fn stream(&self) -> Canon {
         if self.topo.sp() {
             Canon::Cat(1)
         } else {
@@ -87,12 +86,22 @@ impl StageCtx<'_> {
         }
     }
 
-    fn leave(&self) -> Conj {
+    pub(super) fn leave(&self) -> Conj {
         if self.topo.sp() {
             Conj::ScatterToSp(1)
         } else {
             Conj::ReduceFromTp
         }
+    }
+
+    /// Each (replica, cp rank)'s share of the microbatch `mb` (the catalogued bug: labels
+    /// rolled on each CP rank's own tokens).
+    pub(super) fn locals(&self, mb: &Batch) -> Vec<Local> {
+        let mut locals = Local::split(mb, self.topo.cp(), self.group.layout.replicas);
+        if self.topo.cp() > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
+            locals.iter_mut().for_each(Local::roll_targets_locally);
+        }
+        locals
     }
 
     /// Forward of this stage. `input` holds the received activations (not on stage 0);
@@ -105,9 +114,8 @@ impl StageCtx<'_> {
         normalizers: &[f64],
     ) -> StageOut {
         let mut tape = Tape::new();
-        let mut locals = Local::split(mb, self.topo.cp(), self.group.layout.replicas);
+        let locals = self.locals(mb);
         if self.topo.cp() > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
-            locals.iter_mut().for_each(Local::roll_targets_locally);
             comm.event("loss.labels", "labels rolled on each CP rank's own tokens");
         }
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
@@ -175,92 +183,10 @@ impl StageCtx<'_> {
         tape.collective(comm, self.leave(), "embed", self.ranks(), &parts)
     }
 
-    fn layer(
-        &self,
-        tape: &mut Tape,
-        comm: &mut Comm,
-        micro: &Micro<'_>,
-        l: u32,
-        x: Vec<Val>,
-        moe: &mut MoeOut,
-    ) -> Vec<Val> {
-        let locals = micro.locals;
-        let name = |s: &str| format!("layers.{l}.{s}");
-        let f = self.faults(comm, l);
-
-        // Attention block.
-        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
-            let w = self.w(i, &name("attn_norm.weight"));
-            match f.norm {
-                Some(nf) if self.group.ranks[i] == self.topo.odd_rank() => {
-                    faulty::rms_norm(v[0].clone(), w, nf)
-                }
-                _ => rms_norm(v[0].clone(), w),
-            }
-        });
-        let hn = tape.collective(comm, self.enter(), &name("attn.in"), self.ranks(), &hn);
-        let part = if self.topo.cp() > 1 {
-            self.ring_attention(tape, comm, locals, l, &hn, f)
-        } else {
-            self.local_attention(tape, locals, l, &hn, f)
-        };
-        let o = tape.collective(comm, self.leave(), &name("attn.o"), self.ranks(), &part);
-        let x = tape.per_rank(self.ranks(), &[&x, &o], |i, v| {
-            let o = self.dropped(i, l, Site::AttnResidual, locals, v[1].clone());
-            match f.residual {
-                Some(scale) => v[0].clone() + o * scale,
-                None => v[0].clone() + o,
-            }
-        });
-
-        // MLP block.
-        let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
-            rms_norm(v[0].clone(), self.w(i, &name("mlp_norm.weight")))
-        });
-        if self.model.family.has_experts() {
-            let at = tape.collective(
-                comm,
-                Conj::Mark(self.stream()),
-                &name("mlp.experts"),
-                self.ranks(),
-                &hn,
-            );
-            let y = self.moe_mlp(tape, comm, locals, l, &at, micro.normalizers, moe, f);
-            // The experts' combined output, traced on its own (the residual would dilute it).
-            let y = tape.collective(
-                comm,
-                Conj::Mark(self.stream()),
-                &name("mlp.combine"),
-                self.ranks(),
-                &y,
-            );
-            let y = match self.model.moe.shared_expert_ffn {
-                Some(_) => {
-                    let shared = self.tp_mlp(tape, comm, l, "mlp.shared_expert", &hn, f);
-                    tape.per_rank(self.ranks(), &[&y, &shared], |_, v| {
-                        v[0].clone() + v[1].clone()
-                    })
-                }
-                None => y,
-            };
-            let out = tape.per_rank(self.ranks(), &[&x, &y], |i, v| {
-                v[0].clone() + self.dropped(i, l, Site::MlpResidual, locals, v[1].clone())
-            });
-            self.trace_stream(comm, tape, &name("out"), &out);
-            return out;
-        }
-        let d = self.tp_mlp(tape, comm, l, "mlp", &hn, f);
-        let out = tape.per_rank(self.ranks(), &[&x, &d], |i, v| {
-            v[0].clone() + self.dropped(i, l, Site::MlpResidual, locals, v[1].clone())
-        });
-        self.trace_stream(comm, tape, &name("out"), &out);
-        out
-    }
-
     /// A tensor-parallel SwiGLU MLP (`PREFIX.gate/up/down.weight`: column-parallel gate and up,
     /// row-parallel down) on the stream `hn`: the dense model's MLP, and the moe family's shared
     /// expert (Megatron shards both over TP). Sites `PREFIX.in` and `PREFIX.down`.
-    fn tp_mlp(
+    pub(super) fn tp_mlp(
         &self,
         tape: &mut Tape,
         comm: &mut Comm,
@@ -295,33 +221,13 @@ impl StageCtx<'_> {
         tape.collective(comm, self.leave(), &name("down"), self.ranks(), &part)
     }
 
-    /// A residual branch's output `t` of group index `i` after dropout at `site`.
-    fn dropped(&self, i: usize, l: u32, site: Site, locals: &[Local], t: Tensor<3>) -> Tensor<3> {
-        match self.residual_keep(i, l, site, &locals[self.groups().local_of(i)]) {
-            Some(keep) => t * keep,
-            None => t,
-        }
-    }
-
     /// The computation faults that hit layer `l` on this group, each on record as an event.
-    fn faults(&self, comm: &mut Comm, l: u32) -> LayerFaults {
-        let Some(fault) = self.fault else {
-            return LayerFaults::default();
-        };
+    pub(super) fn faults(&self, comm: &mut Comm, l: u32) -> LayerFaults {
+        let f = self.layer_faults(l);
+        if self.fault.is_none() {
+            return f;
+        }
         self.rng_events(comm, l);
-        let f = LayerFaults {
-            norm: fault
-                .norm(l)
-                .filter(|_| self.group.ranks.contains(&self.topo.odd_rank())),
-            residual: fault.residual_scale(l),
-            swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
-            rope_swapped: fault.rope_swapped(l),
-            unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
-            // One TP rank's share: a no-op without tensor parallelism.
-            activation_noise: fault
-                .activation_noise(l)
-                .filter(|_| self.topo.tp() > 1 && self.group.ranks.contains(&self.topo.odd_rank())),
-        };
         let site = |s: &str| format!("layers.{l}.{s}");
         if f.norm.is_some() {
             comm.event(&site("attn_norm"), "computed wrongly on one rank");
@@ -348,5 +254,26 @@ impl StageCtx<'_> {
             );
         }
         f
+    }
+
+    /// The computation faults that hit layer `l` on this group (no events: a recompute's
+    /// re-run asks again).
+    pub(super) fn layer_faults(&self, l: u32) -> LayerFaults {
+        let Some(fault) = self.fault else {
+            return LayerFaults::default();
+        };
+        LayerFaults {
+            norm: fault
+                .norm(l)
+                .filter(|_| self.group.ranks.contains(&self.topo.odd_rank())),
+            residual: fault.residual_scale(l),
+            swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
+            rope_swapped: fault.rope_swapped(l),
+            unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
+            // One TP rank's share: a no-op without tensor parallelism.
+            activation_noise: fault
+                .activation_noise(l)
+                .filter(|_| self.topo.tp() > 1 && self.group.ranks.contains(&self.topo.odd_rank())),
+        }
     }
 }
