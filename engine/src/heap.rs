@@ -2,7 +2,8 @@
 //! memory figure (what a training step held at its peak) is measured, not estimated.
 //!
 //! [`Counting`] wraps the process's allocator and keeps two atomics up to date once
-//! [`enable`]d: the bytes live now and the most live since [`reset_peak`]. Counting is off until
+//! [`enable`]d: the bytes live now and the most live since [`reset_peak`], in allocations of
+//! [`COUNTED_FROM`] bytes or more (tensors; the small ones are too many to count cheaply). Counting is off until
 //! a process asks for it — the worker, which runs one job and so can attribute its heap to
 //! it — so in-process sweeps (`calibrate`, tests) pay one relaxed load per allocation and report
 //! no figure ([`live`] is `None`).
@@ -54,15 +55,20 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     }
 }
 
+/// Allocations smaller than this are not counted: a training step makes millions of small ones
+/// (shapes, names, graph nodes) and counting each on shared atomics cost 7–50 % of a run
+/// (`backends/benches/heap.rs`); tensors, which are what a step holds, are larger.
+pub const COUNTED_FROM: usize = 4096;
+
 fn grew(n: usize) {
-    if ENABLED.load(Relaxed) {
+    if n >= COUNTED_FROM && ENABLED.load(Relaxed) {
         let live = LIVE.fetch_add(n, Relaxed) + n;
         PEAK.fetch_max(live, Relaxed);
     }
 }
 
 fn shrank(n: usize) {
-    if ENABLED.load(Relaxed) {
+    if n >= COUNTED_FROM && ENABLED.load(Relaxed) {
         // Memory allocated before counting began may be freed after: saturate at zero.
         let _ = LIVE.fetch_update(Relaxed, Relaxed, |l| Some(l.saturating_sub(n)));
     }
@@ -72,6 +78,11 @@ fn shrank(n: usize) {
 /// before is not seen, and a figure is a difference of two readings.
 pub fn enable() {
     ENABLED.store(true, Relaxed);
+}
+
+/// Stop counting (the overhead bench's other arm: `backends/benches/heap.rs`).
+pub fn disable() {
+    ENABLED.store(false, Relaxed);
 }
 
 /// Bytes live now, `None` where nothing counts.
