@@ -4,24 +4,14 @@
 //! outputs until backward; backward runs the span's forward again from the inputs and
 //! backpropagates that. The forward's run builds no graph at all (torch's `no_grad` in
 //! Megatron's `CheckpointFunction.forward`): burn frees a dropped graph only at the next
-//! `backward()`, so a graph built and dropped would still be held. Dropout's masks are a function of where they act, so the re-run draws
-//! the forward's masks — what restoring the random state does — unless a bug says otherwise.
+//! `backward()`, so a graph built and dropped would still be held. Dropout's masks are a function
+//! of where they act, so the re-run draws the forward's masks — what restoring the random state does — unless a bug says otherwise.
 
 use burn::tensor::Tensor;
 
 use super::collective::Comm;
 use super::tape::{Node, Tape, Val};
-
-/// What a recomputed span is: a block of one layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Span {
-    /// The attention block: norm, attention and its residual add (`recompute = "full"`).
-    Attention(u32),
-    /// The core attention between the block's collectives (`recompute = "selective"`).
-    CoreAttention(u32),
-    /// The dense MLP block: norm, MLP and its residual add (`recompute = "full"`).
-    Mlp(u32),
-}
+pub use super::tape::{Rerun, Rerunner, Span};
 
 impl Span {
     pub fn layer(self) -> u32 {
@@ -29,14 +19,6 @@ impl Span {
             Span::Attention(l) | Span::CoreAttention(l) | Span::Mlp(l) => l,
         }
     }
-}
-
-/// A span's forward run on a tape of its own: the tape, and which of its values are the span's
-/// inputs and outputs.
-pub struct Rerun {
-    pub tape: Tape,
-    pub inputs: Vec<Val>,
-    pub outputs: Vec<Val>,
 }
 
 impl Rerun {
@@ -61,9 +43,6 @@ impl Rerun {
         }
     }
 }
-
-/// How backward re-runs a span from its inputs' values.
-pub type Rerunner<'a> = dyn FnMut(&mut Comm, Span, Vec<Tensor<3>>) -> Rerun + 'a;
 
 /// The rerunner of a tape that recomputes nothing.
 pub fn no_rerun(_: &mut Comm, span: Span, _: Vec<Tensor<3>>) -> Rerun {
