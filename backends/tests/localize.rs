@@ -132,6 +132,15 @@ fn dropout_mutations_are_localized_where_they_were_injected() {
     for dtype in [SpecDType::F32, SpecDType::Bf16] {
         localized_with(&tiny(), &dropped, &meshes, dtype, 30);
     }
+    // The moe family, whose stream after the attention block is first traced at the experts'
+    // input, not an MLP's TP region.
+    localized_with(
+        &tiny_moe(),
+        &dropped,
+        &["dp2-tp2-pp2-mb2"],
+        SpecDType::F32,
+        10,
+    );
     // Recompute, full and selective: the catalog with backward re-running the forward, and
     // the re-run drawing unrestored masks.
     for (recompute, dtype) in [

@@ -225,7 +225,7 @@ pub const CATALOG: &[Mutation] = &[
         &["InternLM/InternLM PR#405: the seed made different on each tensor-parallel rank (it was the same, so the TP ranks' dropout in the parallel region was correlated)", "NVIDIA/Megatron-LM tensor_parallel/random.py: the model-parallel RNG state is seeded per TP rank (seed + 2718 + tp_rank) for dropout in TP regions", "pytorch/pytorch PR#103910: TensorParallelRNGTracker, a different seed within a TP group for the tensor-parallel region"]),
     m(DropoutForkedInReplicatedRegion, "dropout-forked-in-replicated-region",
         "without sequence parallelism the residual stream is replicated over TP, but its dropout is drawn from a stream that differs per TP rank: each rank drops other elements of the same activation, the replicas of the stream diverge, and the TP ranks no longer compute one model",
-        &[TpWithoutSp, HiddenDropout], Forward, "layers.*.mlp.in.fwd.in",
+        &[TpWithoutSp, HiddenDropout], Forward, "layers.*.mlp.*.fwd.in",
         &["bigscience-workshop/Megatron-DeepSpeed PR#276 (NVIDIA/Megatron-LM PR#206): the data loader consumed the CPU RNG on tp_rank 0 only, the TP ranks' states went out of sync and nn.Dropout in replicated regions drew different masks", "pytorch/pytorch PR#103910: the same seed within a TP group for the non-tensor-parallel region (residual dropout)"]),
     m(DropoutSharedAcrossCp, "dropout-shared-across-cp",
         "under context parallelism the attention probabilities' dropout is drawn at each rank's local indices, the offsets of its sequence chunks lost: every CP rank drops the same pattern over its own queries and keys, not world size 1's mask at those positions",
