@@ -51,7 +51,9 @@ pub enum Recompute {
     /// Every transformer layer's attention and MLP blocks (a moe layer's routed experts are
     /// kept: their routing and auxiliary losses are the forward's).
     Full,
-    /// The core attention only (scores, softmax, dropout, values), Megatron's selective recompute.
+    /// What sits between the attention block's TP collectives: the q/k/v projections, RoPE,
+    /// scores, softmax, dropout, values and the o projection (Megatron's selective recompute
+    /// re-runs the core attention alone, without the projections).
     Selective,
 }
 

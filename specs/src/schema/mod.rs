@@ -136,7 +136,8 @@ struct Run {
     hidden_dropout: Option<f64>,
     /// Activation recompute (Megatron's `--recompute-granularity`): "full" re-runs each
     /// layer's attention and MLP blocks in backward from their saved inputs, "selective" the
-    /// core attention only; default: none. Dropout's masks are the forward's either way.
+    /// attention between its TP collectives (projections, scores, softmax, dropout, values);
+    /// default: none. Dropout's masks are the forward's either way.
     recompute: Option<crate::run::Recompute>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,

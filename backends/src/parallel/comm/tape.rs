@@ -26,7 +26,8 @@ pub type Val = usize;
 pub enum Span {
     /// The attention block: norm, attention and its residual add (`recompute = "full"`).
     Attention(u32),
-    /// The core attention between the block's collectives (`recompute = "selective"`).
+    /// The attention between the block's collectives, projections included (`recompute =
+    /// "selective"`).
     CoreAttention(u32),
     /// The dense MLP block: norm, MLP and its residual add (`recompute = "full"`).
     Mlp(u32),

@@ -1,7 +1,8 @@
 //! One transformer layer of a stage: the attention block and the MLP block, each a span that
 //! activation recompute can re-run in backward (`comm/recompute.rs`): under `recompute =
 //! "full"` both blocks of a dense layer (a moe layer's routed experts are kept: their routing
-//! and auxiliary losses are the forward's), under `"selective"` the core attention only.
+//! and auxiliary losses are the forward's), under `"selective"` the attention between its TP
+//! collectives (its projections included, which Megatron's core-attention recompute leaves out).
 
 use std::sync::atomic::Ordering::Relaxed;
 
