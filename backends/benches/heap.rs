@@ -53,6 +53,7 @@ fn main() {
         z_loss: None,
         dropout: None,
         recompute: None,
+        packing: None,
     };
     let len = Length {
         steps: 4,

@@ -9,6 +9,14 @@
 //! lengths gave (which bf16 round-off could hide). Tokens
 //! follow a skewed distribution with repeated motifs, so the model has something to learn and
 //! the loss curve moves.
+//!
+//! With packing (`packed_sequences`, `mask_prompts`) a row holds several documents of random
+//! lengths: attention stays inside a document, positions restart at each document's first
+//! token, no label crosses a boundary, and a prompt at each document's head has its labels
+//! ignored. The document draws come from a stream of their own, so the tokens are the unpacked
+//! run's and only the labels and masks change.
+
+use meshparity_specs::Packing;
 
 use crate::rng::SplitMix;
 
@@ -26,11 +34,19 @@ pub struct Batch {
     pub targets: Vec<i64>,
     /// Real length of each sequence (≥ 2).
     pub lengths: Vec<usize>,
+    /// Each row's document starts, ascending from 0 (`[0]`: one document). Like `lengths`, a
+    /// fact about the whole row that a context-parallel share keeps in global positions.
+    pub starts: Vec<Vec<usize>>,
 }
 
 impl Batch {
     /// The batch of training step `step` (0 is the fixed batch the forward level uses).
-    pub fn synthetic(seed: u64, step: u64, batch: usize, seq_len: usize, vocab: usize) -> Self {
+    pub fn synthetic(
+        seed: u64,
+        step: u64,
+        (batch, seq_len, vocab): (usize, usize, usize),
+        packing: Option<Packing>,
+    ) -> Self {
         let mut r = SplitMix::new(seed, &format!("batch.{step}"));
         let mut tokens = vec![0i64; batch * seq_len];
         let mut targets = vec![IGNORE; batch * seq_len];
@@ -58,13 +74,63 @@ impl Batch {
                 targets[b * seq_len + s] = tokens[b * seq_len + s + 1];
             }
         }
-        Self {
+        let mut out = Self {
             batch,
             seq_len,
             tokens,
             targets,
+            starts: vec![vec![0]; batch],
             lengths,
+        };
+        if let Some(p) = packing {
+            out.pack(SplitMix::new(seed, &format!("documents.{step}")), p);
         }
+        out
+    }
+
+    /// Cuts each row into documents and ignores the labels that cross a boundary or belong to
+    /// a prompt.
+    fn pack(&mut self, mut r: SplitMix, packing: Packing) {
+        let s = self.seq_len;
+        for b in 0..self.batch {
+            let len = self.lengths[b];
+            let mut starts = vec![0];
+            if packing.documents {
+                // Documents of 2 to 2 + s/3 tokens: a long row holds several.
+                let mut at = 2 + r.below((s as u64 / 3).max(1)) as usize;
+                while at < len {
+                    starts.push(at);
+                    at += 2 + r.below((s as u64 / 3).max(1)) as usize;
+                }
+            }
+            let ends: Vec<usize> = starts.iter().skip(1).copied().chain([len]).collect();
+            for (&start, &end) in starts.iter().zip(&ends) {
+                // The label of a document's last token would be the next document's first.
+                if end < len {
+                    self.targets[b * s + end - 1] = IGNORE;
+                }
+                if packing.prompts {
+                    // A prompt of 1 to half the document's tokens; the labels predicting its
+                    // tokens after the first are ignored.
+                    let prompt = 1 + r.below(((end - start) / 2).max(1) as u64) as usize;
+                    for p in start..start + prompt - 1 {
+                        self.targets[b * s + p] = IGNORE;
+                    }
+                }
+            }
+            self.starts[b] = starts;
+        }
+    }
+
+    /// The first position of the document that holds position `p` of row `row`.
+    pub fn document_start(&self, row: usize, p: usize) -> usize {
+        let starts = &self.starts[row];
+        starts[starts.partition_point(|&s| s <= p) - 1]
+    }
+
+    /// Whether any row holds more than one document.
+    pub fn packed(&self) -> bool {
+        self.starts.iter().any(|s| s.len() > 1)
     }
 
     /// Tokens that count toward the loss.
@@ -81,6 +147,7 @@ impl Batch {
             tokens: self.tokens[span.clone()].to_vec(),
             targets: self.targets[span].to_vec(),
             lengths: self.lengths[start..start + n].to_vec(),
+            starts: self.starts[start..start + n].to_vec(),
         }
     }
 
@@ -92,6 +159,7 @@ impl Batch {
             tokens: parts.iter().flat_map(|b| b.tokens.clone()).collect(),
             targets: parts.iter().flat_map(|b| b.targets.clone()).collect(),
             lengths: parts.iter().flat_map(|b| b.lengths.clone()).collect(),
+            starts: parts.iter().flat_map(|b| b.starts.clone()).collect(),
         }
     }
 }
@@ -102,9 +170,9 @@ mod tests {
 
     #[test]
     fn batches_pad_and_are_deterministic() {
-        let b = Batch::synthetic(7, 0, 8, 16, 128);
-        assert_eq!(b, Batch::synthetic(7, 0, 8, 16, 128));
-        assert_ne!(b.tokens, Batch::synthetic(7, 1, 8, 16, 128).tokens);
+        let b = Batch::synthetic(7, 0, (8, 16, 128), None);
+        assert_eq!(b, Batch::synthetic(7, 0, (8, 16, 128), None));
+        assert_ne!(b.tokens, Batch::synthetic(7, 1, (8, 16, 128), None).tokens);
         assert!(
             b.lengths.iter().any(|&l| l < 16),
             "some sequences are padded"
@@ -120,5 +188,39 @@ mod tests {
             second as f64 >= 2.0 * first as f64,
             "data-parallel halves hold very unequal token counts: {first} vs {second}"
         );
+    }
+
+    #[test]
+    fn packing_cuts_documents_and_masks_labels() {
+        let plain = Batch::synthetic(7, 0, (8, 32, 128), None);
+        let both = Packing {
+            documents: true,
+            prompts: true,
+        };
+        let packed = Batch::synthetic(7, 0, (8, 32, 128), Some(both));
+        assert_eq!(packed.tokens, plain.tokens, "packing keeps the tokens");
+        assert!(packed.packed() && !plain.packed());
+        assert!(packed.counted() < plain.counted());
+        for b in 0..8 {
+            let starts = &packed.starts[b];
+            assert_eq!(starts[0], 0);
+            assert!(starts.windows(2).all(|w| w[0] < w[1]));
+            assert!(starts.iter().all(|&s| s < packed.lengths[b]));
+            for &s in &starts[1..] {
+                assert_eq!(packed.targets[b * 32 + s - 1], IGNORE, "no label crosses");
+                assert_eq!(packed.document_start(b, s), s);
+                assert!(packed.document_start(b, s - 1) < s);
+            }
+        }
+        assert!(
+            packed.starts.iter().any(|s| s.len() >= 3),
+            "rows hold several documents"
+        );
+        let prompts = Packing {
+            documents: false,
+            prompts: true,
+        };
+        let prompted = Batch::synthetic(7, 0, (8, 32, 128), Some(prompts));
+        assert!(!prompted.packed() && prompted.counted() < plain.counted());
     }
 }

@@ -129,6 +129,7 @@ mod tests {
             z_loss: None,
             dropout: None,
             recompute: None,
+            packing: None,
         }
     }
 

@@ -27,6 +27,7 @@ fn clipped(opt: Optimizer) -> Training {
         z_loss: None,
         dropout: None,
         recompute: None,
+        packing: None,
         ..training(11, opt)
     }
 }

@@ -38,7 +38,7 @@ fn scalar(t: Tensor<1>) -> f64 {
 fn forward_is_bit_deterministic() {
     let c = tiny();
     let dev = Device::flex();
-    let batch = Batch::synthetic(3, 0, 4, c.seq_len as usize, c.vocab as usize);
+    let batch = Batch::synthetic(3, 0, (4, c.seq_len as usize, c.vocab as usize), None);
     let run = || {
         let p = Params::init(&c, 3, &dev, DType::F32);
         forward(&c, &p, &batch, &dev)
@@ -56,7 +56,7 @@ fn logits_ignore_future_tokens_and_padding() {
     let dev = Device::flex();
     let p = Params::init(&c, 5, &dev, DType::F64);
     let s = c.seq_len as usize;
-    let mut batch = Batch::synthetic(5, 0, 2, s, c.vocab as usize);
+    let mut batch = Batch::synthetic(5, 0, (2, s, c.vocab as usize), None);
     batch.lengths = vec![s, 5];
     let base = values(&forward(&c, &p, &batch, &dev).logits);
     let v = c.vocab as usize;
@@ -119,7 +119,7 @@ fn objective(c: &ModelConfig, p: &Params, batch: &Batch, dev: &Device) -> Tensor
 fn finite_differences(c: ModelConfig, per_layer: usize) {
     let dev = Device::flex();
     let ad = dev.clone().autodiff();
-    let batch = Batch::synthetic(9, 0, 3, c.seq_len as usize, c.vocab as usize);
+    let batch = Batch::synthetic(9, 0, (3, c.seq_len as usize, c.vocab as usize), None);
     let p = Params::init(&c, 9, &dev, DType::F64);
     let leaves = p.require_grad();
     let loss = objective(&c, &leaves, &batch, &ad);
@@ -178,7 +178,7 @@ fn label_smoothing_and_z_loss_are_torchs_and_palms() {
     let dev = Device::flex();
     let p = Params::init(&c, 9, &dev, DType::F64);
     let (s, v) = (c.seq_len as usize, c.vocab as usize);
-    let mut batch = Batch::synthetic(9, 0, 2, s, v);
+    let mut batch = Batch::synthetic(9, 0, (2, s, v), None);
     batch.lengths = vec![s, 5];
     batch.targets[s + 5..].fill(meshparity_backends::data::IGNORE);
     for (eps, w) in [(0.0, 0.0), (0.1, 0.0), (0.3, 0.0), (0.0, 1e-2), (0.1, 1e-4)] {

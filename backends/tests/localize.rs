@@ -155,6 +155,28 @@ fn dropout_mutations_are_localized_where_they_were_injected() {
     }
 }
 
+/// Packed sequences with prompt masks: the dense catalog over documents (attention per
+/// document, positions restarting, fewer labels counted), and the ring that masks the chunks it
+/// receives without their documents.
+#[test]
+fn packed_sequence_mutations_are_localized_where_they_were_injected() {
+    let packed = Training {
+        packing: Some(meshparity_specs::Packing {
+            documents: true,
+            prompts: true,
+        }),
+        ..training(7, Optimizer::Adamw)
+    };
+    let long = ModelConfig {
+        seq_len: 16,
+        ..tiny()
+    };
+    let meshes = ["tp2-sp", "cp2", "dp2-tp2-sp-cp2"];
+    for dtype in [SpecDType::F32, SpecDType::Bf16] {
+        localized_with(&long, &packed, &meshes, dtype, 20);
+    }
+}
+
 /// The moe family: the dense catalog on its meshes, the router's own bugs and expert
 /// parallelism's.
 #[test]
@@ -289,6 +311,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("dropout-shared-across-cp", &["computation"]),
     // The re-run drops other elements than the forward: backward's own arithmetic is wrong.
     ("recompute-rng-not-restored", &["computation"]),
+    // Each CP rank's attention over the ring's chunks is wrong: its own computation.
+    ("cp-ring-crosses-documents", &["computation"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

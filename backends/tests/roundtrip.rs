@@ -239,6 +239,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         z_loss: None,
         dropout: None,
         recompute: None,
+        packing: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

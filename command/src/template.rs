@@ -89,6 +89,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         None => "none",
     };
     put("recompute", recompute.to_owned());
+    // Packed documents and prompt loss masks: "true" or "false".
+    let packing = t.packing.unwrap_or(meshparity_specs::Packing {
+        documents: false,
+        prompts: false,
+    });
+    put("packed_sequences", packing.documents.to_string());
+    put("mask_prompts", packing.prompts.to_string());
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {
@@ -231,6 +238,7 @@ mod tests {
             z_loss: None,
             dropout: None,
             recompute: None,
+            packing: None,
         };
         let mesh = MeshConfig {
             tp: 2,

@@ -128,6 +128,7 @@ impl FirstStages {
             z_loss: None,
             dropout: None,
             recompute: None,
+            packing: None,
             ..req.training.clone()
         };
         let key = format!(

@@ -58,7 +58,7 @@ pub use mesh::{Coord, MeshConfig, Schedule};
 pub use model::ModelConfig;
 pub use moe::{DropPolicy, MoeOptions, RouterScore};
 pub use mutation::{Mutation, CATALOG};
-pub use run::{Dropout, Optimizer, Recompute, Training};
+pub use run::{Dropout, Optimizer, Packing, Recompute, Training};
 pub use source::{Loc, Located, SourceFile};
 pub use spec::Spec;
 pub use support::{Field, Unsupported};

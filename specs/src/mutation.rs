@@ -78,6 +78,8 @@ pub enum Needs {
     HiddenDropout,
     /// Activation recompute (`recompute`).
     Recompute,
+    /// Several documents packed per row (`packed_sequences`).
+    PackedSequences,
 }
 
 impl Needs {
@@ -122,7 +124,8 @@ impl Needs {
             | Needs::PaddedVocab
             | Needs::AttentionDropout
             | Needs::HiddenDropout
-            | Needs::Recompute => true,
+            | Needs::Recompute
+            | Needs::PackedSequences => true,
         }
     }
 
@@ -216,6 +219,7 @@ impl Needs {
             Needs::AttentionDropout => "attention dropout set (`attention_dropout`)",
             Needs::HiddenDropout => "hidden dropout set (`hidden_dropout`)",
             Needs::Recompute => "activation recompute (`recompute`)",
+            Needs::PackedSequences => "packed sequences (`packed_sequences`)",
         }
     }
 }

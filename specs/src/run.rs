@@ -25,6 +25,8 @@ pub const KEYS: &[&str] = &[
     "attention_dropout",
     "hidden_dropout",
     "recompute",
+    "packed_sequences",
+    "mask_prompts",
     "warmup_steps",
     "lr_decay",
     "min_lr",
@@ -114,6 +116,23 @@ pub struct Training {
     /// serialized form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recompute: Option<Recompute>,
+    /// How rows are filled with documents and which labels count; `None`: one document per row,
+    /// every label but the padding's counted, and absent from the serialized form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packing: Option<Packing>,
+}
+
+/// Packed sequences and loss masks, as fine-tuning stacks feed them (Megatron's
+/// `--reset-position-ids --reset-attention-mask`, NeMo's packed sequences, HF's
+/// `DataCollatorWithFlattening`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Packing {
+    /// Several documents per row: attention stays inside a document, positions restart at each
+    /// document's first token, and no label crosses a document boundary.
+    pub documents: bool,
+    /// Each document opens with a prompt whose labels are ignored (`-100`), as in supervised
+    /// fine-tuning; valid-token counts then differ from row to row and document to document.
+    pub prompts: bool,
 }
 
 /// Megatron's two dropout probabilities (`--attention-dropout`, `--hidden-dropout`), each in
@@ -178,6 +197,7 @@ impl RunSettings {
                 z_loss: None,
                 dropout: None,
                 recompute: None,
+                packing: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
@@ -278,6 +298,9 @@ impl RunSettings {
             hidden: hidden.unwrap_or(0.0),
         });
         run.training.recompute = t.keyword::<Recompute>(cx, "recompute").map(|r| r.value);
+        let documents = t.bool(cx, "packed_sequences").is_some_and(|b| b.value);
+        let prompts = t.bool(cx, "mask_prompts").is_some_and(|b| b.value);
+        run.training.packing = (documents || prompts).then_some(Packing { documents, prompts });
         run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;

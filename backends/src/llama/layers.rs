@@ -7,6 +7,8 @@
 use burn::tensor::activation::{log_softmax, silu, softmax};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
+use crate::data::Batch;
+
 /// Epsilon of every RMSNorm.
 pub const NORM_EPS: f64 = 1e-5;
 /// RoPE base frequency.
@@ -23,26 +25,28 @@ pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
     x * inv * weight.reshape([1, 1, h])
 }
 
-/// Rotary embedding (half-split convention) at absolute positions `offset..offset + S`.
-///
-/// # Shapes
-/// x: [B, N, S, D] with D even → [B, N, S, D]
-pub fn rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
-    let s = x.dims()[2];
-    rope_at(x, &(offset..offset + s).collect::<Vec<_>>())
-}
-
-/// Rotary embedding at the given absolute positions (a context-parallel rank's chunks are not
-/// contiguous).
+/// Rotary embedding (half-split convention) at the given positions of `batch`'s rows (a
+/// context-parallel rank's chunks are not contiguous). A packed row's positions restart at
+/// each document's first token, so each row gets its own table then.
 ///
 /// # Shapes
 /// x: [B, N, S, D] with D even, positions: S → [B, N, S, D]
-pub fn rope_at(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
-    let [_, _, s, d] = x.dims();
+pub fn rope_at(x: Tensor<4>, positions: &[usize], batch: &Batch) -> Tensor<4> {
+    let [b, _, s, d] = x.dims();
     let half = d / 2;
-    let mut cos = Vec::with_capacity(s * half);
-    let mut sin = Vec::with_capacity(s * half);
-    for &p in positions {
+    let rows: Vec<Vec<usize>> = if batch.packed() {
+        (0..b)
+            .map(|r| {
+                let at = |&p: &usize| p - batch.document_start(r, p);
+                positions.iter().map(at).collect()
+            })
+            .collect()
+    } else {
+        vec![positions.to_vec()]
+    };
+    let mut cos = Vec::with_capacity(rows.len() * s * half);
+    let mut sin = Vec::with_capacity(rows.len() * s * half);
+    for &p in rows.iter().flatten() {
         for i in 0..half {
             let freq = ROPE_THETA.powf(-(2.0 * i as f64) / d as f64);
             let angle = p as f64 * freq;
@@ -50,10 +54,10 @@ pub fn rope_at(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
             sin.push(angle.sin());
         }
     }
-    let (device, dtype) = (x.device(), x.dtype());
+    let (device, dtype, n) = (x.device(), x.dtype(), rows.len());
     let table = |v: Vec<f64>| {
-        Tensor::<2>::from_data(TensorData::new(v, [s, half]), (&device, dtype))
-            .reshape([1, 1, s, half])
+        Tensor::<2>::from_data(TensorData::new(v, [n * s, half]), (&device, dtype))
+            .reshape([n, 1, s, half])
     };
     let (cos, sin) = (table(cos), table(sin));
     let x1 = x.clone().narrow(3, 0, half);
@@ -67,36 +71,34 @@ pub fn rope_at(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
     )
 }
 
-/// Causal self-attention mask that also hides padded keys: true where attention is *not*
-/// allowed.
+/// Causal self-attention mask over `batch`'s whole rows that also hides padded keys and keys
+/// of another document: true where attention is *not* allowed.
 ///
 /// # Shapes
 /// → [B, 1, S, S]
-pub fn attention_mask(
-    lengths: &[usize],
-    seq_len: usize,
-    device: &burn::tensor::Device,
-) -> Tensor<4, Bool> {
-    let all: Vec<usize> = (0..seq_len).collect();
-    attention_mask_at(lengths, &all, &all, device)
+pub fn attention_mask(batch: &Batch, device: &burn::tensor::Device) -> Tensor<4, Bool> {
+    let all: Vec<usize> = (0..batch.seq_len).collect();
+    attention_mask_at(batch, &all, &all, device)
 }
 
-/// [`attention_mask`] between queries and keys at the given absolute positions.
+/// [`attention_mask`] between queries and keys at the given absolute positions (`batch`'s
+/// lengths and document starts are the whole rows').
 ///
 /// # Shapes
 /// → [B, 1, Sq, Sk]
 pub fn attention_mask_at(
-    lengths: &[usize],
+    batch: &Batch,
     queries: &[usize],
     keys: &[usize],
     device: &burn::tensor::Device,
 ) -> Tensor<4, Bool> {
-    let b = lengths.len();
+    let b = batch.lengths.len();
     let (sq, sk) = (queries.len(), keys.len());
     let mut blocked = Vec::with_capacity(b * sq * sk);
-    for &len in lengths {
+    for (row, &len) in batch.lengths.iter().enumerate() {
         for &q in queries {
-            blocked.extend(keys.iter().map(|&k| k > q || k >= len));
+            let first = batch.document_start(row, q);
+            blocked.extend(keys.iter().map(|&k| k > q || k >= len || k < first));
         }
     }
     Tensor::<4, Bool>::from_data(TensorData::new(blocked, [b, 1, sq, sk]), device)

@@ -5,7 +5,7 @@ use meshparity_specs::ModelConfig;
 
 use super::balance;
 use super::layers::{
-    attention, attention_mask, cross_entropy_sum, linear, rms_norm, rope, swiglu, LossTerms,
+    attention, attention_mask, cross_entropy_sum, linear, rms_norm, rope_at, swiglu, LossTerms,
 };
 use super::moe::{self, Decided};
 use super::params::Params;
@@ -65,7 +65,7 @@ pub fn forward_with(
     let tokens =
         Tensor::<1, Int>::from_data(TensorData::new(batch.tokens.clone(), [b * s]), device);
     let mut x: Tensor<3> = p.get("embed.weight").select(0, tokens).reshape([b, s, h]);
-    let mask = attention_mask(&batch.lengths, s, device);
+    let mask = attention_mask(batch, device);
     let (rows, positions, hidden): (Vec<usize>, Vec<usize>, Vec<usize>) =
         ((0..b).collect(), (0..s).collect(), (0..h).collect());
     let all_heads: Vec<usize> = (0..nq).collect();
@@ -104,7 +104,8 @@ pub fn forward_with(
             };
             d.keep::<4>(Site::Attention, l, &block, 0, on)
         });
-        let a = attention(rope(q, 0), rope(k, 0), v, mask.clone(), keep);
+        let rope = |t| rope_at(t, &positions, batch);
+        let a = attention(rope(q), rope(k), v, mask.clone(), keep);
         let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
         x = x + dropped(linear(a, w("attn.o.weight")), Site::AttnResidual, l);
         let hn = rms_norm(x.clone(), w("mlp_norm.weight"));

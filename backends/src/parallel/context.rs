@@ -29,7 +29,8 @@ pub fn positions(c: usize, cp: usize, seq_len: usize) -> Vec<usize> {
 #[derive(Clone, Debug)]
 pub struct Local {
     /// Tokens and targets at this rank's positions (`seq_len` is the local length; `lengths`
-    /// stay the rows' real lengths, which the masks compare positions with).
+    /// and document `starts` stay the whole rows', which the masks and RoPE compare positions
+    /// with).
     pub batch: Batch,
     pub positions: Vec<usize>,
 }
@@ -79,6 +80,7 @@ impl Local {
                         tokens: pick(&mb.tokens),
                         targets: pick(&mb.targets),
                         lengths: mb.lengths.clone(),
+                        starts: mb.starts.clone(),
                     },
                     positions,
                 }

@@ -114,9 +114,12 @@ pub fn batch(model: &ModelConfig, training: &Training, step: usize) -> Batch {
     Batch::synthetic(
         training.seed,
         step as u64,
-        training.batch as usize,
-        model.seq_len as usize,
-        model.vocab as usize,
+        (
+            training.batch as usize,
+            model.seq_len as usize,
+            model.vocab as usize,
+        ),
+        training.packing,
     )
 }
 

@@ -70,6 +70,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         z_loss: None,
         dropout: None,
         recompute: None,
+        packing: None,
     }
 }
 

@@ -86,6 +86,10 @@ pub fn spec(
     if let Some(r) = t.recompute {
         let _ = writeln!(out, "recompute = {}", word(r).unwrap_or_default());
     }
+    if let Some(p) = t.packing {
+        let _ = writeln!(out, "packed_sequences = {}", p.documents);
+        let _ = writeln!(out, "mask_prompts = {}", p.prompts);
+    }
     if let Some(s) = t.schedule {
         let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);
         let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());

@@ -68,6 +68,7 @@ pub enum Id {
     DropoutForkedInReplicatedRegion,
     DropoutSharedAcrossCp,
     RecomputeRngNotRestored,
+    CpRingCrossesDocuments,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -174,6 +175,7 @@ impl Mutation {
             Needs::AttentionDropout => training.dropout.is_some_and(|d| d.attention > 0.0),
             Needs::HiddenDropout => training.dropout.is_some_and(|d| d.hidden > 0.0),
             Needs::Recompute => training.recompute.is_some(),
+            Needs::PackedSequences => training.packing.is_some_and(|p| p.documents),
             n => n.holds(mesh),
         })
     }

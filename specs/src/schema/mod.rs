@@ -139,6 +139,13 @@ struct Run {
     /// attention between its TP collectives (projections, scores, softmax, dropout, values);
     /// default: none. Dropout's masks are the forward's either way.
     recompute: Option<crate::run::Recompute>,
+    /// Several documents per row (default false): attention stays inside each document,
+    /// positions restart at each document's first token, and no label crosses a boundary
+    /// (Megatron's `--reset-attention-mask --reset-position-ids`).
+    packed_sequences: Option<bool>,
+    /// Each document opens with a prompt whose labels are ignored (`-100`), as supervised
+    /// fine-tuning masks them (default false).
+    mask_prompts: Option<bool>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,
     /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),

@@ -11,6 +11,7 @@
 use meshparity_specs::catalog::{self, Id};
 
 mod loss;
+mod packing;
 mod rng;
 
 /// How a collective call is altered.

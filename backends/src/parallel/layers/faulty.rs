@@ -5,6 +5,7 @@
 use burn::tensor::activation::silu;
 use burn::tensor::{Tensor, TensorData};
 
+use crate::data::Batch;
 use crate::llama::layers::{linear, rope_at, NORM_EPS};
 use crate::parallel::fault::{NormFault, WRONG_EPS};
 
@@ -34,7 +35,7 @@ pub fn swiglu_wrong_operand(
 
 /// RoPE whose backward returns its two half-gradients swapped: the value of `rope(x)`, the
 /// vector-Jacobian product of `rope(swap(x))`, which is swap(ropeᵀ g).
-pub fn rope_swapped_backward(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
+pub fn rope_swapped_backward(x: Tensor<4>, positions: &[usize], batch: &Batch) -> Tensor<4> {
     let half = x.dims()[3] / 2;
     let swapped = Tensor::cat(
         vec![
@@ -43,8 +44,8 @@ pub fn rope_swapped_backward(x: Tensor<4>, positions: &[usize]) -> Tensor<4> {
         ],
         3,
     );
-    let through = rope_at(swapped, positions);
-    rope_at(x, positions).detach() + (through.clone() - through.detach())
+    let through = rope_at(swapped, positions, batch);
+    rope_at(x, positions, batch).detach() + (through.clone() - through.detach())
 }
 
 /// Ring attention's partial outputs summed as they are, without the log-sum-exp weights that

@@ -14,6 +14,7 @@ use burn::tensor::Tensor;
 
 use super::ctx::{LayerFaults, StageCtx};
 use super::faulty;
+use crate::data::Batch;
 use crate::llama::layers::{
     attention, attention_block, attention_mask, attention_mask_at, linear, merge_blocks, rope_at,
 };
@@ -43,12 +44,12 @@ impl StageCtx<'_> {
         )
     }
 
-    /// RoPE at `positions`, or the faulty one whose backward swaps its outputs.
-    fn rotate(t: Tensor<4>, positions: &[usize], f: LayerFaults) -> Tensor<4> {
+    /// RoPE at `local`'s positions, or the faulty one whose backward swaps its outputs.
+    fn rotate(t: Tensor<4>, local: &Local, f: LayerFaults) -> Tensor<4> {
         if f.rope_swapped {
-            faulty::rope_swapped_backward(t, positions)
+            faulty::rope_swapped_backward(t, &local.positions, &local.batch)
         } else {
-            rope_at(t, positions)
+            rope_at(t, &local.positions, &local.batch)
         }
     }
 
@@ -68,7 +69,7 @@ impl StageCtx<'_> {
         // One mask per replica (their rows' lengths differ).
         let masks: Vec<_> = locals
             .iter()
-            .map(|local| attention_mask(&local.batch.lengths, local.batch.seq_len, self.device))
+            .map(|local| attention_mask(&local.batch, self.device))
             .collect();
         tape.per_rank(self.ranks(), &[hn], |i, v| {
             let local = &locals[g.local_of(i)];
@@ -78,7 +79,7 @@ impl StageCtx<'_> {
             let q = heads(linear(h.clone(), w(i, "attn.q.weight")), nq, hd);
             let k = heads(linear(h.clone(), w(i, "attn.k.weight")), nkv, hd);
             let v = heads(linear(h, w(i, "attn.v.weight")), nkv, hd);
-            let rot = |t| Self::rotate(t, &local.positions, f);
+            let rot = |t| Self::rotate(t, local, f);
             let keep = self.attention_keep(i, l, local, &local.positions);
             let a = attention(rot(q), rot(k), v, mask, keep);
             let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
@@ -104,7 +105,7 @@ impl StageCtx<'_> {
             let h = v[0].clone();
             let k = heads(linear(h.clone(), w(i, "attn.k.weight")), nkv, hd);
             let v = heads(linear(h, w(i, "attn.v.weight")), nkv, hd);
-            let k = Self::rotate(k, &locals[g.local_of(i)].positions, f);
+            let k = Self::rotate(k, &locals[g.local_of(i)], f);
             Tensor::cat(vec![flat(k), flat(v)], 2)
         });
         // kvs[j]: the chunk each rank holds at ring step j (rank c holds rank c − j's).
@@ -117,11 +118,22 @@ impl StageCtx<'_> {
         let inputs: Vec<&[Val]> = std::iter::once(hn)
             .chain(kvs.iter().map(Vec::as_slice))
             .collect();
+        // The catalogued bug: the chunks that arrive around the ring are masked without their
+        // documents' boundaries.
+        let crossing = self.fault.is_some_and(|f| f.ring_crosses_documents());
+        if crossing && locals.iter().any(|local| local.batch.packed()) {
+            let why = "each CP rank masked the chunks it received without their documents";
+            comm.event(&format!("layers.{l}.attn.ring"), why);
+        }
         tape.per_rank(self.ranks(), &inputs, |i, v| {
             let (c, local) = (g.cp_of(i), &locals[g.local_of(i)]);
             let (b, s) = (local.batch.batch, local.batch.seq_len);
+            let unpacked = crossing.then(|| Batch {
+                starts: vec![vec![0]; b],
+                ..local.batch.clone()
+            });
             let q = heads(linear(v[0].clone(), w(i, "attn.q.weight")), nq, hd);
-            let q = Self::rotate(q, &local.positions, f);
+            let q = Self::rotate(q, local, f);
             let blocks: Vec<(Tensor<4>, Tensor<4>)> = (0..cp)
                 .map(|j| {
                     let source = (c + cp - j) % cp;
@@ -129,12 +141,8 @@ impl StageCtx<'_> {
                     let k = heads(chunk.clone().narrow(2, 0, nkv * hd), nkv, hd);
                     let val = heads(chunk.clone().narrow(2, nkv * hd, nkv * hd), nkv, hd);
                     let keys = positions(source, cp, local.batch.seq_len * cp);
-                    let mask = attention_mask_at(
-                        &local.batch.lengths,
-                        &local.positions,
-                        &keys,
-                        self.device,
-                    );
+                    let rows = unpacked.as_ref().filter(|_| j > 0).unwrap_or(&local.batch);
+                    let mask = attention_mask_at(rows, &local.positions, &keys, self.device);
                     let keep = self.attention_keep(i, l, local, &keys);
                     attention_block(q.clone(), k, val, mask, keep)
                 })

@@ -1,0 +1,271 @@
+//! Packed sequences and loss masks (`packed_sequences`, `mask_prompts`; issue 36 item 3):
+//! several documents per row, attention kept inside each, positions restarting at each
+//! document's first token, no label across a boundary and prompts' labels ignored. The labels
+//! are made once over the whole row and every layout reads the same document starts, so every
+//! mesh matches the oracle to round-off in f64, with dropout, recompute, label smoothing and a
+//! padded vocabulary on as well; and the packing is real: documents do not see each other, a
+//! document's logits do not depend on where in the row it sits, and the loss moves.
+
+mod common;
+
+use burn::tensor::{DType, Device, Tensor};
+use common::{mesh, tiny, tiny_moe, training, worst};
+use meshparity_backends::data::{Batch, IGNORE};
+use meshparity_backends::llama::model::forward;
+use meshparity_backends::llama::params::Params;
+use meshparity_backends::parallel::Fault;
+use meshparity_backends::sharding::ShardingPlan;
+use meshparity_backends::train::{self, Length, Probe};
+use meshparity_specs::{Dropout, ModelConfig, Optimizer, Packing, Recompute, Training};
+
+const LEN: Length = Length {
+    steps: 3,
+    weights_after: 2,
+    backward: true,
+};
+
+const BOTH: Packing = Packing {
+    documents: true,
+    prompts: true,
+};
+
+/// [`tiny`] with rows long enough to hold several documents.
+fn long() -> ModelConfig {
+    ModelConfig {
+        seq_len: 16,
+        ..tiny()
+    }
+}
+
+fn packed(seed: u64, optimizer: Optimizer) -> Training {
+    Training {
+        packing: Some(BOTH),
+        ..training(seed, optimizer)
+    }
+}
+
+/// Every feature of issue 36 at once.
+fn everything(seed: u64, optimizer: Optimizer) -> Training {
+    Training {
+        dropout: Some(Dropout {
+            attention: 0.2,
+            hidden: 0.1,
+        }),
+        recompute: Some(Recompute::Full),
+        label_smoothing: Some(0.1),
+        z_loss: Some(1e-3),
+        ..packed(seed, optimizer)
+    }
+}
+
+fn check(m: &ModelConfig, t: &Training, meshes: &[&str], dtype: DType, limit: f64) {
+    let dev = Device::flex();
+    let oracle = train::oracle(m, t, LEN, &dev, dtype);
+    for name in meshes {
+        let mesh = mesh(name);
+        let run = train::mesh(m, &mesh, t, LEN, Default::default(), &dev, dtype).unwrap();
+        let w = worst(&ShardingPlan::llama(m, &mesh), &oracle, &run);
+        eprintln!("{name} {dtype:?}: {w:?}");
+        assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);
+        assert!(
+            w.0 < limit && w.1 < limit && w.2 < limit && w.3 < limit,
+            "{name}: {w:?} over {limit}"
+        );
+    }
+}
+
+#[test]
+fn packed_sequences_match_the_oracle_in_f64_on_every_layout() {
+    let meshes = [
+        "dp2",
+        "tp2",
+        "tp2-sp",
+        "pp2-mb4",
+        "dp2-tp2-pp2-mb2",
+        "dp2-tp2-sp-pp2-mb4-gpipe",
+        "cp2",
+        "cp4",
+        "tp2-cp2",
+        "dp2-tp2-sp-cp2",
+        "tp2-sp-cp2-pp2-mb2",
+        "dp2-z1",
+        "dp4-z3",
+    ];
+    check(
+        &long(),
+        &packed(11, Optimizer::Sgd),
+        &meshes,
+        DType::F64,
+        1e-12,
+    );
+}
+
+#[test]
+fn every_feature_at_once_matches_the_oracle_in_f64() {
+    let padded = ModelConfig {
+        vocab: 61,
+        ..long()
+    };
+    let meshes = [
+        "dp2-tp2-sp-cp2",
+        "tp2-sp-cp2-pp2-mb2",
+        "dp2-tp2-pp2-mb2",
+        "cp4",
+    ];
+    check(
+        &padded,
+        &everything(5, Optimizer::Adamw),
+        &meshes,
+        DType::F64,
+        1e-12,
+    );
+    let prompts_only = Training {
+        packing: Some(Packing {
+            documents: false,
+            prompts: true,
+        }),
+        ..everything(7, Optimizer::Sgd)
+    };
+    check(
+        &long(),
+        &prompts_only,
+        &["dp2-tp2-sp", "cp2"],
+        DType::F64,
+        1e-12,
+    );
+}
+
+#[test]
+fn moe_packed_sequences_match_the_oracle_in_f64() {
+    let m = ModelConfig {
+        seq_len: 16,
+        ..tiny_moe()
+    };
+    let meshes = [
+        "tp2-sp",
+        "cp2",
+        "dp2-ep2",
+        "dp2-tp2-sp-ep2-etp2",
+        "dp2-cp2-ep2",
+    ];
+    check(
+        &m,
+        &everything(3, Optimizer::Sgd),
+        &meshes,
+        DType::F64,
+        1e-12,
+    );
+}
+
+#[test]
+fn packed_sequences_match_the_oracle_in_f32_with_adamw() {
+    let meshes = ["tp2-sp", "dp2-tp2-pp2-mb2", "dp2-tp2-sp-cp2"];
+    check(
+        &long(),
+        &everything(17, Optimizer::Adamw),
+        &meshes,
+        DType::F32,
+        1e-5,
+    );
+}
+
+fn logits(m: &ModelConfig, p: &Params, batch: &Batch) -> Vec<f64> {
+    let dev = Device::flex();
+    let t: Tensor<3> = forward(m, p, batch, &dev).logits;
+    t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap()
+}
+
+/// Not vacuous: a document neither sees the one before it nor depends on where in the row it
+/// sits (its positions restart), while the same tokens unpacked do see what precedes them.
+#[test]
+fn documents_are_isolated_and_positions_restart() {
+    let m = long();
+    let (s, v) = (16, m.vocab as usize);
+    let dev = Device::flex();
+    let p = Params::init(&m, 3, &dev, DType::F64);
+    let mut batch = Batch::synthetic(3, 0, (2, s, v), Some(BOTH));
+    // Row 0: documents at 0..5 and 5..16; row 1: the second document alone at the row's head.
+    batch.lengths = vec![s, s - 5];
+    batch.starts = vec![vec![0, 5], vec![0]];
+    for j in 0..s - 5 {
+        batch.tokens[s + j] = batch.tokens[5 + j];
+    }
+    let base = logits(&m, &p, &batch);
+    let row = |l: &[f64], r: usize, from: usize, n: usize| {
+        l[(r * s + from) * v..(r * s + from + n) * v].to_vec()
+    };
+    let (moved, alone) = (row(&base, 0, 5, s - 5), row(&base, 1, 0, s - 5));
+    let gap = moved
+        .iter()
+        .zip(&alone)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        gap < 1e-12,
+        "a document's logits depend on its place: {gap}"
+    );
+    // Changing the first document leaves the second untouched...
+    let mut other = batch.clone();
+    other.tokens[2] = (other.tokens[2] + 1) % v as i64;
+    let changed = logits(&m, &p, &other);
+    assert_eq!(row(&base, 0, 5, s - 5), row(&changed, 0, 5, s - 5));
+    assert_ne!(row(&base, 0, 2, 3), row(&changed, 0, 2, 3));
+    // ...which the same row unpacked would not.
+    let mut unpacked = batch.clone();
+    unpacked.starts = vec![vec![0], vec![0]];
+    let mut unpacked_other = other.clone();
+    unpacked_other.starts = unpacked.starts.clone();
+    assert_ne!(
+        row(&logits(&m, &p, &unpacked), 0, 5, s - 5),
+        row(&logits(&m, &p, &unpacked_other), 0, 5, s - 5)
+    );
+}
+
+/// Packing and prompt masks change what is trained: fewer labels count, and the loss of every
+/// step moves.
+#[test]
+fn packing_changes_the_loss() {
+    let dev = Device::flex();
+    let m = long();
+    let plain = train::oracle(&m, &training(11, Optimizer::Sgd), LEN, &dev, DType::F64);
+    let with = train::oracle(&m, &packed(11, Optimizer::Sgd), LEN, &dev, DType::F64);
+    for (a, b) in plain.losses.iter().zip(&with.losses) {
+        assert!(((a - b) / a).abs() > 1e-3, "packing left the loss at {a}");
+    }
+    let b = train::batch(&m, &packed(11, Optimizer::Sgd), 1);
+    let ignored = b.targets.iter().filter(|&&t| t == IGNORE).count();
+    let padding: usize = b.lengths.iter().map(|l| 16 - l + 1).sum();
+    assert!(ignored > padding, "prompts and boundaries ignore labels");
+}
+
+/// The catalogued bug (TransformerEngine#3331): ring attention that masks the chunks it
+/// receives without their documents moves the loss on every CP mesh, and does nothing where
+/// nothing arrives around a ring (cp 1) or the rows hold one document each.
+#[test]
+fn ring_crossing_documents_is_caught_and_a_no_op_without_cp_or_packing() {
+    let dev = Device::flex();
+    let m = long();
+    let probe = Probe {
+        fault: Fault::from_name("cp-ring-crosses-documents"),
+        ..Probe::default()
+    };
+    let moved = |t: &Training, name: &str| {
+        let oracle = train::oracle(&m, t, LEN, &dev, DType::F64);
+        let run = train::mesh(&m, &mesh(name), t, LEN, probe.clone(), &dev, DType::F64).unwrap();
+        worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
+    };
+    for name in ["cp2", "cp4", "dp2-tp2-sp-cp2"] {
+        let w = moved(&packed(11, Optimizer::Sgd), name);
+        assert!(
+            w.0 > 1e-3 && w.2 > 1e-3,
+            "{name}: the bug moved nothing: {w:?}"
+        );
+    }
+    let w = moved(&packed(11, Optimizer::Sgd), "dp2-tp2-sp");
+    assert!(w.0 < 1e-12 && w.2 < 1e-12, "no ring, yet {w:?}");
+    let w = moved(&training(11, Optimizer::Sgd), "cp2");
+    assert!(
+        w.0 < 1e-12 && w.2 < 1e-12,
+        "one document per row, yet {w:?}"
+    );
+}
