@@ -251,7 +251,7 @@ fn ring_crossing_documents_is_caught_and_a_no_op_without_cp_or_packing() {
     };
     let moved = |t: &Training, name: &str| {
         let oracle = train::oracle(&m, t, LEN, &dev, DType::F64);
-        let run = train::mesh(&m, &mesh(name), t, LEN, probe.clone(), &dev, DType::F64).unwrap();
+        let run = train::mesh(&m, &mesh(name), t, LEN, probe, &dev, DType::F64).unwrap();
         worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
     };
     for name in ["cp2", "cp4", "dp2-tp2-sp-cp2"] {

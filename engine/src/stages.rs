@@ -124,11 +124,9 @@ impl FirstStages {
             clip_grad_norm: None,
             weight_decay: None,
             schedule: None,
-            label_smoothing: None,
-            z_loss: None,
-            dropout: None,
+            // Recompute changes no value a step computes; label smoothing, z-loss, dropout and
+            // packing change the first forward, so they stay in the key.
             recompute: None,
-            packing: None,
             ..req.training.clone()
         };
         let key = format!(
@@ -265,6 +263,7 @@ mod tests {
             z_loss: None,
             dropout: None,
             recompute: None,
+            packing: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,
@@ -282,6 +281,18 @@ mod tests {
             runs(&[(t.clone(), first), (seed2, first)]),
             2,
             "another seed"
+        );
+        let packed = Training {
+            packing: Some(meshparity_specs::Packing {
+                documents: true,
+                prompts: false,
+            }),
+            ..t.clone()
+        };
+        assert_eq!(
+            runs(&[(t.clone(), first), (packed, first)]),
+            2,
+            "packing changes the forward"
         );
         assert_eq!(
             runs(&[(t.clone(), first), (t.clone(), &[Level::Forward])]),
