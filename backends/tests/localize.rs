@@ -313,6 +313,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("recompute-rng-not-restored", &["computation"]),
     // Each CP rank's attention over the ring's chunks is wrong: its own computation.
     ("cp-ring-crosses-documents", &["computation"]),
+    // Each CP rank rotates with wrong positions: its own computation.
+    ("cp-packed-positions-from-chunks", &["computation"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

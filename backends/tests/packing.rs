@@ -238,34 +238,41 @@ fn packing_changes_the_loss() {
     assert!(ignored > padding, "prompts and boundaries ignore labels");
 }
 
-/// The catalogued bug (TransformerEngine#3331): ring attention that masks the chunks it
-/// receives without their documents moves the loss on every CP mesh, and does nothing where
-/// nothing arrives around a ring (cp 1) or the rows hold one document each.
+/// The catalogued bugs of packed rows under CP — ring attention that masks the chunks it
+/// receives without their documents (TransformerEngine#3331), RoPE positions rebuilt from each
+/// rank's own chunks (Megatron-LM PR#5243) — move the loss on every CP mesh, and do nothing
+/// where nothing is split over a ring (cp 1) or the rows hold one document each.
 #[test]
-fn ring_crossing_documents_is_caught_and_a_no_op_without_cp_or_packing() {
+fn packed_cp_bugs_are_caught_and_no_ops_without_cp_or_packing() {
     let dev = Device::flex();
     let m = long();
-    let probe = Probe {
-        fault: Fault::from_name("cp-ring-crosses-documents"),
-        ..Probe::default()
-    };
-    let moved = |t: &Training, name: &str| {
-        let oracle = train::oracle(&m, t, LEN, &dev, DType::F64);
-        let run = train::mesh(&m, &mesh(name), t, LEN, probe, &dev, DType::F64).unwrap();
-        worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
-    };
-    for name in ["cp2", "cp4", "dp2-tp2-sp-cp2"] {
-        let w = moved(&packed(11, Optimizer::Sgd), name);
+    for bug in [
+        "cp-ring-crosses-documents",
+        "cp-packed-positions-from-chunks",
+    ] {
+        let probe = Probe {
+            fault: Fault::from_name(bug),
+            ..Probe::default()
+        };
+        let moved = |t: &Training, name: &str| {
+            let oracle = train::oracle(&m, t, LEN, &dev, DType::F64);
+            let run = train::mesh(&m, &mesh(name), t, LEN, probe, &dev, DType::F64).unwrap();
+            worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
+        };
+        for name in ["cp2", "cp4", "dp2-tp2-sp-cp2"] {
+            let w = moved(&packed(11, Optimizer::Sgd), name);
+            eprintln!("{bug} on {name}: {w:?}");
+            assert!(
+                w.0 > 1e-3 && w.2 > 1e-3,
+                "{bug} on {name} moved nothing: {w:?}"
+            );
+        }
+        let w = moved(&packed(11, Optimizer::Sgd), "dp2-tp2-sp");
+        assert!(w.0 < 1e-12 && w.2 < 1e-12, "{bug}: no ring, yet {w:?}");
+        let w = moved(&training(11, Optimizer::Sgd), "cp2");
         assert!(
-            w.0 > 1e-3 && w.2 > 1e-3,
-            "{name}: the bug moved nothing: {w:?}"
+            w.0 < 1e-12 && w.2 < 1e-12,
+            "{bug}: one document per row, yet {w:?}"
         );
     }
-    let w = moved(&packed(11, Optimizer::Sgd), "dp2-tp2-sp");
-    assert!(w.0 < 1e-12 && w.2 < 1e-12, "no ring, yet {w:?}");
-    let w = moved(&training(11, Optimizer::Sgd), "cp2");
-    assert!(
-        w.0 < 1e-12 && w.2 < 1e-12,
-        "one document per row, yet {w:?}"
-    );
 }

@@ -63,6 +63,26 @@ impl Local {
         }
     }
 
+    /// The catalogued bug of packed rows' positions: the rank's rows with a document starting
+    /// at each of its chunks' first positions, as a rank that rebuilds its documents' offsets
+    /// from its own share sees them (`cu_seqlens` made after the CP split). RoPE then restarts
+    /// every document that began in a chunk another rank holds; with one rank the only chunk
+    /// starts at 0, a start already.
+    pub fn with_chunk_starts(&self) -> Batch {
+        let p = &self.positions;
+        let chunks: Vec<usize> = (0..p.len())
+            .filter(|&j| j == 0 || p[j - 1] + 1 != p[j])
+            .map(|j| p[j])
+            .collect();
+        let mut batch = self.batch.clone();
+        for starts in &mut batch.starts {
+            starts.extend(&chunks);
+            starts.sort_unstable();
+            starts.dedup();
+        }
+        batch
+    }
+
     /// Each cp rank's share of `mb`.
     fn split_rows(mb: &Batch, cp: usize) -> Vec<Local> {
         (0..cp)

@@ -69,6 +69,7 @@ pub enum Id {
     DropoutSharedAcrossCp,
     RecomputeRngNotRestored,
     CpRingCrossesDocuments,
+    CpPackedPositionsFromChunks,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).

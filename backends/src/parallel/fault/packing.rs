@@ -11,4 +11,11 @@ impl Fault {
     pub fn ring_crosses_documents(self) -> bool {
         self.0 == Id::CpRingCrossesDocuments
     }
+
+    /// Whether each CP rank derives its packed rows' RoPE positions from its own chunks, so a
+    /// document that began in a chunk another rank holds restarts at 0 at this rank's chunk
+    /// (Megatron-LM PR#5243; prime-rl PR#2392).
+    pub fn packed_positions_from_chunks(self) -> bool {
+        self.0 == Id::CpPackedPositionsFromChunks
+    }
 }

@@ -44,12 +44,20 @@ impl StageCtx<'_> {
         )
     }
 
-    /// RoPE at `local`'s positions, or the faulty one whose backward swaps its outputs.
+    /// RoPE at `local`'s positions, or the faulty one whose backward swaps its outputs (or
+    /// whose packed positions restart at each chunk).
     fn rotate(t: Tensor<4>, local: &Local, f: LayerFaults) -> Tensor<4> {
-        if f.rope_swapped {
-            faulty::rope_swapped_backward(t, &local.positions, &local.batch)
+        let chunked;
+        let rows = if f.positions_from_chunks && local.batch.packed() {
+            chunked = local.with_chunk_starts();
+            &chunked
         } else {
-            rope_at(t, &local.positions, &local.batch)
+            &local.batch
+        };
+        if f.rope_swapped {
+            faulty::rope_swapped_backward(t, &local.positions, rows)
+        } else {
+            rope_at(t, &local.positions, rows)
         }
     }
 
@@ -121,9 +129,14 @@ impl StageCtx<'_> {
         // The catalogued bug: the chunks that arrive around the ring are masked without their
         // documents' boundaries.
         let crossing = self.fault.is_some_and(|f| f.ring_crosses_documents());
-        if crossing && locals.iter().any(|local| local.batch.packed()) {
+        let packed = locals.iter().any(|local| local.batch.packed());
+        if crossing && packed {
             let why = "each CP rank masked the chunks it received without their documents";
             comm.event(&format!("layers.{l}.attn.ring"), why);
+        }
+        if f.positions_from_chunks && packed {
+            let why = "each CP rank restarted its documents' positions at its own chunks";
+            comm.event(&format!("layers.{l}.attn.rope"), why);
         }
         tape.per_rank(self.ranks(), &inputs, |i, v| {
             let (c, local) = (g.cp_of(i), &locals[g.local_of(i)]);

@@ -270,6 +270,7 @@ impl StageCtx<'_> {
             swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
             rope_swapped: fault.rope_swapped(l),
             unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
+            positions_from_chunks: self.topo.cp() > 1 && fault.packed_positions_from_chunks(),
             // One TP rank's share: a no-op without tensor parallelism.
             activation_noise: fault
                 .activation_noise(l)
