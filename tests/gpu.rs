@@ -71,7 +71,7 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         r["meta"]
     );
     let jobs = r["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 68);
+    assert_eq!(jobs.len(), 69);
     let mut mutations = std::collections::BTreeSet::new();
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j}");
@@ -88,7 +88,7 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         }
     }
     // Every dense mutation in the catalog that applies to the quickstart's meshes.
-    assert_eq!(mutations.len(), 26, "{mutations:?}");
+    assert_eq!(mutations.len(), 27, "{mutations:?}");
     // The JUnit and HTML reports name the adapter too.
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="device" value="gpu""#));

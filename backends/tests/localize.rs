@@ -315,6 +315,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("cp-ring-crosses-documents", &["computation"]),
     // Each CP rank rotates with wrong positions: its own computation.
     ("cp-packed-positions-from-chunks", &["computation"]),
+    // Each microbatch's loss scaled by its own count, a factor no axis explains: the
+    // computation of the loss's gradient is wrong.
+    ("microbatch-local-loss-normalization", &["computation"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

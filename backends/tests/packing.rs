@@ -276,3 +276,31 @@ fn packed_cp_bugs_are_caught_and_no_ops_without_cp_or_packing() {
         );
     }
 }
+
+/// Gradient accumulation's mean of means (huggingface/transformers#34191): each microbatch
+/// normalized by its own valid-token count moves the loss and the gradients wherever the
+/// microbatches' counts differ — always here, padded or packed with prompts — and does nothing
+/// with one microbatch.
+#[test]
+fn microbatch_local_normalization_is_caught_and_a_no_op_with_one_microbatch() {
+    let dev = Device::flex();
+    let m = long();
+    let probe = Probe {
+        fault: Fault::from_name("microbatch-local-loss-normalization"),
+        ..Probe::default()
+    };
+    for t in [training(11, Optimizer::Sgd), packed(11, Optimizer::Adamw)] {
+        let oracle = train::oracle(&m, &t, LEN, &dev, DType::F64);
+        let moved = |name: &str| {
+            let run = train::mesh(&m, &mesh(name), &t, LEN, probe, &dev, DType::F64).unwrap();
+            worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
+        };
+        for name in ["mb2", "pp2-mb4", "dp2-tp2-pp2-mb2", "dp2-cp2-mb2"] {
+            let w = moved(name);
+            eprintln!("{name}: {w:?}");
+            assert!(w.1 > 1e-3 && w.2 > 1e-3, "{name} moved nothing: {w:?}");
+        }
+        let w = moved("dp2-tp2");
+        assert!(w.1 < 1e-12 && w.2 < 1e-12, "one microbatch, yet {w:?}");
+    }
+}

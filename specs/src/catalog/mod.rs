@@ -70,6 +70,7 @@ pub enum Id {
     RecomputeRngNotRestored,
     CpRingCrossesDocuments,
     CpPackedPositionsFromChunks,
+    MicrobatchLocalLossNormalization,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).

@@ -43,6 +43,8 @@ pub(super) struct Replica {
 pub(super) struct StepInput<'a> {
     pub batch: &'a Batch,
     pub replay: Option<&'a [Decided]>,
+    /// The catalogued bug's normalizer of each microbatch, for every rank (`None`: the step's).
+    pub per_microbatch: Option<&'a [f64]>,
 }
 
 /// What every action of one replica shares.
@@ -57,8 +59,20 @@ struct Act<'a> {
     first_rows: Vec<Vec<usize>>,
     /// Each (replica, cp rank)'s loss normalizer.
     normalizers: &'a [f64],
+    per_microbatch: Option<&'a [f64]>,
     micro: &'a [Batch],
     leaves: &'a [Leaves],
+}
+
+impl Act<'_> {
+    /// Each (replica, cp rank)'s loss normalizer for microbatch `mb`: the step's, or the
+    /// catalogued bug's own count of the microbatch.
+    fn normalizers(&self, mb: usize) -> Vec<f64> {
+        match self.per_microbatch {
+            Some(n) => vec![n[mb]; self.normalizers.len()],
+            None => self.normalizers.to_vec(),
+        }
+    }
 }
 
 /// What one pipeline action produced (moved once per action: its size does not matter).
@@ -92,7 +106,11 @@ impl MeshExec<'_> {
         ticks: &[Vec<Action>],
     ) -> Result<Replica, String> {
         use rayon::prelude::*;
-        let StepInput { batch, replay } = input;
+        let StepInput {
+            batch,
+            replay,
+            per_microbatch: mb_normalizers,
+        } = input;
         let (dp, mbs) = (self.topo.dp(), self.topo.microbatches());
         let rows = batch.batch / dp;
         let mb_rows = rows / mbs;
@@ -140,6 +158,7 @@ impl MeshExec<'_> {
                         replay,
                         first_rows: first_rows.clone(),
                         normalizers,
+                        per_microbatch: mb_normalizers,
                         micro: &micro,
                         leaves,
                     };
@@ -243,7 +262,8 @@ impl MeshExec<'_> {
                     comm.trace_like(&site, Some(like), &input, how);
                 }
                 let stage_ctx = self.stage_ctx(comm, ctx, stage, mb);
-                let out = stage_ctx.forward(comm, &ctx.micro[mb], input, ctx.normalizers);
+                let norms = ctx.normalizers(mb);
+                let out = stage_ctx.forward(comm, &ctx.micro[mb], input, &norms);
                 let mut loss = None;
                 if stage + 1 < stages {
                     let (here, next) = (self.group(ds, stage), self.group(ds, stage + 1));
@@ -324,8 +344,9 @@ impl MeshExec<'_> {
                     rerunning: true,
                     ..self.stage_ctx(comm, ctx, stage, mb)
                 };
+                let norms = ctx.normalizers(mb);
                 let mut rerun = |comm: &mut Comm, span, values| {
-                    rerunner.rerun(comm, &ctx.micro[mb], ctx.normalizers, span, values)
+                    rerunner.rerun(comm, &ctx.micro[mb], &norms, span, values)
                 };
                 let mut params = |rank, g: &Gradients| {
                     if dropped {

@@ -91,6 +91,7 @@ impl MeshExec<'_> {
             data: vec![n],
         });
         comm.trace_values("loss.tokens.dp", counts.collect());
+        let per_microbatch = self.microbatch_normalizers(comm, batch, &last_ranks);
 
         // Replicas are independent until the gradient all-reduce (unless experts are parallel:
         // then they run in lockstep): each runs on its own thread with its own communicator
@@ -107,7 +108,11 @@ impl MeshExec<'_> {
                 .map(|(k, normalizers)| {
                     let mut sub = Comm::new(fault);
                     sub.set_tracing(tracing);
-                    let input = StepInput { batch, replay };
+                    let input = StepInput {
+                        batch,
+                        replay,
+                        per_microbatch: per_microbatch.as_deref(),
+                    };
                     let ds = k * lock..(k + 1) * lock;
                     self.replica(&mut sub, ds, normalizers, input, &leaves, &ticks)
                         .map(|r| (r, sub))
@@ -235,5 +240,40 @@ fn values(data: Vec<f64>) -> Value {
     Value {
         shape: vec![data.len()],
         data,
+    }
+}
+
+impl MeshExec<'_> {
+    /// The catalogued bug of gradient accumulation (huggingface/transformers#34191, torchtitan
+    /// PR#2206): each microbatch's loss normalized by its own valid-token count (all-reduced over
+    /// DP) and the microbatches' losses averaged — a mean of means, which weighs a token of a
+    /// short microbatch more than one of a long. `None` without the fault or with one
+    /// microbatch, where the microbatch's count is the step's.
+    fn microbatch_normalizers(
+        &self,
+        comm: &mut Comm,
+        batch: &Batch,
+        last_ranks: &[usize],
+    ) -> Option<Vec<f64>> {
+        let t = &self.topo;
+        let (dp, cp, mbs) = (t.dp(), t.cp(), t.microbatches());
+        if mbs == 1 || !comm.fault().is_some_and(|f| f.normalizes_per_microbatch()) {
+            return None;
+        }
+        comm.event(
+            "loss.tokens.mb",
+            "each microbatch normalized by its own token count",
+        );
+        let (rows, mb_rows) = (batch.batch / dp, batch.batch / dp / mbs);
+        let per = (0..mbs).map(|m| {
+            let counts: Vec<Tensor<1>> = (0..dp)
+                .flat_map(|d| Local::split(&batch.rows(d * rows + m * mb_rows, mb_rows), cp, 1))
+                .map(|local| f64_tensor(local.batch.counted() as f64, self.device))
+                .collect();
+            let site = format!("loss.tokens.mb{m}.dp.all_reduce");
+            let n = comm.all_reduce_sum(&site, last_ranks, counts);
+            scalar(n[0].clone()) * mbs as f64
+        });
+        Some(per.collect())
     }
 }

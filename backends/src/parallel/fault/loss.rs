@@ -25,6 +25,12 @@ impl Fault {
         self.0 == Id::CpLabelsRolledPerShard
     }
 
+    /// Whether each microbatch's loss is normalized by its own valid-token count and the
+    /// microbatches' losses averaged (huggingface/transformers#34191).
+    pub fn normalizes_per_microbatch(self) -> bool {
+        self.0 == Id::MicrobatchLocalLossNormalization
+    }
+
     /// Whether each CP rank's loss enters backward scaled by cp (verl PR#4250).
     pub fn scales_loss_grad_by_cp(self) -> bool {
         self.0 == Id::CpLossGradScaledByCp

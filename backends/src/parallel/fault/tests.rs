@@ -59,6 +59,7 @@ fn every_catalog_entry_does_something() {
             || f.recompute_rng_not_restored()
             || f.ring_crosses_documents()
             || f.packed_positions_from_chunks()
+            || f.normalizes_per_microbatch()
             || f.save().is_some();
         assert!(acts, "{} is never injected", f.name());
         assert_eq!(Fault::from_name(f.name()), Some(f));
