@@ -15,6 +15,7 @@ mod finalize;
 mod grad_trace;
 mod last_stage;
 mod pipeline;
+mod replica;
 pub mod schedule;
 mod sharded;
 mod step;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use burn::tensor::{Tensor, TensorData};
 use indexmap::IndexMap;
 
-use super::pipeline::{Replica, StepInput};
+use super::replica::{Replica, StepInput};
 use super::schedule::{simulate, stage_orders, Action};
 use super::{count_dtype, f64_tensor, scalar, MeshExec};
 use crate::data::Batch;
