@@ -6,9 +6,8 @@
 mod common;
 
 use burn::tensor::{DType, Device};
-use common::{mesh, tiny, tiny_moe, training, worst};
+use common::{tiny, tiny_moe, training};
 use meshparity_backends::dropout::{Block, Dropout as Masks, Site};
-use meshparity_backends::sharding::ShardingPlan;
 use meshparity_backends::train::{self, Length};
 use meshparity_specs::{Dropout, ModelConfig, Optimizer, Training};
 
@@ -28,20 +27,9 @@ fn dropped(seed: u64, optimizer: Optimizer) -> Training {
     }
 }
 
+/// [`common::matches_oracle`] over this suite's steps.
 fn check(m: &ModelConfig, t: &Training, meshes: &[&str], dtype: DType, limit: f64) {
-    let dev = Device::flex();
-    let oracle = train::oracle(m, t, LEN, &dev, dtype);
-    for name in meshes {
-        let mesh = mesh(name);
-        let run = train::mesh(m, &mesh, t, LEN, Default::default(), &dev, dtype).unwrap();
-        let w = worst(&ShardingPlan::llama(m, &mesh), &oracle, &run);
-        eprintln!("{name} {dtype:?}: {w:?}");
-        assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);
-        assert!(
-            w.0 < limit && w.1 < limit && w.2 < limit && w.3 < limit,
-            "{name}: {w:?} over {limit}"
-        );
-    }
+    common::matches_oracle(m, t, meshes, (dtype, LEN), limit);
 }
 
 #[test]

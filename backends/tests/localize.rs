@@ -318,6 +318,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     // Each microbatch's loss scaled by its own count, a factor no axis explains: the
     // computation of the loss's gradient is wrong.
     ("microbatch-local-loss-normalization", &["computation"]),
+    // Every sequence's load-balance weight over dp times the sequences: scaled.
+    ("moe-aux-loss-scaled-by-dp", &["scaled:dp", "scaled"]),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

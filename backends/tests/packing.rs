@@ -58,20 +58,9 @@ fn everything(seed: u64, optimizer: Optimizer) -> Training {
     }
 }
 
+/// [`common::matches_oracle`] over this suite's steps.
 fn check(m: &ModelConfig, t: &Training, meshes: &[&str], dtype: DType, limit: f64) {
-    let dev = Device::flex();
-    let oracle = train::oracle(m, t, LEN, &dev, dtype);
-    for name in meshes {
-        let mesh = mesh(name);
-        let run = train::mesh(m, &mesh, t, LEN, Default::default(), &dev, dtype).unwrap();
-        let w = worst(&ShardingPlan::llama(m, &mesh), &oracle, &run);
-        eprintln!("{name} {dtype:?}: {w:?}");
-        assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);
-        assert!(
-            w.0 < limit && w.1 < limit && w.2 < limit && w.3 < limit,
-            "{name}: {w:?} over {limit}"
-        );
-    }
+    common::matches_oracle(m, t, meshes, (dtype, LEN), limit);
 }
 
 #[test]

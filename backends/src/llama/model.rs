@@ -188,14 +188,13 @@ fn moe_mlp(
         y = y + z.squeeze_dim(0);
     }
     let counts = moe::counts(&routed.choices, b, &positions, &batch.lengths, e);
+    let weights = moe::balance_weights(&counts, &batch.lengths, k, e, b);
     let lb = moe::load_balance(
         moe::balance_scores(routed.scores.clone(), c.moe.router()),
-        &counts,
+        &weights,
         b,
         &positions,
         &batch.lengths,
-        k,
-        b,
     );
     let keep: Vec<f64> = batch
         .targets

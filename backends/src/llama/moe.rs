@@ -284,36 +284,50 @@ pub fn counts(
     c
 }
 
-/// The load-balance loss of these tokens given their sequences' (global) expert counts:
-/// Σ over real tokens t and experts e of α/B · f_{s(t),e} · p_{t,e} / T_s. Linear in the
-/// scores, so ranks holding parts of a sequence each add their tokens' share.
+/// Each sequence's load-balance weight per expert, α/B · f_{s,e} / T_s with
+/// f_{s,e} = E/(k·T_s) · count_{s,e}: what one real token's score for e adds to the loss.
+/// `counts` are the sequences' (global) expert counts, [rows, E]; `sequences` is B, the global
+/// batch's sequence count the loss averages over.
+pub fn balance_weights(
+    counts: &[f64],
+    lengths: &[usize],
+    k: usize,
+    experts: usize,
+    sequences: usize,
+) -> Vec<f64> {
+    let mut w = vec![0.0; counts.len()];
+    for (row, &len) in lengths.iter().enumerate() {
+        let real = len as f64;
+        for ex in 0..experts {
+            let f = experts as f64 / (k as f64 * real) * counts[row * experts + ex];
+            w[row * experts + ex] = LB_COEFF * f / (real * sequences as f64);
+        }
+    }
+    w
+}
+
+/// The load-balance loss of these tokens given their sequences' weights
+/// ([`balance_weights`]): Σ over real tokens t and experts e of w_{s(t),e} · p_{t,e}. Linear in
+/// the scores, so ranks holding parts of a sequence each add their tokens' share.
 ///
 /// # Shapes
 /// scores: [T, E] → [1]
-#[allow(clippy::too_many_arguments)]
 pub fn load_balance(
     scores: Tensor<2>,
-    counts: &[f64],
+    weights: &[f64],
     rows: usize,
     positions: &[usize],
     lengths: &[usize],
-    k: usize,
-    sequences: usize,
 ) -> Tensor<1> {
     let [t, e] = scores.dims();
     let per_row = t / rows;
     let mut coeff = vec![0.0; t * e];
     for tok in 0..t {
         let row = tok / per_row;
-        let len = lengths[row];
-        if positions[tok % per_row] >= len {
+        if positions[tok % per_row] >= lengths[row] {
             continue;
         }
-        let real = len as f64;
-        for ex in 0..e {
-            let f = e as f64 / (k as f64 * real) * counts[row * e + ex];
-            coeff[tok * e + ex] = LB_COEFF * f / (real * sequences as f64);
-        }
+        coeff[tok * e..(tok + 1) * e].copy_from_slice(&weights[row * e..(row + 1) * e]);
     }
     let coeff = Tensor::<2>::from_data(
         TensorData::new(coeff, [t, e]),

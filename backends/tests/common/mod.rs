@@ -152,3 +152,29 @@ pub fn worst(plan: &ShardingPlan, oracle: &Record, run: &Record) -> (f64, f64, f
         .fold(0.0, f64::max);
     (rel_l2(&oracle.logits, &run.logits), loss, grads, weights)
 }
+
+/// Trains `t` on every mesh of `meshes` for `len` and asserts each run's worst relative L2
+/// ([`worst`]: logits, gradients, moments, weights) is under `limit`, with no anomaly: the
+/// parity check the feature suites (dropout, packing) share.
+pub fn matches_oracle(
+    m: &ModelConfig,
+    t: &Training,
+    meshes: &[&str],
+    (dtype, len): (burn::tensor::DType, meshparity_backends::train::Length),
+    limit: f64,
+) {
+    use meshparity_backends::train;
+    let dev = burn::tensor::Device::flex();
+    let oracle = train::oracle(m, t, len, &dev, dtype);
+    for name in meshes {
+        let mesh = mesh(name);
+        let run = train::mesh(m, &mesh, t, len, Default::default(), &dev, dtype).unwrap();
+        let w = worst(&ShardingPlan::llama(m, &mesh), &oracle, &run);
+        eprintln!("{name} {dtype:?}: {w:?}");
+        assert!(run.anomalies.is_empty(), "{name}: {:?}", run.anomalies);
+        assert!(
+            w.0 < limit && w.1 < limit && w.2 < limit && w.3 < limit,
+            "{name}: {w:?} over {limit}"
+        );
+    }
+}

@@ -71,6 +71,7 @@ pub enum Id {
     CpRingCrossesDocuments,
     CpPackedPositionsFromChunks,
     MicrobatchLocalLossNormalization,
+    AuxLossScaledByDp,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).

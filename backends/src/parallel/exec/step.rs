@@ -272,7 +272,9 @@ impl MeshExec<'_> {
                 .collect();
             let site = format!("loss.tokens.mb{m}.dp.all_reduce");
             let n = comm.all_reduce_sum(&site, last_ranks, counts);
-            scalar(n[0].clone()) * mbs as f64
+            // A microbatch with no counted label anywhere adds nothing; dividing its zero sum
+            // by 1 keeps it so, where 0 would turn the loss into NaN.
+            scalar(n[0].clone()).max(1.0) * mbs as f64
         });
         Some(per.collect())
     }

@@ -10,6 +10,7 @@
 
 use meshparity_specs::catalog::{self, Id};
 
+mod aux;
 mod loss;
 mod packing;
 mod rng;
@@ -297,9 +298,6 @@ impl Fault {
         self.0 == Id::CpUnweightedMerge && layer == 0
     }
 
-    /// Whether `layer`'s router skips renormalizing the top-k scores. Measured: on one rank of
-    /// dp2·tp2·sp·cp2 in bf16 no level caught it (the combined output moved by 8e-2 on an
-    /// eighth of the tokens), so it acts on every rank.
     /// Whether layer `layer`'s score-correction bias moves on the first rank of a stage only.
     pub fn bias_one_rank(self, layer: u32) -> bool {
         self.0 == Id::ExpertBiasOneRank && layer == 0
@@ -310,6 +308,9 @@ impl Fault {
         self.0 == Id::CapacityLocalTokens && layer == 0
     }
 
+    /// Whether `layer`'s router skips renormalizing the top-k scores. Measured: on one rank of
+    /// dp2·tp2·sp·cp2 in bf16 no level caught it (the combined output moved by 8e-2 on an
+    /// eighth of the tokens), so it acts on every rank.
     pub fn router_unnormalized(self, layer: u32) -> bool {
         self.0 == Id::RouterNotRenormalized && layer == 0
     }

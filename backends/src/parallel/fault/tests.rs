@@ -60,6 +60,7 @@ fn every_catalog_entry_does_something() {
             || f.ring_crosses_documents()
             || f.packed_positions_from_chunks()
             || f.normalizes_per_microbatch()
+            || f.aux_loss_over_dp(0)
             || f.save().is_some();
         assert!(acts, "{} is never injected", f.name());
         assert_eq!(Fault::from_name(f.name()), Some(f));

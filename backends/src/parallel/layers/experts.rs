@@ -144,18 +144,11 @@ impl StageCtx<'_> {
         if unnormalized {
             comm.event(&name("router"), "top-k scores not renormalized");
         }
+        let weights = self.balance_weights(comm, l, rows, &counts, &lengths);
         let lb = tape.per_rank(self.ranks(), &[&logits], |i, v| {
             let scores = moe::balance_scores(moe::scores(flat(v[0].clone()), score), score);
-            moe::load_balance(
-                scores,
-                &counts[i],
-                rows,
-                &tokens[i].0,
-                lengths[i],
-                k,
-                self.sequences,
-            )
-            .reshape([1, 1, 1])
+            moe::load_balance(scores, &weights[i], rows, &tokens[i].0, lengths[i])
+                .reshape([1, 1, 1])
         });
         let z = self.z_losses(tape, locals, &tokens, &logits, normalizers);
         for i in (0..self.group.ranks.len()).filter(|&i| self.distinct(i)) {
@@ -227,6 +220,37 @@ impl StageCtx<'_> {
             };
             moe::experts(flat(v[0].clone(), h), &routed, expert, how).reshape([b, s, h])
         })
+    }
+
+    /// Each rank's sequences' load-balance weights per expert ([`moe::balance_weights`]),
+    /// traced at `layers.N.mlp.router.load_balance`: what the loss's scale is, before any
+    /// score enters it.
+    fn balance_weights(
+        &self,
+        comm: &mut Comm,
+        l: u32,
+        rows: usize,
+        counts: &[Vec<f64>],
+        lengths: &[&[usize]],
+    ) -> Vec<Vec<f64>> {
+        let e = self.model.experts.unwrap_or(1) as usize;
+        let k = self.model.top_k.unwrap_or(1) as usize;
+        let site = format!("layers.{l}.mlp.router.load_balance");
+        let sequences = if self.fault.is_some_and(|f| f.aux_loss_over_dp(l)) {
+            comm.event(&site, "divided by dp × the global sequences");
+            self.sequences * self.topo.dp()
+        } else {
+            self.sequences
+        };
+        let weights: Vec<Vec<f64>> = (0..self.group.ranks.len())
+            .map(|i| moe::balance_weights(&counts[i], lengths[i], k, e, sequences))
+            .collect();
+        let shown: Vec<Tensor<2>> = (0..self.group.ranks.len())
+            .filter(|&i| self.distinct(i))
+            .map(|i| self.constant(weights[i].clone(), [rows, e]))
+            .collect();
+        comm.trace_each(&site, &shown);
+        weights
     }
 
     /// Each rank's sequences' expert counts over all their tokens: local counts all-reduced
