@@ -47,6 +47,7 @@ impl Backend {
             dtype: req.dtype,
             device: &self.device,
             describe: describe.clone(),
+            repeatable: self.adapter.kind.is_none(),
         };
         if !self.device.supports_dtype(setup.burn_dtype()) {
             return Err(refuse(

@@ -50,6 +50,7 @@ fn conform_model(family: Option<meshparity_specs::Family>, dtype: DType, meshes:
     let meshes: Vec<_> = meshes.iter().map(|m| common::mesh(m)).collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let setup = Setup {
+        repeatable: true,
         model: &model,
         training: &spec.run.training,
         dtype,
@@ -156,6 +157,7 @@ fn the_suite_fails_an_engine_that_ignores_mutations() {
         .collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let setup = Setup {
+        repeatable: true,
         model: &model,
         training: &spec.run.training,
         dtype: DType::F32,

@@ -30,7 +30,16 @@ pub struct Setup<'a> {
     pub device: &'a Device,
     /// Engine and device, for manifests.
     pub describe: Description,
+    /// Whether the device's reductions repeat to the bit (the CPU's do). A GPU's `sum` need
+    /// not: two ranks summing the squares of the same gradients on an H200 got norms 2.6e-10
+    /// apart, so their agreement is judged with [`GPU_NORM_AGREEMENT`] there.
+    pub repeatable: bool,
 }
+
+/// How far (relative) ranks' gradient norms may part on a device whose reductions do not
+/// repeat to the bit: f32 summation-order noise, ~10⁴ below the smallest disagreement a norm
+/// over the wrong ranks makes (a missing shard's share, percents).
+pub const GPU_NORM_AGREEMENT: f64 = 1e-6;
 
 impl Setup<'_> {
     pub fn burn_dtype(&self) -> burn::tensor::DType {
