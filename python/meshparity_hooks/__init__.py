@@ -17,7 +17,9 @@ world-size-1 names: gather your shards first (torch: `DTensor.full_tensor()`, FS
 `get_model_state_dict(..., full_state_dict=True)`; JAX: `np.asarray` of a sharded array).
 
 Only one process writes: rank 0 by default (`RANK` from torchrun, else JAX's process index,
-else 0); pass `rank=` to override.
+else 0); pass `rank=` to override. With torch.distributed (DTensor, FSDP2, sharded tensors),
+use `meshparity_hooks.torch.Writer` instead: it gathers on every rank, writes on rank 0, and
+turns one rank's error into an error on every rank instead of a hang.
 """
 
 import json
@@ -56,18 +58,23 @@ def to_numpy(x):
 class Recorder:
     """Artifacts of one run, written into `out`."""
 
-    def __init__(self, out, metrics="metrics.jsonl", rank=None):
+    def __init__(self, out, metrics="metrics.jsonl", rank=None, truncate=True):
         self.out = out
         self.writer = (_rank() if rank is None else rank) == 0
         self.metrics_path = os.path.join(out, metrics)
+        # The metrics file is emptied at the first metric, not here: a Recorder that only
+        # writes tensors (into a trace directory, say) leaves a metrics file there alone.
+        self.fresh = truncate
         if self.writer:
             os.makedirs(out, exist_ok=True)
-            open(self.metrics_path, "w").close()
 
     def metric(self, step, **values):
         """One line of metrics.jsonl: {"step": step, name: value, ...}."""
         if not self.writer:
             return
+        if self.fresh:
+            open(self.metrics_path, "w").close()
+            self.fresh = False
         row = {"step": int(step)}
         for k, v in values.items():
             v = float(to_numpy(v))

@@ -54,6 +54,20 @@ pub fn numpy() -> bool {
     ok
 }
 
+/// Whether python3 has torch (with torch.distributed) and safetensors; without them a test says
+/// so and returns, except under CI, which installs them (`.ci/run`).
+pub fn torch() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import torch.distributed, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "CI installs torch");
+        eprintln!("skipped: pip install torch safetensors numpy");
+    }
+    ok
+}
+
 /// `meshparity run ARGS --no-progress --run-dir RUN` from the repository root: its exit code
 /// and the run's results.json.
 pub fn run_in_repo(args: &[&str], run: &std::path::Path) -> (Option<i32>, serde_json::Value) {

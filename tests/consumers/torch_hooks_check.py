@@ -1,0 +1,203 @@
+"""meshparity_hooks.torch under torchrun (CPU, gloo), on a (dp, tp) mesh of the world's size:
+
+    torchrun --standalone --nproc-per-node 4 tests/consumers/torch_hooks_check.py OUT
+
+Each check raises on a wrong result; every rank prints `rank R: ok` at the end. Run by
+tests/torch_hooks.rs at world sizes 2 and 4.
+"""
+
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from safetensors.numpy import load_file
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from meshparity_hooks.torch import Tracer, Writer, WriterError, full, replica_digests, roundtrip
+
+VOCAB, HIDDEN, FFN, BATCH, SEQ = 11, 8, 16, 8, 5
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.w1 = nn.Linear(HIDDEN, FFN, bias=False)
+        self.w2 = nn.Linear(FFN, HIDDEN, bias=False)
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x + self.w2(torch.relu(self.w1(self.norm(x))))
+        return self.head(x)
+
+
+def batch():
+    g = torch.Generator().manual_seed(7)
+    return torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+
+
+def step(model, ids, rows, dp_group, tracer):
+    """One forward and backward on `rows` of the global batch, the loss normalized by the
+    global token count, gradients summed over `dp_group`."""
+    tracer.begin(0)
+    logits = model(ids[rows, :-1])
+    loss = nn.functional.cross_entropy(
+        logits.reshape(-1, VOCAB), ids[rows, 1:].reshape(-1), reduction="sum"
+    ) / (BATCH * SEQ)
+    loss.backward()
+    if dp_group is not None:
+        for p in model.parameters():
+            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            dist.all_reduce(g, group=dp_group)
+    tracer.grads(model)
+    tracer.end()
+
+
+def check_writer(mesh, out):
+    rank, tp = dist.get_rank(), mesh["tp"].size()
+    whole = torch.arange(4.0 * tp * 3).reshape(4 * tp, 3)
+    w = Writer(os.path.join(out, "writer"))
+    reduced = funcol.all_reduce(torch.ones(3) * (rank + 1), "sum", mesh["tp"])
+    w.tensors(
+        "t.safetensors",
+        {
+            "dtensor": distribute_tensor(whole, mesh["tp"], [Shard(0)]),
+            "async": reduced,
+            "half": whole.to(torch.bfloat16),
+        },
+    )
+    w.metric(1, loss=torch.tensor(2.5), grad_norm=distribute_tensor(torch.tensor(3.0), mesh["tp"]))
+    if rank == 0:
+        got = load_file(os.path.join(out, "writer", "t.safetensors"))
+        assert (got["dtensor"] == whole.numpy()).all(), got["dtensor"]
+        assert got["half"].dtype.name == "float32"
+        # rank 0's tp group holds global ranks 0..tp-1: Σ (r + 1).
+        assert (got["async"] == sum(range(1, tp + 1))).all(), got["async"]
+        row = json.loads(open(os.path.join(out, "writer", "metrics.jsonl")).read())
+        assert row == {"step": 1, "loss": 2.5, "grad_norm": 3.0}, row
+
+
+def check_abort(out):
+    """One rank's failure is every rank's error, naming that rank; nobody hangs."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    w = Writer(os.path.join(out, "abort"))
+    bad = torch.empty(3, device="meta") if rank == world - 1 else torch.zeros(3)
+    try:
+        w.tensors("x.safetensors", {"x": bad})
+    except WriterError as e:
+        assert f"rank {world - 1}: x.safetensors: gathering x" in str(e), e
+    else:
+        raise AssertionError("a meta tensor on the last rank was written")
+    blocker = os.path.join(out, "not-a-directory")
+    if rank == 0:
+        open(blocker, "w").close()
+    dist.barrier()
+    try:
+        Writer(os.path.join(blocker, "sub"))
+    except WriterError as e:
+        assert str(e).startswith("rank 0: opening"), e
+    else:
+        raise AssertionError("a writer under a file opened")
+    # Different tensors on different ranks: refused on every rank before any gather.
+    names = {"a": torch.zeros(1)} if rank == 0 else {"b": torch.zeros(1)}
+    if world > 1:
+        try:
+            w.tensors("y.safetensors", names)
+        except WriterError as e:
+            assert "the ranks hold different tensors" in str(e), e
+        else:
+            raise AssertionError("mismatched names were written")
+
+
+def check_tracer(mesh, out):
+    """A TP × DP run's traces equal a world-size-1 run's: forward outputs, the gradients
+    arriving at them, and the finalized gradients, all in world-size-1 shape."""
+    torch.manual_seed(3)
+    model = Tiny()
+    par = copy.deepcopy(model)
+    ids = batch()
+    ref_dir, mesh_dir = os.path.join(out, "ref"), os.path.join(out, "mesh")
+    step(model, ids, slice(None), None, Tracer(model, ref_dir, steps=(0,)))
+    parallelize_module(par, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    dp, d = mesh["dp"].size(), mesh.get_coordinate()[0]
+    rows = slice(d * BATCH // dp, (d + 1) * BATCH // dp)
+    tracer = Tracer(par, mesh_dir, mesh=mesh, steps=(0,), layouts={"w1*": "shard:-1"})
+    step(par, ids, rows, mesh["dp"].get_group(), tracer)
+    if dist.get_rank() != 0:
+        return
+    sites = open(os.path.join(ref_dir, "sites.txt")).read().split()
+    assert sites == open(os.path.join(mesh_dir, "sites.txt")).read().split()
+    for want in ["embed", "norm", "w1", "w2", "head", "w1.bwd.in", "head.bwd.in", "grad.w1.weight"]:
+        assert want in sites, (want, sites)
+    ref = load_file(os.path.join(ref_dir, "step0.safetensors"))
+    got = load_file(os.path.join(mesh_dir, "step0.safetensors"))
+    for s in sites:
+        assert ref[s].shape == got[s].shape, (s, ref[s].shape, got[s].shape)
+        err = abs(ref[s] - got[s]).max() / max(abs(ref[s]).max(), 1e-30)
+        assert err < 1e-5, (s, err)
+
+
+def check_digests(mesh, out):
+    """Replicas that drift apart are seen: one TP rank's layer norm moved."""
+    torch.manual_seed(3)
+    par = Tiny()
+    parallelize_module(par, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    clean = replica_digests(par)
+    assert all(len(set(g["digests"])) == 1 for g in clean["groups"]), clean
+    if dist.get_rank() == 1:
+        with torch.no_grad():
+            par.norm.weight.add_(1e-3)
+    d = Writer(os.path.join(out, "digests")).digests(par)
+    differing = sorted(g["param"] for g in d["groups"] if len(set(g["digests"])) > 1)
+    assert differing == ["norm.weight"], differing
+    if dist.get_rank() == 0:
+        on_disk = json.load(open(os.path.join(out, "digests", "digests.json")))
+        assert on_disk == d
+
+
+def check_roundtrip(mesh, out):
+    """Full seed → sharded DCP save → load → gathered: the seed, bit for bit."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(5)
+    seed = {k: v.contiguous() for k, v in Tiny().state_dict().items()}
+    path = os.path.join(out, "seed.safetensors")
+    if dist.get_rank() == 0:
+        save_file(seed, path)
+    dist.barrier()
+    torch.manual_seed(6)
+    par = Tiny()
+    parallelize_module(par, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    back = roundtrip(par, path, os.path.join(out, "dcp"))
+    assert sorted(back) == sorted(seed)
+    for k in seed:
+        assert torch.equal(back[k], seed[k]), k
+
+
+def main():
+    out = sys.argv[1]
+    dist.init_process_group("gloo")
+    world = dist.get_world_size()
+    tp = 2 if world % 2 == 0 else 1
+    mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    check_writer(mesh, out)
+    check_abort(out)
+    check_tracer(mesh, out)
+    check_digests(mesh, out)
+    check_roundtrip(mesh, out)
+    assert full(3) == 3
+    print(f"rank {dist.get_rank()}: ok", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
