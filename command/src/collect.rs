@@ -53,6 +53,8 @@ pub struct Collected {
     /// Curve metrics left out of the contract curve: neither the loss, nor gated
     /// ([`ArtifactMap::gated`]), nor a performance figure.
     pub ungated: Vec<String>,
+    /// Why the program's replica digests say its replicas disagree (`artifacts.digests`).
+    pub replicas_differ: Option<String>,
 }
 
 /// Collect the program's files in `out` into contract artifacts.
@@ -123,13 +125,29 @@ pub fn collect(
         }
         (None, None) => None,
     };
+    let replicas_differ = match &map.digests {
+        Some(file) => {
+            let path = found(out, &file.value, "digests", argv)?;
+            crate::digests::disagreement(&path).map_err(|message| CollectError::Malformed {
+                path: path.display().to_string(),
+                key: "digests",
+                message,
+                argv: argv.to_owned(),
+            })?
+        }
+        None => None,
+    };
     if let Some(steps) = steps {
         let path = out.join(files::CURVE);
         let lines: String = steps.iter().map(line).collect();
         meshparity_files::write(&path, lines.as_bytes()).map_err(io(&path))?;
         written.push(files::CURVE.to_owned());
     }
-    Ok(Collected { written, ungated })
+    Ok(Collected {
+        written,
+        ungated,
+        replicas_differ,
+    })
 }
 
 /// The program's file `name` (relative to its output directory), which must exist as a regular

@@ -13,6 +13,7 @@
 pub mod cause;
 pub mod checkout;
 pub mod collect;
+pub mod digests;
 pub mod log;
 pub mod output;
 pub mod process;
@@ -220,6 +221,11 @@ impl Engine for CommandEngine {
             altered: req
                 .mutation
                 .map(|m| vec![format!("{m}: requested with `{argv}`")])
+                .unwrap_or_default(),
+            // Replicas that disagree stand for no one model: the oracle level fails, saying so.
+            unmerged: collected
+                .replicas_differ
+                .map(|why| [(meshparity_engine::files::WEIGHTS.to_owned(), why)].into())
                 .unwrap_or_default(),
             seconds: start.elapsed().as_secs_f64(),
             ..Manifest::default()

@@ -34,6 +34,7 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "checkpoint",
     "roundtrip",
     "trace",
+    "digests",
     "step_key",
     "loss_key",
     "log",
@@ -62,6 +63,10 @@ pub struct ArtifactMap {
     /// A directory the program fills with per-site traces when `{{trace_dir}}` is set (for
     /// localizing a failure): `sites.txt` and `step{S}.safetensors` (docs/engines.md).
     pub trace: Option<Located<String>>,
+    /// Each rank's digest of every parameter it holds, grouped by the ranks that must hold the
+    /// same bytes, JSON (`meshparity_hooks.torch.replica_digests`): a group whose digests
+    /// differ fails the oracle level, as the built-in engine's replicas that disagree do.
+    pub digests: Option<Located<String>>,
     /// Key of the step number in `curve` (default `step`).
     pub step_key: String,
     /// Key of the loss in `curve` (default `loss`).
@@ -266,6 +271,7 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
         initial: initial(cx, &mut t),
         roundtrip: t.string(cx, "roundtrip"),
         trace: t.string(cx, "trace"),
+        digests: t.string(cx, "digests"),
         step_key,
         loss_key,
         log: t.string(cx, "log"),

@@ -11,6 +11,7 @@ writes on rank 0):
     grads.safetensors     first-step gradients, at --grad-point (before or after clipping)
     init.safetensors      the initial weights; final.safetensors after --weights-after steps
     roundtrip.safetensors with --roundtrip-from CKPT: the checkpoint through DCP and back
+    digests.json          each rank's hash and norm of every parameter it holds, by replica group
     TRACE/                with --trace-dir: every module's output, the gradient arriving at it
                           and the finalized gradients of the first two steps (meshparity_hooks.Tracer)
 
@@ -212,6 +213,9 @@ def main():
             w.tensors("logits.safetensors", {"logits": _rows(logits, mesh), "loss": loss})
         if step == weights_after:
             w.tensors("final.safetensors", model.state_dict())
+    # Each rank's digest of every parameter it holds: replicas that drifted apart show here,
+    # where full_tensor() of a replicated DTensor would show rank 0's copy only.
+    w.digests(model)
     # Every rank done before any tears down, then out without the interpreter's finalization:
     # under load a rank sometimes aborted there ("terminate called without an active
     # exception", no Python frame left: a native thread still joinable at exit) after every

@@ -122,6 +122,9 @@ pub(super) struct EngineArtifacts {
     /// Directory of per-site traces the program writes when `{{trace_dir}}` is set: sites.txt
     /// (site names in the order they ran) and step{S}.safetensors (whole-batch values).
     pub(super) trace: Option<String>,
+    /// Each rank's digest of every parameter, grouped by the ranks that must hold the same bytes
+    /// (JSON, as meshparity_hooks.torch writes it): a group that disagrees fails the oracle level.
+    pub(super) digests: Option<String>,
     /// Key of the step number in `curve` (default step).
     pub(super) step_key: Option<String>,
     /// Key of the loss in `curve` (default loss).
