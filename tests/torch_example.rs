@@ -1,8 +1,9 @@
 //! The torch example (examples/command/torch: a torchtitan-style trainer — DTensor TP with SP,
-//! FSDP2, AdamW, clipping, prompt-masked labels — launched by torchrun on CPU/gloo, writing its
-//! files and traces with meshparity_hooks.torch) checked by the command engine at world size 1
-//! against tp2, tp2·sp, dp2 and dp2·tp2·sp: every level passes, every bug switch is caught, and
-//! each is localized where the program injects it, with gradients recorded before clipping.
+//! FSDP2, AdamW, clipping, residual dropout at world size 1's positions, prompt-masked labels —
+//! launched by torchrun on CPU/gloo, writing its files and traces with meshparity_hooks.torch)
+//! checked by the command engine at world size 1 against tp2, tp2·sp, dp2 and dp2·tp2·sp: every
+//! level passes, every bug switch is caught, and each is localized where the program injects
+//! it, with gradients recorded before clipping.
 
 mod common;
 
@@ -32,11 +33,11 @@ fn the_torch_example_passes_and_every_bug_is_caught_where_it_is_injected() {
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
     assert_eq!(code, Some(0));
-    // 4 meshes × (train + 4 levels), the reference, and the bugs where they apply: clip on all
-    // 4, the two dp bugs on 2, the drift on the 3 TP meshes.
-    assert_eq!(jobs.len(), 32);
+    // 4 meshes × (train + 4 levels), the reference, and the bugs where they apply: clip and
+    // dropout on all 4, the two dp bugs on 2, the drift on the 3 TP meshes.
+    assert_eq!(jobs.len(), 36);
     let mutations: Vec<&Value> = jobs.iter().filter(|j| j["kind"] == "mutation").collect();
-    assert_eq!(mutations.len(), 11);
+    assert_eq!(mutations.len(), 15);
     for m in mutations {
         let name = m["mutation"].as_str().unwrap();
         assert_eq!(m["detail"]["caught"], true, "{name}");
@@ -58,6 +59,8 @@ fn the_torch_example_passes_and_every_bug_is_caught_where_it_is_injected() {
                     .contains(&"oracle".into());
                 oracle && at.0 == 1 && ["layers.0.norm", "layers.0.w1"].contains(&at.1.as_str())
             }
+            // Each rank drops its local tensor with torch's own dropout: the first dropout.
+            "dropout-local-shape" => at == (0, "layers.0.drop".to_owned()),
             other => panic!("unexpected bug {other}"),
         };
         assert!(fits, "{}: localized at {at:?}: {}", m["name"], m["summary"]);

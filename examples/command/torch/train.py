@@ -23,6 +23,14 @@ Bug switches (`--bug NAME`), each a way such stacks have gone wrong:
                            each rank's own draw (torchtitan PR#1363, detr#544)
     norm-drift-one-tp-rank the second TP rank's layer norms move by 1e-2 after each update (a
                            replicated parameter drifting, BLOOM-176B's desync found by TrainCheck)
+    dropout-local-shape    the residual dropout is torch's own over each rank's local tensor
+                           (nn.Dropout as written for one device), not world size 1's mask at the
+                           rank's positions
+
+With --dropout P each block's residual branch is dropped with probability P by a mask drawn
+over the whole global batch from (seed, step, layer) alone (meshparity_hooks.torch.dropout_mask)
+and cut to the rank's rows and, under SP, its sequence chunk: a rank drops what world size 1
+drops there.
 """
 
 import argparse
@@ -34,10 +42,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from meshparity_hooks.torch import Tracer, Writer, clip_grads, grad_norm, roundtrip
+from meshparity_hooks.torch import Tracer, Writer, clip_grads, dropout_mask, grad_norm, roundtrip
 
 BUGS = ["clip-local-norm", "local-loss-normalization", "init-per-rank-seed",
-        "norm-drift-one-tp-rank"]
+        "norm-drift-one-tp-rank", "dropout-local-shape"]
+
+# This step's dropout: (seed, step, p, the rank's rows, its sequence positions, the bug's flag);
+# set by the training loop, read by the blocks.
+DROPOUT = {}
 
 
 def parse():
@@ -48,6 +60,7 @@ def parse():
     p.add_argument("--weights-after", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--clip-grad-norm", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--grad-point", default="after_clip", choices=["before_clip", "after_clip"])
     p.add_argument("--out", required=True)
     p.add_argument("--roundtrip-from", default="")
@@ -57,21 +70,43 @@ def parse():
 
 
 class Block(nn.Module):
-    def __init__(self, a):
+    def __init__(self, a, index):
         super().__init__()
+        self.index = index
         self.norm = nn.LayerNorm(a.hidden)
         self.w1 = nn.Linear(a.hidden, a.ffn, bias=False)
         self.w2 = nn.Linear(a.ffn, a.hidden, bias=False)
+        self.drop = Dropout(index)
 
     def forward(self, x):
-        return x + self.w2(torch.nn.functional.gelu(self.w1(self.norm(x))))
+        return x + self.drop(self.w2(torch.nn.functional.gelu(self.w1(self.norm(x)))))
+
+
+class Dropout(nn.Module):
+    """The residual branch's dropout at world size 1's positions (see the module's text); a
+    module, so the tracer sees what it drops."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, y):
+        d = DROPOUT
+        if not d or d["p"] == 0.0:
+            return y
+        if d["bug"]:
+            return nn.functional.dropout(y, d["p"], training=True)
+        shape = (d["batch"], d["seq"], y.shape[-1])
+        keep = dropout_mask(d["seed"], d["step"], f"layers.{self.layer}.hidden", shape, d["p"],
+                            (d["rows"], d["positions"]))
+        return y * keep.to(y.dtype)
 
 
 class Model(nn.Module):
     def __init__(self, a):
         super().__init__()
         self.embed = nn.Embedding(a.vocab, a.hidden)
-        self.layers = nn.ModuleList(Block(a) for _ in range(a.layers))
+        self.layers = nn.ModuleList(Block(a, i) for i in range(a.layers))
         self.norm = nn.LayerNorm(a.hidden)
         self.head = nn.Linear(a.hidden, a.vocab, bias=False)
 
@@ -131,7 +166,7 @@ def layouts(a):
         return {}
     out = {"layers.*.w1*": "shard:-1"}
     if a.sp == "true":
-        out.update({"embed*": "shard:1", "layers.*.w2*": "shard:1"})
+        out.update({"embed*": "shard:1", "layers.*.w2*": "shard:1", "layers.*.drop*": "shard:1"})
     return out
 
 
@@ -171,6 +206,13 @@ def main():
         counted = (labels != -100).sum()
         mine = (labels[rows] != -100).sum()
         normalizer = mine if a.bug == "local-loss-normalization" else counted
+        tp_rank = mesh.get_coordinate()[1]
+        chunk = a.seq // a.tp
+        DROPOUT.update(
+            seed=a.seed, step=step, p=a.dropout, batch=a.batch, seq=a.seq, rows=rows,
+            positions=slice(tp_rank * chunk, (tp_rank + 1) * chunk) if a.sp == "true"
+            else slice(None),
+            bug=a.bug == "dropout-local-shape")
         tracer.begin(step - 1)
         logits = model(ids[rows])
         total = nn.functional.cross_entropy(
