@@ -27,6 +27,7 @@ import math
 import os
 
 __all__ = ["Recorder", "to_numpy"]
+__version__ = "0.1.0"  # the meshparity binary's (tests/torch_hooks.rs checks both)
 
 
 def _rank():
