@@ -69,7 +69,10 @@ fn the_hooks_carry_the_binary_version() {
     let root = env!("CARGO_MANIFEST_DIR");
     let version = env!("CARGO_PKG_VERSION");
     let pyproject = std::fs::read_to_string(format!("{root}/python/pyproject.toml")).unwrap();
-    assert!(pyproject.contains(&format!("version = \"{version}\"")), "{pyproject}");
+    assert!(
+        pyproject.contains(&format!("version = \"{version}\"")),
+        "{pyproject}"
+    );
     let init =
         std::fs::read_to_string(format!("{root}/python/meshparity_hooks/__init__.py")).unwrap();
     assert!(init.contains(&format!("__version__ = \"{version}\"")));

@@ -50,7 +50,6 @@ fn conform_model(family: Option<meshparity_specs::Family>, dtype: DType, meshes:
     let meshes: Vec<_> = meshes.iter().map(|m| common::mesh(m)).collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let setup = Setup {
-        repeatable: true,
         model: &model,
         training: &spec.run.training,
         dtype,
@@ -157,7 +156,6 @@ fn the_suite_fails_an_engine_that_ignores_mutations() {
         .collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let setup = Setup {
-        repeatable: true,
         model: &model,
         training: &spec.run.training,
         dtype: DType::F32,

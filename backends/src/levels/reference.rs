@@ -135,7 +135,9 @@ pub(crate) fn norms_disagree(norms: &[f64], tolerance: f64) -> Option<String> {
         if tolerance == 0.0 {
             n.to_bits() != first.to_bits()
         } else {
-            !((n - first).abs() <= tolerance * first.abs().max(f64::MIN_POSITIVE))
+            // A NaN on either side is apart: only a finite gap within the tolerance agrees.
+            let within = (n - first).abs() <= tolerance * first.abs().max(f64::MIN_POSITIVE);
+            !within
         }
     };
     let (rank, other) = norms.iter().enumerate().find(|(_, n)| apart(**n))?;
