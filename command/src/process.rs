@@ -56,6 +56,17 @@ pub enum ProcessError {
     },
 }
 
+/// The programs of this process still running. `calibrate` runs several in one process, on
+/// its threads: ending what one program left behind must spare the others and all below them
+/// (it killed every descendant, and with it the neighbouring seeds' programs: "killed by
+/// signal 9" with no output). The lock is held from a spawn to its registration, and through
+/// the ending, so no program is between the two when another's strays are ended.
+static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Run `inv` to completion, its output logged into `out`.
 pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     let log_path = out.join(LOG);
@@ -73,6 +84,7 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     unsafe {
         command.pre_exec(|| meshparity_procs::child_setup());
     }
+    let mut running = live();
     let mut child = command
         .args(&inv.argv[1..])
         .envs(inv.env.iter().map(|(k, v)| (k, v)))
@@ -86,6 +98,9 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
             cwd: inv.cwd.display().to_string(),
             source,
         })?;
+    let pid = child.id() as i32;
+    running.push(pid);
+    drop(running);
     let pumps: Vec<_> = [
         child
             .stdout
@@ -109,8 +124,14 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
         source,
     });
     // The program is judged when it exits: what it left running (a background child holding
-    // its output open, one in a session of its own) ends now, and its pipes close with it.
-    meshparity_procs::kill_descendants();
+    // its output open, one in a session of its own) ends now, and its pipes close with it —
+    // sparing the other programs this process runs ([`LIVE`]).
+    {
+        let mut running = live();
+        running.retain(|p| *p != pid);
+        let others = running.clone();
+        meshparity_procs::kill_tree(std::process::id() as i32, Some(&|p| others.contains(&p)));
+    }
     let status = status?;
     for p in pumps {
         let _ = p.join();
@@ -154,4 +175,31 @@ pub fn tail(path: &Path, n: usize) -> String {
         .map(|l| format!("  | {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(line: &str, cwd: &Path) -> Invocation {
+        Invocation {
+            argv: vec!["sh".into(), "-c".into(), line.into()],
+            env: Vec::new(),
+            cwd: cwd.to_path_buf(),
+        }
+    }
+
+    /// Two programs at once in one process (as calibrate runs them): the first to end does
+    /// not end the other.
+    #[test]
+    fn a_program_ending_spares_its_neighbours() {
+        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        let (slow, fast) = (dirs[0].path().to_path_buf(), dirs[1].path().to_path_buf());
+        let long = std::thread::spawn(move || run(&sh("sleep 1.5; echo done", &slow), &slow));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        run(&sh("true", &fast), &fast).unwrap();
+        long.join().unwrap().unwrap();
+        let log = std::fs::read_to_string(dirs[0].path().join(LOG)).unwrap();
+        assert!(log.contains("done"), "{log}");
+    }
 }
