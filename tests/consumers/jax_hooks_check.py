@@ -1,4 +1,5 @@
-"""meshparity_hooks.jax on 8 simulated CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=8):
+"""meshparity_hooks.jax on 8 simulated CPU devices
+(XLA_FLAGS=--xla_force_host_platform_device_count=8):
 
     python3 tests/consumers/jax_hooks_check.py OUT
 

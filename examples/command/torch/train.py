@@ -13,7 +13,8 @@ writes on rank 0):
     roundtrip.safetensors with --roundtrip-from CKPT: the checkpoint through DCP and back
     digests.json          each rank's hash and norm of every parameter it holds, by replica group
     TRACE/                with --trace-dir: every module's output, the gradient arriving at it
-                          and the finalized gradients of the first two steps (meshparity_hooks.Tracer)
+                          and the finalized gradients of the first two steps
+                          (meshparity_hooks.torch.Tracer)
 
 Bug switches (`--bug NAME`), each a way such stacks have gone wrong:
     clip-local-norm        each rank clips by the norm of its own shards (SpecForge PR#663)
