@@ -29,7 +29,12 @@ struct Group {
 /// Why the digests in `path` say the replicas disagree (`Ok(None)`: every group agrees), or
 /// why the file is unreadable (`Err`).
 pub fn disagreement(path: &Path) -> Result<Option<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    // A regular file, bounded: a FIFO or a runaway writer is an error, never a hang.
+    let limit = meshparity_files::Limit {
+        bytes: 64 << 20,
+        what: "a replica digests file",
+    };
+    let text = meshparity_files::read_to_string(path, limit).map_err(|e| e.to_string())?;
     let file: File = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     if file.version != 1 {
         return Err(format!(
@@ -84,6 +89,19 @@ mod tests {
             why.contains("`norm.weight`") && why.contains("rank 1"),
             "{why}"
         );
+    }
+
+    /// A FIFO is refused at once (no writer ever comes), not waited on.
+    #[test]
+    fn a_fifo_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("digests.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(disagreement(&path).is_err());
     }
 
     #[test]

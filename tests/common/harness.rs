@@ -181,16 +181,5 @@ pub fn gone_within(marker: &str, secs: u64) -> Vec<String> {
 
 /// Whether the JAX example can run here (CI installs JAX: there it must).
 pub fn jax() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import jax, safetensors, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the JAX example: `pip install jax safetensors numpy` (see .ci/run)"
-        );
-        eprintln!("skipped: JAX is not installed (pip install jax safetensors numpy)");
-    }
-    ok
+    super::python_has("jax, safetensors, numpy", "jax safetensors numpy")
 }

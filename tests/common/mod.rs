@@ -37,35 +37,31 @@ seq_len = 8
     };
 }
 
-/// Whether numpy and safetensors import (the Python consumers' programs need them); without
-/// them a test says so and returns, except under CI, which installs them.
-pub fn numpy() -> bool {
+/// Whether python3 can run `import {modules}`. Without them a test says so and returns, except
+/// under CI, which installs them (`.ci/run`) and so must run it: there a missing module fails.
+pub fn python_has(modules: &str, pip: &str) -> bool {
     let ok = std::process::Command::new("python3")
-        .args(["-c", "import numpy, safetensors"])
+        .args(["-c", &format!("import {modules}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI installs numpy and safetensors"
+            "CI must have `{modules}`: `pip install {pip}` (see .ci/run)"
         );
-        eprintln!("skipped: pip install numpy safetensors");
+        eprintln!("skipped: python3 cannot import {modules} (pip install {pip})");
     }
     ok
 }
 
-/// Whether python3 has torch (with torch.distributed) and safetensors; without them a test says
-/// so and returns, except under CI, which installs them (`.ci/run`).
+/// Whether numpy and safetensors import (the Python consumers' programs need them).
+pub fn numpy() -> bool {
+    python_has("numpy, safetensors", "numpy safetensors")
+}
+
+/// Whether torch (with torch.distributed) and safetensors import.
 pub fn torch() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import torch.distributed, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "CI installs torch");
-        eprintln!("skipped: pip install torch safetensors numpy");
-    }
-    ok
+    python_has("torch.distributed, safetensors", "torch safetensors numpy")
 }
 
 /// `meshparity run ARGS --no-progress --run-dir RUN` from the repository root: its exit code
