@@ -54,6 +54,7 @@ fn main() {
         dropout: None,
         recompute: None,
         packing: None,
+        resume: None,
     };
     let len = Length {
         steps: 4,

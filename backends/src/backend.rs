@@ -119,6 +119,14 @@ impl Engine for Backend {
             return self.reference(req);
         };
         let fault = fault(&setup, req)?;
+        if let Some(from) = &req.training.resume {
+            let (len, replay) = (req.length(), replay(req)?);
+            return self
+                .on_device(|| {
+                    levels::resumed(&setup, mesh, from, len, fault, replay.as_ref(), req.out)
+                })
+                .map_err(|e| EngineError::Run(e.to_string()));
+        }
         let roundtrip = match req.reference {
             _ if !req.levels.contains(&Level::Roundtrip) => Roundtrip::No,
             Some(dir) => Roundtrip::Reference(dir),
@@ -142,6 +150,11 @@ impl Engine for Backend {
 
     /// The first steps on the mesh (or on one rank for the reference), every site traced.
     fn trace(&self, req: &RunRequest<'_>) -> Result<bool, EngineError> {
+        // A resumed run's traces would be its second mesh's from the seed, not the run that
+        // failed: its failures are localized by the state comparison alone.
+        if req.training.resume.is_some() {
+            return Ok(false);
+        }
         let setup = self.setup(req)?;
         let fault = fault(&setup, req)?;
         // The reference's trace: the same code as every mesh, on one rank.

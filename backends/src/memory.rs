@@ -130,6 +130,7 @@ mod tests {
             dropout: None,
             recompute: None,
             packing: None,
+            resume: None,
         }
     }
 

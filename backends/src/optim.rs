@@ -38,6 +38,18 @@ pub struct Optimizer {
     exemptions_lost: bool,
 }
 
+/// What a checkpoint keeps of an optimizer beside the weights: its counters and each
+/// parameter's AdamW moments (the master weights are the weights it saves).
+#[derive(Clone)]
+pub struct OptState {
+    /// Updates done (AdamW's bias correction counts them).
+    pub step: u64,
+    /// Where the learning-rate schedule stands.
+    pub schedule_step: u64,
+    /// (first, second) moments by parameter; empty for SGD and before the first update.
+    pub moments: IndexMap<String, (Tensor<2>, Tensor<2>)>,
+}
+
 /// The f32 master dtype of a half-precision parameter, if it needs one.
 fn half(t: &Tensor<2>) -> Option<FloatDType> {
     match t.dtype() {
@@ -73,6 +85,24 @@ impl Optimizer {
             .iter()
             .map(|(n, p)| (n.clone(), self.master.get(n).unwrap_or(p).clone()))
             .collect()
+    }
+
+    /// The state a checkpoint saves.
+    pub fn state(&self) -> OptState {
+        OptState {
+            step: self.step as u64,
+            schedule_step: u64::from(self.schedule_step),
+            moments: self.moments.clone(),
+        }
+    }
+
+    /// Continue from a checkpoint's state; `master` are the saved weights of half-precision
+    /// parameters (f32), which the next update starts from as the run that saved them would.
+    pub fn restore(&mut self, state: OptState, master: IndexMap<String, Tensor<2>>) {
+        self.step = i32::try_from(state.step).unwrap_or(i32::MAX);
+        self.schedule_step = u32::try_from(state.schedule_step).unwrap_or(u32::MAX);
+        self.moments = state.moments;
+        self.master = master;
     }
 
     /// Update every parameter that has a gradient (parameters and gradients without autodiff).

@@ -201,6 +201,27 @@ impl ShardingPlan {
         }
     }
 
+    /// Where `rank`'s copy of parameter `name` sits in the world-size-1 tensor, for a sharded
+    /// checkpoint's index: the whole of it, or its block's range of the split dimension (the
+    /// padding of a last block past the tensor's end left out). `None`: no such parameter.
+    pub fn slice(&self, name: &str, rank: usize) -> Option<meshparity_engine::sharded::Slice> {
+        use meshparity_engine::sharded::Slice;
+        let r = self.rules.iter().find(|r| r.name == name)?;
+        let block = self.block(r, rank)?;
+        Some(match r.placement {
+            Placement::Replicated => Slice::Whole,
+            Placement::Split(dim) | Placement::Expert { dim, .. } => {
+                let w = self.shard_shape(r)[dim];
+                let start = (block * w).min(r.shape[dim]);
+                let end = ((block + 1) * w).min(r.shape[dim]);
+                Slice::Split {
+                    dim,
+                    range: start..end,
+                }
+            }
+        })
+    }
+
     /// Blocks a parameter is cut into.
     fn blocks(&self, rule: &Rule) -> usize {
         match rule.placement {
@@ -213,7 +234,14 @@ impl ShardingPlan {
     /// Full checkpoint → every rank's shards.
     pub fn shard(&self, full: &Shards) -> Vec<Shards> {
         let mut split_cache: IndexMap<&str, Vec<HostTensor>> = IndexMap::new();
-        for r in &self.rules {
+        // A buffer absent from `full` is none on every rank (optimizer moments have none for
+        // the router's bias), as [`ShardingPlan::merge`] reads it.
+        let rules: Vec<&Rule> = self
+            .rules
+            .iter()
+            .filter(|r| !crate::llama::is_buffer(&r.name) || full.contains_key(&r.name))
+            .collect();
+        for r in &rules {
             match r.placement {
                 Placement::Split(dim) | Placement::Expert { dim, .. } => {
                     let n = self.blocks(r);
@@ -225,7 +253,7 @@ impl ShardingPlan {
         }
         (0..self.world_size())
             .map(|rank| {
-                self.rules
+                rules
                     .iter()
                     .filter_map(|r| {
                         let block = self.block(r, rank)?;

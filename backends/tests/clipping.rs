@@ -28,6 +28,7 @@ fn clipped(opt: Optimizer) -> Training {
         dropout: None,
         recompute: None,
         packing: None,
+        resume: None,
         ..training(11, opt)
     }
 }

@@ -240,6 +240,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         dropout: None,
         recompute: None,
         packing: None,
+        resume: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

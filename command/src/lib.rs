@@ -188,6 +188,12 @@ impl Engine for CommandEngine {
     }
 
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
+        if let Some(r) = &req.training.resume {
+            return Err(EngineError::Run(format!(
+                "resuming from mesh `{}` after {} steps: the command engine cannot resume on another layout yet",
+                r.mesh, r.at
+            )));
+        }
         let start = Instant::now();
         std::fs::create_dir_all(req.out)
             .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;

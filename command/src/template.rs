@@ -239,6 +239,7 @@ mod tests {
             dropout: None,
             recompute: None,
             packing: None,
+            resume: None,
         };
         let mesh = MeshConfig {
             tp: 2,

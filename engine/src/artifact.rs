@@ -48,6 +48,13 @@ pub mod files {
     pub const TRACE_INDEX: &str = "trace.json";
     /// Per-rank shard files of the roundtrip level.
     pub const SHARDS: &str = "shards";
+    /// A `[[resume]]` pair's run: the state its first mesh saved, merged to world-size-1
+    /// names (weights, optimizer moments and counters, data and random positions); beside it
+    /// `CHECKPOINT` is the state the second mesh loaded, merged back, and the roundtrip level
+    /// holds them bit-equal.
+    pub const RESUME_SAVED: &str = "resume-saved.safetensors";
+    /// The sharded checkpoint the first mesh saved ([`crate::sharded`]).
+    pub const RESUME_CHECKPOINT: &str = "resume-checkpoint";
 }
 
 /// What one engine run wrote and saw.

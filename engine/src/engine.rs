@@ -91,6 +91,12 @@ impl RunRequest<'_> {
                 Level::Roundtrip => {}
             }
         }
+        // A `[[resume]]` pair's run trains its first mesh to the checkpoint whatever its
+        // levels; its roundtrip level is the state saved there against the state loaded.
+        if let Some(r) = &t.resume {
+            len.steps = len.steps.max(r.at as usize);
+            len.backward = true;
+        }
         len
     }
 

@@ -80,6 +80,10 @@ impl Judge<'_> {
         };
         let mut losses = None;
         let comparisons = match level {
+            // A resumed run's: the state its second mesh loaded against what its first saved.
+            Level::Roundtrip if run.artifacts.iter().any(|a| a == files::RESUME_SAVED) => {
+                vec![sides.own("resumed state", files::RESUME_SAVED, files::CHECKPOINT)?]
+            }
             Level::Roundtrip => {
                 vec![sides.tensors("checkpoint", files::SEED, files::CHECKPOINT)?]
             }
@@ -176,6 +180,19 @@ impl Sides<'_> {
         }
         let (a, b) = self.paths(a, b)?;
         self.compare(what, &a, &b)
+    }
+
+    /// Two files of the run itself, `a` as the expected side.
+    fn own(&self, what: &str, a: &str, b: &str) -> Result<Comparison, JudgeError> {
+        for file in [a, b] {
+            if let Some(why) = self.run.unmerged.get(file) {
+                return Ok(unmerged(what, self.run.world_size, why));
+            }
+            self.run
+                .require(self.judge.run, file, self.level.as_str())?;
+            verify_file(self.judge.run, self.run, file)?;
+        }
+        self.compare(what, &self.judge.run.join(a), &self.judge.run.join(b))
     }
 
     fn compare(&self, what: &str, a: &Path, b: &Path) -> Result<Comparison, JudgeError> {

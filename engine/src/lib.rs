@@ -4,7 +4,8 @@
 //!   run) and the [`RunRequest`] it is handed;
 //! - [`artifact`] — the on-disk contract: artifact file names and the run [`Manifest`];
 //! - [`seal`] — content hashes of a finished run directory, verified before reuse or judging;
-//! - [`tensor`], [`checkpoint`] — host tensors as bytes and safetensors files of them;
+//! - [`tensor`], [`checkpoint`], [`sharded`] — host tensors as bytes, safetensors files of
+//!   them, and a checkpoint sharded over ranks with an index of each shard's slice;
 //! - [`check`] — one mesh run judged at all its levels;
 //! - [`judge`] — every level judged from a reference and a mesh run's artifact directories;
 //! - [`gate`], [`outcome`], [`mutation`] — what a level found, with the evidence, and a
@@ -37,6 +38,7 @@ pub mod replay;
 pub mod repro;
 pub mod routing;
 pub mod seal;
+pub mod sharded;
 pub mod stages;
 pub mod tensor;
 pub mod update;

@@ -264,6 +264,7 @@ mod tests {
             dropout: None,
             recompute: None,
             packing: None,
+            resume: None,
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

@@ -86,7 +86,8 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
     // Every mutation but those that need a run setting the sweep leaves at its default (a
     // learning-rate schedule: tests/schedule.rs injects those; weight decay with exemptions:
     // tests/zero.rs; label smoothing: examples/label-smoothing.toml; a padded vocabulary:
-    // examples/vocabulary.toml; dropout and recompute: examples/dropout.toml; packed sequences: examples/packing.toml).
+    // examples/vocabulary.toml; dropout and recompute: examples/dropout.toml; packed sequences: examples/packing.toml;
+    // resumption across layouts: examples/resume.toml).
     use meshparity_specs::mutation::Needs;
     let set_elsewhere = [
         Needs::LrSchedule,
@@ -97,6 +98,7 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
         Needs::HiddenDropout,
         Needs::Recompute,
         Needs::PackedSequences,
+        Needs::Resume,
     ];
     let applicable = meshparity_specs::CATALOG
         .iter()

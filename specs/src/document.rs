@@ -26,6 +26,7 @@ pub const KEYS: &[&str] = &[
     "variants",
     "tolerances",
     "matrix",
+    "resume",
     "mutations",
     "executor",
 ];
@@ -41,6 +42,7 @@ pub struct Document {
     pub variants: Vec<Variant>,
     pub tolerances: Vec<ToleranceTable>,
     pub matrix: Vec<MatrixEntry>,
+    pub resume: Vec<crate::resume::ResumePair>,
     pub mutations: Option<MutationSelection>,
     pub executor: Option<crate::executor::ExecutorDef>,
     /// Where `[run]`, `[[matrix]]`, `[mutations]` are written, to reject them in included files.
@@ -102,6 +104,7 @@ impl Document {
             variants: Vec::new(),
             tolerances: Vec::new(),
             matrix: Vec::new(),
+            resume: Vec::new(),
             mutations: None,
             executor: None,
             top_level_only: Vec::new(),
@@ -171,6 +174,22 @@ impl Document {
                 _ => cx.error(
                     Diagnostic::error(&cx.loc(v), "`matrix` must be an array of tables")
                         .help("write each entry as a `[[matrix]]` section"),
+                ),
+            }
+        }
+        if let Some(v) = t.get("resume") {
+            doc.top_level_only.push(("[[resume]]", cx.loc(v)));
+            match v.get_ref() {
+                DeValue::Array(entries) => {
+                    for (i, e) in entries.iter().enumerate() {
+                        if let Some(et) = Table::from_value(cx, e, format!("resume[{i}]")) {
+                            doc.resume.push(crate::resume::ResumePair::decode(cx, et));
+                        }
+                    }
+                }
+                _ => cx.error(
+                    Diagnostic::error(&cx.loc(v), "`resume` must be an array of tables")
+                        .help("write each pair as a `[[resume]]` section"),
                 ),
             }
         }

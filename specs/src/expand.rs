@@ -133,7 +133,8 @@ impl<'s> Expansion<'s, '_> {
         let spec = self.spec;
         let errors_before = self.diags.error_count();
         let models = self.resolve(&entry.models, &spec.models, "model");
-        let meshes = self.resolve(&entry.meshes, &spec.meshes, "mesh");
+        let mut meshes = self.resolve(&entry.meshes, &spec.meshes, "mesh");
+        meshes.extend(self.resumed(&meshes));
         let named: Option<&'s str> = match &entry.tolerance {
             None => None,
             Some(t) => match spec.tolerances.get_key_value(&t.value) {
@@ -259,6 +260,22 @@ impl<'s> Expansion<'s, '_> {
         }
     }
 
+    /// The `[[resume]]` meshes that join an entry selecting `meshes`: those resumed from one of
+    /// them, and those resumed from world size 1 (every entry has it). A command engine's model
+    /// cannot resume yet: said once, at the pair.
+    fn resumed(&self, meshes: &[&'s Mesh]) -> Vec<&'s Mesh> {
+        let spec = self.spec;
+        spec.resumed
+            .values()
+            .filter(|r| {
+                let Some(from) = &r.resume else { return false };
+                meshes.iter().any(|m| m.name.value == from.mesh)
+                    || (from.mesh == crate::resume::WORLD1
+                        && !spec.meshes.contains_key(crate::resume::WORLD1))
+            })
+            .collect()
+    }
+
     fn check_exclude_names(&mut self, entry: &MatrixEntry) {
         for rule in &entry.exclude {
             for (name, defined, kind) in [
@@ -353,7 +370,25 @@ impl<'s> Expansion<'s, '_> {
                 .collect(),
         };
         let mut out = Vec::new();
+        if mesh.resume.is_some() && model.engine.is_some() {
+            self.once(format!("resume/{}/{}", model.name.value, mesh.name.value), || {
+                Diagnostic::error(
+                    &mesh.name.loc,
+                    format!("model `{}` runs on a command engine, which cannot resume on another layout yet", model.name.value),
+                )
+                .label("this [[resume]] pair")
+                .help("resume pairs run on the built-in engine; leave this model out of the matrix entry, or the pair out")
+            });
+            return out;
+        }
         for (level, loc) in wanted {
+            // A resumption changes what is saved and what trains after it, not the first
+            // step's forward: those levels are the `from` mesh's own cells'.
+            if mesh.resume.is_some()
+                && !matches!(level, Level::Roundtrip | Level::Curve | Level::Oracle)
+            {
+                continue;
+            }
             if !family.levels().contains(&level) {
                 let supported: Vec<&str> = family.levels().iter().map(|l| l.as_str()).collect();
                 self.once(

@@ -289,6 +289,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
         ToleranceTable::builtin_gpu(top.clone()),
     );
     let mut matrix: Vec<MatrixEntry> = Vec::new();
+    let mut pairs = Vec::new();
     let mut mutations = None;
     let mut executor = None;
     let mut files = Vec::new();
@@ -299,6 +300,7 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
         if i == 0 {
             run = doc.run;
             matrix = doc.matrix;
+            pairs = doc.resume;
             mutations = doc.mutations;
             executor = doc.executor;
         }
@@ -336,16 +338,19 @@ fn merge(docs: Vec<Document>, diags: &mut Diagnostics) -> Spec {
     if matrix.is_empty() {
         matrix.push(MatrixEntry::everything(top.clone()));
     }
+    let run = run.unwrap_or_else(|| RunSettings::defaults(top.clone()));
+    let resumed = crate::resume::meshes(&pairs, &meshes, &run.training, diags);
     Spec {
         path: root.path.clone(),
         files,
-        run: run.unwrap_or_else(|| RunSettings::defaults(top.clone())),
+        run,
         models,
         meshes,
         engines,
         variants,
         tolerances,
         matrix,
+        resumed,
         mutations: mutations.unwrap_or_else(MutationSelection::default),
         executor: executor.unwrap_or_default(),
         stray,

@@ -37,6 +37,8 @@ macro_rules! mesh_axes {
             pub name: Located<String>,
             $(pub $key: Located<$ty>,)*
             pub loc: Loc,
+            /// A `[[resume]]` pair's mesh: where its run started ([`crate::resume`]).
+            pub resume: Option<crate::resume::ResumeFrom>,
         }
 
         impl Mesh {
@@ -44,7 +46,13 @@ macro_rules! mesh_axes {
             fn decode_axes(cx: &mut Ctx<'_>, name: Located<String>, t: &mut Table<'_, '_>) -> Mesh {
                 $(let $key = axis::$kind(t, cx, stringify!($key))
                     .unwrap_or_else(|| Located::new($default, t.loc.clone()));)*
-                Mesh { name, $($key,)* loc: t.loc.clone() }
+                Mesh { name, $($key,)* loc: t.loc.clone(), resume: None }
+            }
+
+            /// World size 1 as a mesh, every axis at its default (located at `name`).
+            pub fn single(name: Located<String>) -> Mesh {
+                let loc = name.loc.clone();
+                Mesh { name, $($key: Located::new($default, loc.clone()),)* loc, resume: None }
             }
 
             pub fn config(&self) -> MeshConfig {

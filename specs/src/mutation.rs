@@ -80,6 +80,12 @@ pub enum Needs {
     Recompute,
     /// Several documents packed per row (`packed_sequences`).
     PackedSequences,
+    /// Dropout of either kind (`attention_dropout` or `hidden_dropout`).
+    Dropout,
+    /// A `[[resume]]` pair's mesh: the run saves a checkpoint and resumes from it. Bugs of the
+    /// resumption apply only there, and every other bug only elsewhere (the plain meshes check
+    /// it already).
+    Resume,
 }
 
 impl Needs {
@@ -125,7 +131,9 @@ impl Needs {
             | Needs::AttentionDropout
             | Needs::HiddenDropout
             | Needs::Recompute
-            | Needs::PackedSequences => true,
+            | Needs::PackedSequences
+            | Needs::Dropout
+            | Needs::Resume => true,
         }
     }
 
@@ -220,6 +228,8 @@ impl Needs {
             Needs::HiddenDropout => "hidden dropout set (`hidden_dropout`)",
             Needs::Recompute => "activation recompute (`recompute`)",
             Needs::PackedSequences => "packed sequences (`packed_sequences`)",
+            Needs::Dropout => "dropout set (`attention_dropout` or `hidden_dropout`)",
+            Needs::Resume => "a `[[resume]]` pair (saved on one mesh, resumed on another)",
         }
     }
 }

@@ -120,6 +120,11 @@ pub struct Training {
     /// every label but the padding's counted, and absent from the serialized form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packing: Option<Packing>,
+    /// Set on the jobs of a `[[resume]]` pair's mesh: the run trains its first steps on another
+    /// mesh, saves, and this mesh resumes from the checkpoint. `None` elsewhere, and absent
+    /// from the serialized form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<crate::resume::ResumeFrom>,
 }
 
 /// Packed sequences and loss masks, as fine-tuning stacks feed them (Megatron's
@@ -198,6 +203,7 @@ impl RunSettings {
                 dropout: None,
                 recompute: None,
                 packing: None,
+                resume: None,
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),

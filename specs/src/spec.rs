@@ -34,6 +34,9 @@ pub struct Spec {
     pub tolerances: IndexMap<String, ToleranceTable>,
     /// As written; a spec without `[[matrix]]` gets [`MatrixEntry::everything`].
     pub matrix: Vec<MatrixEntry>,
+    /// The meshes of `[[resume]]` pairs, by name ([`crate::resume`]): each joins the matrix
+    /// entries that select its `from` mesh.
+    pub resumed: IndexMap<String, Mesh>,
     pub mutations: MutationSelection,
     /// `[executor]`; the default runs jobs on this machine.
     pub executor: crate::executor::ExecutorDef,
@@ -45,6 +48,15 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// The training of `mesh`'s jobs: the run's, resumed from another mesh for a
+    /// `[[resume]]` pair's mesh.
+    pub fn training_on(&self, mesh: &Mesh) -> crate::run::Training {
+        crate::run::Training {
+            resume: mesh.resume.clone(),
+            ..self.run.training.clone()
+        }
+    }
+
     /// The run name: `[run] name`, else the file stem.
     pub fn name(&self) -> String {
         self.run.name.clone().unwrap_or_else(|| {

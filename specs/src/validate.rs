@@ -18,7 +18,11 @@ pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
             c.mutations
                 && spec.mutations.selected.iter().any(|m| {
                     m.name == *name
-                        && m.applies_to(&c.model.config(), &c.mesh.config(), &spec.run.training)
+                        && m.applies_to(
+                            &c.model.config(),
+                            &c.mesh.config(),
+                            &spec.training_on(c.mesh),
+                        )
                 })
         });
         // With errors, meshes or models were refused: "applies to no mesh" would follow on.

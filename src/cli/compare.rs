@@ -7,6 +7,7 @@ use meshparity_compare::{
     Verdict,
 };
 use meshparity_specs::{CurveMode, Keyword};
+use tempfile::TempDir;
 
 use crate::exit;
 
@@ -202,13 +203,35 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
         rename,
         cast,
     };
-    let report = meshparity_compare::compare_checkpoints(&args.reference, &args.candidate, &opts)?;
+    let (reference, _a) = whole(&args.reference)?;
+    let (candidate, _b) = whole(&args.candidate)?;
+    let report = meshparity_compare::compare_checkpoints(&reference, &candidate, &opts)?;
     let text = if args.json {
         to_json(&report)
     } else {
         render::tensors(&report, args.worst)
     };
     Ok((text, report.verdict))
+}
+
+/// `path` as one checkpoint file: a sharded checkpoint's directory (its `index.json` naming each
+/// shard's slice, [`meshparity_engine::sharded`]) is assembled whole into a file beside nothing
+/// the user owns (a temporary directory, removed when the returned guard drops); anything else
+/// is read as it is.
+fn whole(path: &Path) -> Result<(PathBuf, Option<TempDir>), InputError> {
+    use meshparity_engine::sharded;
+    let index = path.join(sharded::INDEX);
+    if !path.is_dir() || !index.is_file() {
+        return Ok((path.to_path_buf(), None));
+    }
+    let tensors = sharded::read(path).map_err(|e| InputError::Index {
+        path: index.clone(),
+        reason: e.to_string(),
+    })?;
+    let tmp = TempDir::new().map_err(|e| InputError::io(path, e))?;
+    let file = tmp.path().join("whole.safetensors");
+    meshparity_engine::checkpoint::save(&file, &tensors).map_err(|e| InputError::io(&file, e))?;
+    Ok((file, Some(tmp)))
 }
 
 fn to_json(v: &impl serde::Serialize) -> String {

@@ -4,9 +4,11 @@
 //! engine crate's business, the same for every engine.
 //!
 //! - `reference.rs` — the oracle's artifacts;
-//! - `run.rs` — a mesh run's artifacts, rank shards merged to world-size-1 names.
+//! - `run.rs` — a mesh run's artifacts, rank shards merged to world-size-1 names;
+//! - `resume.rs` — a `[[resume]]` pair's run: saved on one mesh, resumed on another.
 
 pub mod reference;
+pub mod resume;
 pub mod run;
 pub mod trace;
 
@@ -18,6 +20,7 @@ use meshparity_engine::{checkpoint, Description, Shards};
 use meshparity_specs::{DType, ModelConfig, Training};
 
 pub use reference::reference;
+pub use resume::resumed;
 pub use run::{run, Roundtrip};
 
 use crate::train::RunError;

@@ -92,49 +92,77 @@ pub fn run(
             setup.device,
             setup.burn_dtype(),
         )?;
-        write_trained(setup, out, &rec, &mut written)?;
-        if len.backward {
-            let tolerance = if setup.repeatable {
-                0.0
-            } else {
-                super::GPU_NORM_AGREEMENT
-            };
-            if let Some(why) = super::reference::norms_disagree(&rec.rank_norms, tolerance) {
-                manifest.unmerged.insert(files::GRADS.to_owned(), why);
-            } else {
-                let to = (out, files::GRADS);
-                merged(&plan, &rec.grads, to, &mut written, &mut manifest, |full| {
-                    super::reference::with_norm(full, &rec)
-                })?;
-            }
-        }
-        if let Some(w) = &rec.weights {
-            let to = (out, files::WEIGHTS);
-            merged(&plan, w, to, &mut written, &mut manifest, |_| {})?;
-        }
-        // The logits and loss of a run whose TP ranks computed different losses stand for none
-        // of them: the forward level reports the disagreement, as a merge of unequal replicas.
-        if let Some(why) = rec.divergent.first() {
-            manifest
-                .unmerged
-                .insert(files::FORWARD.to_owned(), why.clone());
-        }
-        if let Some(why) = &rec.unsharded_stale {
-            manifest
-                .unmerged
-                .insert(files::WEIGHTS.to_owned(), why.clone());
-        }
-        manifest.steps = rec.losses.len();
-        manifest.collectives = rec.collectives;
-        manifest.activation_bytes = rec.activation_bytes;
-        altered.extend(rec.altered);
-        manifest.anomalies = rec.anomalies;
+        let plans = Plans {
+            grads: &plan,
+            weights: &plan,
+        };
+        write_record(setup, rec, len, plans, out, &mut written, &mut manifest)?;
+        altered.append(&mut manifest.altered);
     }
     manifest.altered = altered;
     manifest.artifacts = written;
     manifest.seconds = start.elapsed().as_secs_f64();
     manifest.write(out)?;
     Ok(manifest)
+}
+
+/// The sharding plans a run's recorded tensors merge by: a resumed run's first gradients come
+/// from its first mesh, its weights from whichever mesh recorded them.
+#[derive(Clone, Copy)]
+pub(super) struct Plans<'p> {
+    pub grads: &'p ShardingPlan,
+    pub weights: &'p ShardingPlan,
+}
+
+/// Write what a training recorded (forward, curve, merged gradients and weights) and what its
+/// manifest says of it; its altered sites go into `manifest.altered`.
+pub(super) fn write_record(
+    setup: &Setup<'_>,
+    rec: train::Record,
+    len: Length,
+    plans: Plans<'_>,
+    out: &Path,
+    written: &mut Vec<String>,
+    manifest: &mut Manifest,
+) -> Result<(), LevelError> {
+    write_trained(setup, out, &rec, written)?;
+    if len.backward {
+        let tolerance = if setup.repeatable {
+            0.0
+        } else {
+            super::GPU_NORM_AGREEMENT
+        };
+        if let Some(why) = super::reference::norms_disagree(&rec.rank_norms, tolerance) {
+            manifest.unmerged.insert(files::GRADS.to_owned(), why);
+        } else {
+            let to = (out, files::GRADS);
+            merged(plans.grads, &rec.grads, to, written, manifest, |full| {
+                super::reference::with_norm(full, &rec)
+            })?;
+        }
+    }
+    if let Some(w) = &rec.weights {
+        let to = (out, files::WEIGHTS);
+        merged(plans.weights, w, to, written, manifest, |_| {})?;
+    }
+    // The logits and loss of a run whose TP ranks computed different losses stand for none
+    // of them: the forward level reports the disagreement, as a merge of unequal replicas.
+    if let Some(why) = rec.divergent.first() {
+        manifest
+            .unmerged
+            .insert(files::FORWARD.to_owned(), why.clone());
+    }
+    if let Some(why) = &rec.unsharded_stale {
+        manifest
+            .unmerged
+            .insert(files::WEIGHTS.to_owned(), why.clone());
+    }
+    manifest.steps = rec.losses.len();
+    manifest.collectives = rec.collectives;
+    manifest.activation_bytes = rec.activation_bytes;
+    manifest.altered.extend(rec.altered);
+    manifest.anomalies = rec.anomalies;
+    Ok(())
 }
 
 /// Merge per-rank tensors, `add` what goes beside them, and save them as `file`; replicas that

@@ -7,11 +7,13 @@ use meshparity_engine::heap;
 use meshparity_specs::{MeshConfig, ModelConfig, Training};
 
 use super::ranks::Ranks;
+use super::state;
 use super::{
     batch, logits_host, seed_checkpoint, update_bias, Length, Record, Replay, Routing, RunError,
 };
 use crate::host::{HostTensor, Param};
 use crate::llama::is_buffer;
+use crate::optim::OptState;
 use crate::parallel::zero::Sharded;
 use crate::parallel::{trace, Comm, Fault, MeshExec, RouteRecord, StepOutput, Topology};
 use crate::sharding::{ShardingPlan, Shards};
@@ -27,6 +29,47 @@ pub struct Probe<'a> {
     pub replay: Option<&'a Replay>,
 }
 
+/// Where a mesh run starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'s> {
+    /// The seed checkpoint, before step 0.
+    Seed,
+    /// A checkpoint's state split for this mesh ([`state::split`]): one host state per rank.
+    State(&'s [Shards]),
+}
+
+/// Which steps a run trains, from where, and whether it keeps its state for a checkpoint.
+#[derive(Clone, Debug)]
+pub struct Span<'s> {
+    /// The length of the whole run (a resumed run's included), which decides the steps that
+    /// need their backward and when the weights are recorded.
+    pub len: Length,
+    pub start: Start<'s>,
+    /// The steps this run trains (a resumed run: from the checkpoint's step on).
+    pub steps: std::ops::Range<usize>,
+    /// Keep every rank's state after the last step ([`Segment::state`]).
+    pub save: bool,
+}
+
+impl Span<'_> {
+    /// The whole run from the seed.
+    pub fn whole(len: Length) -> Self {
+        Span {
+            len,
+            start: Start::Seed,
+            steps: 0..len.steps,
+            save: false,
+        }
+    }
+}
+
+/// What a run of some steps leaves: its record (`None` when it trained none) and, if asked,
+/// every rank's state after its last step, as host tensors.
+pub struct Segment {
+    pub record: Option<Record>,
+    pub state: Option<Vec<Shards>>,
+}
+
 /// The same run on a mesh, with an optional fault injected.
 pub fn mesh(
     model: &ModelConfig,
@@ -37,6 +80,23 @@ pub fn mesh(
     device: &Device,
     dtype: DType,
 ) -> Result<Record, RunError> {
+    let span = Span::whole(len);
+    segment(model, mesh, training, span, probe, device, dtype)?
+        .record
+        .ok_or_else(|| RunError::Engine("a run has at least one step".to_owned()))
+}
+
+/// Steps `span.steps` of a run on a mesh, from the seed or a checkpoint's state.
+pub fn segment(
+    model: &ModelConfig,
+    mesh: &MeshConfig,
+    training: &Training,
+    span: Span<'_>,
+    probe: Probe,
+    device: &Device,
+    dtype: DType,
+) -> Result<Segment, RunError> {
+    let len = span.len;
     let fault = probe.fault;
     for (what, n) in [
         ("expert parallelism (ep)", mesh.ep),
@@ -49,24 +109,32 @@ pub fn mesh(
         }
     }
     let plan = ShardingPlan::llama(model, mesh);
-    let seed = seed_checkpoint(model, training.seed, device, dtype);
     let per_dp = mesh.dp > 1 && fault.is_some_and(|f| f.init_seeded_per_dp_rank());
-    let shards = if per_dp {
-        init_per_dp_rank(&plan, model, training.seed, device, dtype)
-    } else {
-        plan.shard(&seed)
-    };
-    let params: Vec<IndexMap<String, Tensor<2>>> = shards
-        .iter()
-        .map(|shards| {
-            shards
+    let (params, restored, mut cursor) = match span.start {
+        Start::Seed => {
+            let shards = if per_dp {
+                init_per_dp_rank(&plan, model, training.seed, device, dtype)
+            } else {
+                plan.shard(&seed_checkpoint(model, training.seed, device, dtype))
+            };
+            let params = shards
                 .iter()
-                .map(|(n, t)| (n.clone(), t.to_param(device)))
-                .collect()
-        })
-        .collect();
+                .map(|shards| {
+                    shards
+                        .iter()
+                        .map(|(n, t)| (n.clone(), t.to_param(device)))
+                        .collect()
+                })
+                .collect();
+            (params, None, state::Cursor::default())
+        }
+        Start::State(ranks) => restore(ranks, device, dtype)?,
+    };
     let topo = Topology::new(mesh);
     let mut ranks = Ranks::new(params, training, Sharded::of(&topo));
+    if let Some(states) = restored {
+        ranks.restore(states);
+    }
     // The first step whose unsharded parameters were not the all-gather of the shards.
     let mut unsharded_stale = None;
     let mut exec = MeshExec {
@@ -93,9 +161,9 @@ pub fn mesh(
     // The most a step's heap grew over what it started with: its activations, gradients and
     // temporaries at their peak (measured where the process counts: a worker's one job).
     let mut activation_bytes = None;
-    for step in 0..len.steps {
+    for step in span.steps.clone() {
         let traced_step = probe.trace && step < trace::STEPS;
-        exec.dropout = crate::dropout::Dropout::of(training, step);
+        exec.dropout = crate::dropout::Dropout::of(training, cursor.rng as usize);
         comm.set_tracing(traced_step);
         let stale = ranks.unshard(&mut comm, step, unsharded_stale.is_none());
         unsharded_stale = unsharded_stale.or(stale);
@@ -132,7 +200,7 @@ pub fn mesh(
             .step(
                 &mut comm,
                 &ranks.params,
-                &batch(model, training, step),
+                &batch(model, training, cursor.data as usize),
                 probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
             )
             .map_err(RunError::Engine)?;
@@ -148,6 +216,8 @@ pub fn mesh(
                 routing = assemble_routing(model, training.batch as usize, routed);
             }
         }
+        cursor.data += 1;
+        cursor.rng += 1;
         if first.is_none() {
             let whole = ranks.whole(&grads, exec.backward);
             first = Some((
@@ -180,8 +250,17 @@ pub fn mesh(
             weights = Some(ranks.weights());
         }
     }
-    let (logits, grads, rank_norms) = first.expect("a run has at least one step");
-    Ok(Record {
+    let state = match span.save {
+        true => Some(host_state(&ranks, cursor)?),
+        false => None,
+    };
+    let Some((logits, grads, rank_norms)) = first else {
+        return Ok(Segment {
+            record: None,
+            state,
+        });
+    };
+    let record = Record {
         logits,
         losses,
         load_balance,
@@ -202,7 +281,49 @@ pub fn mesh(
         trace: traced,
         unsharded_stale,
         activation_bytes: activation_bytes.map(|b| b as u64),
+    };
+    Ok(Segment {
+        record: Some(record),
+        state,
     })
+}
+
+/// Each rank's parameters, optimizer state and cursor from its host state.
+type Restored = (
+    Vec<IndexMap<String, Tensor<2>>>,
+    Option<Vec<(OptState, IndexMap<String, Tensor<2>>)>>,
+    state::Cursor,
+);
+
+fn restore(ranks: &[Shards], device: &Device, dtype: DType) -> Result<Restored, RunError> {
+    let mut params = Vec::new();
+    let mut opts = Vec::new();
+    let mut cursor = None;
+    for (rank, host) in ranks.iter().enumerate() {
+        let s = state::from_host(host, device, dtype)
+            .map_err(|e| RunError::Engine(format!("loading rank {rank}'s state: {e}")))?;
+        cursor.get_or_insert(s.cursor);
+        params.push(s.weights);
+        opts.push((s.opt, state::master(host, device, dtype)));
+    }
+    Ok((params, Some(opts), cursor.unwrap_or_default()))
+}
+
+/// Every rank's state as host tensors, each with its logical shape.
+fn host_state(ranks: &Ranks<'_>, cursor: state::Cursor) -> Result<Vec<Shards>, RunError> {
+    let states = ranks.state(cursor).map_err(RunError::Unsupported)?;
+    let shape = |n: &str, t: &Tensor<2>| logical_shape(n, &t.dims());
+    Ok(states.iter().map(|s| state::to_host(s, &shape)).collect())
+}
+
+/// The shape a checkpoint gives a rank's [r, c] parameter tensor: norm weights and buffers are
+/// [1, n] parameters with logical shape [n].
+fn logical_shape(name: &str, dims: &[usize]) -> Vec<usize> {
+    if name.contains("norm") || is_buffer(name) {
+        vec![dims[1]]
+    } else {
+        dims.to_vec()
+    }
 }
 
 /// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,
@@ -259,13 +380,7 @@ pub(super) fn host_ranks(
         .map(|(p, ts)| {
             ts.iter()
                 .map(|(n, t)| {
-                    let dims = p[n].dims();
-                    // Norm weights are [1, n] parameters with logical shape [n].
-                    let shape = if n.contains("norm") || is_buffer(n) {
-                        vec![dims[1]]
-                    } else {
-                        dims.to_vec()
-                    };
+                    let shape = logical_shape(n, &p[n].dims());
                     (n.clone(), HostTensor::from_param(t, &shape))
                 })
                 .collect()

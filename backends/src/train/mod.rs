@@ -18,8 +18,9 @@ pub use meshparity_engine::replay::Decided;
 
 mod mesh;
 mod ranks;
+pub mod state;
 
-pub use mesh::{mesh, Probe};
+pub use mesh::{mesh, segment, Probe, Segment, Span, Start};
 
 /// What a run records, as host tensors (per rank where ranks hold shards).
 #[derive(Clone, Debug)]

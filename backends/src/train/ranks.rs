@@ -7,7 +7,8 @@ use indexmap::IndexMap;
 use meshparity_specs::Training;
 
 use super::mesh::host_ranks;
-use crate::optim::Optimizer;
+use super::state::{Cursor, RankState};
+use crate::optim::{OptState, Optimizer};
 use crate::parallel::fault::ForeignState;
 use crate::parallel::zero::{self, Sharded};
 use crate::parallel::Comm;
@@ -41,6 +42,32 @@ impl<'a> Ranks<'a> {
             sharded,
             dims,
             owned,
+        }
+    }
+
+    /// Each rank's state for a checkpoint, as of `cursor`. A ZeRO mesh's optimizer state is
+    /// flat shards, which are not resharded yet.
+    pub fn state(&self, cursor: Cursor) -> Result<Vec<RankState>, String> {
+        if self.sharded.is_some() {
+            return Err("saving the state of a ZeRO-sharded mesh (`zero > 0`)".to_owned());
+        }
+        Ok(self
+            .params
+            .iter()
+            .zip(&self.opts)
+            .map(|(p, o)| RankState {
+                weights: o.weights(p),
+                opt: o.state(),
+                cursor,
+            })
+            .collect())
+    }
+
+    /// Continue each rank's optimizer from a checkpoint's state (`master`: the f32 master
+    /// weights of a half-precision model's parameters).
+    pub fn restore(&mut self, states: Vec<(OptState, IndexMap<String, Tensor<2>>)>) {
+        for (o, (state, master)) in self.opts.iter_mut().zip(states) {
+            o.restore(state, master);
         }
     }
 

@@ -71,6 +71,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         dropout: None,
         recompute: None,
         packing: None,
+        resume: None,
     }
 }
 

@@ -88,7 +88,8 @@ impl Plan {
             }
             let reference_config = cell.model.reference_config();
             let reference = plan.reference(&mut references, cell, &reference_config, training);
-            plan.cell(cell, reference, &model_config, training, spec);
+            let on_mesh = spec.training_on(cell.mesh);
+            plan.cell(cell, reference, &model_config, &on_mesh, spec);
         }
         plan
     }
@@ -161,7 +162,15 @@ impl Plan {
         let mesh_name = cell.mesh.name.value.as_str();
         let mesh = cell.mesh.config();
         let prefix = format!("{model_name}@{}/{mesh_name}", cell.dtype);
-        let tag = mesh.tag(cell.dtype);
+        let tag = match &training.resume {
+            None => mesh.tag(cell.dtype),
+            Some(r) => format!(
+                "{}-resumed-from-{}-at{}",
+                mesh.tag(cell.dtype),
+                r.mesh,
+                r.at
+            ),
+        };
         let base = |id, name, kind| Job {
             id,
             name,
@@ -170,7 +179,13 @@ impl Plan {
             mesh: Some(mesh_name.to_owned()),
             mesh_tag: Some(tag.clone()),
             dtype: cell.dtype,
-            world_size: mesh.world_size(),
+            // A resumed run holds its first mesh's ranks, then its second's.
+            world_size: mesh.world_size().max(
+                training
+                    .resume
+                    .as_ref()
+                    .map_or(1, |r| r.config.world_size()),
+            ),
             model_config: model_config.clone(),
             mesh_config: Some(mesh),
             tolerance: None,

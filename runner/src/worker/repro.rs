@@ -70,6 +70,11 @@ pub(super) fn shrink(
     what: &Failure<'_>,
     order: &Order,
 ) -> Shrunk {
+    // A resumed run's failure is its checkpoint's (or its continuation's) on the pair as
+    // written: shrinking the model or either mesh is not built for pairs yet.
+    if job.training.resume.is_some() {
+        return Shrunk::Here(None);
+    }
     let command = match command(spec, job, what.mutation) {
         Ok(c) => c,
         Err(why) => {

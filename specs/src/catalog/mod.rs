@@ -72,6 +72,11 @@ pub enum Id {
     CpPackedPositionsFromChunks,
     MicrobatchLocalLossNormalization,
     AuxLossScaledByDp,
+    ResumeMomentsDropped,
+    ResumeStepReset,
+    ResumeDataPositionReset,
+    ResumeRngStreamReset,
+    ResumeExpertBiasNotSaved,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -155,7 +160,6 @@ pub const NOT_APPLICABLE: &[NotApplicable] = &[
 ];
 
 impl Mutation {
-    /// Whether `model` on `mesh` has what this bug needs.
     /// Whether the bug exists in a run of `model` on `mesh` trained as `training`.
     pub fn applies_to(
         &self,
@@ -164,6 +168,9 @@ impl Mutation {
         training: &crate::Training,
     ) -> bool {
         let experts = model.family.has_experts();
+        if training.resume.is_some() != self.needs.contains(&Needs::Resume) {
+            return false;
+        }
         self.needs.iter().all(|n| match n {
             Needs::Experts => experts,
             Needs::DenseMlp => !experts,
@@ -179,6 +186,9 @@ impl Mutation {
             Needs::HiddenDropout => training.dropout.is_some_and(|d| d.hidden > 0.0),
             Needs::Recompute => training.recompute.is_some(),
             Needs::PackedSequences => training.packing.is_some_and(|p| p.documents),
+            Needs::Dropout => training
+                .dropout
+                .is_some_and(|d| d.attention > 0.0 || d.hidden > 0.0),
             n => n.holds(mesh),
         })
     }

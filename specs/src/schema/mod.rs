@@ -41,6 +41,9 @@ struct SpecFile {
     tolerances: Option<IndexMap<String, Tolerances>>,
     /// Which models × meshes × levels × dtypes to check; absent: everything.
     matrix: Option<Vec<MatrixEntry>>,
+    /// Stop a mesh's training, save, resume on another layout: each pair is checked against
+    /// the uninterrupted run.
+    resume: Option<Vec<Resume>>,
     /// Injected bugs that the checks must catch.
     mutations: Option<Mutations>,
     /// Where jobs run: this machine (default) or a Slurm cluster.
@@ -249,6 +252,18 @@ struct MatrixEntry {
     mutations: Option<bool>,
     /// Cells to drop: a rule matches when every key it gives matches.
     exclude: Option<Vec<Exclude>>,
+}
+
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Resume {
+    /// Meshes that train the first `at` steps and save (`world1`: world size 1).
+    from: Vec<String>,
+    /// Meshes that load the checkpoint and train on (`world1`: world size 1).
+    to: Vec<String>,
+    /// Steps trained before the checkpoint.
+    #[schemars(range(min = 1))]
+    at: u32,
 }
 
 #[derive(JsonSchema)]

@@ -6,14 +6,17 @@
 //! every injection point in this module makes it easy to see that the correct path and the
 //! mutated path differ only where the catalog ([`meshparity_specs::catalog`]) says; names,
 //! descriptions and what a mesh needs live only there. `loss.rs` holds the loss and data
-//! side's flags, `rng.rs` the random streams'; `tests.rs` checks every entry is injected somewhere.
+//! side's flags, `rng.rs` the random streams', `resume.rs` a resumption's; `tests.rs` checks every entry is injected somewhere.
 
 use meshparity_specs::catalog::{self, Id};
 
 mod aux;
 mod loss;
 mod packing;
+mod resume;
 mod rng;
+
+pub use resume::ResumeFault;
 
 /// How a collective call is altered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -61,7 +61,8 @@ fn every_catalog_entry_does_something() {
             || f.packed_positions_from_chunks()
             || f.normalizes_per_microbatch()
             || f.aux_loss_over_dp(0)
-            || f.save().is_some();
+            || f.save().is_some()
+            || f.resume().is_some();
         assert!(acts, "{} is never injected", f.name());
         assert_eq!(Fault::from_name(f.name()), Some(f));
     }

@@ -1,0 +1,216 @@
+//! A `[[resume]]` pair's run: the first mesh trains to the checkpoint step and saves its state
+//! sharded in its own layout ([`meshparity_engine::sharded`]); the state is read back whole
+//! from the index alone, split for the second mesh, loaded there, and the second mesh trains
+//! on. The run's artifacts are the uninterrupted run's (curve over every step, weights after
+//! `oracle_steps`), judged against the reference as any mesh's; beside them the state the
+//! first mesh held (`RESUME_SAVED`) and the state the second loaded, merged back
+//! (`CHECKPOINT`), which the roundtrip level holds bit-equal.
+
+use std::path::Path;
+use std::time::Instant;
+
+use meshparity_engine::{files, sharded, Length, Manifest};
+use meshparity_specs::{MeshConfig, ResumeFrom};
+
+use super::run::{write_record, Plans};
+use super::{io, save, LevelError, Setup};
+use crate::llama::is_buffer;
+use crate::parallel::fault::ResumeFault;
+use crate::parallel::Fault;
+use crate::sharding::{ShardingPlan, Shards};
+use crate::train::{self, state, Record, RunError, Span, Start};
+
+/// Train `from` to its checkpoint, resume on `mesh`, and write the artifacts.
+pub fn resumed(
+    setup: &Setup<'_>,
+    mesh: &MeshConfig,
+    from: &ResumeFrom,
+    len: Length,
+    fault: Option<Fault>,
+    replay: Option<&train::Replay>,
+    out: &Path,
+) -> Result<Manifest, LevelError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let start = Instant::now();
+    let at = (from.at as usize).min(len.steps);
+    let (first, second) = (
+        ShardingPlan::llama(setup.model, &from.config),
+        ShardingPlan::llama(setup.model, mesh),
+    );
+    let mut manifest = Manifest {
+        engine: setup.describe.engine.clone(),
+        device: setup.describe.device.clone(),
+        world_size: mesh.world_size(),
+        ..Manifest::default()
+    };
+    let mut written = Vec::new();
+    let bug = fault.and_then(Fault::resume);
+    let probe = train::Probe {
+        fault,
+        trace: false,
+        replay,
+    };
+    let segment = |mesh: &MeshConfig, start: Start<'_>, steps, save| {
+        let span = Span {
+            len,
+            start,
+            steps,
+            save,
+        };
+        let (model, training) = (setup.model, setup.training);
+        train::segment(
+            model,
+            mesh,
+            training,
+            span,
+            probe,
+            setup.device,
+            setup.burn_dtype(),
+        )
+    };
+    // The first mesh, to the checkpoint.
+    let a = segment(&from.config, Start::Seed, 0..at, true)?;
+    let held = a.state.expect("a segment asked to save keeps its state");
+    match state::merge(&first, &held) {
+        Ok(full) => save(out, files::RESUME_SAVED, &full, &mut written)?,
+        Err(e) => {
+            let why = format!("the state `{}` saved: {e}", from.mesh);
+            manifest
+                .unmerged
+                .insert(files::RESUME_SAVED.to_owned(), why);
+        }
+    }
+    let dir = out.join(files::RESUME_CHECKPOINT);
+    save_sharded(&first, held, bug, &dir)?;
+    // Read back whole from the index, then loaded by the second mesh.
+    let loaded = load(&second, &dir, bug, setup)?;
+    let ranks = state::split(&second, &loaded);
+    let b = segment(mesh, Start::State(&ranks), at..at, true)?;
+    let state = b.state.expect("a segment asked to save keeps its state");
+    match state::merge(&second, &state) {
+        Ok(full) => save(out, files::CHECKPOINT, &full, &mut written)?,
+        Err(e) => {
+            let why = format!("the state the second mesh loaded: {e}");
+            manifest.unmerged.insert(files::CHECKPOINT.to_owned(), why);
+        }
+    }
+    // The second mesh trains on.
+    let mut rec = a
+        .record
+        .ok_or_else(|| RunError::Engine("a resumed run trains its first mesh".to_owned()))?;
+    let mut weights = &first;
+    if len.steps > at {
+        let b = segment(mesh, Start::State(&ranks), at..len.steps, false)?;
+        if let Some(next) = b.record {
+            if next.weights.is_some() {
+                weights = &second;
+            }
+            rec = join(rec, next);
+        }
+    }
+    let plans = Plans {
+        grads: &first,
+        weights,
+    };
+    write_record(setup, rec, len, plans, out, &mut written, &mut manifest)?;
+    if let Some(bug) = bug {
+        manifest
+            .altered
+            .insert(0, format!("resume: {}", bug.as_str()));
+    }
+    manifest.artifacts = written;
+    manifest.seconds = start.elapsed().as_secs_f64();
+    manifest.write(out)?;
+    Ok(manifest)
+}
+
+/// Every rank's state written as the sharded checkpoint (a saver that leaves out the router's
+/// bias buffer, with that bug).
+fn save_sharded(
+    plan: &ShardingPlan,
+    mut ranks: Vec<Shards>,
+    bug: Option<ResumeFault>,
+    dir: &Path,
+) -> Result<(), LevelError> {
+    if bug == Some(ResumeFault::ExpertBiasNotSaved) {
+        for r in &mut ranks {
+            r.retain(|name, _| !is_buffer(name));
+        }
+    }
+    let slice = |rank: usize, name: &str| state::slice(plan, rank, name);
+    let shape = |name: &str, t: &crate::host::HostTensor| state::full_shape(plan, name, t);
+    sharded::write(dir, &ranks, slice, shape)
+        .map_err(|e| LevelError::Run(RunError::Engine(e.to_string())))
+}
+
+/// The checkpoint in `dir`, whole, as the second mesh's loader makes of it: strict (every
+/// parameter and buffer present), or with a resumption bug, wrong as that bug is.
+fn load(
+    plan: &ShardingPlan,
+    dir: &Path,
+    bug: Option<ResumeFault>,
+    setup: &Setup<'_>,
+) -> Result<Shards, LevelError> {
+    let mut full =
+        sharded::read(dir).map_err(|e| RunError::Engine(format!("loading the checkpoint: {e}")))?;
+    let zero = |full: &mut Shards, names: &[&str]| {
+        for name in names {
+            if let Some(t) = full.get_mut(*name) {
+                t.bytes = 0u64.to_le_bytes().to_vec();
+            }
+        }
+    };
+    match bug {
+        Some(ResumeFault::MomentsDropped) => full.retain(|name, _| {
+            !name.starts_with(state::EXP_AVG) && !name.starts_with(state::EXP_AVG_SQ)
+        }),
+        Some(ResumeFault::StepReset) => zero(&mut full, &[state::STEP, state::SCHEDULE]),
+        Some(ResumeFault::DataPositionReset) => zero(&mut full, &[state::DATA]),
+        Some(ResumeFault::RngStreamReset) => zero(&mut full, &[state::RNG]),
+        // A load that is not strict: what the checkpoint lacks keeps its initial value.
+        Some(ResumeFault::ExpertBiasNotSaved) => {
+            let (model, seed) = (setup.model, setup.training.seed);
+            let init = train::seed_checkpoint(model, seed, setup.device, setup.burn_dtype());
+            for (name, t) in init {
+                full.entry(name).or_insert(t);
+            }
+        }
+        None => {}
+    }
+    if let Some(name) = state::missing(plan, &full) {
+        return Err(RunError::Engine(format!(
+            "loading the checkpoint: it holds no `{name}` (a checkpoint must hold every parameter and buffer)"
+        ))
+        .into());
+    }
+    Ok(full)
+}
+
+/// A run's record up to the checkpoint followed by the resumed mesh's: losses and norms
+/// continue, the first step's tensors are the first mesh's, the weights whichever recorded
+/// them.
+fn join(a: Record, b: Record) -> Record {
+    let cat = |mut x: Vec<f64>, y: Vec<f64>| {
+        x.extend(y);
+        x
+    };
+    let mut altered = a.altered;
+    altered.extend(b.altered);
+    let mut anomalies = a.anomalies;
+    anomalies.extend(b.anomalies);
+    let mut divergent = a.divergent;
+    divergent.extend(b.divergent);
+    Record {
+        losses: cat(a.losses, b.losses),
+        load_balance: cat(a.load_balance, b.load_balance),
+        grad_norms: cat(a.grad_norms, b.grad_norms),
+        weights: b.weights.or(a.weights),
+        collectives: a.collectives + b.collectives,
+        altered,
+        anomalies,
+        divergent,
+        unsharded_stale: a.unsharded_stale.or(b.unsharded_stale),
+        activation_bytes: a.activation_bytes.max(b.activation_bytes),
+        ..a
+    }
+}

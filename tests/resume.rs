@@ -1,0 +1,220 @@
+//! Checkpoints across layouts (issue 38): a `[[resume]]` pair trains its first mesh two steps,
+//! saves the whole training state sharded with an index, and its second mesh loads it and
+//! trains on. Every pair over dp/tp/sp/pp/cp/ep and world size 1 matches the uninterrupted
+//! world-size-1 run; every resumption bug is caught on every pair, by the saved-against-loaded
+//! state (named at its first entry) and, without that level, by the continuation alone.
+
+#[macro_use]
+mod common;
+
+use common::harness::{fixture, meshparity, refused, run_passing};
+
+const MOE: &str = r#"
+[models.moe]
+family = "moe"
+layers = 2
+hidden = 32
+heads = 4
+kv_heads = 2
+ffn = 32
+vocab = 64
+seq_len = 8
+experts = 4
+top_k = 2
+expert_bias = true
+"#;
+
+const MESHES: &str = r#"
+[meshes.dp2]
+dp = 2
+
+[meshes.tp2-sp]
+tp = 2
+sp = true
+
+[meshes.pp2]
+pp = 2
+microbatches = 2
+
+[meshes.cp2]
+cp = 2
+
+[meshes.dp2-tp2-pp2]
+dp = 2
+tp = 2
+pp = 2
+microbatches = 2
+
+[meshes.ep2]
+ep = 2
+dp = 2
+"#;
+
+const PAIRS: &str = r#"
+[[resume]]
+from = ["tp2-sp", "dp2-tp2-pp2", "world1"]
+to = ["world1", "pp2", "cp2", "dp2"]
+at = 2
+
+[[resume]]
+from = ["ep2"]
+to = ["world1", "tp2-sp"]
+at = 2
+"#;
+
+/// Each bug and the state entry the loaded state first differs at.
+const BUGS: [(&str, &str); 5] = [
+    ("resume-optimizer-moments-dropped", "`optim.exp_avg."),
+    ("resume-step-reset", "`optim.step`"),
+    ("resume-data-position-reset", "`data.position`"),
+    ("resume-rng-stream-reset", "`rng.position`"),
+    ("resume-expert-bias-not-saved", "mlp.router.expert_bias`"),
+];
+
+fn spec(levels: &str, dtypes: &str) -> String {
+    format!(
+        "[run]\nname = \"resume\"\nseed = 11\nsteps = 5\noracle_steps = 4\nbatch = 8\n\
+         optimizer = \"adamw\"\nhidden_dropout = 0.1\nattention_dropout = 0.1\n{}{MOE}{MESHES}{PAIRS}\
+         [[matrix]]\nmodels = [\"tiny\"]\nmeshes = [\"tp2-sp\", \"dp2-tp2-pp2\"]\n\
+         levels = {levels}\ndtypes = {dtypes}\n\n\
+         [[matrix]]\nmodels = [\"moe\"]\nmeshes = [\"ep2\"]\nlevels = {levels}\ndtypes = {dtypes}\n\n\
+         [mutations]\nselect = [{}]\n",
+        tiny_model!(),
+        BUGS.map(|(b, _)| format!("\"{b}\"")).join(", ")
+    )
+}
+
+#[test]
+fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_entry() {
+    let fx = fixture(&spec(
+        r#"["roundtrip", "curve", "oracle"]"#,
+        r#"["f64", "f32"]"#,
+    ));
+    let r = run_passing(fx.path());
+    let jobs = r["jobs"].as_array().unwrap();
+    // Every pair was planned, for both models where the pair's first mesh is theirs.
+    for mesh in [
+        "tp2-sp-to-world1-at2",
+        "dp2-tp2-pp2-to-cp2-at2",
+        "world1-to-dp2-at2",
+        "ep2-to-tp2-sp-at2",
+    ] {
+        let cells: Vec<_> = jobs
+            .iter()
+            .filter(|j| j["mesh"] == mesh && j["level"] == "curve")
+            .collect();
+        assert!(!cells.is_empty(), "{mesh} never checked");
+    }
+    for (bug, entry) in BUGS {
+        let runs: Vec<_> = jobs.iter().filter(|j| j["mutation"] == bug).collect();
+        assert!(!runs.is_empty(), "{bug} never planned");
+        for j in runs {
+            let summary = j["summary"].as_str().unwrap();
+            assert!(
+                summary.starts_with("caught by roundtrip"),
+                "{bug}: {summary}"
+            );
+            assert!(summary.contains(entry), "{bug}: {summary}");
+            assert_eq!(j["detail"]["localized_as_injected"], true, "{j:#}");
+        }
+    }
+    // A resumption bug runs only where there is a resumption, and the bias's only on the moe.
+    let planned = |bug: &str, mesh: &str| {
+        jobs.iter()
+            .any(|j| j["mutation"] == bug && j["mesh"] == mesh)
+    };
+    assert!(!planned("resume-step-reset", "tp2-sp"));
+    assert!(planned("resume-step-reset", "world1-to-pp2-at2"));
+    assert!(planned("resume-expert-bias-not-saved", "ep2-to-world1-at2"));
+    assert!(!jobs
+        .iter()
+        .any(|j| j["mutation"] == "resume-expert-bias-not-saved" && j["model"] == "tiny"));
+}
+
+/// Without the state comparison, the continuation alone (the curve over every step and the
+/// weights after `oracle_steps`, against the uninterrupted run) catches every bug.
+#[test]
+fn the_continuation_alone_catches_every_resumption_bug() {
+    let fx = fixture(&spec(r#"["curve", "oracle"]"#, r#"["f32"]"#));
+    let r = run_passing(fx.path());
+    for (bug, _) in BUGS {
+        let runs: Vec<_> = r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["mutation"] == bug)
+            .collect();
+        assert!(!runs.is_empty(), "{bug} never planned");
+        for j in runs {
+            let summary = j["summary"].as_str().unwrap();
+            assert!(summary.starts_with("caught by"), "{bug}: {summary}");
+        }
+    }
+}
+
+/// The checkpoint a pair saves is a directory of per-rank safetensors and an index naming each
+/// shard's slice, which `meshparity compare` reads as one checkpoint.
+#[test]
+fn the_sharded_checkpoint_is_read_whole_by_compare() {
+    let fx = fixture(
+        &spec(r#"["roundtrip"]"#, r#"["f32"]"#)
+            .replace("[mutations]\nselect = [", "[mutations]\nexclude = ["),
+    );
+    meshparity(fx.path())
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .args([
+            "--keep-artifacts",
+            "--no-cache",
+            "--filter",
+            "mesh=dp2-tp2-pp2-to-cp2-at2",
+        ])
+        .assert()
+        .code(0);
+    let index = common::harness::files(fx.path())
+        .into_iter()
+        .find(|p| p.ends_with("resume-checkpoint/index.json"))
+        .expect("the pair's checkpoint has an index");
+    let dir = index.parent().unwrap();
+    let ranks = std::fs::read_dir(dir).unwrap().count() - 1;
+    assert_eq!(ranks, 8, "one file per rank of dp2-tp2-pp2");
+    let saved = dir.parent().unwrap().join("resume-saved.safetensors");
+    let out = meshparity(fx.path())
+        .args(["compare"])
+        .arg(&saved)
+        .arg(dir)
+        .args(["--profile", "exact", "--worst", "1000"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("optim.exp_avg_sq.layers.1.mlp.down.weight"),
+        "{text}"
+    );
+}
+
+#[test]
+fn what_cannot_resume_is_refused_at_its_line() {
+    let base = format!(
+        "[run]\nname = \"r\"\nbatch = 8\nsteps = 4\noracle_steps = 3\n{}{MESHES}\
+         [meshes.dp2-z1]\ndp = 2\nzero = 1\n",
+        tiny_model!()
+    );
+    for (pair, says) in [
+        (
+            "from = [\"tp2\"]\nto = [\"pp2\"]\nat = 1",
+            "unknown mesh `tp2`",
+        ),
+        (
+            "from = [\"dp2\"]\nto = [\"pp2\"]\nat = 3",
+            "`at = 3` leaves nothing to resume",
+        ),
+        (
+            "from = [\"dp2\"]\nto = [\"dp2-z1\"]\nat = 1",
+            "cannot resume `dp2` on `dp2-z1`",
+        ),
+        ("from = [\"dp2\"]\nat = 1", "`resume` entry has no `to`"),
+    ] {
+        refused(&format!("{base}[[resume]]\n{pair}\n"), says);
+    }
+}
