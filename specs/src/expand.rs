@@ -134,7 +134,7 @@ impl<'s> Expansion<'s, '_> {
         let errors_before = self.diags.error_count();
         let models = self.resolve(&entry.models, &spec.models, "model");
         let mut meshes = self.resolve(&entry.meshes, &spec.meshes, "mesh");
-        meshes.extend(self.resumed(&meshes));
+        meshes.extend(crate::resume::joining(spec, &meshes));
         let named: Option<&'s str> = match &entry.tolerance {
             None => None,
             Some(t) => match spec.tolerances.get_key_value(&t.value) {
@@ -258,22 +258,6 @@ impl<'s> Expansion<'s, '_> {
                     .help("every model × mesh × level it names was excluded or not defined; check its lists and exclude rules"),
             );
         }
-    }
-
-    /// The `[[resume]]` meshes that join an entry selecting `meshes`: those resumed from one of
-    /// them, and those resumed from world size 1 (every entry has it). A command engine's model
-    /// cannot resume yet: said once, at the pair.
-    fn resumed(&self, meshes: &[&'s Mesh]) -> Vec<&'s Mesh> {
-        let spec = self.spec;
-        spec.resumed
-            .values()
-            .filter(|r| {
-                let Some(from) = &r.resume else { return false };
-                meshes.iter().any(|m| m.name.value == from.mesh)
-                    || (from.mesh == crate::resume::WORLD1
-                        && !spec.meshes.contains_key(crate::resume::WORLD1))
-            })
-            .collect()
     }
 
     fn check_exclude_names(&mut self, entry: &MatrixEntry) {

@@ -146,6 +146,19 @@ pub fn meshes(
     out
 }
 
+/// The pairs' meshes that join a `[[matrix]]` entry selecting `meshes`: those resumed from one
+/// of them, and those resumed from world size 1 (every entry has it).
+pub(crate) fn joining<'s>(spec: &'s crate::Spec, meshes: &[&'s Mesh]) -> Vec<&'s Mesh> {
+    spec.resumed
+        .values()
+        .filter(|r| {
+            let Some(from) = &r.resume else { return false };
+            meshes.iter().any(|m| m.name.value == from.mesh)
+                || (from.mesh == WORLD1 && !spec.meshes.contains_key(WORLD1))
+        })
+        .collect()
+}
+
 /// A mesh of the spec, or world size 1 under its reserved name.
 fn lookup(
     name: &Located<String>,

@@ -12,8 +12,6 @@ use super::{
     batch, logits_host, seed_checkpoint, update_bias, Length, Record, Replay, Routing, RunError,
 };
 use crate::host::{HostTensor, Param};
-use crate::llama::is_buffer;
-use crate::optim::OptState;
 use crate::parallel::zero::Sharded;
 use crate::parallel::{trace, Comm, Fault, MeshExec, RouteRecord, StepOutput, Topology};
 use crate::sharding::{ShardingPlan, Shards};
@@ -128,7 +126,7 @@ pub fn segment(
                 .collect();
             (params, None, state::Cursor::default())
         }
-        Start::State(ranks) => restore(ranks, device, dtype)?,
+        Start::State(ranks) => state::restore(ranks, device, dtype)?,
     };
     let topo = Topology::new(mesh);
     let mut ranks = Ranks::new(params, training, Sharded::of(&topo));
@@ -251,7 +249,7 @@ pub fn segment(
         }
     }
     let state = match span.save {
-        true => Some(host_state(&ranks, cursor)?),
+        true => Some(state::host_state(&ranks, cursor)?),
         false => None,
     };
     let Some((logits, grads, rank_norms)) = first else {
@@ -286,44 +284,6 @@ pub fn segment(
         record: Some(record),
         state,
     })
-}
-
-/// Each rank's parameters, optimizer state and cursor from its host state.
-type Restored = (
-    Vec<IndexMap<String, Tensor<2>>>,
-    Option<Vec<(OptState, IndexMap<String, Tensor<2>>)>>,
-    state::Cursor,
-);
-
-fn restore(ranks: &[Shards], device: &Device, dtype: DType) -> Result<Restored, RunError> {
-    let mut params = Vec::new();
-    let mut opts = Vec::new();
-    let mut cursor = None;
-    for (rank, host) in ranks.iter().enumerate() {
-        let s = state::from_host(host, device, dtype)
-            .map_err(|e| RunError::Engine(format!("loading rank {rank}'s state: {e}")))?;
-        cursor.get_or_insert(s.cursor);
-        params.push(s.weights);
-        opts.push((s.opt, state::master(host, device, dtype)));
-    }
-    Ok((params, Some(opts), cursor.unwrap_or_default()))
-}
-
-/// Every rank's state as host tensors, each with its logical shape.
-fn host_state(ranks: &Ranks<'_>, cursor: state::Cursor) -> Result<Vec<Shards>, RunError> {
-    let states = ranks.state(cursor).map_err(RunError::Unsupported)?;
-    let shape = |n: &str, t: &Tensor<2>| logical_shape(n, &t.dims());
-    Ok(states.iter().map(|s| state::to_host(s, &shape)).collect())
-}
-
-/// The shape a checkpoint gives a rank's [r, c] parameter tensor: norm weights and buffers are
-/// [1, n] parameters with logical shape [n].
-fn logical_shape(name: &str, dims: &[usize]) -> Vec<usize> {
-    if name.contains("norm") || is_buffer(name) {
-        vec![dims[1]]
-    } else {
-        dims.to_vec()
-    }
 }
 
 /// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,
@@ -380,7 +340,7 @@ pub(super) fn host_ranks(
         .map(|(p, ts)| {
             ts.iter()
                 .map(|(n, t)| {
-                    let shape = logical_shape(n, &p[n].dims());
+                    let shape = state::logical_shape(n, &p[n].dims());
                     (n.clone(), HostTensor::from_param(t, &shape))
                 })
                 .collect()

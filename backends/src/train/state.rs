@@ -15,7 +15,10 @@ use burn::tensor::{DType, Device, FloatDType, Tensor};
 use indexmap::IndexMap;
 use meshparity_compare::TensorDtype;
 
+use super::ranks::Ranks;
+use super::RunError;
 use crate::host::{HostTensor, Param};
+use crate::llama::is_buffer;
 use crate::optim::OptState;
 use crate::sharding::{MergeError, ShardingPlan, Shards};
 
@@ -127,7 +130,7 @@ pub fn from_host(state: &Shards, device: &Device, dtype: DType) -> Result<RankSt
         .into_iter()
         .map(|(n, w)| {
             let t = match half(dtype) {
-                Some(low) if w.dtype() != dtype && !crate::llama::is_buffer(&n) => w.cast(low),
+                Some(low) if w.dtype() != dtype && !is_buffer(&n) => w.cast(low),
                 _ => w,
             };
             (n, t)
@@ -147,9 +150,7 @@ pub fn master(state: &Shards, device: &Device, dtype: DType) -> IndexMap<String,
     }
     state
         .iter()
-        .filter(|(n, t)| {
-            t.dtype == TensorDtype::F32 && !is_state_entry(n) && !crate::llama::is_buffer(n)
-        })
+        .filter(|(n, t)| t.dtype == TensorDtype::F32 && !is_state_entry(n) && !is_buffer(n))
         .map(|(n, t)| (n.clone(), t.to_param(device)))
         .collect()
 }
@@ -268,4 +269,46 @@ pub fn missing<'p>(plan: &'p ShardingPlan, full: &Shards) -> Option<&'p str> {
         .iter()
         .find(|r| !full.contains_key(&r.name))
         .map(|r| r.name.as_str())
+}
+
+/// Each rank's parameters, optimizer state and cursor from its host state.
+type Restored = (
+    Vec<IndexMap<String, Tensor<2>>>,
+    Option<Vec<(OptState, IndexMap<String, Tensor<2>>)>>,
+    Cursor,
+);
+
+pub(super) fn restore(
+    ranks: &[Shards],
+    device: &Device,
+    dtype: DType,
+) -> Result<Restored, RunError> {
+    let mut params = Vec::new();
+    let mut opts = Vec::new();
+    let mut cursor = None;
+    for (rank, host) in ranks.iter().enumerate() {
+        let s = from_host(host, device, dtype)
+            .map_err(|e| RunError::Engine(format!("loading rank {rank}'s state: {e}")))?;
+        cursor.get_or_insert(s.cursor);
+        params.push(s.weights);
+        opts.push((s.opt, master(host, device, dtype)));
+    }
+    Ok((params, Some(opts), cursor.unwrap_or_default()))
+}
+
+/// Every rank's state as host tensors, each with its logical shape.
+pub(super) fn host_state(ranks: &Ranks<'_>, cursor: Cursor) -> Result<Vec<Shards>, RunError> {
+    let states = ranks.state(cursor).map_err(RunError::Unsupported)?;
+    let shape = |n: &str, t: &Tensor<2>| logical_shape(n, &t.dims());
+    Ok(states.iter().map(|s| to_host(s, &shape)).collect())
+}
+
+/// The shape a checkpoint gives a rank's [r, c] parameter tensor: norm weights and buffers are
+/// [1, n] parameters with logical shape [n].
+pub(super) fn logical_shape(name: &str, dims: &[usize]) -> Vec<usize> {
+    if name.contains("norm") || is_buffer(name) {
+        vec![dims[1]]
+    } else {
+        dims.to_vec()
+    }
 }
