@@ -196,8 +196,7 @@ fn the_sharded_checkpoint_is_read_whole_by_compare() {
 #[test]
 fn what_cannot_resume_is_refused_at_its_line() {
     let base = format!(
-        "[run]\nname = \"r\"\nbatch = 8\nsteps = 4\noracle_steps = 3\n{}{MESHES}\
-         [meshes.dp2-z1]\ndp = 2\nzero = 1\n",
+        "[run]\nname = \"r\"\nbatch = 8\nsteps = 4\noracle_steps = 3\n{}{MESHES}",
         tiny_model!()
     );
     for (pair, says) in [
@@ -210,8 +209,8 @@ fn what_cannot_resume_is_refused_at_its_line() {
             "`at = 3` leaves nothing to resume",
         ),
         (
-            "from = [\"dp2\"]\nto = [\"dp2-z1\"]\nat = 1",
-            "cannot resume `dp2` on `dp2-z1`",
+            "from = [\"dp2\"]\nto = [\"world\"]\nat = 1",
+            "did you mean `world1`?",
         ),
         ("from = [\"dp2\"]\nat = 1", "`resume` entry has no `to`"),
     ] {
@@ -255,4 +254,38 @@ fn a_stop_and_resume_on_the_same_layout_is_bit_identical() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{file}: {text}");
     }
+}
+
+/// ZeRO-sharded meshes save their flat shards of the weights and moments gathered to the layout
+/// without ZeRO, and load by cutting their own flat shards from it: ZeRO-1, ZeRO-3 and hybrid
+/// sharding resume on each other, on TP and on world size 1, and dropped moments are caught.
+#[test]
+fn sharded_optimizer_state_resumes_across_zero_stages() {
+    let fx = fixture(&format!(
+        "[run]\nname = \"z\"\nseed = 5\nsteps = 5\noracle_steps = 4\nbatch = 8\n\
+         optimizer = \"adamw\"\n{}\
+         [meshes.dp2-z1-mb2]\ndp = 2\nzero = 1\nmicrobatches = 2\n\
+         [meshes.dp4-z3-hs2]\ndp = 4\nzero = 3\nshard = 2\n\
+         [meshes.dp2-tp2-sp-z3]\ndp = 2\ntp = 2\nsp = true\nzero = 3\n\
+         [[resume]]\nfrom = [\"dp2-z1-mb2\", \"dp4-z3-hs2\"]\n\
+         to = [\"dp2-tp2-sp-z3\", \"world1\", \"dp4-z3-hs2\"]\nat = 2\n\
+         [[matrix]]\nmodels = [\"tiny\"]\nmeshes = [\"dp2-z1-mb2\", \"dp4-z3-hs2\"]\n\
+         dtypes = [\"f32\"]\nlevels = [\"roundtrip\", \"curve\", \"oracle\"]\n\n\
+         [mutations]\nselect = [\"resume-optimizer-moments-dropped\"]\n",
+        tiny_model!()
+    ));
+    let r = run_passing(fx.path());
+    let caught = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["mutation"] == "resume-optimizer-moments-dropped")
+        .inspect(|j| {
+            assert!(
+                j["summary"].as_str().unwrap().starts_with("caught"),
+                "{j:#}"
+            )
+        })
+        .count();
+    assert_eq!(caught, 6, "one per pair");
 }

@@ -75,8 +75,7 @@ pub fn name(from: &str, to: &str, at: u32) -> String {
 }
 
 /// The meshes every pair makes, by name, each with its `resume` set: `to`'s axes, resumed from
-/// `from` after `at` steps. Unknown names, a step past the run and layouts the resumption cannot
-/// cross are reported here.
+/// `from` after `at` steps. Unknown names and a step past the run are reported here.
 pub fn meshes(
     pairs: &[ResumePair],
     meshes: &IndexMap<String, Mesh>,
@@ -112,19 +111,6 @@ pub fn meshes(
                     continue;
                 };
                 let n = name(&f.value, &t.value, at.value);
-                if let Some(why) = unsupported(&a.config(), &b.config()) {
-                    diags.push(
-                        Diagnostic::error(
-                            &t.loc,
-                            format!("cannot resume `{}` on `{}`: {why}", f.value, t.value),
-                        )
-                        .label("this pair")
-                        .help(
-                            "leave the pair out; ZeRO-sharded optimizer state is not resharded yet",
-                        ),
-                    );
-                    continue;
-                }
                 if crate::document::MAX_NAME < n.len() {
                     diags.push(
                         Diagnostic::error(&pair.loc, format!("the pair's mesh name `{n}` is {} bytes long", n.len()))
@@ -179,9 +165,4 @@ fn lookup(
             .help(suggest::did_you_mean(&name.value, &names, "mesh")),
     );
     None
-}
-
-/// Why the built-in resumption cannot go from `a` to `b`, if it cannot.
-fn unsupported(a: &MeshConfig, b: &MeshConfig) -> Option<&'static str> {
-    (a.zero > 0 || b.zero > 0).then_some("a ZeRO-sharded mesh (`zero > 0`) is on one side")
 }

@@ -249,7 +249,7 @@ pub fn segment(
         }
     }
     let state = match span.save {
-        true => Some(state::host_state(&ranks, cursor)?),
+        true => Some(state::host_state(&ranks, cursor)),
         false => None,
     };
     let Some((logits, grads, rank_norms)) = first else {

@@ -45,28 +45,68 @@ impl<'a> Ranks<'a> {
         }
     }
 
-    /// Each rank's state for a checkpoint, as of `cursor`. A ZeRO mesh's optimizer state is
-    /// flat shards, which are not resharded yet.
-    pub fn state(&self, cursor: Cursor) -> Result<Vec<RankState>, String> {
-        if self.sharded.is_some() {
-            return Err("saving the state of a ZeRO-sharded mesh (`zero > 0`)".to_owned());
+    /// Each rank's state for a checkpoint, as of `cursor`, in the mesh's layout without ZeRO: a
+    /// sharded mesh's flat shards of the weights and moments are gathered back to each rank's
+    /// whole tensors, so a checkpoint reads the same whatever the sharding it was saved from.
+    pub fn state(&self, cursor: Cursor) -> Vec<RankState> {
+        let weights = self.held_weights();
+        let mut states: Vec<OptState> = self.opts.iter().map(Optimizer::state).collect();
+        if let Some(z) = self.sharded {
+            let part = |second: bool| -> zero::Ranks {
+                let pick =
+                    |(m, v): &(Tensor<2>, Tensor<2>)| if second { v.clone() } else { m.clone() };
+                let held: zero::Ranks = states
+                    .iter()
+                    .map(|s| {
+                        s.moments
+                            .iter()
+                            .map(|(n, m)| (n.clone(), pick(m)))
+                            .collect()
+                    })
+                    .collect();
+                z.gather(None, &held, &self.dims)
+            };
+            let (first, second) = (part(false), part(true));
+            for ((s, m), v) in states.iter_mut().zip(first).zip(second) {
+                s.moments = m
+                    .into_iter()
+                    .filter_map(|(n, m)| Some((n.clone(), (m, v.get(&n)?.clone()))))
+                    .collect();
+            }
         }
-        Ok(self
-            .params
-            .iter()
-            .zip(&self.opts)
-            .map(|(p, o)| RankState {
-                weights: o.weights(p),
-                opt: o.state(),
+        weights
+            .into_iter()
+            .zip(states)
+            .map(|(weights, opt)| RankState {
+                weights,
+                opt,
                 cursor,
             })
-            .collect())
+            .collect()
     }
 
     /// Continue each rank's optimizer from a checkpoint's state (`master`: the f32 master
-    /// weights of a half-precision model's parameters).
+    /// weights of a half-precision model's parameters), both in the layout without ZeRO: a
+    /// sharded mesh's optimizer keeps its flat shard of each.
     pub fn restore(&mut self, states: Vec<(OptState, IndexMap<String, Tensor<2>>)>) {
-        for (o, (state, master)) in self.opts.iter_mut().zip(states) {
+        let sharded = self.sharded;
+        for (rank, (o, (mut state, master))) in self.opts.iter_mut().zip(states).enumerate() {
+            let master = match sharded {
+                None => master,
+                Some(z) => {
+                    let (m, v): (IndexMap<_, _>, IndexMap<_, _>) = state
+                        .moments
+                        .into_iter()
+                        .map(|(n, (m, v))| ((n.clone(), m), (n, v)))
+                        .unzip();
+                    let (m, v) = (z.shard(rank, &m), z.shard(rank, &v));
+                    state.moments = m
+                        .into_iter()
+                        .filter_map(|(n, m)| Some((n.clone(), (m, v.get(&n)?.clone()))))
+                        .collect();
+                    z.shard(rank, &master)
+                }
+            };
             o.restore(state, master);
         }
     }
@@ -163,7 +203,12 @@ impl<'a> Ranks<'a> {
     /// The weights now, as each rank's optimizer holds them (its master copy), merged from
     /// the shards under ZeRO: what the oracle level compares.
     pub fn weights(&self) -> Vec<Shards> {
-        let held: zero::Ranks = match self.sharded {
+        host_ranks(&self.params, &self.held_weights())
+    }
+
+    /// Each rank's whole weights as its optimizer holds them (gathered under ZeRO).
+    fn held_weights(&self) -> zero::Ranks {
+        match self.sharded {
             None => self
                 .params
                 .iter()
@@ -182,8 +227,7 @@ impl<'a> Ranks<'a> {
                     .collect();
                 z.gather(None, &w, &self.dims)
             }
-        };
-        host_ranks(&self.params, &held)
+        }
     }
 }
 
