@@ -152,16 +152,27 @@ fn spec_files(spec: &Spec) -> Vec<SpecFile> {
         .collect()
 }
 
-/// Bytes allocated on disk below `path` (as `du`), links not followed.
+/// Bytes allocated on disk below `path` (as `du`), links not followed and a hard-linked file
+/// counted once.
 pub fn disk_use(path: &Path) -> u64 {
+    disk_use_once(path, &mut std::collections::HashSet::new())
+}
+
+fn disk_use_once(path: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return 0;
     };
+    if meta.nlink() > 1 && !meta.is_dir() && !seen.insert((meta.dev(), meta.ino())) {
+        return 0;
+    }
     let mut total = meta.blocks() * 512;
     if meta.is_dir() {
         if let Ok(entries) = std::fs::read_dir(path) {
-            total += entries.flatten().map(|e| disk_use(&e.path())).sum::<u64>();
+            total += entries
+                .flatten()
+                .map(|e| disk_use_once(&e.path(), seen))
+                .sum::<u64>();
         }
     }
     total

@@ -7,12 +7,14 @@
 //!
 //! - `context.rs` — the job's work on its engine (engine runs, judging, mutations);
 //! - `prune.rs` — what a judged job keeps on disk (the files its result cites);
+//! - `dedupe.rs` — identical kept files stored once;
 //! - `partial.rs` — a half-built artifact directory named, so the runner removes it;
 //! - `repro.rs` — a caught mutation's smallest repro (`--shrink`).
 
 mod context;
 mod pages;
 mod partial;
+mod dedupe;
 mod prune;
 mod repro;
 mod threads;
@@ -38,6 +40,9 @@ pub const PARENT_ENV: &str = "MESHPARITY_PARENT_PID";
 
 /// The result file a worker leaves in its output directory.
 pub const RESULT_FILE: &str = "result.json";
+
+/// The run's store of kept files' bytes, in its scratch directory ([`dedupe`]).
+pub const BLOBS: &str = "blobs";
 
 /// What a worker is asked to do.
 #[derive(Clone, Debug)]
@@ -235,6 +240,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
     if matches!(job.kind, JobKind::Check { .. } | JobKind::Mutation { .. }) && !args.keep_artifacts
     {
         prune::prune(&args.out, result.detail.as_ref());
+        dedupe::dedupe(&args.out, &args.scratch.join(BLOBS));
     }
     // The artifacts and records the result cites reach the disk before it exists.
     meshparity_files::flush_filesystems(&[&args.out, &args.cache, &args.scratch])

@@ -1,0 +1,113 @@
+//! Identical files a run's judged jobs keep, stored once.
+//!
+//! The files a failed comparison cites stay ([`super::prune`]), and many are the same bytes:
+//! every resumption bug of a `[[resume]]` pair cites the state its first mesh saved, which no
+//! such bug changes, and every job of a model cites the same reference updates. Each kept file
+//! of at least [`MIN_BYTES`] is hashed and hard-linked to one copy per content in the run's
+//! `blobs/` store (beside the run's scratch files), so a path a report cites still opens the
+//! same bytes and the run directory holds them once (`disk_use` counts a linked file once).
+//! Files are never written again once judged (a rewrite replaces by rename), so sharing their
+//! inode is safe.
+
+use std::path::Path;
+
+/// Smaller files are not worth a hash and a link.
+pub const MIN_BYTES: u64 = 64 << 10;
+
+/// Link every file below `out`'s subdirectories that the store already holds to its copy there,
+/// and add those it does not hold. Returns the bytes no longer stored twice. Errors leave a file
+/// as it was: the verdict is already computed.
+pub(super) fn dedupe(out: &Path, store: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return 0;
+    };
+    if std::fs::create_dir_all(store).is_err() {
+        return 0;
+    }
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|k| k.is_dir()))
+        .map(|e| dedupe_dir(&e.path(), store))
+        .sum()
+}
+
+fn dedupe_dir(dir: &Path, store: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut saved = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(k) if k.is_dir() => saved += dedupe_dir(&path, store),
+            Ok(k) if k.is_file() => saved += link(&path, store),
+            _ => {}
+        }
+    }
+    saved
+}
+
+/// `path` linked to the store's copy of its bytes (or made that copy); the bytes saved.
+fn link(path: &Path, store: &Path) -> u64 {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return 0;
+    };
+    if meta.len() < MIN_BYTES {
+        return 0;
+    }
+    let Ok(bytes) = std::fs::read(path) else {
+        return 0;
+    };
+    let blob = store.join(blake3::hash(&bytes).to_hex().as_str());
+    // The first holder of these bytes gives the store its copy (a racing worker's link wins
+    // and this file is linked to it below).
+    if std::fs::hard_link(path, &blob).is_ok() {
+        return 0;
+    }
+    let same = std::fs::metadata(&blob).is_ok_and(|b| b.len() == meta.len());
+    if !same {
+        return 0;
+    }
+    // Replace by rename, so the path always opens these bytes.
+    let tmp = path.with_extension("dedupe-tmp");
+    if std::fs::hard_link(&blob, &tmp).is_err() {
+        return 0;
+    }
+    if std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return 0;
+    }
+    meta.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two jobs' identical files share one inode; a different file and a small one are left.
+    #[test]
+    fn identical_kept_files_are_stored_once() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let store = root.path().join("blobs");
+        let big = vec![7u8; MIN_BYTES as usize];
+        let mut other = big.clone();
+        other[0] = 8;
+        let job = |name: &str, bytes: &[u8]| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(dir.join("run")).unwrap();
+            std::fs::write(dir.join("run/state.safetensors"), bytes).unwrap();
+            std::fs::write(dir.join("run/small"), b"x").unwrap();
+            dir
+        };
+        let (a, b, c) = (job("a", &big), job("b", &big), job("c", &other));
+        assert_eq!(dedupe(&a, &store), 0);
+        assert_eq!(dedupe(&b, &store), MIN_BYTES);
+        assert_eq!(dedupe(&c, &store), 0);
+        let ino = |d: &Path| std::fs::metadata(d.join("run/state.safetensors")).unwrap().ino();
+        assert_eq!(ino(&a), ino(&b));
+        assert_ne!(ino(&a), ino(&c));
+        assert_eq!(std::fs::read(b.join("run/state.safetensors")).unwrap(), big);
+        assert_eq!(std::fs::read_dir(&store).unwrap().count(), 2);
+    }
+}
