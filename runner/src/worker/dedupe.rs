@@ -104,7 +104,11 @@ mod tests {
         assert_eq!(dedupe(&a, &store), 0);
         assert_eq!(dedupe(&b, &store), MIN_BYTES);
         assert_eq!(dedupe(&c, &store), 0);
-        let ino = |d: &Path| std::fs::metadata(d.join("run/state.safetensors")).unwrap().ino();
+        let ino = |d: &Path| {
+            std::fs::metadata(d.join("run/state.safetensors"))
+                .unwrap()
+                .ino()
+        };
         assert_eq!(ino(&a), ino(&b));
         assert_ne!(ino(&a), ino(&c));
         assert_eq!(std::fs::read(b.join("run/state.safetensors")).unwrap(), big);

@@ -12,9 +12,9 @@
 //! - `repro.rs` — a caught mutation's smallest repro (`--shrink`).
 
 mod context;
+mod dedupe;
 mod pages;
 mod partial;
-mod dedupe;
 mod prune;
 mod repro;
 mod threads;
