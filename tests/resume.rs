@@ -291,3 +291,24 @@ fn sharded_optimizer_state_resumes_across_zero_stages() {
         .count();
     assert_eq!(caught, 6, "one per pair");
 }
+
+/// `plan --explain-mesh` knows a pair's mesh: the layout that resumes, and where from.
+#[test]
+fn explain_mesh_names_where_a_pair_resumes_from() {
+    let fx = fixture(&spec(r#"["curve"]"#, r#"["f32"]"#));
+    let out = meshparity(fx.path())
+        .args([
+            "plan",
+            "spec.toml",
+            "--explain-mesh",
+            "dp2-tp2-pp2-to-cp2-at2",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("cp 2") && text.contains("resumed from mesh `dp2-tp2-pp2` after step 2"),
+        "{text}"
+    );
+}

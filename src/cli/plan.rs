@@ -69,8 +69,14 @@ pub fn run(args: &Args) -> u8 {
 
 /// `--explain-mesh NAME`: the mesh's topology, every group in global ranks.
 fn explain_mesh(spec: &meshparity_specs::Spec, name: &str, format: Format) -> u8 {
-    let Some(mesh) = spec.meshes.get(name) else {
-        let names: Vec<&str> = spec.meshes.keys().map(String::as_str).collect();
+    // A `[[resume]]` pair's mesh is explained as the layout that resumes.
+    let Some(mesh) = spec.meshes.get(name).or_else(|| spec.resumed.get(name)) else {
+        let names: Vec<&str> = spec
+            .meshes
+            .keys()
+            .chain(spec.resumed.keys())
+            .map(String::as_str)
+            .collect();
         eprintln!(
             "error: --explain-mesh: the spec has no mesh `{name}`; {}",
             meshparity_specs::suggest::did_you_mean(name, &names, "mesh")
@@ -91,6 +97,9 @@ fn explain_mesh(spec: &meshparity_specs::Spec, name: &str, format: Format) -> u8
                 config.ep,
                 config.etp
             );
+            if let Some(r) = &mesh.resume {
+                println!("resumed from mesh `{}` after step {}", r.mesh, r.at);
+            }
             print!("{}", explained.text());
         }
         Format::Json => {
