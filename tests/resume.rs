@@ -218,6 +218,13 @@ fn what_cannot_resume_is_refused_at_its_line() {
     ] {
         refused(&format!("{base}[[resume]]\n{pair}\n"), says);
     }
+    // A command engine's model: its program cannot resume yet.
+    let command = common::harness::command_spec(r#"["-c", "true"]"#)
+        .replace("steps = 2", "steps = 3\noracle_steps = 3");
+    refused(
+        &format!("{command}\n[[resume]]\nfrom = [\"dp2\"]\nto = [\"world1\"]\nat = 1\n"),
+        "runs on a command engine, which cannot resume",
+    );
 }
 
 /// Stopping and resuming on the same layout changes no arithmetic, so the resumed run's curve

@@ -50,9 +50,10 @@ pub struct OptState {
     pub moments: IndexMap<String, (Tensor<2>, Tensor<2>)>,
 }
 
-/// The f32 master dtype of a half-precision parameter, if it needs one.
-fn half(t: &Tensor<2>) -> Option<FloatDType> {
-    match t.dtype() {
+/// The half-precision dtype a parameter of `dtype` is, if it is one (and so needs an f32
+/// master copy).
+pub(crate) fn half(dtype: DType) -> Option<FloatDType> {
+    match dtype {
         DType::BF16 => Some(FloatDType::BF16),
         DType::F16 => Some(FloatDType::F16),
         _ => None,
@@ -116,7 +117,7 @@ impl Optimizer {
         self.schedule_step += 1;
         for (name, p) in params.iter_mut() {
             let Some(g) = grads.get(name) else { continue };
-            let low = half(p);
+            let low = half(p.dtype());
             let (w, g) = match low {
                 Some(_) => (
                     self.master

@@ -245,6 +245,23 @@ fn assemble(
         if d != dim {
             return Err(format!("shards split it along dimensions {dim} and {d}"));
         }
+        // Blocks join only when they agree with the whole tensor off the split dimension.
+        let fits = t.shape.len() == entry.shape.len()
+            && t.shape
+                .iter()
+                .zip(&entry.shape)
+                .enumerate()
+                .all(|(i, (a, b))| i == dim || a == b)
+            && dtype_name(t.dtype) == entry.dtype;
+        if !fits {
+            return Err(format!(
+                "a shard is {} {:?}, which is no block of {} {:?} along dimension {dim}",
+                dtype_name(t.dtype),
+                t.shape,
+                entry.dtype,
+                entry.shape
+            ));
+        }
         // Replicas of one block (dp copies) are listed once each: keep the first.
         if start < next {
             if end <= next {
@@ -319,6 +336,24 @@ mod tests {
             e.contains("`w`") && e.contains("0..2 of dimension 1, of 3"),
             "{e}"
         );
+    }
+
+    /// An index that names a block of another shape (or dtype) than its tensor's is an error
+    /// naming the tensor, not a panic while joining the blocks.
+    #[test]
+    fn a_block_that_does_not_fit_its_tensor_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let ranks: Vec<Shards> = [t(2, 2, 0.0), t(3, 1, 4.0)]
+            .into_iter()
+            .map(|b| [("w".to_owned(), b)].into_iter().collect())
+            .collect();
+        let slice = |r: usize, _: &str| Slice::Split {
+            dim: 1,
+            range: if r == 0 { 0..2 } else { 2..3 },
+        };
+        write(dir.path(), &ranks, slice, |_, _| vec![2, 3]).unwrap();
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("`w`") && e.contains("no block of"), "{e}");
     }
 
     #[test]

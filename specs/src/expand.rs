@@ -354,23 +354,13 @@ impl<'s> Expansion<'s, '_> {
                 .collect(),
         };
         let mut out = Vec::new();
-        if mesh.resume.is_some() && model.engine.is_some() {
-            self.once(format!("resume/{}/{}", model.name.value, mesh.name.value), || {
-                Diagnostic::error(
-                    &mesh.name.loc,
-                    format!("model `{}` runs on a command engine, which cannot resume on another layout yet", model.name.value),
-                )
-                .label("this [[resume]] pair")
-                .help("resume pairs run on the built-in engine; leave this model out of the matrix entry, or the pair out")
-            });
+        if let Some(refused) = crate::resume::refused(model, mesh) {
+            let key = format!("resume/{}/{}", model.name.value, mesh.name.value);
+            self.once(key, || refused);
             return out;
         }
         for (level, loc) in wanted {
-            // A resumption changes what is saved and what trains after it, not the first
-            // step's forward: those levels are the `from` mesh's own cells'.
-            if mesh.resume.is_some()
-                && !matches!(level, Level::Roundtrip | Level::Curve | Level::Oracle)
-            {
+            if !crate::resume::judged(mesh, level) {
                 continue;
             }
             if !family.levels().contains(&level) {

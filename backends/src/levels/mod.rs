@@ -16,7 +16,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use meshparity_compare::InputError;
-use meshparity_engine::{checkpoint, Description, Shards};
+use meshparity_engine::{checkpoint, Description, Manifest, Shards};
 use meshparity_specs::{DType, ModelConfig, Training};
 
 pub use reference::reference;
@@ -45,6 +45,16 @@ pub struct Setup<'a> {
 pub const GPU_NORM_AGREEMENT: f64 = 1e-6;
 
 impl Setup<'_> {
+    /// A run's manifest before it writes anything: this engine and device, `world_size` ranks.
+    pub(crate) fn manifest(&self, world_size: u64) -> Manifest {
+        Manifest {
+            engine: self.describe.engine.clone(),
+            device: self.describe.device.clone(),
+            world_size,
+            ..Manifest::default()
+        }
+    }
+
     pub fn burn_dtype(&self) -> burn::tensor::DType {
         match self.dtype {
             DType::F64 => burn::tensor::DType::F64,

@@ -43,13 +43,10 @@ pub fn reference(setup: &Setup<'_>, len: Length, dir: &Path) -> Result<Manifest,
         save(dir, files::WEIGHTS, &w[0], &mut written)?;
     }
     let manifest = Manifest {
-        engine: setup.describe.engine.clone(),
-        device: setup.describe.device.clone(),
-        world_size: 1,
         steps: rec.losses.len(),
         artifacts: written,
         seconds: start.elapsed().as_secs_f64(),
-        ..Manifest::default()
+        ..setup.manifest(1)
     };
     manifest.write(dir)?;
     Ok(manifest)

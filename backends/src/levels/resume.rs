@@ -37,12 +37,7 @@ pub fn resumed(
         ShardingPlan::llama(setup.model, &from.config),
         ShardingPlan::llama(setup.model, mesh),
     );
-    let mut manifest = Manifest {
-        engine: setup.describe.engine.clone(),
-        device: setup.describe.device.clone(),
-        world_size: mesh.world_size(),
-        ..Manifest::default()
-    };
+    let mut manifest = setup.manifest(mesh.world_size());
     let mut written = Vec::new();
     let bug = fault.and_then(Fault::resume);
     let probe = train::Probe {

@@ -41,12 +41,7 @@ pub fn run(
     std::fs::create_dir_all(out).map_err(io(out))?;
     let start = Instant::now();
     let plan = ShardingPlan::llama(setup.model, mesh);
-    let mut manifest = Manifest {
-        engine: setup.describe.engine.clone(),
-        device: setup.describe.device.clone(),
-        world_size: mesh.world_size(),
-        ..Manifest::default()
-    };
+    let mut manifest = setup.manifest(mesh.world_size());
     let mut written = Vec::new();
     let mut altered = Vec::new();
     let seed = match conversion {

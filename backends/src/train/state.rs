@@ -11,7 +11,7 @@
 //! Merged over a mesh's ranks it is world-size-1 shaped, the same for every layout, so a state
 //! saved on one mesh is split for another ([`split`]) and compared entry by entry.
 
-use burn::tensor::{DType, Device, FloatDType, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 use indexmap::IndexMap;
 use meshparity_compare::TensorDtype;
 
@@ -19,7 +19,7 @@ use super::ranks::Ranks;
 use super::RunError;
 use crate::host::{HostTensor, Param};
 use crate::llama::is_buffer;
-use crate::optim::OptState;
+use crate::optim::{half, OptState};
 use crate::sharding::{MergeError, ShardingPlan, Shards};
 
 pub const EXP_AVG: &str = "optim.exp_avg.";
@@ -153,14 +153,6 @@ pub fn master(state: &Shards, device: &Device, dtype: DType) -> IndexMap<String,
         .filter(|(n, t)| t.dtype == TensorDtype::F32 && !is_state_entry(n) && !is_buffer(n))
         .map(|(n, t)| (n.clone(), t.to_param(device)))
         .collect()
-}
-
-fn half(dtype: DType) -> Option<FloatDType> {
-    match dtype {
-        DType::BF16 => Some(FloatDType::BF16),
-        DType::F16 => Some(FloatDType::F16),
-        _ => None,
-    }
 }
 
 /// Whether `name` is an optimizer, data or random-stream entry rather than a parameter.

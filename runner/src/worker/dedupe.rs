@@ -55,10 +55,13 @@ fn link(path: &Path, store: &Path) -> u64 {
     if meta.len() < MIN_BYTES {
         return 0;
     }
-    let Ok(bytes) = std::fs::read(path) else {
+    // Hashed as it is read: a kept file may be a large model's checkpoint.
+    let mut hasher = blake3::Hasher::new();
+    let read = meshparity_files::open(path).and_then(|f| hasher.update_reader(f).map(|_| ()));
+    if read.is_err() {
         return 0;
-    };
-    let blob = store.join(blake3::hash(&bytes).to_hex().as_str());
+    }
+    let blob = store.join(hasher.finalize().to_hex().as_str());
     // The first holder of these bytes gives the store its copy (a racing worker's link wins
     // and this file is linked to it below).
     if std::fs::hard_link(path, &blob).is_ok() {
