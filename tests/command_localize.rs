@@ -86,7 +86,7 @@ fn an_engine_that_always_traces_is_localized_without_a_rerun() {
     .unwrap();
     std::fs::write(
         dir.path().join("spec.toml"),
-        "include = [\"jax.toml\"]\n[run]\nname = \"always\"\nseed = 7\nsteps = 2\nbatch = 8\n\
+        "include = [\"jax.toml\"]\n[run]\nname = \"always\"\noptimizer = \"sgd\"\nseed = 7\nsteps = 2\nbatch = 8\n\
          [[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"tp2\"]\nlevels = [\"forward\"]\n",
     )
     .unwrap();
@@ -140,7 +140,7 @@ fn a_gradient_error_spread_by_the_clip_coefficient_is_localized_to_its_source() 
         std::fs::write(
             dir.path().join("spec.toml"),
             format!(
-                "include = [\"jax.toml\"]\n[run]\nname = \"clip\"\nseed = 7\nsteps = 2\n\
+                "include = [\"jax.toml\"]\n[run]\nname = \"clip\"\noptimizer = \"sgd\"\nseed = 7\nsteps = 2\n\
                  batch = 8\n{clip}[[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"dp2\"]\n\
                  levels = [\"oracle\"]\n"
             ),

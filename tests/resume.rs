@@ -218,13 +218,6 @@ fn what_cannot_resume_is_refused_at_its_line() {
     ] {
         refused(&format!("{base}[[resume]]\n{pair}\n"), says);
     }
-    // A command engine's model: its program cannot resume yet.
-    let command = common::harness::command_spec(r#"["-c", "true"]"#)
-        .replace("steps = 2", "steps = 3\noracle_steps = 3");
-    refused(
-        &format!("{command}\n[[resume]]\nfrom = [\"dp2\"]\nto = [\"world1\"]\nat = 1\n"),
-        "runs on a command engine, which cannot resume",
-    );
 }
 
 /// Stopping and resuming on the same layout changes no arithmetic, so the resumed run's curve
@@ -317,5 +310,76 @@ fn explain_mesh_names_where_a_pair_resumes_from() {
     assert!(
         text.contains("cp 2") && text.contains("resumed from mesh `dp2-tp2-pp2` after step 2"),
         "{text}"
+    );
+}
+
+/// A user's own program resumes through the command engine (the JAX example, issue 38 item 3):
+/// saved under tensor parallelism and resumed under data parallelism, or saved on one device
+/// and resumed under tp2, it matches the uninterrupted run; each resumption bug the program
+/// declares is caught, named at the first state entry or step that differs.
+#[test]
+fn a_jax_program_resumes_on_another_layout() {
+    if !common::harness::jax() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let (code, results) = common::run_in_repo(
+        &[
+            "examples/command/jax-resume.toml",
+            "-f",
+            "mesh=tp2-to-dp2-at2,world1-to-tp2-at2",
+        ],
+        &out.path().join("run"),
+    );
+    assert_eq!(code, Some(0), "{results:#}");
+    let jobs = results["jobs"].as_array().unwrap();
+    let mut caught = 0;
+    for j in jobs {
+        assert_eq!(j["status"], "passed", "{j:#}");
+        let (name, summary) = (j["name"].as_str().unwrap(), j["summary"].as_str().unwrap());
+        if name.ends_with("/roundtrip") {
+            assert!(summary.contains("resumed state match"), "{name}: {summary}");
+        }
+        let says = [
+            ("resume-moments-dropped", "resumed state differs: `exp_avg."),
+            ("resume-step-reset", "resumed state differs: `step`"),
+            ("resume-data-position-reset", "at step 3"),
+        ];
+        if let Some((_, says)) = says.iter().find(|(b, _)| name.contains(&format!("[{b}]"))) {
+            assert!(summary.starts_with("caught by"), "{name}: {summary}");
+            assert!(summary.contains(says), "{name}: {summary}");
+            caught += 1;
+        }
+    }
+    assert_eq!(caught, 6, "three bugs on each of two pairs: {results:#}");
+}
+
+/// A program that resumes but never writes the state it loaded: the pair's run is a job error
+/// that names the file, the template value and the command, not a round trip that passes on
+/// nothing.
+#[test]
+fn a_program_that_does_not_write_what_it_loaded_is_told_so() {
+    if !common::harness::jax() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
+    for f in ["train.py", "sharded_checkpoint.py", "jax-resume.toml"] {
+        std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
+    }
+    let engine = std::fs::read_to_string(example.join("jax.toml")).unwrap();
+    let without = engine.replace(", \"--loaded-dir\", \"{{loaded_dir}}\"", "");
+    assert_ne!(engine, without);
+    std::fs::write(dir.path().join("jax.toml"), without).unwrap();
+    let out = meshparity(dir.path())
+        .args(["run", "jax-resume.toml", "--no-progress", "--run-dir", "run"])
+        .args(["-f", "mesh=world1-to-tp2-at2 and level=roundtrip"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let results = std::fs::read_to_string(dir.path().join("run/results.json")).unwrap();
+    assert!(
+        results.contains("wrote no `final.safetensors` (artifacts.weights) into {{loaded_dir}}"),
+        "{results}"
     );
 }

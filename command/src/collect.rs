@@ -57,13 +57,34 @@ pub struct Collected {
     pub replicas_differ: Option<String>,
 }
 
-/// Collect the program's files in `out` into contract artifacts.
-/// `converts`: this run was handed `{{seed_checkpoint}}` (the roundtrip's file is expected).
+/// Which of the mapped files a run of the program is expected to have written.
+#[derive(Clone, Copy, Debug)]
+pub enum Expect {
+    /// Every mapped file; the round trip's only when the run was handed `{{seed_checkpoint}}`.
+    Whole { converts: bool },
+    /// The part of a `[[resume]]` pair's run that saves: its curve up to the checkpoint and the
+    /// first step's gradients; the weights too when they are taken before the checkpoint.
+    Saving { weights: bool },
+    /// The part that resumes: its curve after the checkpoint, the weights, the digests.
+    Resumed { weights: bool },
+}
+
+impl Expect {
+    fn wants(self, key: &str) -> bool {
+        match self {
+            Expect::Whole { converts } => key != "roundtrip" || converts,
+            Expect::Saving { weights } => key == "grads" || (weights && key == "weights"),
+            Expect::Resumed { weights } => key == "digests" || (weights && key == "weights"),
+        }
+    }
+}
+
+/// Collect the program's files in `out` into contract artifacts, those `expect` names.
 pub fn collect(
     map: &ArtifactMap,
     out: &Path,
     argv: &str,
-    converts: bool,
+    expect: Expect,
 ) -> Result<Collected, CollectError> {
     let mut written = Vec::new();
     let mut ungated = Vec::new();
@@ -76,8 +97,7 @@ pub fn collect(
     ];
     for (key, file, contract) in tensors {
         let Some(file) = file else { continue };
-        // Only a mesh run judged at the roundtrip level converts a checkpoint.
-        if key == "roundtrip" && !converts {
+        if !expect.wants(key) {
             continue;
         }
         let src = found(out, &file.value, key, argv)?;
@@ -126,7 +146,7 @@ pub fn collect(
         (None, None) => None,
     };
     let replicas_differ = match &map.digests {
-        Some(file) => {
+        Some(file) if expect.wants("digests") => {
             let path = found(out, &file.value, "digests", argv)?;
             crate::digests::disagreement(&path).map_err(|message| CollectError::Malformed {
                 path: path.display().to_string(),
@@ -135,7 +155,7 @@ pub fn collect(
                 argv: argv.to_owned(),
             })?
         }
-        None => None,
+        _ => None,
     };
     if let Some(steps) = steps {
         let path = out.join(files::CURVE);

@@ -8,6 +8,7 @@
 //! - `checkout.rs` — a variant's snapshot of one commit;
 //! - `collect.rs` — the program's files → contract artifacts;
 //! - `trace.rs` — the program's per-site traces → the trace artifact (localization);
+//! - `resume.rs` — a `[[resume]]` pair's run: the program saves on one mesh, resumes on another;
 //! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
 
 pub mod cause;
@@ -17,6 +18,7 @@ pub mod digests;
 pub mod log;
 pub mod output;
 pub mod process;
+mod resume;
 pub mod template;
 pub mod trace;
 
@@ -70,7 +72,7 @@ impl CommandEngine {
 
     /// The program, its arguments, environment and directory for `req`, writing into `out`.
     pub fn invocation(&self, req: &RunRequest<'_>, out: &Path) -> Result<Invocation, EngineError> {
-        self.invocation_tracing(req, out, None)
+        self.invocation_with(req, out, &[])
     }
 
     /// [`CommandEngine::invocation`], asking for per-site traces in `trace_dir` when given.
@@ -80,10 +82,22 @@ impl CommandEngine {
         out: &Path,
         trace_dir: Option<&Path>,
     ) -> Result<Invocation, EngineError> {
+        let traces = trace_dir.map(|d| ("trace_dir", d.display().to_string()));
+        self.invocation_with(req, out, traces.as_slice())
+    }
+
+    /// [`CommandEngine::invocation`] with `set` values in place of their defaults (where to
+    /// trace, where to save or resume).
+    fn invocation_with(
+        &self,
+        req: &RunRequest<'_>,
+        out: &Path,
+        set: &[(&str, String)],
+    ) -> Result<Invocation, EngineError> {
         let base = std::path::absolute(self.base()).unwrap_or_else(|_| self.base());
         let mut values = template::values(req, out, &base);
-        if let Some(dir) = trace_dir {
-            values.insert("trace_dir".into(), dir.display().to_string());
+        for (k, v) in set {
+            values.insert((*k).to_owned(), v.clone());
         }
         if let Some((name, checkout)) = &self.variant {
             values.insert("variant".into(), name.clone());
@@ -172,6 +186,10 @@ impl Engine for CommandEngine {
         let Some(dir) = &self.def.artifacts.trace else {
             return Ok(false);
         };
+        // A pair's run is two runs of the program; its trace would be neither's.
+        if req.training.resume.is_some() {
+            return Ok(false);
+        }
         std::fs::create_dir_all(req.out)
             .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
         if let Some(from) = self.traced_run(req) {
@@ -188,11 +206,8 @@ impl Engine for CommandEngine {
     }
 
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
-        if let Some(r) = &req.training.resume {
-            return Err(EngineError::Run(format!(
-                "resuming from mesh `{}` after {} steps: the command engine cannot resume on another layout yet",
-                r.mesh, r.at
-            )));
+        if let Some(from) = &req.training.resume {
+            return resume::run(self, req, from);
         }
         let start = Instant::now();
         std::fs::create_dir_all(req.out)
@@ -212,7 +227,10 @@ impl Engine for CommandEngine {
             traced.push((run_key(req), out.clone()));
         }
         let argv = inv.display();
-        let collected = collect::collect(&self.def.artifacts, &out, &argv, converts(req))
+        let expect = collect::Expect::Whole {
+            converts: converts(req),
+        };
+        let collected = collect::collect(&self.def.artifacts, &out, &argv, expect)
             .map_err(|e| EngineError::Run(e.to_string()))?;
         let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
             .map_or(req.training.steps as usize, |c| c.lines().count());

@@ -113,7 +113,10 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("mutation", req.mutation.unwrap_or("none").to_owned());
     // The checkpoint a mesh run converts for the roundtrip level; empty when it converts none
     // (the reference, a variant's run, a cell without the roundtrip level).
-    let converts = req.mesh.is_some() && req.levels.contains(&meshparity_specs::Level::Roundtrip);
+    // A `[[resume]]` pair's round trip is its own checkpoint's, not the seed's.
+    let converts = req.mesh.is_some()
+        && req.training.resume.is_none()
+        && req.levels.contains(&meshparity_specs::Level::Roundtrip);
     put(
         "seed_checkpoint",
         req.reference
@@ -123,6 +126,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     );
     // Where to write per-site traces: empty unless meshparity asks for them (localization).
     put("trace_dir", String::new());
+    // A `[[resume]]` pair's run (docs/engines.md): after step `save_at`, save the checkpoint
+    // and the merged state into `save_dir`; load `resume_from` and write the merged state as
+    // loaded into `loaded_dir`. 0 and empty when the run neither saves nor resumes.
+    put("save_at", "0".to_owned());
+    put("save_dir", String::new());
+    put("resume_from", String::new());
+    put("loaded_dir", String::new());
     // Outside `[variants]`: no variant, and the program's own directory.
     put("variant", "none".to_owned());
     put("variant_dir", base.display().to_string());

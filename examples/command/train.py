@@ -44,6 +44,11 @@ import os
 import sys
 import time
 
+import sharded_checkpoint
+
+
+RESUME_BUGS = ["resume-moments-dropped", "resume-step-reset", "resume-data-position-reset"]
+
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,12 +70,22 @@ def parse():
     p.add_argument("--seq", type=int, default=8)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=0.5)
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    p.add_argument("--weight-decay", type=float, default=0.0,
+                   help="AdamW's decoupled weight decay")
+    p.add_argument("--save-at", type=int, default=0,
+                   help="after this step, save the checkpoint into --save-dir and stop (0: never)")
+    p.add_argument("--save-dir", default="")
+    p.add_argument("--resume-from", default="",
+                   help="a checkpoint --save-dir holds: load it and train on (empty: start fresh)")
+    p.add_argument("--loaded-dir", default="",
+                   help="where to write the state as loaded, gathered (empty: nowhere)")
     p.add_argument("--clip-grad-norm", type=float, default=0.0,
                    help="clip gradients to this global norm (0: no clipping)")
     p.add_argument("--dtype", default="f32", choices=["f32", "f64"])
     p.add_argument("--bug", default="none",
                    choices=["none", "skip-tp-psum", "skip-dp-grad-psum", "local-loss-normalization",
-                            "drop-tp-shard", "skip-head-grad-psum"])
+                            "drop-tp-shard", "skip-head-grad-psum", *RESUME_BUGS])
     return p.parse_args()
 
 
@@ -126,7 +141,7 @@ def main():
         in the files its rank 0 writes."""
         return jax.lax.psum(jnp.where(jax.lax.axis_index(axis) == 0, v, 0), axis)
 
-    def local_step(p0, x, y):
+    def local_step(p0, opt, count, x, y):
         # Data-parallel replicas, made explicit: each rank differentiates its own copy, so the
         # gradient all-reduce below is ours to make (or to forget).
         p = jax.tree_util.tree_map(lambda t: varying(t, "dp"), p0)
@@ -167,16 +182,36 @@ def main():
             loss, logits = rank0(loss, "tp"), rank0(logits, "tp")
             sites = {k: rank0(v, "tp") for k, v in sites.items()}
             g = {k: rank0(t, "tp") if specs[k] == P() else t for k, t in g.items()}
-        new = jax.tree_util.tree_map(lambda w, d: w - a.lr * d, p0, g)
-        return new, loss, logits, g, sites
+        new, opt = update(p0, opt, g, count)
+        return new, opt, loss, logits, g, sites
+
+    def update(p, opt, g, count):
+        """SGD, or AdamW (torch's: decoupled decay, bias correction by the step `count`)."""
+        if a.optimizer == "sgd":
+            return {k: p[k] - a.lr * g[k] for k in p}, opt
+        b1, b2, eps = 0.9, 0.999, 1e-8
+        m = {k: b1 * opt["exp_avg"][k] + (1 - b1) * g[k] for k in g}
+        v = {k: b2 * opt["exp_avg_sq"][k] + (1 - b2) * g[k] * g[k] for k in g}
+        c1, c2 = 1 - b1 ** count, 1 - b2 ** count
+        new = {k: p[k] * (1 - a.lr * a.weight_decay)
+               - a.lr * (m[k] / c1) / (jnp.sqrt(v[k] / c2) + eps) for k in p}
+        return new, {"exp_avg": m, "exp_avg_sq": v}
 
     site_names = ["embed.out"] + [
         f"layers.{l}.{s}" for l in range(a.layers) for s in ("mlp.out", "out")] + ["logits"]
+    opt_specs = {"exp_avg": specs, "exp_avg_sq": specs} if a.optimizer == "adamw" else {}
     step = jax.jit(jax.shard_map(
         local_step, mesh=mesh,
-        in_specs=(specs, P("dp"), P("dp")),
-        out_specs=(specs, P(), P("dp"), specs, {n: P("dp") for n in site_names}),
+        in_specs=(specs, opt_specs, P(), P("dp"), P("dp")),
+        out_specs=(specs, opt_specs, P(), P("dp"), specs, {n: P("dp") for n in site_names}),
     ))
+    opt = {group: {k: jax.device_put(np.zeros_like(v), NamedSharding(mesh, specs[k]))
+                   for k, v in init.items()} for group in opt_specs}
+    # Steps trained, the optimizer's step count, batches consumed: one in a correct run, three
+    # counters a checkpoint must each carry across a stop.
+    done, opt_step, position = 0, 0, 0
+    if a.resume_from:
+        params, opt, done, opt_step, position = resume(a, mesh, specs, opt_specs)
     if a.trace_dir:
         os.makedirs(a.trace_dir, exist_ok=True)
         with open(os.path.join(a.trace_dir, "sites.txt"), "w") as f:
@@ -187,12 +222,14 @@ def main():
     if a.roundtrip_from:
         roundtrip(a, mesh, specs, os.path.join(a.out, "roundtrip.safetensors"))
     with open(os.path.join(a.out, "metrics.jsonl"), "w") as metrics:
-        for k in range(a.steps):
-            data = np.random.default_rng([a.seed, k + 1])
+        for k in range(done, a.steps):
+            data = np.random.default_rng([a.seed, position + 1])
             tokens = data.integers(0, a.vocab, (a.batch, a.seq + 1))
             x, y = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
+            opt_step, position = opt_step + 1, position + 1
             start = time.perf_counter()
-            params, loss_array, logits, grads, sites = step(params, x, y)
+            params, opt, loss_array, logits, grads, sites = step(
+                params, opt, jnp.asarray(opt_step, dt), x, y)
             loss = float(loss_array)
             seconds = time.perf_counter() - start
             metrics.write(json.dumps(
@@ -210,9 +247,61 @@ def main():
                 save_file({n: np.asarray(t) for n, t in params.items()},
                           os.path.join(a.out, "final.safetensors"))
             print(f"step {k + 1}/{a.steps} loss {loss:.6f}", flush=True)
+            if k + 1 == a.save_at:
+                counters = {"done": k + 1, "opt_step": opt_step, "position": position}
+                sharded_checkpoint.save(a.save_dir, {**params, **flat(opt)}, counters)
+                merged(a.save_dir, params, opt, opt_step)
+                print(f"saved the checkpoint after step {k + 1} to {a.save_dir}", flush=True)
+                return
     if not 0 < a.weights_after <= a.steps:
         save_file({n: np.asarray(t) for n, t in params.items()},
                   os.path.join(a.out, "final.safetensors"))
+
+
+def flat(opt):
+    """The optimizer's state as named arrays: `exp_avg.NAME`, `exp_avg_sq.NAME`."""
+    return {f"{group}.{k}": v for group, tensors in opt.items() for k, v in tensors.items()}
+
+
+def merged(directory, params, opt, opt_step):
+    """The training state gathered to whole arrays, as meshparity reads it: the weights in
+    final.safetensors, the optimizer's state and step count in optimizer.safetensors."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    save_file({n: np.asarray(t) for n, t in params.items()},
+              os.path.join(directory, "final.safetensors"))
+    state = {n: np.asarray(t) for n, t in flat(opt).items()}
+    state["step"] = np.asarray([opt_step], dtype=np.int64)
+    save_file(state, os.path.join(directory, "optimizer.safetensors"))
+
+
+def resume(a, mesh, specs, opt_specs):
+    """The checkpoint in --resume-from, laid out for this run's mesh, and its counters (with a
+    resumption bug, wrong as that bug is); the state as loaded goes to --loaded-dir."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+
+    names = {k: NamedSharding(mesh, specs[k]) for k in specs}
+    names.update({f"{g}.{k}": NamedSharding(mesh, specs[k]) for g in opt_specs for k in specs})
+    arrays, counters = sharded_checkpoint.load(a.resume_from, names)
+    params = {k: arrays[k] for k in specs}
+    opt = {g: {k: arrays[f"{g}.{k}"] for k in specs} for g in opt_specs}
+    if a.bug == "resume-moments-dropped":
+        # A loader that restores the model but builds the optimizer afresh.
+        opt = {g: {k: jax.device_put(np.zeros(v.shape, v.dtype), v.sharding)
+                   for k, v in t.items()} for g, t in opt.items()}
+    done, opt_step, position = counters["done"], counters["opt_step"], counters["position"]
+    if a.bug == "resume-step-reset":
+        opt_step = 0
+    if a.bug == "resume-data-position-reset":
+        position = 0
+    if a.loaded_dir:
+        merged(a.loaded_dir, params, opt, opt_step)
+    print(f"resumed after step {done} from {a.resume_from}", flush=True)
+    return params, opt, done, opt_step, position
 
 
 def roundtrip(a, mesh, specs, path):

@@ -35,6 +35,7 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "roundtrip",
     "trace",
     "digests",
+    "optimizer",
     "step_key",
     "loss_key",
     "log",
@@ -67,6 +68,11 @@ pub struct ArtifactMap {
     /// same bytes, JSON (`meshparity_hooks.torch.replica_digests`): a group whose digests
     /// differ fails the oracle level, as the built-in engine's replicas that disagree do.
     pub digests: Option<Located<String>>,
+    /// The optimizer's state gathered to world-size-1 shapes, safetensors (tensor names the
+    /// program's own, e.g. `exp_avg.NAME`, `step`): written beside `weights` where a
+    /// `[[resume]]` pair's run saves (`{{save_dir}}`) and where it loads (`{{loaded_dir}}`), so
+    /// the roundtrip level holds the optimizer's state loaded bit-equal to the state saved.
+    pub optimizer: Option<Located<String>>,
     /// Key of the step number in `curve` (default `step`).
     pub step_key: String,
     /// Key of the loss in `curve` (default `loss`).
@@ -92,10 +98,14 @@ impl ArtifactMap {
     }
 
     /// The `artifacts` keys a run of this engine must map for `level`, that it does not: the
-    /// mesh run's side (`reference` false) or the world-size-1 reference's.
-    pub fn unmapped(&self, level: crate::Level, reference: bool) -> Vec<&'static str> {
+    /// mesh run's side (`reference` false) or the world-size-1 reference's; `resumed`: the
+    /// mesh is a `[[resume]]` pair's, whose round trip is the state saved against the state
+    /// loaded (the weights at least; the optimizer's state where mapped).
+    pub fn unmapped(&self, level: crate::Level, reference: bool, resumed: bool) -> Vec<&'static str> {
         use crate::Level;
         let need: &[(&'static str, bool)] = match level {
+            Level::Roundtrip if resumed && reference => &[],
+            Level::Roundtrip if resumed => &[("weights", self.weights.is_some())],
             // The reference writes the initial weights; a mesh run saves and loads them back.
             Level::Roundtrip if reference => &[("initial", self.initial.is_some())],
             Level::Roundtrip => &[("roundtrip", self.roundtrip.is_some())],
@@ -124,8 +134,12 @@ pub struct EngineMutation {
 }
 
 impl EngineMutation {
-    pub fn applies_to(&self, mesh: &crate::MeshConfig) -> bool {
-        self.needs.iter().all(|n| n.holds(mesh))
+    /// Whether the bug exists on `mesh` under `training`: a bug of the resumption (`needs =
+    /// ["resume"]`) only on a `[[resume]]` pair's mesh, every other bug only elsewhere (the
+    /// catalog's rule, [`crate::Mutation::applies_to`]).
+    pub fn applies_to(&self, mesh: &crate::MeshConfig, training: &crate::Training) -> bool {
+        training.resume.is_some() == self.needs.contains(&Needs::Resume)
+            && self.needs.iter().all(|n| n.holds(mesh))
     }
 }
 
@@ -272,6 +286,7 @@ fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMap {
         roundtrip: t.string(cx, "roundtrip"),
         trace: t.string(cx, "trace"),
         digests: t.string(cx, "digests"),
+        optimizer: t.string(cx, "optimizer"),
         step_key,
         loss_key,
         log: t.string(cx, "log"),

@@ -354,11 +354,6 @@ impl<'s> Expansion<'s, '_> {
                 .collect(),
         };
         let mut out = Vec::new();
-        if let Some(refused) = crate::resume::refused(model, mesh) {
-            let key = format!("resume/{}/{}", model.name.value, mesh.name.value);
-            self.once(key, || refused);
-            return out;
-        }
         for (level, loc) in wanted {
             if !crate::resume::judged(mesh, level) {
                 continue;
@@ -387,7 +382,7 @@ impl<'s> Expansion<'s, '_> {
                 );
                 continue;
             }
-            if !self.engine_writes(model, level, &loc, entry.levels.is_some()) {
+            if !self.engine_writes(model, mesh, level, &loc, entry.levels.is_some()) {
                 continue;
             }
             let mut excluded = false;
@@ -440,7 +435,14 @@ impl Expansion<'_, '_> {
     /// (its own for the mesh runs, its reference engine's for the world-size-1 run). A level
     /// the matrix names explicitly is an error at that name otherwise; one selected by default
     /// is left out, since the engine cannot produce it.
-    fn engine_writes(&mut self, model: &Model, level: Level, at: &Loc, explicit: bool) -> bool {
+    fn engine_writes(
+        &mut self,
+        model: &Model,
+        mesh: &Mesh,
+        level: Level,
+        at: &Loc,
+        explicit: bool,
+    ) -> bool {
         let Some(engine) = &model.engine else {
             return true;
         };
@@ -455,7 +457,8 @@ impl Expansion<'_, '_> {
             let Some(def) = self.spec.engines.get(&name.value) else {
                 continue;
             };
-            let missing = def.artifacts.unmapped(level, is_reference);
+            let resumed = mesh.resume.is_some();
+            let missing = def.artifacts.unmapped(level, is_reference, resumed);
             if missing.is_empty() {
                 continue;
             }

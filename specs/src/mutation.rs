@@ -160,6 +160,7 @@ impl Needs {
         "tp-replicated-experts",
         "interleaved",
         "tp-without-sp",
+        "resume",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -185,6 +186,7 @@ impl Needs {
             "tp-replicated-experts" => Needs::TpReplicatedExperts,
             "interleaved" => Needs::Interleaved,
             "tp-without-sp" => Needs::TpWithoutSp,
+            "resume" => Needs::Resume,
             _ => return None,
         })
     }

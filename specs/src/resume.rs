@@ -145,21 +145,6 @@ pub(crate) fn joining<'s>(spec: &'s crate::Spec, meshes: &[&'s Mesh]) -> Vec<&'s
         .collect()
 }
 
-/// Why `model` cannot run on `mesh`, a pair's: a command engine cannot resume yet.
-pub(crate) fn refused(model: &crate::model::Model, mesh: &Mesh) -> Option<Diagnostic> {
-    (mesh.resume.is_some() && model.engine.is_some()).then(|| {
-        Diagnostic::error(
-            &mesh.name.loc,
-            format!(
-                "model `{}` runs on a command engine, which cannot resume on another layout yet",
-                model.name.value
-            ),
-        )
-        .label("this [[resume]] pair")
-        .help("resume pairs run on the built-in engine; leave this model out of the matrix entry, or the pair out")
-    })
-}
-
 /// Whether `level` is judged on `mesh`: every level on a plain mesh; on a pair's, those a
 /// resumption changes (what is saved, what trains after it), not the first step's forward,
 /// which is the `from` mesh's own cells'.

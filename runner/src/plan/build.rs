@@ -244,7 +244,7 @@ impl Plan {
             Some(engine) => engine
                 .mutations
                 .iter()
-                .filter(|m| m.applies_to(&mesh))
+                .filter(|m| m.applies_to(&mesh, training))
                 .map(|m| m.name.value.clone())
                 .collect(),
             None => spec

@@ -125,6 +125,10 @@ pub(super) struct EngineArtifacts {
     /// Each rank's digest of every parameter, grouped by the ranks that must hold the same bytes
     /// (JSON, as meshparity_hooks.torch writes it): a group that disagrees fails the oracle level.
     pub(super) digests: Option<String>,
+    /// The optimizer's state gathered to world-size-1 shapes (safetensors), written beside
+    /// `weights` into {{save_dir}} when a [[resume]] pair's run saves and into {{loaded_dir}}
+    /// when it loads: the roundtrip level holds what was loaded bit-equal to what was saved.
+    pub(super) optimizer: Option<String>,
     /// Key of the step number in `curve` (default step).
     pub(super) step_key: Option<String>,
     /// Key of the loss in `curve` (default loss).

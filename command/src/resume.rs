@@ -1,0 +1,195 @@
+//! A `[[resume]]` pair's run on a command engine: the program runs twice, as a user's
+//! stopped-and-resumed training does.
+//!
+//! 1. On the `from` mesh, with `{{save_at}}` = k and `{{save_dir}}`: it trains k steps, saves
+//!    its checkpoint there in its own format, and beside it the merged state (the files
+//!    `artifacts.weights` and `artifacts.optimizer` name, in world-size-1 shapes). It may stop
+//!    there; meshparity reads its curve up to step k.
+//! 2. On the pair's own mesh, with `{{resume_from}}` = that directory and `{{loaded_dir}}`: it
+//!    loads the checkpoint, writes the merged state as loaded into `loaded_dir`, and trains on
+//!    from step k + 1 to the last.
+//!
+//! The run's artifacts are then the uninterrupted run's — the curve joined (the first run's
+//! steps up to k, the second's after), the first step's gradients from the first run, the
+//! weights from whichever run held them at `weights_after` — and beside them the merged state
+//! saved (`RESUME_SAVED`) and loaded (`CHECKPOINT`), which the roundtrip level holds bit-equal.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use meshparity_engine::{checkpoint, files, Engine, EngineError, Manifest, RunRequest, Shards};
+use meshparity_specs::{ArtifactMap, ResumeFrom};
+
+use crate::collect::{self, Expect};
+use crate::{process, CommandEngine};
+
+/// Where the saving run writes its own files, under the pair's output directory.
+const SAVING: &str = "saving";
+/// Where the resumed run writes the merged state it loaded.
+const LOADED: &str = "loaded";
+
+/// Run `req`, a pair's, resuming from `from`: save, resume, join, write the manifest.
+pub(crate) fn run(
+    engine: &CommandEngine,
+    req: &RunRequest<'_>,
+    from: &ResumeFrom,
+) -> Result<Manifest, EngineError> {
+    let start = Instant::now();
+    let fail = |e: String| EngineError::Run(format!("engine `{}`: {e}", engine.def.name.value));
+    let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
+    let (saving, save_dir, loaded) = (
+        out.join(SAVING),
+        out.join(files::RESUME_CHECKPOINT),
+        out.join(LOADED),
+    );
+    for dir in [&saving, &save_dir, &loaded] {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| EngineError::Run(format!("creating {}: {e}", dir.display())))?;
+    }
+    let at = from.at as u64;
+    let weights_after = req.length().weights_after as u64;
+    let map = &engine.def.artifacts;
+
+    // 1. The `from` mesh trains to the checkpoint and saves.
+    let first = RunRequest {
+        mesh: Some(&from.config),
+        out: &saving,
+        ..*req
+    };
+    let set = [
+        ("save_at", at.to_string()),
+        ("save_dir", save_dir.display().to_string()),
+    ];
+    let inv = engine.invocation_with(&first, &saving, &set)?;
+    process::run(&inv, &saving).map_err(|e| EngineError::Run(e.to_string()))?;
+    let early = weights_after > 0 && weights_after <= at;
+    let argv = inv.display();
+    let a = collect::collect(map, &saving, &argv, Expect::Saving { weights: early })
+        .map_err(|e| fail(e.to_string()))?;
+    let saved = merged(map, &save_dir, "save_dir", &argv).map_err(fail)?;
+
+    // 2. The pair's own mesh loads it and trains on.
+    let set = [
+        ("resume_from", save_dir.display().to_string()),
+        ("loaded_dir", loaded.display().to_string()),
+    ];
+    let inv = engine.invocation_with(req, &out, &set)?;
+    process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
+    let argv = inv.display();
+    let b = collect::collect(map, &out, &argv, Expect::Resumed { weights: !early })
+        .map_err(|e| fail(e.to_string()))?;
+    let held = merged(map, &loaded, "loaded_dir", &argv).map_err(fail)?;
+
+    let mut written = vec![files::RESUME_SAVED.to_owned(), files::CHECKPOINT.to_owned()];
+    for (name, tensors) in [(files::RESUME_SAVED, &saved), (files::CHECKPOINT, &held)] {
+        let path = out.join(name);
+        checkpoint::save(&path, tensors)
+            .map_err(|e| EngineError::Run(format!("writing {}: {e}", path.display())))?;
+    }
+    for name in a.written.iter().filter(|n| *n != files::CURVE) {
+        std::fs::copy(saving.join(name), out.join(name))
+            .map_err(|e| EngineError::Run(format!("copying {name}: {e}")))?;
+        written.push(name.clone());
+    }
+    written.extend(b.written.iter().filter(|n| *n != files::CURVE).cloned());
+    let steps = if map.curve.is_some() || map.log.is_some() {
+        let n = join_curves(&saving, &out, at).map_err(fail)?;
+        written.push(files::CURVE.to_owned());
+        n
+    } else {
+        req.training.steps as usize
+    };
+    let manifest = Manifest {
+        engine: engine.describe().engine,
+        device: engine.device.clone(),
+        world_size: req.world_size(),
+        steps,
+        artifacts: written,
+        ungated: b.ungated,
+        altered: req
+            .mutation
+            .map(|m| vec![format!("{m}: requested with `{argv}` (and its saving run)")])
+            .unwrap_or_default(),
+        unmerged: b
+            .replicas_differ
+            .map(|why| [(files::WEIGHTS.to_owned(), why)].into())
+            .unwrap_or_default(),
+        seconds: start.elapsed().as_secs_f64(),
+        ..Manifest::default()
+    };
+    manifest.write(&out)?;
+    Ok(manifest)
+}
+
+/// The merged state the program wrote into `dir` (`what`, the template value that named it):
+/// the weights, and the optimizer's state where the spec maps it, as one set of tensors.
+fn merged(map: &ArtifactMap, dir: &Path, what: &str, argv: &str) -> Result<Shards, String> {
+    let mut all = Shards::new();
+    let keys = [("weights", &map.weights), ("optimizer", &map.optimizer)];
+    for (key, file) in keys {
+        let Some(file) = file else { continue };
+        let path = state_file(dir, &file.value);
+        if !path.is_file() {
+            return Err(format!(
+                "the program wrote no `{}` (artifacts.{key}) into {{{{{what}}}}} = {}; command: {argv}",
+                file.value,
+                dir.display()
+            ));
+        }
+        let tensors = checkpoint::load(&path)
+            .map_err(|e| format!("`{}` (artifacts.{key}): {e}", path.display()))?;
+        for (name, t) in tensors {
+            if all.insert(name.clone(), t).is_some() {
+                return Err(format!(
+                    "`{name}` is in both the weights and the optimizer's state in {}: name the \
+                     optimizer's entries apart (e.g. `exp_avg.{name}`)",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    if all.is_empty() {
+        return Err(format!("the merged state in {} holds no tensor", dir.display()));
+    }
+    Ok(all)
+}
+
+/// A state file under `dir`, by the name the spec maps: only its file name counts (the
+/// program writes it straight into the directory it was given).
+fn state_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(Path::new(name).file_name().unwrap_or(name.as_ref()))
+}
+
+/// The contract curve of the whole run: the saving run's steps up to `at`, the resumed run's
+/// after; written over the resumed run's. Each part must hold its steps, or the curve would
+/// silently skip or repeat some. Returns the number of steps.
+fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, String> {
+    let steps = |dir: &Path| -> Result<Vec<(u64, String)>, String> {
+        let path = dir.join(files::CURVE);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let step = v["step"].as_u64().ok_or("a curve line without its step")?;
+                Ok((step, format!("{l}\n")))
+            })
+            .collect()
+    };
+    let before: Vec<_> = steps(saving)?.into_iter().filter(|(s, _)| *s <= at).collect();
+    let after = steps(out)?;
+    let numbers: Vec<u64> = before.iter().chain(&after).map(|(s, _)| *s).collect();
+    let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
+    if before.len() as u64 != at || numbers != expected {
+        return Err(format!(
+            "the saving run's curve must hold steps 1..={at} and the resumed run's the steps \
+             after {at}, once each; together they hold {numbers:?}"
+        ));
+    }
+    let text: String = before.into_iter().chain(after).map(|(_, l)| l).collect();
+    let path = out.join(files::CURVE);
+    meshparity_files::write(&path, text.as_bytes())
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(numbers.len())
+}
