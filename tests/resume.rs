@@ -58,17 +58,19 @@ at = 2
 
 [[resume]]
 from = ["ep2"]
-to = ["world1", "tp2-sp"]
+to = ["world1", "tp2-sp", "ep2"]
 at = 2
 "#;
 
 /// Each bug and the state entry the loaded state first differs at.
-const BUGS: [(&str, &str); 5] = [
+const BUGS: [(&str, &str); 7] = [
     ("resume-optimizer-moments-dropped", "`optim.exp_avg."),
     ("resume-step-reset", "`optim.step`"),
     ("resume-data-position-reset", "`data.position`"),
     ("resume-rng-stream-reset", "`rng.position`"),
     ("resume-expert-bias-not-saved", "mlp.router.expert_bias`"),
+    ("resume-experts-loaded-by-local-index", "mlp.experts."),
+    ("resume-tp-shard-wrong-axis", "`layers."),
 ];
 
 fn spec(levels: &str, dtypes: &str) -> String {
@@ -126,6 +128,21 @@ fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_e
     assert!(!planned("resume-step-reset", "tp2-sp"));
     assert!(planned("resume-step-reset", "world1-to-pp2-at2"));
     assert!(planned("resume-expert-bias-not-saved", "ep2-to-world1-at2"));
+    // The EP map's only where the resumed mesh splits experts, the TP axis's only where the
+    // saved one split tensors.
+    assert!(planned(
+        "resume-experts-loaded-by-local-index",
+        "ep2-to-ep2-at2"
+    ));
+    assert!(!planned(
+        "resume-experts-loaded-by-local-index",
+        "ep2-to-world1-at2"
+    ));
+    assert!(planned(
+        "resume-tp-shard-wrong-axis",
+        "tp2-sp-to-world1-at2"
+    ));
+    assert!(!planned("resume-tp-shard-wrong-axis", "world1-to-pp2-at2"));
     assert!(!jobs
         .iter()
         .any(|j| j["mutation"] == "resume-expert-bias-not-saved" && j["model"] == "tiny"));
@@ -372,7 +389,13 @@ fn a_program_that_does_not_write_what_it_loaded_is_told_so() {
     assert_ne!(engine, without);
     std::fs::write(dir.path().join("jax.toml"), without).unwrap();
     let out = meshparity(dir.path())
-        .args(["run", "jax-resume.toml", "--no-progress", "--run-dir", "run"])
+        .args([
+            "run",
+            "jax-resume.toml",
+            "--no-progress",
+            "--run-dir",
+            "run",
+        ])
         .args(["-f", "mesh=world1-to-tp2-at2 and level=roundtrip"])
         .output()
         .unwrap();

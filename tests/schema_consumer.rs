@@ -34,6 +34,8 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
         "examples/command/jax-tp-dp.toml",
         "examples/command/jax.toml",
         "examples/command/variants.toml",
+        "examples/command/jax-resume.toml",
+        "examples/resume.toml",
         "examples/command/torch/torch.toml",
         "specs/tests/broken/unknown-key.toml",
         "specs/tests/broken/wrong-type.toml",

@@ -149,7 +149,10 @@ fn merged(map: &ArtifactMap, dir: &Path, what: &str, argv: &str) -> Result<Shard
         }
     }
     if all.is_empty() {
-        return Err(format!("the merged state in {} holds no tensor", dir.display()));
+        return Err(format!(
+            "the merged state in {} holds no tensor",
+            dir.display()
+        ));
     }
     Ok(all)
 }
@@ -170,14 +173,17 @@ fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, String> {
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         text.lines()
             .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let v: serde_json::Value =
+                    serde_json::from_str(l).map_err(|e| format!("{}: {e}", path.display()))?;
                 let step = v["step"].as_u64().ok_or("a curve line without its step")?;
                 Ok((step, format!("{l}\n")))
             })
             .collect()
     };
-    let before: Vec<_> = steps(saving)?.into_iter().filter(|(s, _)| *s <= at).collect();
+    let before: Vec<_> = steps(saving)?
+        .into_iter()
+        .filter(|(s, _)| *s <= at)
+        .collect();
     let after = steps(out)?;
     let numbers: Vec<u64> = before.iter().chain(&after).map(|(s, _)| *s).collect();
     let expected: Vec<u64> = (1..=numbers.len() as u64).collect();

@@ -101,7 +101,12 @@ impl ArtifactMap {
     /// mesh run's side (`reference` false) or the world-size-1 reference's; `resumed`: the
     /// mesh is a `[[resume]]` pair's, whose round trip is the state saved against the state
     /// loaded (the weights at least; the optimizer's state where mapped).
-    pub fn unmapped(&self, level: crate::Level, reference: bool, resumed: bool) -> Vec<&'static str> {
+    pub fn unmapped(
+        &self,
+        level: crate::Level,
+        reference: bool,
+        resumed: bool,
+    ) -> Vec<&'static str> {
         use crate::Level;
         let need: &[(&'static str, bool)] = match level {
             Level::Roundtrip if resumed && reference => &[],

@@ -86,6 +86,8 @@ pub enum Needs {
     /// resumption apply only there, and every other bug only elsewhere (the plain meshes check
     /// it already).
     Resume,
+    /// A `[[resume]]` pair whose `from` mesh splits tensors over tp (its saved shards do).
+    ResumeFromTp,
 }
 
 impl Needs {
@@ -133,7 +135,8 @@ impl Needs {
             | Needs::Recompute
             | Needs::PackedSequences
             | Needs::Dropout
-            | Needs::Resume => true,
+            | Needs::Resume
+            | Needs::ResumeFromTp => true,
         }
     }
 
@@ -232,6 +235,7 @@ impl Needs {
             Needs::PackedSequences => "packed sequences (`packed_sequences`)",
             Needs::Dropout => "dropout set (`attention_dropout` or `hidden_dropout`)",
             Needs::Resume => "a `[[resume]]` pair (saved on one mesh, resumed on another)",
+            Needs::ResumeFromTp => "a `[[resume]]` pair saved from a mesh with tp > 1",
         }
     }
 }

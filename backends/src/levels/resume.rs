@@ -78,7 +78,7 @@ pub fn resumed(
     let dir = out.join(files::RESUME_CHECKPOINT);
     save_sharded(&first, held, bug, &dir)?;
     // Read back whole from the index, then loaded by the second mesh.
-    let loaded = load(&second, &dir, bug, setup)?;
+    let loaded = load([&first, &second], &dir, bug, setup)?;
     let ranks = state::split(&second, &loaded);
     let b = segment(mesh, Start::State(&ranks), at..at, true)?;
     let state = b.state.expect("a segment asked to save keeps its state");
@@ -141,7 +141,7 @@ fn save_sharded(
 /// The checkpoint in `dir`, whole, as the second mesh's loader makes of it: strict (every
 /// parameter and buffer present), or with a resumption bug, wrong as that bug is.
 fn load(
-    plan: &ShardingPlan,
+    [first, plan]: [&ShardingPlan; 2],
     dir: &Path,
     bug: Option<ResumeFault>,
     setup: &Setup<'_>,
@@ -170,6 +170,8 @@ fn load(
                 full.entry(name).or_insert(t);
             }
         }
+        Some(ResumeFault::ExpertsByLocalIndex) => by_local_index(plan, &mut full),
+        Some(ResumeFault::TpShardWrongAxis) => joined_on_dim0(first, &mut full),
         None => {}
     }
     if let Some(name) = state::missing(plan, &full) {
@@ -179,6 +181,46 @@ fn load(
         .into());
     }
     Ok(full)
+}
+
+/// Every expert entry as a loader that fetches each EP rank's experts by their local index
+/// finds it: expert X holds expert X mod (experts / ep), so every EP rank gets the first
+/// rank's experts (and their moments).
+fn by_local_index(plan: &ShardingPlan, full: &mut Shards) {
+    const EXPERTS: &str = ".mlp.experts.";
+    let per = plan.experts_per_layer / (plan.mesh.ep as usize).max(1);
+    let local = |name: &str| -> Option<String> {
+        let at = name.find(EXPERTS)? + EXPERTS.len();
+        let (head, rest) = name.split_at(at);
+        let (x, tail) = rest.split_once('.')?;
+        let x: usize = x.parse().ok()?;
+        Some(format!("{head}{}.{tail}", x % per.max(1)))
+    };
+    let fetched: Vec<(String, crate::host::HostTensor)> = full
+        .keys()
+        .filter_map(|n| Some((n.clone(), full.get(&local(n)?)?.clone())))
+        .collect();
+    full.extend(fetched);
+}
+
+/// Every tensor the first mesh split over tp along a dim other than 0, as a loader that joins
+/// the saved shards along dim 0 and views the result whole makes of it: the same bytes,
+/// shard after shard, under the whole shape.
+fn joined_on_dim0(first: &ShardingPlan, full: &mut Shards) {
+    let tp = first.mesh.tp as usize;
+    for (name, t) in full.iter_mut() {
+        let param = state::param_of(name);
+        let Some(rule) = first.rules.iter().find(|r| r.name == param) else {
+            continue;
+        };
+        let crate::sharding::Placement::Split(dim) = rule.placement else {
+            continue;
+        };
+        if dim == 0 || dim >= t.shape.len() || !t.shape[dim].is_multiple_of(tp) {
+            continue;
+        }
+        t.bytes = t.split(dim, tp).into_iter().flat_map(|p| p.bytes).collect();
+    }
 }
 
 /// A run's record up to the checkpoint followed by the resumed mesh's: losses and norms

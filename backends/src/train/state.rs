@@ -234,24 +234,24 @@ pub fn split(plan: &ShardingPlan, full: &Shards) -> Vec<Shards> {
 /// Where `rank`'s entry `name` sits in the world-size-1 state: a moment where its parameter
 /// does, a counter whole.
 pub fn slice(plan: &ShardingPlan, rank: usize, name: &str) -> meshparity_engine::sharded::Slice {
-    let param = name
-        .strip_prefix(EXP_AVG)
-        .or_else(|| name.strip_prefix(EXP_AVG_SQ))
-        .unwrap_or(name);
-    plan.slice(param, rank)
+    plan.slice(param_of(name), rank)
         .unwrap_or(meshparity_engine::sharded::Slice::Whole)
 }
 
 /// The world-size-1 shape of entry `name` (`t`: a rank's copy).
 pub fn full_shape(plan: &ShardingPlan, name: &str, t: &HostTensor) -> Vec<usize> {
-    let param = name
-        .strip_prefix(EXP_AVG)
-        .or_else(|| name.strip_prefix(EXP_AVG_SQ))
-        .unwrap_or(name);
+    let param = param_of(name);
     match plan.rules.iter().find(|r| r.name == param) {
         Some(r) => r.shape.clone(),
         None => t.shape.clone(),
     }
+}
+
+/// The parameter a state entry belongs to: a moment's parameter, any other entry itself.
+pub fn param_of(name: &str) -> &str {
+    name.strip_prefix(EXP_AVG)
+        .or_else(|| name.strip_prefix(EXP_AVG_SQ))
+        .unwrap_or(name)
 }
 
 /// The first parameter or buffer of `plan`'s model that `full` lacks: a checkpoint must hold

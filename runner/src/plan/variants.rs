@@ -112,7 +112,11 @@ impl Plan {
             let Some(engine) = spec.engine_of(model_config) else {
                 continue;
             };
-            for m in engine.mutations.iter().filter(|m| m.applies_to(&mesh, training)) {
+            for m in engine
+                .mutations
+                .iter()
+                .filter(|m| m.applies_to(&mesh, training))
+            {
                 let mutation = m.name.value.clone();
                 let identity = Identity::Mutation {
                     model_name,

@@ -271,4 +271,12 @@ pub const CATALOG: &[Mutation] = &[
         "the router's score-correction bias is a buffer, not a parameter, and the checkpoint leaves it out; the resumed run's non-strict load keeps the bias it was built with (zero), so routing after the resume forgets every load-balancing update",
         &[Resume, ExpertBias], Checkpoint, "checkpoint",
         &["pytorch/torchtitan#1222: expert_bias was updated during training but the saved checkpoint held only zeros", "flagos-ai/FlagScale PR#412: expert_bias saving and loading bugs in the moe router"]),
+    m(ResumeExpertsByLocalIndex, "resume-experts-loaded-by-local-index",
+        "the resumed mesh's loader fetches each expert-parallel rank's experts by their local index (0 to experts/ep) instead of their global one, so every EP rank loads the first rank's experts, their moments with them; the load is silent because every name it asks for exists",
+        &[Resume, Experts, Ep], Checkpoint, "checkpoint",
+        &["deepspeedai/DeepSpeed#6589: with 60 experts over two GPUs, both GPUs loaded the parameters of the first 30 experts", "vllm-project/vllm PR#46441: the loader sliced expert weights with the global rank where the rank in the EP group was meant, so a later pipeline stage's ranks loaded no experts at all", "KempnerInstitute/KempnerForge#202: each EP rank renumbered its experts from 0, so resuming at the same ep succeeded silently with every rank holding one rank's experts"]),
+    m(ResumeTpShardWrongAxis, "resume-tp-shard-wrong-axis",
+        "the loader joins each tensor-parallel tensor's saved shards along dim 0 whatever dim they were split on, then views the result as the whole shape: a tensor split along its columns comes back with rows of the shards interleaved, the same size, so nothing complains",
+        &[Resume, ResumeFromTp], Checkpoint, "checkpoint",
+        &["verl-project/verl PR#7610: the FSDP model merger treated every plain tensor as a row shard and torch.cat(dim=0)-ed it across ranks, silently producing wrong-shaped tensors", "oumi-ai/oumi PR#2618: the checkpoint merger assumed every plain tensor was dim-0 sharded and concatenated the pieces rankwise", "epfLLM/Megatron-LLM#63: logits did not match after a tensor-parallel checkpoint conversion"]),
 ];

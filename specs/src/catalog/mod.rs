@@ -77,6 +77,8 @@ pub enum Id {
     ResumeDataPositionReset,
     ResumeRngStreamReset,
     ResumeExpertBiasNotSaved,
+    ResumeExpertsByLocalIndex,
+    ResumeTpShardWrongAxis,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -185,6 +187,7 @@ impl Mutation {
             Needs::AttentionDropout => training.dropout.is_some_and(|d| d.attention > 0.0),
             Needs::HiddenDropout => training.dropout.is_some_and(|d| d.hidden > 0.0),
             Needs::Recompute => training.recompute.is_some(),
+            Needs::ResumeFromTp => training.resume.as_ref().is_some_and(|r| r.config.tp > 1),
             Needs::PackedSequences => training.packing.is_some_and(|p| p.documents),
             Needs::Dropout => training
                 .dropout

@@ -18,6 +18,11 @@ pub enum ResumeFault {
     RngStreamReset,
     /// The router's bias buffer is left out of the save and the load is not strict.
     ExpertBiasNotSaved,
+    /// Each EP rank of the resumed mesh loads the experts at its local indices (the first
+    /// rank's).
+    ExpertsByLocalIndex,
+    /// Tensor-parallel shards joined along dim 0 whatever their split dim, viewed whole.
+    TpShardWrongAxis,
 }
 
 impl ResumeFault {
@@ -28,6 +33,10 @@ impl ResumeFault {
             ResumeFault::DataPositionReset => "data position restarted at the first batch",
             ResumeFault::RngStreamReset => "dropout stream restarted at its seed",
             ResumeFault::ExpertBiasNotSaved => "router bias left out of the checkpoint",
+            ResumeFault::ExpertsByLocalIndex => {
+                "experts loaded by their local index on every EP rank"
+            }
+            ResumeFault::TpShardWrongAxis => "tensor-parallel shards joined along dim 0 on load",
         }
     }
 }
@@ -40,6 +49,8 @@ impl Fault {
             Id::ResumeDataPositionReset => ResumeFault::DataPositionReset,
             Id::ResumeRngStreamReset => ResumeFault::RngStreamReset,
             Id::ResumeExpertBiasNotSaved => ResumeFault::ExpertBiasNotSaved,
+            Id::ResumeExpertsByLocalIndex => ResumeFault::ExpertsByLocalIndex,
+            Id::ResumeTpShardWrongAxis => ResumeFault::TpShardWrongAxis,
             _ => return None,
         })
     }
