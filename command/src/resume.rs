@@ -199,3 +199,38 @@ fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, String> {
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(numbers.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve(dir: &Path, steps: &[u64]) {
+        let text: String = steps
+            .iter()
+            .map(|s| format!("{{\"step\": {s}, \"loss\": 1.5}}\n"))
+            .collect();
+        std::fs::write(dir.join(files::CURVE), text).unwrap();
+    }
+
+    /// The saving run's steps up to the checkpoint, then the resumed run's: a saving run that
+    /// trained on past it is cut there; a resumed run that started over, or skipped a step, is
+    /// an error listing the steps it got.
+    #[test]
+    fn curves_join_at_the_checkpoint_each_step_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (saving, out) = (dir.path().join("s"), dir.path().join("o"));
+        std::fs::create_dir_all(&saving).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        curve(&saving, &[1, 2, 3, 4]);
+        curve(&out, &[3, 4, 5]);
+        assert_eq!(join_curves(&saving, &out, 2).unwrap(), 5);
+        let joined = std::fs::read_to_string(out.join(files::CURVE)).unwrap();
+        assert_eq!(joined.lines().count(), 5);
+        for (resumed, at) in [(&[1u64, 2, 3, 4, 5][..], 2), (&[4, 5], 2), (&[3, 4], 3)] {
+            curve(&saving, &[1, 2]);
+            curve(&out, resumed);
+            let e = join_curves(&saving, &out, at).unwrap_err();
+            assert!(e.contains("together they hold"), "{e}");
+        }
+    }
+}
