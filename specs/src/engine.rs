@@ -144,7 +144,10 @@ impl EngineMutation {
     /// catalog's rule, [`crate::Mutation::applies_to`]).
     pub fn applies_to(&self, mesh: &crate::MeshConfig, training: &crate::Training) -> bool {
         training.resume.is_some() == self.needs.contains(&Needs::Resume)
-            && self.needs.iter().all(|n| n.holds(mesh))
+            && self.needs.iter().all(|n| match n {
+                Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
+                n => n.holds(mesh),
+            })
     }
 }
 

@@ -164,6 +164,7 @@ impl Needs {
         "interleaved",
         "tp-without-sp",
         "resume",
+        "adamw",
     ];
 
     pub fn parse(name: &str) -> Option<Needs> {
@@ -190,6 +191,7 @@ impl Needs {
             "interleaved" => Needs::Interleaved,
             "tp-without-sp" => Needs::TpWithoutSp,
             "resume" => Needs::Resume,
+            "adamw" => Needs::Adamw,
             _ => return None,
         })
     }
