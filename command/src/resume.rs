@@ -20,13 +20,40 @@ use std::time::Instant;
 use meshparity_engine::{checkpoint, files, Engine, EngineError, Manifest, RunRequest, Shards};
 use meshparity_specs::{ArtifactMap, ResumeFrom};
 
-use crate::collect::{self, Expect};
+use crate::collect::{self, Collected, Expect};
 use crate::{process, CommandEngine};
 
 /// Where the saving run writes its own files, under the pair's output directory.
 const SAVING: &str = "saving";
 /// Where the resumed run writes the merged state it loaded.
 const LOADED: &str = "loaded";
+
+/// Why a pair's run could not be joined from what the program wrote.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResumeError {
+    #[error("the program wrote no `{file}` (artifacts.{key}) into {{{{{value}}}}} = {dir}; command: {argv}")]
+    NotWritten {
+        file: String,
+        key: &'static str,
+        value: &'static str,
+        dir: String,
+        argv: String,
+    },
+    #[error("`{path}` (artifacts.{key}): {message}")]
+    Malformed {
+        path: String,
+        key: &'static str,
+        message: String,
+    },
+    #[error("`{name}` is in both the weights and the optimizer's state in {dir}: name the optimizer's entries apart (e.g. `exp_avg.{name}`)")]
+    Clash { name: String, dir: String },
+    #[error("the merged state in {dir} holds no tensor")]
+    Empty { dir: String },
+    #[error("the saving run's curve must hold steps 1..={at} and the resumed run's the steps after {at}, once each; together they hold {steps:?}")]
+    Steps { at: u64, steps: Vec<u64> },
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+}
 
 /// Run `req`, a pair's, resuming from `from`: save, resume, join, write the manifest.
 pub(crate) fn run(
@@ -35,7 +62,6 @@ pub(crate) fn run(
     from: &ResumeFrom,
 ) -> Result<Manifest, EngineError> {
     let start = Instant::now();
-    let fail = |e: String| EngineError::Run(format!("engine `{}`: {e}", engine.def.name.value));
     let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
     let (saving, save_dir, loaded) = (
         out.join(SAVING),
@@ -48,6 +74,7 @@ pub(crate) fn run(
     }
     let at = from.at as u64;
     let weights_after = req.length().weights_after as u64;
+    let early = weights_after > 0 && weights_after <= at;
     let map = &engine.def.artifacts;
 
     // 1. The `from` mesh trains to the checkpoint and saves.
@@ -60,25 +87,17 @@ pub(crate) fn run(
         ("save_at", at.to_string()),
         ("save_dir", save_dir.display().to_string()),
     ];
-    let inv = engine.invocation_with(&first, &saving, &set)?;
-    process::run(&inv, &saving).map_err(|e| EngineError::Run(e.to_string()))?;
-    let early = weights_after > 0 && weights_after <= at;
-    let argv = inv.display();
-    let a = collect::collect(map, &saving, &argv, Expect::Saving { weights: early })
-        .map_err(|e| fail(e.to_string()))?;
-    let saved = merged(map, &save_dir, "save_dir", &argv).map_err(fail)?;
+    let (a, argv) = part(engine, &first, &set, Expect::Saving { weights: early })?;
+    let saved = merged(map, &save_dir, "save_dir", &argv).map_err(|e| fail(engine, e))?;
 
     // 2. The pair's own mesh loads it and trains on.
+    let resumed = RunRequest { out: &out, ..*req };
     let set = [
         ("resume_from", save_dir.display().to_string()),
         ("loaded_dir", loaded.display().to_string()),
     ];
-    let inv = engine.invocation_with(req, &out, &set)?;
-    process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
-    let argv = inv.display();
-    let b = collect::collect(map, &out, &argv, Expect::Resumed { weights: !early })
-        .map_err(|e| fail(e.to_string()))?;
-    let held = merged(map, &loaded, "loaded_dir", &argv).map_err(fail)?;
+    let (b, argv) = part(engine, &resumed, &set, Expect::Resumed { weights: !early })?;
+    let held = merged(map, &loaded, "loaded_dir", &argv).map_err(|e| fail(engine, e))?;
 
     let mut written = vec![files::RESUME_SAVED.to_owned(), files::CHECKPOINT.to_owned()];
     for (name, tensors) in [(files::RESUME_SAVED, &saved), (files::CHECKPOINT, &held)] {
@@ -93,9 +112,8 @@ pub(crate) fn run(
     }
     written.extend(b.written.iter().filter(|n| *n != files::CURVE).cloned());
     let steps = if map.curve.is_some() || map.log.is_some() {
-        let n = join_curves(&saving, &out, at).map_err(fail)?;
         written.push(files::CURVE.to_owned());
-        n
+        join_curves(&saving, &out, at).map_err(|e| fail(engine, e))?
     } else {
         req.training.steps as usize
     };
@@ -121,38 +139,64 @@ pub(crate) fn run(
     Ok(manifest)
 }
 
+/// One run of the program for `req`, in `req.out`, with `set` values; its files collected as
+/// `expect` says. Returns them and the rendered command.
+fn part(
+    engine: &CommandEngine,
+    req: &RunRequest<'_>,
+    set: &[(&str, String)],
+    expect: Expect,
+) -> Result<(Collected, String), EngineError> {
+    let inv = engine.invocation_with(req, req.out, set)?;
+    process::run(&inv, req.out).map_err(|e| EngineError::Run(e.to_string()))?;
+    let argv = inv.display();
+    let collected = collect::collect(&engine.def.artifacts, req.out, &argv, expect)
+        .map_err(|e| fail(engine, e))?;
+    Ok((collected, argv))
+}
+
+/// A job error of `engine`'s.
+fn fail(engine: &CommandEngine, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Run(format!("engine `{}`: {e}", engine.def.name.value))
+}
+
 /// The merged state the program wrote into `dir` (`what`, the template value that named it):
 /// the weights, and the optimizer's state where the spec maps it, as one set of tensors.
-fn merged(map: &ArtifactMap, dir: &Path, what: &str, argv: &str) -> Result<Shards, String> {
+fn merged(
+    map: &ArtifactMap,
+    dir: &Path,
+    value: &'static str,
+    argv: &str,
+) -> Result<Shards, ResumeError> {
     let mut all = Shards::new();
     let keys = [("weights", &map.weights), ("optimizer", &map.optimizer)];
     for (key, file) in keys {
         let Some(file) = file else { continue };
         let path = state_file(dir, &file.value);
         if !path.is_file() {
-            return Err(format!(
-                "the program wrote no `{}` (artifacts.{key}) into {{{{{what}}}}} = {}; command: {argv}",
-                file.value,
-                dir.display()
-            ));
+            return Err(ResumeError::NotWritten {
+                file: file.value.clone(),
+                key,
+                value,
+                dir: dir.display().to_string(),
+                argv: argv.to_owned(),
+            });
         }
-        let tensors = checkpoint::load(&path)
-            .map_err(|e| format!("`{}` (artifacts.{key}): {e}", path.display()))?;
+        let tensors = checkpoint::load(&path).map_err(|e| ResumeError::Malformed {
+            path: path.display().to_string(),
+            key,
+            message: e.to_string(),
+        })?;
         for (name, t) in tensors {
             if all.insert(name.clone(), t).is_some() {
-                return Err(format!(
-                    "`{name}` is in both the weights and the optimizer's state in {}: name the \
-                     optimizer's entries apart (e.g. `exp_avg.{name}`)",
-                    dir.display()
-                ));
+                let dir = dir.display().to_string();
+                return Err(ResumeError::Clash { name, dir });
             }
         }
     }
     if all.is_empty() {
-        return Err(format!(
-            "the merged state in {} holds no tensor",
-            dir.display()
-        ));
+        let dir = dir.display().to_string();
+        return Err(ResumeError::Empty { dir });
     }
     Ok(all)
 }
@@ -166,16 +210,21 @@ fn state_file(dir: &Path, name: &str) -> PathBuf {
 /// The contract curve of the whole run: the saving run's steps up to `at`, the resumed run's
 /// after; written over the resumed run's. Each part must hold its steps, or the curve would
 /// silently skip or repeat some. Returns the number of steps.
-fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, String> {
-    let steps = |dir: &Path| -> Result<Vec<(u64, String)>, String> {
+fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, ResumeError> {
+    let steps = |dir: &Path| -> Result<Vec<(u64, String)>, ResumeError> {
         let path = dir.join(files::CURVE);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let io = |message: String| ResumeError::Io {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| io(e.to_string()))?;
         text.lines()
             .map(|l| {
                 let v: serde_json::Value =
-                    serde_json::from_str(l).map_err(|e| format!("{}: {e}", path.display()))?;
-                let step = v["step"].as_u64().ok_or("a curve line without its step")?;
+                    serde_json::from_str(l).map_err(|e| io(e.to_string()))?;
+                let step = v["step"]
+                    .as_u64()
+                    .ok_or_else(|| io("a curve line without its step".into()))?;
                 Ok((step, format!("{l}\n")))
             })
             .collect()
@@ -188,15 +237,14 @@ fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, String> {
     let numbers: Vec<u64> = before.iter().chain(&after).map(|(s, _)| *s).collect();
     let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
     if before.len() as u64 != at || numbers != expected {
-        return Err(format!(
-            "the saving run's curve must hold steps 1..={at} and the resumed run's the steps \
-             after {at}, once each; together they hold {numbers:?}"
-        ));
+        return Err(ResumeError::Steps { at, steps: numbers });
     }
     let text: String = before.into_iter().chain(after).map(|(_, l)| l).collect();
     let path = out.join(files::CURVE);
-    meshparity_files::write(&path, text.as_bytes())
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    meshparity_files::write(&path, text.as_bytes()).map_err(|e| ResumeError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
     Ok(numbers.len())
 }
 
@@ -229,7 +277,7 @@ mod tests {
         for (resumed, at) in [(&[1u64, 2, 3, 4, 5][..], 2), (&[4, 5], 2), (&[3, 4], 3)] {
             curve(&saving, &[1, 2]);
             curve(&out, resumed);
-            let e = join_curves(&saving, &out, at).unwrap_err();
+            let e = join_curves(&saving, &out, at).unwrap_err().to_string();
             assert!(e.contains("together they hold"), "{e}");
         }
     }
