@@ -406,3 +406,39 @@ fn a_program_that_does_not_write_what_it_loaded_is_told_so() {
         "{results}"
     );
 }
+
+/// An engine's resumption bug is planned only on pairs, and one that needs AdamW only under it:
+/// the JAX example trained with SGD plans no `resume-moments-dropped` (SGD has no moments to
+/// drop), but still its step and data bugs.
+#[test]
+fn an_engines_resumption_bugs_are_planned_where_they_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
+    for f in ["jax.toml", "jax-resume.toml"] {
+        std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
+    }
+    let plan = |spec: &str| {
+        let out = meshparity(dir.path())
+            .args(["plan", spec])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let adamw = plan("jax-resume.toml");
+    assert!(adamw.contains("tp2-to-dp2-at2/mutation[resume-moments-dropped]"));
+    assert!(
+        !adamw.contains("tp2/mutation[resume-"),
+        "not on a plain mesh"
+    );
+    assert!(
+        !adamw.contains("-at2/mutation[skip-"),
+        "not a plain bug on a pair"
+    );
+    let text = std::fs::read_to_string(dir.path().join("jax-resume.toml")).unwrap();
+    let sgd = text.replace("optimizer = \"adamw\"", "optimizer = \"sgd\"");
+    std::fs::write(dir.path().join("sgd.toml"), sgd).unwrap();
+    let sgd = plan("sgd.toml");
+    assert!(!sgd.contains("resume-moments-dropped"), "{sgd}");
+    assert!(sgd.contains("tp2-to-dp2-at2/mutation[resume-step-reset]"));
+}
