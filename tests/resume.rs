@@ -442,3 +442,33 @@ fn an_engines_resumption_bugs_are_planned_where_they_exist() {
     assert!(!sgd.contains("resume-moments-dropped"), "{sgd}");
     assert!(sgd.contains("tp2-to-dp2-at2/mutation[resume-step-reset]"));
 }
+
+/// `calibrate --optimizer sgd` re-decides an engine's bugs under the swept training: the JAX
+/// example's AdamW-only bug is not injected under SGD (where it would be a no-op reported as
+/// missed), the others are, and every one is caught.
+#[test]
+fn calibrating_under_sgd_leaves_out_an_engines_adamw_bug() {
+    if !common::harness::jax() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = meshparity(root)
+        .args(["calibrate", "examples/command/jax-resume.toml", "--json"])
+        .args(["--seeds", "1", "--first-seed", "301", "--optimizer", "sgd"])
+        .args(["-f", "mesh=tp2-to-dp2-at2", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let bugs: Vec<&str> = json["margins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mutation"].as_str().unwrap())
+        .collect();
+    assert!(!bugs.contains(&"resume-moments-dropped"), "{bugs:?}");
+    assert!(bugs.contains(&"resume-step-reset"), "{bugs:?}");
+}

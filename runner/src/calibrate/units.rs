@@ -135,8 +135,14 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
         JobKind::Mutation { mutation, .. } => {
             // The plan paired the bug with the spec's training; a configuration may change
             // what it needs (no AdamW moments to corrupt under SGD).
-            let applies = meshparity_specs::catalog::find(mutation)
-                .is_none_or(|m| m.applies_to(&unit.model_config, config, &unit.training));
+            let applies = match meshparity_specs::catalog::find(mutation) {
+                Some(m) => m.applies_to(&unit.model_config, config, &unit.training),
+                // A command engine's own bug, by what its `needs` say.
+                None => spec
+                    .engine_of(&unit.model_config)
+                    .and_then(|e| e.mutation(mutation))
+                    .is_none_or(|m| m.applies_to(config, &unit.training)),
+            };
             if applies && !mesh.mutations.contains(mutation) {
                 mesh.mutations.push(mutation.clone());
             }
