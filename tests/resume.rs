@@ -371,6 +371,20 @@ fn a_jax_program_resumes_on_another_layout() {
     assert_eq!(caught, 6, "three bugs on each of two pairs: {results:#}");
 }
 
+/// The JAX example's directory.
+fn example() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command")
+}
+
+/// A scratch directory holding `files` of the JAX example, to run or edit there.
+fn jax_example(files: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in files {
+        std::fs::copy(example().join(f), dir.path().join(f)).unwrap();
+    }
+    dir
+}
+
 /// A program that resumes but never writes the state it loaded: the pair's run is a job error
 /// that names the file, the template value and the command, not a round trip that passes on
 /// nothing.
@@ -379,12 +393,8 @@ fn a_program_that_does_not_write_what_it_loaded_is_told_so() {
     if !common::harness::jax() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
-    for f in ["train.py", "sharded_checkpoint.py", "jax-resume.toml"] {
-        std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
-    }
-    let engine = std::fs::read_to_string(example.join("jax.toml")).unwrap();
+    let dir = jax_example(&["train.py", "sharded_checkpoint.py", "jax-resume.toml"]);
+    let engine = std::fs::read_to_string(example().join("jax.toml")).unwrap();
     let without = engine.replace(", \"--loaded-dir\", \"{{loaded_dir}}\"", "");
     assert_ne!(engine, without);
     std::fs::write(dir.path().join("jax.toml"), without).unwrap();
@@ -412,11 +422,7 @@ fn a_program_that_does_not_write_what_it_loaded_is_told_so() {
 /// drop), but still its step and data bugs.
 #[test]
 fn an_engines_resumption_bugs_are_planned_where_they_exist() {
-    let dir = tempfile::tempdir().unwrap();
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command");
-    for f in ["jax.toml", "jax-resume.toml"] {
-        std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
-    }
+    let dir = jax_example(&["jax.toml", "jax-resume.toml"]);
     let plan = |spec: &str| {
         let out = meshparity(dir.path())
             .args(["plan", spec])

@@ -173,7 +173,7 @@ pub fn collect(
 /// The program's file `name` (relative to its output directory), which must exist as a regular
 /// file the program wrote there: not a link (the program could point it anywhere, and a job
 /// would pass on a file it never wrote), and not anywhere outside `out` once resolved.
-fn found(
+pub(crate) fn found(
     out: &Path,
     name: &str,
     key: &'static str,

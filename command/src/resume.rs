@@ -14,7 +14,7 @@
 //! weights from whichever run held them at `weights_after` — and beside them the merged state
 //! saved (`RESUME_SAVED`) and loaded (`CHECKPOINT`), which the roundtrip level holds bit-equal.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use meshparity_engine::{checkpoint, files, Engine, EngineError, Manifest, RunRequest, Shards};
@@ -53,6 +53,8 @@ pub(crate) enum ResumeError {
     Steps { at: u64, steps: Vec<u64> },
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    #[error(transparent)]
+    Collect(collect::CollectError),
 }
 
 /// Run `req`, a pair's, resuming from `from`: save, resume, join, write the manifest.
@@ -99,15 +101,17 @@ pub(crate) fn run(
     let (b, argv) = part(engine, &resumed, &set, Expect::Resumed { weights: !early })?;
     let held = merged(map, &loaded, "loaded_dir", &argv).map_err(|e| fail(engine, e))?;
 
+    // Written where the program wrote too: never through a link it planted there.
     let mut written = vec![files::RESUME_SAVED.to_owned(), files::CHECKPOINT.to_owned()];
     for (name, tensors) in [(files::RESUME_SAVED, &saved), (files::CHECKPOINT, &held)] {
-        let path = out.join(name);
-        checkpoint::save(&path, tensors)
-            .map_err(|e| EngineError::Run(format!("writing {}: {e}", path.display())))?;
+        let bytes = checkpoint::encode(tensors).map_err(|e| fail(engine, e))?;
+        put(&out.join(name), &bytes)?;
     }
     for name in a.written.iter().filter(|n| *n != files::CURVE) {
-        std::fs::copy(saving.join(name), out.join(name))
-            .map_err(|e| EngineError::Run(format!("copying {name}: {e}")))?;
+        let from = saving.join(name);
+        let bytes = std::fs::read(&from)
+            .map_err(|e| EngineError::Run(format!("reading {}: {e}", from.display())))?;
+        put(&out.join(name), &bytes)?;
         written.push(name.clone());
     }
     written.extend(b.written.iter().filter(|n| *n != files::CURVE).cloned());
@@ -155,6 +159,12 @@ fn part(
     Ok((collected, argv))
 }
 
+/// `bytes` into `path`, replacing (not following) a link there.
+fn put(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    meshparity_files::write(path, bytes)
+        .map_err(|e| EngineError::Run(format!("writing {}: {e}", path.display())))
+}
+
 /// A job error of `engine`'s.
 fn fail(engine: &CommandEngine, e: impl std::fmt::Display) -> EngineError {
     EngineError::Run(format!("engine `{}`: {e}", engine.def.name.value))
@@ -172,16 +182,20 @@ fn merged(
     let keys = [("weights", &map.weights), ("optimizer", &map.optimizer)];
     for (key, file) in keys {
         let Some(file) = file else { continue };
-        let path = state_file(dir, &file.value);
-        if !path.is_file() {
-            return Err(ResumeError::NotWritten {
-                file: file.value.clone(),
-                key,
-                value,
-                dir: dir.display().to_string(),
-                argv: argv.to_owned(),
-            });
-        }
+        // A regular file the program wrote there, never a link it planted (collect's rule).
+        let path = match collect::found(dir, state_name(&file.value), key, argv) {
+            Ok(path) => path,
+            Err(collect::CollectError::Missing { .. }) => {
+                return Err(ResumeError::NotWritten {
+                    file: file.value.clone(),
+                    key,
+                    value,
+                    dir: dir.display().to_string(),
+                    argv: argv.to_owned(),
+                })
+            }
+            Err(e) => return Err(ResumeError::Collect(e)),
+        };
         let tensors = checkpoint::load(&path).map_err(|e| ResumeError::Malformed {
             path: path.display().to_string(),
             key,
@@ -201,10 +215,13 @@ fn merged(
     Ok(all)
 }
 
-/// A state file under `dir`, by the name the spec maps: only its file name counts (the
-/// program writes it straight into the directory it was given).
-fn state_file(dir: &Path, name: &str) -> PathBuf {
-    dir.join(Path::new(name).file_name().unwrap_or(name.as_ref()))
+/// A state file's name in the directory it was given, by the name the spec maps: only its
+/// file name counts (the program writes it straight into that directory).
+fn state_name(name: &str) -> &str {
+    Path::new(name)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(name)
 }
 
 /// The contract curve of the whole run: the saving run's steps up to `at`, the resumed run's
@@ -263,6 +280,49 @@ mod tests {
     /// The saving run's steps up to the checkpoint, then the resumed run's: a saving run that
     /// trained on past it is cut there; a resumed run that started over, or skipped a step, is
     /// an error listing the steps it got.
+    /// The merged state is read only from regular files the program wrote where it was told:
+    /// a link it planted there (to a file outside, which would pass as the state) is refused,
+    /// and a missing file names the template value.
+    #[test]
+    fn the_merged_state_is_never_read_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("elsewhere.safetensors");
+        let one: Shards = [(
+            "w".to_owned(),
+            meshparity_engine::HostTensor {
+                dtype: meshparity_compare::TensorDtype::F32,
+                shape: vec![1],
+                bytes: 1f32.to_le_bytes().to_vec(),
+            },
+        )]
+        .into_iter()
+        .collect();
+        checkpoint::save(&outside, &one).unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let file = meshparity_specs::source::SourceFile::new("spec.toml", "");
+        let at = meshparity_specs::source::Loc::new(&file, 0..0);
+        let map = ArtifactMap {
+            weights: Some(meshparity_specs::source::Located::new(
+                "final.safetensors".into(),
+                at,
+            )),
+            ..ArtifactMap::default()
+        };
+        let e = merged(&map, &state, "loaded_dir", "prog")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("into {{loaded_dir}}"), "{e}");
+        std::os::unix::fs::symlink(&outside, state.join("final.safetensors")).unwrap();
+        let e = merged(&map, &state, "loaded_dir", "prog")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        std::fs::remove_file(state.join("final.safetensors")).unwrap();
+        checkpoint::save(&state.join("final.safetensors"), &one).unwrap();
+        assert_eq!(merged(&map, &state, "loaded_dir", "prog").unwrap(), one);
+    }
+
     #[test]
     fn curves_join_at_the_checkpoint_each_step_once() {
         let dir = tempfile::tempdir().unwrap();

@@ -149,6 +149,8 @@ fn artifact_paths(cx: &mut Ctx<'_>, def: &EngineDef) {
         &a.initial,
         &a.roundtrip,
         &a.trace,
+        &a.digests,
+        &a.optimizer,
     ];
     for path in paths.into_iter().flatten() {
         if let Some(why) = outside_out_dir(&path.value) {

@@ -388,6 +388,7 @@ fn command_engine_values_a_job_could_not_use() {
             "environment variable name `` is empty",
             "artifact path `../../etc/passwd` climbs out with `..`",
             "artifact path `/tmp/logits.safetensors` is absolute",
+            "artifact path `../opt.safetensors` climbs out with `..`",
             "log pattern `step (?P<step>\\d+)`: has no named group `loss`",
             "mutation name `bad\\nname` holds a control character",
             "mutation name `a,b` holds `,`",
