@@ -120,6 +120,40 @@ fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_e
             assert_eq!(j["detail"]["localized_as_injected"], true, "{j:#}");
         }
     }
+    // Every pair's oracle level judged its saved state at the checkpoint and its state after
+    // `oracle_steps` against the reference's at those steps: updates and moments within the
+    // oracle's gates (in f64 to round-off), counters bit-exact.
+    let oracles = jobs
+        .iter()
+        .filter(|j| j["level"] == "oracle" && j["mesh"].as_str().unwrap().contains("-to-"));
+    let mut judged = 0;
+    for j in oracles {
+        let comparisons = j["detail"]["comparisons"].as_array().unwrap();
+        for what in [
+            "state at the checkpoint (step 2) (updates, moments)",
+            "state at the checkpoint (step 2) (counters)",
+            "state after step 4 (updates, moments)",
+            "state after step 4 (counters)",
+        ] {
+            let c = comparisons
+                .iter()
+                .find(|c| c["what"] == what)
+                .unwrap_or_else(|| panic!("{}: no `{what}`", j["name"]));
+            assert!(c["compared"].as_u64().unwrap() >= 4, "{c:#}");
+            let worst = c["gates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .max_by(|a, b| a["ratio"].as_f64().unwrap().total_cmp(&b["ratio"].as_f64().unwrap()))
+                .unwrap();
+            if j["dtype"] == "f64" {
+                let ratio = worst["ratio"].as_f64().unwrap();
+                assert!(ratio < 1e-3, "{}: {what}: {worst:#}", j["name"]);
+            }
+        }
+        judged += 1;
+    }
+    assert!(judged >= 20, "{judged} pairs' oracle levels judged");
     // A resumption bug runs only where there is a resumption, and the bias's only on the moe.
     let planned = |bug: &str, mesh: &str| {
         jobs.iter()
@@ -167,6 +201,38 @@ fn the_continuation_alone_catches_every_resumption_bug() {
         for j in runs {
             let summary = j["summary"].as_str().unwrap();
             assert!(summary.starts_with("caught by"), "{bug}: {summary}");
+        }
+    }
+}
+
+/// The oracle level alone catches every resumption bug in the resumed run's state after
+/// `oracle_steps`, judged against the reference's at that step: a state no layout may reach
+/// (moments restarted, a counter behind, experts or shards misplaced, the bias lost).
+#[test]
+fn the_final_state_catches_every_resumption_bug() {
+    let fx = fixture(&spec(r#"["oracle"]"#, r#"["f32"]"#));
+    let r = run_passing(fx.path());
+    for (bug, _) in BUGS {
+        let runs: Vec<_> = r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["mutation"] == bug)
+            .collect();
+        assert!(!runs.is_empty(), "{bug} never planned");
+        for j in runs {
+            let failed: Vec<&str> = j["detail"]["levels"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|o| o["comparisons"].as_array().unwrap())
+                .filter(|c| c["passed"] == false)
+                .map(|c| c["what"].as_str().unwrap())
+                .collect();
+            assert!(
+                failed.iter().any(|w| w.starts_with("state after step 4")),
+                "{bug}: {failed:?} {j:#}"
+            );
         }
     }
 }

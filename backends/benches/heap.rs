@@ -55,6 +55,7 @@ fn main() {
         recompute: None,
         packing: None,
         resume: None,
+        states_at: Vec::new(),
     };
     let len = Length {
         steps: 4,

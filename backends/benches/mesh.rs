@@ -81,6 +81,7 @@ fn main() {
         recompute: None,
         packing: None,
         resume: None,
+        states_at: Vec::new(),
     };
     let len = Length {
         steps,

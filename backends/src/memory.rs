@@ -131,6 +131,7 @@ mod tests {
             recompute: None,
             packing: None,
             resume: None,
+            states_at: Vec::new(),
         }
     }
 

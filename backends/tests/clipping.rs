@@ -29,6 +29,7 @@ fn clipped(opt: Optimizer) -> Training {
         recompute: None,
         packing: None,
         resume: None,
+        states_at: Vec::new(),
         ..training(11, opt)
     }
 }

@@ -241,6 +241,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         recompute: None,
         packing: None,
         resume: None,
+        states_at: Vec::new(),
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

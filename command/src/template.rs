@@ -250,6 +250,7 @@ mod tests {
             recompute: None,
             packing: None,
             resume: None,
+            states_at: Vec::new(),
         };
         let mesh = MeshConfig {
             tp: 2,

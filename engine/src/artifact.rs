@@ -55,6 +55,13 @@ pub mod files {
     pub const RESUME_SAVED: &str = "resume-saved.safetensors";
     /// The sharded checkpoint the first mesh saved ([`crate::sharded`]).
     pub const RESUME_CHECKPOINT: &str = "resume-checkpoint";
+
+    /// The whole training state after `step` updates, merged to world-size-1 names as
+    /// `RESUME_SAVED` holds it: a reference keeps one for each step its training's
+    /// `states_at` names, a pair's run one after `oracle_steps` (its final state).
+    pub fn state_at(step: u32) -> String {
+        format!("state-at-step{step}.safetensors")
+    }
 }
 
 /// What one engine run wrote and saw.

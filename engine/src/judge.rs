@@ -95,10 +95,17 @@ impl Judge<'_> {
                 losses = Some(l);
                 vec![c]
             }
-            Level::Oracle => vec![
-                sides.tensors("gradients", files::GRADS, files::GRADS)?,
-                sides.updates()?,
-            ],
+            Level::Oracle => {
+                let mut c = vec![
+                    sides.tensors("gradients", files::GRADS, files::GRADS)?,
+                    sides.updates()?,
+                ];
+                // A resumed run's states at its checkpoint and after `oracle_steps`.
+                if run.artifacts.iter().any(|a| a == files::RESUME_SAVED) {
+                    sides.states(&mut c)?;
+                }
+                c
+            }
             Level::Routing => vec![sides.routing()?],
         };
         let mut comparisons = comparisons;
@@ -272,6 +279,63 @@ impl Sides<'_> {
                 candidate: losses(&b)?,
             },
         ))
+    }
+
+    /// A resumed run's whole state, at its checkpoint and after `oracle_steps`, against the
+    /// reference's at the same steps ([`crate::resumed`]). A reference that kept no state there
+    /// (a command engine's program, which saves only when it stops) is said in a note on `c`'s
+    /// last comparison, never passed silently.
+    fn states(&self, c: &mut Vec<Comparison>) -> Result<(), JudgeError> {
+        let t = self.judge.training;
+        let Some(at) = t.resume.as_ref().map(|r| r.at) else {
+            return Ok(());
+        };
+        let pairs = [
+            (
+                format!("state at the checkpoint (step {at})"),
+                at,
+                files::RESUME_SAVED.to_owned(),
+            ),
+            (
+                format!("state after step {}", t.oracle_steps),
+                t.oracle_steps,
+                files::state_at(t.oracle_steps),
+            ),
+        ];
+        for (what, step, mine) in pairs {
+            let theirs = files::state_at(step);
+            if let Some(why) = self.run.unmerged.get(&mine) {
+                c.push(unmerged(&what, self.run.world_size, why));
+                continue;
+            }
+            if !self.reference.has(&theirs)
+                || !self.run.has(&mine)
+                || !self.reference.has(files::SEED)
+            {
+                let note =
+                    format!("{what}: not judged, the reference or the run kept no state there");
+                if let Some(last) = c.last_mut() {
+                    last.notes.push(note);
+                }
+                continue;
+            }
+            let (reference, run) = self.paths(&theirs, &mine)?;
+            verify_file(self.judge.reference, self.reference, files::SEED)?;
+            let states = crate::resumed::States {
+                what,
+                reference: &reference,
+                run: &run,
+                seed: &self.judge.reference.join(files::SEED),
+                out: self.judge.out,
+                tag: format!("state-at-step{step}"),
+            };
+            c.extend(crate::resumed::judge(
+                &states,
+                self.tolerance(),
+                self.limits,
+            )?);
+        }
+        Ok(())
     }
 
     /// Weight updates (weights after k steps − seed) of both runs, compared in memory and

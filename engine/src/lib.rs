@@ -36,6 +36,7 @@ pub mod mutation;
 pub mod outcome;
 pub mod replay;
 pub mod repro;
+pub mod resumed;
 pub mod routing;
 pub mod seal;
 pub mod sharded;

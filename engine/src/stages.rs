@@ -265,6 +265,7 @@ mod tests {
             recompute: None,
             packing: None,
             resume: None,
+            states_at: Vec::new(),
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

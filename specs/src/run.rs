@@ -125,6 +125,13 @@ pub struct Training {
     /// from the serialized form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<crate::resume::ResumeFrom>,
+    /// Steps after which a reference keeps its whole training state (weights as the optimizer
+    /// holds them, moments, counters): the `[[resume]]` pairs' checkpoint steps and
+    /// `oracle_steps`, which a pair's saved and final states are judged against. Set on the
+    /// reference of a spec with pairs; empty elsewhere, and absent from the serialized form so
+    /// every other job keeps its identity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states_at: Vec<u32>,
 }
 
 /// Packed sequences and loss masks, as fine-tuning stacks feed them (Megatron's
@@ -204,6 +211,7 @@ impl RunSettings {
                 recompute: None,
                 packing: None,
                 resume: None,
+                states_at: Vec::new(),
             },
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),

@@ -57,6 +57,25 @@ impl Spec {
         }
     }
 
+    /// The training of the references: the run's, keeping their whole state after each
+    /// `[[resume]]` pair's checkpoint step and after `oracle_steps` when the spec has pairs,
+    /// which a pair's saved and final states are judged against.
+    pub fn reference_training(&self) -> crate::run::Training {
+        let mut training = self.run.training.clone();
+        let mut at: Vec<u32> = self
+            .resumed
+            .values()
+            .filter_map(|m| Some(m.resume.as_ref()?.at))
+            .collect();
+        if !at.is_empty() {
+            at.push(training.oracle_steps);
+            at.sort_unstable();
+            at.dedup();
+        }
+        training.states_at = at;
+        training
+    }
+
     /// The run name: `[run] name`, else the file stem.
     pub fn name(&self) -> String {
         self.run.name.clone().unwrap_or_else(|| {

@@ -1,5 +1,6 @@
 //! The oracle's artifacts: seed checkpoint, first-step logits and loss, the loss curve,
-//! first-step gradients and the weights after `oracle_steps`.
+//! first-step gradients and the weights after `oracle_steps`; with `[[resume]]` pairs, the
+//! whole training state after each step the pairs' states are judged at.
 
 use std::path::Path;
 use std::time::Instant;
@@ -41,6 +42,10 @@ pub fn reference(setup: &Setup<'_>, len: Length, dir: &Path) -> Result<Manifest,
     }
     if let Some(w) = &rec.weights {
         save(dir, files::WEIGHTS, &w[0], &mut written)?;
+    }
+    // The whole state where a `[[resume]]` pair's saved and final states are judged.
+    for (step, state) in &rec.states {
+        save(dir, &files::state_at(*step), &state[0], &mut written)?;
     }
     let manifest = Manifest {
         steps: rec.losses.len(),

@@ -45,12 +45,21 @@ pub fn resumed(
         trace: false,
         replay,
     };
-    let segment = |mesh: &MeshConfig, start: Start<'_>, steps, save| {
+    // The final state (after `oracle_steps`), which the oracle level judges beside the weights,
+    // is kept by whichever mesh trains that step.
+    let last = len.weights_after as u32;
+    let keep: [&[u32]; 2] = match last {
+        0 => [&[], &[]],
+        n if n as usize <= at => [&[last], &[]],
+        _ => [&[], &[last]],
+    };
+    let segment = |mesh: &MeshConfig, start: Start<'_>, steps, save, keep| {
         let span = Span {
             len,
             start,
             steps,
             save,
+            keep,
         };
         let (model, training) = (setup.model, setup.training);
         train::segment(
@@ -64,7 +73,7 @@ pub fn resumed(
         )
     };
     // The first mesh, to the checkpoint.
-    let a = segment(&from.config, Start::Seed, 0..at, true)?;
+    let a = segment(&from.config, Start::Seed, 0..at, true, keep[0])?;
     let held = a.state.expect("a segment asked to save keeps its state");
     match state::merge(&first, &held) {
         Ok(full) => save(out, files::RESUME_SAVED, &full, &mut written)?,
@@ -80,7 +89,7 @@ pub fn resumed(
     // Read back whole from the index, then loaded by the second mesh.
     let loaded = load([&first, &second], &dir, bug, setup)?;
     let ranks = state::split(&second, &loaded);
-    let b = segment(mesh, Start::State(&ranks), at..at, true)?;
+    let b = segment(mesh, Start::State(&ranks), at..at, true, &[])?;
     let state = b.state.expect("a segment asked to save keeps its state");
     match state::merge(&second, &state) {
         Ok(full) => save(out, files::CHECKPOINT, &full, &mut written)?,
@@ -95,12 +104,27 @@ pub fn resumed(
         .ok_or_else(|| RunError::Engine("a resumed run trains its first mesh".to_owned()))?;
     let mut weights = &first;
     if len.steps > at {
-        let b = segment(mesh, Start::State(&ranks), at..len.steps, false)?;
+        let b = segment(mesh, Start::State(&ranks), at..len.steps, false, keep[1])?;
         if let Some(next) = b.record {
             if next.weights.is_some() {
                 weights = &second;
             }
             rec = join(rec, next);
+        }
+    }
+    if let Some((step, ranks)) = rec.states.iter().find(|(s, _)| *s == last) {
+        let plan = if *step as usize <= at {
+            &first
+        } else {
+            &second
+        };
+        let file = files::state_at(*step);
+        match state::merge(plan, ranks) {
+            Ok(full) => save(out, &file, &full, &mut written)?,
+            Err(e) => {
+                let why = format!("the state after step {step}: {e}");
+                manifest.unmerged.insert(file, why);
+            }
         }
     }
     let plans = Plans {
@@ -237,6 +261,8 @@ fn join(a: Record, b: Record) -> Record {
     anomalies.extend(b.anomalies);
     let mut divergent = a.divergent;
     divergent.extend(b.divergent);
+    let mut states = a.states;
+    states.extend(b.states);
     Record {
         losses: cat(a.losses, b.losses),
         load_balance: cat(a.load_balance, b.load_balance),
@@ -248,6 +274,7 @@ fn join(a: Record, b: Record) -> Record {
         divergent,
         unsharded_stale: a.unsharded_stale.or(b.unsharded_stale),
         activation_bytes: a.activation_bytes.max(b.activation_bytes),
+        states,
         ..a
     }
 }

@@ -47,6 +47,8 @@ pub struct Span<'s> {
     pub steps: std::ops::Range<usize>,
     /// Keep every rank's state after the last step ([`Segment::state`]).
     pub save: bool,
+    /// Record every rank's state after each of these steps ([`Record::states`]).
+    pub keep: &'s [u32],
 }
 
 impl Span<'_> {
@@ -57,6 +59,7 @@ impl Span<'_> {
             start: Start::Seed,
             steps: 0..len.steps,
             save: false,
+            keep: &[],
         }
     }
 }
@@ -156,6 +159,7 @@ pub fn segment(
     let mut grad_norms = Vec::new();
     let mut first: Option<(HostTensor, Vec<Shards>, Vec<f64>)> = None;
     let mut weights = None;
+    let mut states = Vec::new();
     // The most a step's heap grew over what it started with: its activations, gradients and
     // temporaries at their peak (measured where the process counts: a worker's one job).
     let mut activation_bytes = None;
@@ -247,6 +251,10 @@ pub fn segment(
         if step + 1 == len.weights_after {
             weights = Some(ranks.weights());
         }
+        let done = step as u32 + 1;
+        if span.keep.contains(&done) {
+            states.push((done, state::host_state(&ranks, cursor)));
+        }
     }
     let state = match span.save {
         true => Some(state::host_state(&ranks, cursor)),
@@ -279,6 +287,7 @@ pub fn segment(
         trace: traced,
         unsharded_stale,
         activation_bytes: activation_bytes.map(|b| b as u64),
+        states,
     };
     Ok(Segment {
         record: Some(record),

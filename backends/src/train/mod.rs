@@ -68,6 +68,9 @@ pub struct Record {
     /// process counts its heap (`meshparity_engine::heap`: a worker's one job); `None` elsewhere
     /// and for the oracle.
     pub activation_bytes: Option<u64>,
+    /// The whole training state after each step asked for (the oracle: its training's
+    /// `states_at`; a mesh run: its span's `keep`), per rank, as a checkpoint holds it.
+    pub states: Vec<(u32, Vec<Shards>)>,
 }
 
 pub use meshparity_engine::Length;
@@ -139,6 +142,7 @@ pub fn oracle(
     let (mut load_balance, mut routing, mut replay) = (Vec::new(), Vec::new(), Vec::new());
     let mut grad_norms = Vec::new();
     let mut weights = None;
+    let mut states = Vec::new();
     for step in 0..len.steps {
         let b = batch(model, training, step);
         let leaves = Params {
@@ -213,6 +217,7 @@ pub fn oracle(
                 trace: Vec::new(),
                 unsharded_stale: None,
                 activation_bytes: None,
+                states: Vec::new(),
             });
         }
         opt.step(&mut params, &grads);
@@ -224,6 +229,10 @@ pub fn oracle(
         if step + 1 == len.weights_after {
             weights = Some(vec![to_host(model, &opt.weights(&params))]);
         }
+        let done = step as u32 + 1;
+        if training.states_at.contains(&done) {
+            states.push((done, vec![oracle_state(&opt, &params, done)]));
+        }
     }
     let mut rec = rec.expect("a run has at least one step");
     rec.losses = losses;
@@ -232,7 +241,23 @@ pub fn oracle(
     rec.routing = routing;
     rec.replay = replay;
     rec.weights = weights;
+    rec.states = states;
     rec
+}
+
+/// The oracle's state after `done` updates, as a world-size-1 checkpoint holds it.
+fn oracle_state(opt: &Optimizer, params: &IndexMap<String, Tensor<2>>, done: u32) -> Shards {
+    let at = state::Cursor {
+        data: u64::from(done),
+        rng: u64::from(done),
+    };
+    let held = state::RankState {
+        weights: opt.weights(params),
+        opt: opt.state(),
+        cursor: at,
+    };
+    let shape = |n: &str, t: &Tensor<2>| state::logical_shape(n, &t.dims());
+    state::to_host(&held, &shape)
 }
 
 /// Tokens routed to each expert over a batch's real tokens (the score-correction bias's load).

@@ -72,6 +72,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         recompute: None,
         packing: None,
         resume: None,
+        states_at: Vec::new(),
     }
 }
 

@@ -78,6 +78,7 @@ impl Plan {
     pub fn build(spec: &Spec) -> Plan {
         let mut plan = Plan::empty(spec.name());
         let training = &spec.run.training;
+        let reference_training = spec.reference_training();
         let cells = spec.cells();
         let mut references: HashMap<JobId, NodeIndex> = HashMap::new();
         for cell in &cells {
@@ -87,7 +88,12 @@ impl Plan {
                 continue;
             }
             let reference_config = cell.model.reference_config();
-            let reference = plan.reference(&mut references, cell, &reference_config, training);
+            let reference = plan.reference(
+                &mut references,
+                cell,
+                &reference_config,
+                &reference_training,
+            );
             let on_mesh = spec.training_on(cell.mesh);
             plan.cell(cell, reference, &model_config, &on_mesh, spec);
         }
