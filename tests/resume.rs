@@ -144,7 +144,12 @@ fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_e
                 .as_array()
                 .unwrap()
                 .iter()
-                .max_by(|a, b| a["ratio"].as_f64().unwrap().total_cmp(&b["ratio"].as_f64().unwrap()))
+                .max_by(|a, b| {
+                    a["ratio"]
+                        .as_f64()
+                        .unwrap()
+                        .total_cmp(&b["ratio"].as_f64().unwrap())
+                })
                 .unwrap();
             if j["dtype"] == "f64" {
                 let ratio = worst["ratio"].as_f64().unwrap();
