@@ -11,7 +11,7 @@ use meshparity_compare::{
     compare_checkpoints, compare_curves, read_curve, tolerance, Checkpoint, CurveOptions,
     InputError, Profile, TensorOptions, Tolerance,
 };
-use meshparity_specs::{DType, Keyword, Level, Limits, Training};
+use meshparity_specs::{DType, Level, Limits, Training};
 
 use crate::artifact::{files, ArtifactError, Manifest};
 use crate::checkpoint;
@@ -20,6 +20,8 @@ use crate::outcome::{Comparison, Losses, Outcome};
 use crate::seal::verify_file;
 use crate::update::updates;
 use crate::vacuity::vacuity;
+
+pub use crate::compare_line::{compare_command, quote};
 
 /// Why a level could not be judged (as opposed to judged and failed).
 #[derive(Debug, thiserror::Error)]
@@ -405,71 +407,5 @@ fn unmerged(what: &str, world_size: u64, why: &str) -> Comparison {
         }],
         report: serde_json::Value::Null,
         notes: Vec::new(),
-    }
-}
-
-/// The `meshparity compare` command that applies exactly `limits` to the two files.
-pub fn compare_command(a: &Path, b: &Path, limits: &Limits, curve: bool) -> String {
-    let mut cmd = format!(
-        "meshparity compare {} {}",
-        quote(&a.display().to_string()),
-        quote(&b.display().to_string())
-    );
-    if limits.exact {
-        cmd.push_str(" --profile exact");
-        return cmd;
-    }
-    // Counts as integers (`allowed_failing_steps=0`), limits in scientific notation.
-    let settings: Vec<String> = limits
-        .metrics
-        .iter()
-        .map(|(k, v)| {
-            if *k == "allowed_failing_steps" && v.fract() == 0.0 {
-                format!("{k}={v}")
-            } else {
-                format!("{k}={v:e}")
-            }
-        })
-        .collect();
-    if curve {
-        let mode = limits.mode.map_or("rel", |m| m.name());
-        cmd.push_str(&format!(" --mode {mode}"));
-    } else if let Some(l) = limits.layer_average {
-        cmd.push_str(&format!(" --layer-average {l}"));
-    }
-    if !settings.is_empty() {
-        cmd.push_str(&format!(" -t {}", settings.join(",")));
-    }
-    cmd
-}
-
-/// A shell word: as is when it is plain, else single-quoted.
-pub fn quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_./-=:,@+".contains(&b));
-    if plain {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A curve's reproduce line gives counts as integers and limits in scientific notation, so
-    /// it reads as the user wrote the table.
-    #[test]
-    fn reproduce_lines_spell_counts_as_integers() {
-        let mut limits = Limits::default();
-        limits.metrics.insert("rel", 1e-9);
-        limits.metrics.insert("allowed_failing_steps", 0.0);
-        let cmd = compare_command(Path::new("a.jsonl"), Path::new("b.jsonl"), &limits, true);
-        assert!(
-            cmd.ends_with("--mode rel -t rel=1e-9,allowed_failing_steps=0"),
-            "{cmd}"
-        );
     }
 }

@@ -23,6 +23,7 @@ pub mod bound;
 pub mod cause;
 pub mod check;
 pub mod checkpoint;
+pub mod compare_line;
 pub mod conformance;
 pub mod coupling;
 pub mod engine;

@@ -22,7 +22,8 @@ use meshparity_compare::{Checkpoint, Profile, TensorDtype, TensorOptions, Tolera
 use meshparity_specs::Limits;
 
 use crate::checkpoint;
-use crate::judge::{compare_command, JudgeError};
+use crate::compare_line::compare_command;
+use crate::judge::JudgeError;
 use crate::outcome::Comparison;
 use crate::tensor::{HostTensor, Shards};
 
