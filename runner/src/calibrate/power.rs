@@ -92,7 +92,7 @@ pub fn units(units: Vec<Unit>) -> Vec<Unit> {
                         .iter()
                         .filter(|p| {
                             catalog::find(p.fault).is_some_and(|f| {
-                                f.applies_to(&u.model_config, &m.config, &u.training)
+                                f.applies_to(&u.model_config, &m.config, &m.training(&u.training))
                             })
                         })
                         .flat_map(|p| ladder().into_iter().map(move |e| name(p, e)))

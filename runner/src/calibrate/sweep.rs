@@ -222,6 +222,7 @@ fn run_unit(
     let traced = ReferenceTrace::new(dir.join("reference-trace"));
     let mut out = Vec::new();
     for mesh in &unit.meshes {
+        let on_mesh = mesh.training(&training);
         let runs = std::iter::once(None).chain(mutations_of(mesh, what).map(Some));
         let levels: Vec<Level> = mesh.levels.iter().map(|(l, _)| *l).collect();
         for mutation in runs {
@@ -230,6 +231,7 @@ fn run_unit(
             let run = here.join("run");
             let req = RunRequest {
                 model: &unit.model_config,
+                training: &on_mesh,
                 mesh: Some(&mesh.config),
                 levels: &levels,
                 mutation,

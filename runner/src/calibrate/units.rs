@@ -12,6 +12,7 @@ pub struct Unit {
     pub model: String,
     pub model_config: ModelConfig,
     pub dtype: DType,
+    /// The reference's training (every mesh's, less a pair's resumption: [`MeshUnit::resume`]).
     pub training: Training,
     pub device: meshparity_specs::Device,
     pub meshes: Vec<MeshUnit>,
@@ -24,6 +25,18 @@ pub struct MeshUnit {
     pub config: MeshConfig,
     pub levels: Vec<(Level, Limits)>,
     pub mutations: Vec<String>,
+    /// A `[[resume]]` pair's mesh: where it resumes from (each pair its own).
+    pub resume: Option<meshparity_specs::ResumeFrom>,
+}
+
+impl MeshUnit {
+    /// This mesh's training: the unit's, resumed where the mesh is a pair's.
+    pub fn training(&self, unit: &Training) -> Training {
+        Training {
+            resume: self.resume.clone(),
+            ..unit.clone()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +79,12 @@ pub fn units(
             continue;
         }
         let dtype = config.dtype.unwrap_or(job.dtype);
-        let mut training = job.training.clone();
+        // The reference's: no resumption, its whole state kept where the pairs are judged.
+        let mut training = Training {
+            resume: None,
+            states_at: spec.reference_training().states_at,
+            ..job.training.clone()
+        };
         if let Some(o) = config.optimizer {
             training.optimizer = o;
         }
@@ -109,6 +127,7 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
                 config: *config,
                 levels: Vec::new(),
                 mutations: Vec::new(),
+                resume: job.training.resume.clone(),
             });
             unit.meshes.last_mut().expect("just pushed")
         }
@@ -135,13 +154,14 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
         JobKind::Mutation { mutation, .. } => {
             // The plan paired the bug with the spec's training; a configuration may change
             // what it needs (no AdamW moments to corrupt under SGD).
+            let training = mesh.training(&unit.training);
             let applies = match meshparity_specs::catalog::find(mutation) {
-                Some(m) => m.applies_to(&unit.model_config, config, &unit.training),
+                Some(m) => m.applies_to(&unit.model_config, config, &training),
                 // A command engine's own bug, by what its `needs` say.
                 None => spec
                     .engine_of(&unit.model_config)
                     .and_then(|e| e.mutation(mutation))
-                    .is_none_or(|m| m.applies_to(config, &unit.training)),
+                    .is_none_or(|m| m.applies_to(config, &training)),
             };
             if applies && !mesh.mutations.contains(mutation) {
                 mesh.mutations.push(mutation.clone());
