@@ -5,16 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use meshparity_compare::safetensors::SafetensorsFile;
-use meshparity_compare::tensors::compare;
 use meshparity_compare::{
-    compare_checkpoints, compare_curves, read_curve, tolerance, Checkpoint, CurveOptions,
-    InputError, Profile, TensorOptions, Tolerance,
+    compare_checkpoints, compare_curves, read_curve, tolerance, CurveOptions, InputError, Profile,
+    TensorOptions, Tolerance,
 };
 use meshparity_specs::{DType, Level, Limits, Training};
 
 use crate::artifact::{files, ArtifactError, Manifest};
 use crate::checkpoint;
+use crate::derived::{compare_derived, Side};
 use crate::gate::Gate;
 use crate::outcome::{Comparison, Losses, Outcome};
 use crate::seal::verify_file;
@@ -340,11 +339,9 @@ impl Sides<'_> {
         Ok(())
     }
 
-    /// Weight updates (weights after k steps − seed) of both runs, compared in memory and
-    /// written into the judge's directory only when they differ, for the comparison's
-    /// `meshparity compare` command (a hidden-512 llama's pair is 235 MB of f64, written for
-    /// every oracle judge before). A reference without a seed checkpoint (a program that
-    /// writes no initial weights) has its final weights compared instead.
+    /// Weight updates (weights after k steps − seed) of both runs ([`crate::derived`]). A
+    /// reference without a seed checkpoint (a program that writes no initial weights) has its
+    /// final weights compared instead.
     fn updates(&self) -> Result<Comparison, JudgeError> {
         if let Some(why) = self.run.unmerged.get(files::WEIGHTS) {
             return Ok(unmerged("updates", self.run.world_size, why));
@@ -355,33 +352,17 @@ impl Sides<'_> {
         }
         verify_file(self.judge.reference, self.reference, files::SEED)?;
         let seed = checkpoint::load(&self.judge.reference.join(files::SEED))?;
-        let a = self.judge.out.join(files::REFERENCE_UPDATES);
-        let b = self.judge.out.join(files::UPDATES);
-        let encoded = |from: &Path, to: &Path| -> Result<Checkpoint, JudgeError> {
-            let u = updates(&seed, &checkpoint::load(from)?);
-            let bytes = checkpoint::encode(&u).map_err(|source| JudgeError::Io {
-                path: to.display().to_string(),
-                source,
-            })?;
-            Ok(Checkpoint::of_file(SafetensorsFile::from_bytes(to, bytes)?))
+        let side = |from: &Path, name: &str| -> Result<Side, JudgeError> {
+            Ok(Side {
+                tensors: updates(&seed, &checkpoint::load(from)?),
+                path: self.judge.out.join(name),
+            })
         };
-        let (ca, cb) = (encoded(&reference, &a)?, encoded(&run, &b)?);
-        let opts = TensorOptions {
-            tolerance: self.tolerance(),
-            ..TensorOptions::default()
-        };
-        let mut c = Comparison::tensors("updates", &compare(&ca, &cb, &opts)?);
-        if c.passed {
-            return Ok(c);
-        }
-        for file in [&ca, &cb].into_iter().flat_map(|cp| cp.files()) {
-            std::fs::write(&file.path, file.bytes()).map_err(|source| JudgeError::Io {
-                path: file.path.display().to_string(),
-                source,
-            })?;
-        }
-        c.reproduce = compare_command(&a, &b, self.limits, false);
-        Ok(c)
+        let sides = [
+            side(&reference, files::REFERENCE_UPDATES)?,
+            side(&run, files::UPDATES)?,
+        ];
+        compare_derived("updates", sides, self.tolerance(), self.limits)
     }
 }
 

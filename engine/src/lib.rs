@@ -14,6 +14,7 @@
 //! - [`routing`] — the routing level: per-token expert sets against the reference's;
 //! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`update`] — weight updates, what the oracle level compares;
+//! - [`derived`] — what a judge derives (updates, a resumed state's view), compared in memory;
 //! - [`vacuity`] — a level passes only against a reference that computes and trains;
 //! - [`conformance`] — the suite every engine must pass;
 //! - [`heap`] — the process heap's live and peak bytes, counted where the binary asks.
@@ -26,6 +27,7 @@ pub mod checkpoint;
 pub mod compare_line;
 pub mod conformance;
 pub mod coupling;
+pub mod derived;
 pub mod engine;
 pub mod finding;
 pub mod gate;
