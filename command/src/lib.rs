@@ -9,6 +9,7 @@
 //! - `collect.rs` — the program's files → contract artifacts;
 //! - `trace.rs` — the program's per-site traces → the trace artifact (localization);
 //! - `resume.rs` — a `[[resume]]` pair's run: the program saves on one mesh, resumes on another;
+//! - `states.rs` — the reference's state where pairs save, from its own saving run;
 //! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
 
 pub mod cause;
@@ -19,6 +20,7 @@ pub mod log;
 pub mod output;
 pub mod process;
 mod resume;
+mod states;
 pub mod template;
 pub mod trace;
 
@@ -173,11 +175,17 @@ impl Engine for CommandEngine {
     }
 
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
-        self.run(&RunRequest {
+        let req = RunRequest {
             mesh: None,
             mutation: None,
             ..*req
-        })
+        };
+        let mut manifest = self.run(&req)?;
+        let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
+        if states::keep(self, &req, &out, &mut manifest)? {
+            manifest.write(&out)?;
+        }
+        Ok(manifest)
     }
 
     /// Re-run the program with `{{trace_dir}}` set (when the spec names a `trace` directory)

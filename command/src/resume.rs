@@ -160,19 +160,19 @@ fn part(
 }
 
 /// `bytes` into `path`, replacing (not following) a link there.
-fn put(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+pub(crate) fn put(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     meshparity_files::write(path, bytes)
         .map_err(|e| EngineError::Run(format!("writing {}: {e}", path.display())))
 }
 
 /// A job error of `engine`'s.
-fn fail(engine: &CommandEngine, e: impl std::fmt::Display) -> EngineError {
+pub(crate) fn fail(engine: &CommandEngine, e: impl std::fmt::Display) -> EngineError {
     EngineError::Run(format!("engine `{}`: {e}", engine.def.name.value))
 }
 
 /// The merged state the program wrote into `dir` (`what`, the template value that named it):
 /// the weights, and the optimizer's state where the spec maps it, as one set of tensors.
-fn merged(
+pub(crate) fn merged(
     map: &ArtifactMap,
     dir: &Path,
     value: &'static str,

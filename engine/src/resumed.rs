@@ -2,7 +2,9 @@
 //! its first mesh saved at the checkpoint, and its state after `oracle_steps`.
 //!
 //! Both sides are world-size-1 states as a checkpoint holds them (weights as the optimizer
-//! holds them, `optim.exp_avg.*` / `optim.exp_avg_sq.*` moments, one-element u64 counters).
+//! holds them, first and second moments, integer counters): the built-in engine's
+//! (`optim.exp_avg.*`, `optim.exp_avg_sq.*`, u64 `optim.step`...) or a program's merged state
+//! (the JAX example's `exp_avg.*`, `exp_avg_sq.*`, i64 `step`).
 //! They are judged in the terms the oracle level already gates:
 //!
 //! - each weight as its update from the seed (what the optimizer did, [`crate::update`]);
@@ -16,20 +18,17 @@
 use std::path::Path;
 
 use meshparity_compare::agreement::decode;
-use meshparity_compare::safetensors::SafetensorsFile;
-use meshparity_compare::tensors::compare;
-use meshparity_compare::{Checkpoint, Profile, TensorDtype, TensorOptions, Tolerance};
+use meshparity_compare::{Profile, TensorDtype, Tolerance};
 use meshparity_specs::Limits;
 
 use crate::checkpoint;
-use crate::compare_line::compare_command;
+use crate::derived::{compare_derived, Side};
 use crate::judge::JudgeError;
 use crate::outcome::Comparison;
 use crate::tensor::{HostTensor, Shards};
 
-const EXP_AVG_SQ: &str = "optim.exp_avg_sq.";
-/// The name a second moment's square root is compared under.
-const SQRT_EXP_AVG_SQ: &str = "optim.sqrt_exp_avg_sq.";
+/// The part of a name that marks a second moment (torch's and the built-in engine's word).
+const EXP_AVG_SQ: &str = "exp_avg_sq";
 
 /// The two states to judge and where to write what is derived from them.
 pub struct States<'a> {
@@ -77,8 +76,7 @@ pub fn judge(
     Ok([values, counters])
 }
 
-/// One comparison of two derived checkpoints, compared in memory and written into the judge's
-/// directory only when they differ, for the comparison's `meshparity compare` command.
+/// One comparison of two derived states, named `{side}-{tag}-{part}.safetensors` when written.
 fn one(
     s: &States<'_>,
     what: &str,
@@ -87,50 +85,41 @@ fn one(
     tolerance: Tolerance,
     limits: &Limits,
 ) -> Result<Comparison, JudgeError> {
-    let path = |side: &str| s.out.join(format!("{side}-{}-{part}.safetensors", s.tag));
-    let (pa, pb) = (path("reference"), path("run"));
-    let encoded = |t: &Shards, to: &Path| -> Result<Checkpoint, JudgeError> {
-        let bytes = checkpoint::encode(t).map_err(|source| JudgeError::Io {
-            path: to.display().to_string(),
-            source,
-        })?;
-        Ok(Checkpoint::of_file(SafetensorsFile::from_bytes(to, bytes)?))
+    let side = |tensors: Shards, name: &str| Side {
+        tensors,
+        path: s.out.join(format!("{name}-{}-{part}.safetensors", s.tag)),
     };
-    let (ca, cb) = (encoded(&a, &pa)?, encoded(&b, &pb)?);
-    let opts = TensorOptions {
-        tolerance,
-        ..TensorOptions::default()
-    };
-    let mut c = Comparison::tensors(what, &compare(&ca, &cb, &opts)?);
-    if c.passed {
-        return Ok(c);
-    }
-    for file in [&ca, &cb].into_iter().flat_map(|cp| cp.files()) {
-        std::fs::write(&file.path, file.bytes()).map_err(|source| JudgeError::Io {
-            path: file.path.display().to_string(),
-            source,
-        })?;
-    }
-    c.reproduce = compare_command(&pa, &pb, limits, false);
-    Ok(c)
+    let sides = [side(a, "reference"), side(b, "run")];
+    compare_derived(what, sides, tolerance, limits)
 }
 
-/// A state as judged: (values in f64, counters as they are).
+/// A state as judged: (values in f64, counters as they are). A weight is an entry the seed
+/// holds in the same shape; a counter any integer entry; a second moment any entry named
+/// `exp_avg_sq` in one of its dotted parts (the built-in engine's `optim.exp_avg_sq.NAME`, a
+/// torch or JAX program's `exp_avg_sq.NAME`), compared as its square root under the name with
+/// that part `sqrt_exp_avg_sq`; everything else (first moments, buffers) as it is.
 fn view(seed: &Shards, state: &Shards) -> (Shards, Shards) {
     let (mut values, mut counters) = (Shards::new(), Shards::new());
     for (name, t) in state {
-        if t.dtype == TensorDtype::U64 {
+        if !t.dtype.is_float() {
             counters.insert(name.clone(), t.clone());
-        } else if let Some(p) = name.strip_prefix(EXP_AVG_SQ) {
-            values.insert(format!("{SQRT_EXP_AVG_SQ}{p}"), map(t, None, f64::sqrt));
-        } else if name.starts_with("optim.") {
-            values.insert(name.clone(), map(t, None, |x| x));
+        } else if let Some(root) = sqrt_name(name) {
+            values.insert(root, map(t, None, f64::sqrt));
         } else {
             let from = seed.get(name).filter(|s| s.shape == t.shape);
             values.insert(name.clone(), map(t, from, |x| x));
         }
     }
     (values, counters)
+}
+
+/// The name a second moment is compared under, its square root's; `None` for other entries.
+fn sqrt_name(name: &str) -> Option<String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let at = parts.iter().position(|p| *p == EXP_AVG_SQ)?;
+    let mut renamed: Vec<String> = parts.iter().map(|p| (*p).to_owned()).collect();
+    renamed[at] = format!("sqrt_{EXP_AVG_SQ}");
+    Some(renamed.join("."))
 }
 
 /// `f` of every element of `t` (less `from`'s element where given), in f64.
@@ -196,5 +185,19 @@ mod tests {
         assert_eq!(values(&v["optim.sqrt_exp_avg_sq.w"]), [0.5, 2.0]);
         assert!(!v.contains_key("optim.exp_avg_sq.w"));
         assert_eq!(c["optim.step"], step);
+        // A program's own names: `exp_avg_sq.w`, an i64 `step`.
+        let step = HostTensor {
+            dtype: TensorDtype::I64,
+            ..step
+        };
+        let program: Shards = [
+            ("exp_avg_sq.w".to_owned(), t(&[9.0, 1.0])),
+            ("step".to_owned(), step),
+        ]
+        .into_iter()
+        .collect();
+        let (v, c) = view(&seed, &program);
+        assert_eq!(values(&v["sqrt_exp_avg_sq.w"]), [3.0, 1.0]);
+        assert!(c.contains_key("step") && !v.contains_key("step"));
     }
 }
