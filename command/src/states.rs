@@ -27,6 +27,9 @@ pub(crate) fn keep(
     manifest: &mut Manifest,
 ) -> Result<bool, EngineError> {
     let t = req.training;
+    if !saves(engine) {
+        return Ok(false);
+    }
     let steps: Vec<u32> = t
         .states_at
         .iter()
@@ -54,4 +57,16 @@ pub(crate) fn keep(
             .map_err(|e| EngineError::Run(format!("removing {}: {e}", dir.display())))?;
     }
     Ok(!steps.is_empty())
+}
+
+/// Whether the program is told where to save at all. A spec's pairs need not include every
+/// model, yet every reference of a spec with pairs is asked for states: a program whose
+/// templates never name `{{save_dir}}` cannot save (its own pairs would fail on their own), so
+/// its reference asks for none rather than failing on a run it was never written for.
+fn saves(engine: &CommandEngine) -> bool {
+    let def = &engine.def;
+    def.args
+        .iter()
+        .chain(def.env.iter().map(|(_, v)| v))
+        .any(|t| t.value.contains("save_dir"))
 }

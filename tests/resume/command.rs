@@ -212,3 +212,40 @@ fn an_engines_resumption_bugs_are_planned_where_they_exist() {
     assert!(!sgd.contains("resume-moments-dropped"), "{sgd}");
     assert!(sgd.contains("tp2-to-dp2-at2/mutation[resume-step-reset]"));
 }
+
+/// A spec's pairs need not include every model: a program that cannot save (its templates
+/// never name `{{save_dir}}`), checked on plain meshes beside a built-in model's pair, has a
+/// reference that asks it for no saved state, and its jobs pass.
+#[test]
+fn a_program_without_pairs_is_not_asked_to_save_in_a_spec_with_pairs() {
+    if !common::harness::jax() {
+        return;
+    }
+    let dir = jax_example(&["train.py", "sharded_checkpoint.py", "jax.toml"]);
+    let engine = std::fs::read_to_string(dir.path().join("jax.toml")).unwrap();
+    let saves = "    \"--save-at\", \"{{save_at}}\", \"--save-dir\", \"{{save_dir}}\",\n";
+    assert!(engine.contains(saves));
+    std::fs::write(dir.path().join("jax.toml"), engine.replace(saves, "")).unwrap();
+    let spec = format!(
+        "include = [\"jax.toml\"]\n[run]\nname = \"mixed\"\nseed = 3\nsteps = 4\n\
+         oracle_steps = 3\nbatch = 8\noptimizer = \"sgd\"\n{}\
+         [[resume]]\nfrom = [\"dp2\"]\nto = [\"tp2\"]\nat = 2\n\n\
+         [[matrix]]\nmodels = [\"tiny\"]\nmeshes = [\"dp2\"]\nlevels = [\"oracle\"]\n\
+         dtypes = [\"f32\"]\n\n\
+         [[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"tp2\"]\nlevels = [\"oracle\"]\n\
+         dtypes = [\"f32\"]\n\n[mutations]\nselect = []\n",
+        tiny_model!()
+    );
+    std::fs::write(dir.path().join("mixed.toml"), spec).unwrap();
+    let out = meshparity(dir.path())
+        .args(["run", "mixed.toml", "--no-progress", "--run-dir", "run"])
+        // The program's own bugs are another test's (tests/command.rs).
+        .args(["-f", "not mutation=*"])
+        .env("MESHPARITY_NO_SHRINK", "1")
+        .output()
+        .unwrap();
+    let results = std::fs::read_to_string(dir.path().join("run/results.json")).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{results}");
+    assert!(results.contains("dp2-to-tp2-at2/oracle"), "{results}");
+    assert!(results.contains("mlp@f32/tp2/oracle"), "{results}");
+}
