@@ -21,12 +21,14 @@ use meshparity_engine::{checkpoint, files, Engine, EngineError, Manifest, RunReq
 use meshparity_specs::{ArtifactMap, ResumeFrom};
 
 use crate::collect::{self, Collected, Expect};
-use crate::{process, CommandEngine};
+use crate::{process, states, CommandEngine};
 
 /// Where the saving run writes its own files, under the pair's output directory.
 const SAVING: &str = "saving";
 /// Where the resumed run writes the merged state it loaded.
 const LOADED: &str = "loaded";
+/// Where the resumed run writes its merged state after `oracle_steps` (`{{state_dir}}`).
+const FINAL: &str = "state-final";
 
 /// Why a pair's run could not be joined from what the program wrote.
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +73,7 @@ pub(crate) fn run(
         out.join(LOADED),
     );
     for dir in [&saving, &save_dir, &loaded] {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| EngineError::Run(format!("creating {}: {e}", dir.display())))?;
+        create(dir)?;
     }
     let at = from.at as u64;
     let weights_after = req.length().weights_after as u64;
@@ -92,17 +93,30 @@ pub(crate) fn run(
     let (a, argv) = part(engine, &first, &set, Expect::Saving { weights: early })?;
     let saved = merged(map, &save_dir, "save_dir", &argv).map_err(|e| fail(engine, e))?;
 
-    // 2. The pair's own mesh loads it and trains on.
+    // 2. The pair's own mesh loads it and trains on; a program told where (`{{state_dir}}`)
+    // also writes its merged state after `oracle_steps` there, without stopping.
     let resumed = RunRequest { out: &out, ..*req };
-    let set = [
+    let oracle = req.training.oracle_steps;
+    let finals = states::asks_final(engine).then(|| out.join(FINAL));
+    let mut set = vec![
         ("resume_from", save_dir.display().to_string()),
         ("loaded_dir", loaded.display().to_string()),
     ];
+    if let Some(dir) = &finals {
+        create(dir)?;
+        set.push(("state_at", oracle.to_string()));
+        set.push(("state_dir", dir.display().to_string()));
+    }
     let (b, argv) = part(engine, &resumed, &set, Expect::Resumed { weights: !early })?;
     let held = merged(map, &loaded, "loaded_dir", &argv).map_err(|e| fail(engine, e))?;
 
     // Written where the program wrote too: never through a link it planted there.
     let mut written = vec![files::RESUME_SAVED.to_owned(), files::CHECKPOINT.to_owned()];
+    if let Some(dir) = &finals {
+        let to = out.join(files::state_at(oracle));
+        states::take(engine, (dir, "state_dir"), &argv, &to)?;
+        written.push(files::state_at(oracle));
+    }
     for (name, tensors) in [(files::RESUME_SAVED, &saved), (files::CHECKPOINT, &held)] {
         let bytes = checkpoint::encode(tensors).map_err(|e| fail(engine, e))?;
         put(&out.join(name), &bytes)?;
@@ -157,6 +171,12 @@ fn part(
     let collected = collect::collect(&engine.def.artifacts, req.out, &argv, expect)
         .map_err(|e| fail(engine, e))?;
     Ok((collected, argv))
+}
+
+/// `dir` and its parents, as a job error.
+pub(crate) fn create(dir: &Path) -> Result<(), EngineError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| EngineError::Run(format!("creating {}: {e}", dir.display())))
 }
 
 /// `bytes` into `path`, replacing (not following) a link there.

@@ -133,6 +133,10 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("save_dir", String::new());
     put("resume_from", String::new());
     put("loaded_dir", String::new());
+    // After step `state_at`, write the merged state into `state_dir` and train on: a pair's
+    // resumed run's (and its reference's) state after `oracle_steps`. 0 and empty otherwise.
+    put("state_at", "0".to_owned());
+    put("state_dir", String::new());
     // Outside `[variants]`: no variant, and the program's own directory.
     put("variant", "none".to_owned());
     put("variant_dir", base.display().to_string());

@@ -283,9 +283,9 @@ impl Sides<'_> {
     }
 
     /// A resumed run's whole state, at its checkpoint and after `oracle_steps`, against the
-    /// reference's at the same steps ([`crate::resumed`]). A reference that kept no state there
-    /// (a command engine's program, which saves only when it stops) is said in a note on `c`'s
-    /// last comparison, never passed silently.
+    /// reference's at the same steps ([`crate::resumed`]). A run or reference that kept no
+    /// state there (a command engine's program whose templates do not ask for it) is said in a
+    /// note on `c`'s last comparison, never passed silently.
     fn states(&self, c: &mut Vec<Comparison>) -> Result<(), JudgeError> {
         let t = self.judge.training;
         let Some(at) = t.resume.as_ref().map(|r| r.at) else {
@@ -313,8 +313,10 @@ impl Sides<'_> {
                 || !self.run.has(&mine)
                 || !self.reference.has(files::SEED)
             {
-                let note =
-                    format!("{what}: not judged, the reference or the run kept no state there");
+                let note = format!(
+                    "{what}: not judged, the reference or the run kept no state there (a \
+                     program writes it where its templates name {{{{state_dir}}}}, docs/engines.md)"
+                );
                 if let Some(last) = c.last_mut() {
                     last.notes.push(note);
                 }

@@ -80,6 +80,10 @@ def parse():
                    help="a checkpoint --save-dir holds: load it and train on (empty: start fresh)")
     p.add_argument("--loaded-dir", default="",
                    help="where to write the state as loaded, gathered (empty: nowhere)")
+    p.add_argument("--state-at", type=int, default=0,
+                   help="after this step, write the state gathered into --state-dir and train on "
+                        "(0: never)")
+    p.add_argument("--state-dir", default="")
     p.add_argument("--clip-grad-norm", type=float, default=0.0,
                    help="clip gradients to this global norm (0: no clipping)")
     p.add_argument("--dtype", default="f32", choices=["f32", "f64"])
@@ -247,6 +251,8 @@ def main():
                 save_file({n: np.asarray(t) for n, t in params.items()},
                           os.path.join(a.out, "final.safetensors"))
             print(f"step {k + 1}/{a.steps} loss {loss:.6f}", flush=True)
+            if k + 1 == a.state_at:
+                merged(a.state_dir, params, opt, opt_step)
             if k + 1 == a.save_at:
                 counters = {"done": k + 1, "opt_step": opt_step, "position": position}
                 sharded_checkpoint.save(a.save_dir, {**params, **flat(opt)}, counters)

@@ -227,6 +227,55 @@ fn models_with_equal_configs_share_one_reference_job() {
         .all(|j| matches!(j.kind, JobKind::Check { .. }) && j.model() != "b"));
 }
 
+/// A reference keeps its whole state only where a `[[resume]]` pair of its own model is judged
+/// by it: at the pairs' checkpoint steps and after `oracle_steps`. A model no pair includes is
+/// asked for none (on a command engine, each state is a run of the program).
+#[test]
+fn only_references_of_paired_models_keep_states() {
+    let text = r#"
+[run]
+seed = 7
+steps = 5
+oracle_steps = 4
+
+[models.paired]
+layers = 2
+
+[models.plain]
+hidden = 32
+heads = 2
+
+[meshes.dp2]
+dp = 2
+
+[meshes.tp2]
+tp = 2
+
+[[resume]]
+from = ["dp2"]
+to = ["tp2"]
+at = 2
+
+[[matrix]]
+models = ["paired"]
+meshes = ["dp2"]
+levels = ["oracle"]
+
+[[matrix]]
+models = ["plain"]
+meshes = ["tp2"]
+levels = ["oracle"]
+"#;
+    let plan = Plan::build(&spec_from(text));
+    let states: HashMap<String, Vec<u32>> = plan
+        .jobs()
+        .filter(|(_, j)| j.kind == JobKind::Reference)
+        .map(|(_, j)| (j.model().to_owned(), j.training.states_at.clone()))
+        .collect();
+    assert_eq!(states["paired"], [2, 4], "{states:?}");
+    assert!(states["plain"].is_empty(), "{states:?}");
+}
+
 /// A dense model's meshes train beside their reference (the built-in engine makes the seed
 /// checkpoint itself); a moe model's replay the reference's routing, so they wait for it.
 /// Every level waits for both.

@@ -71,7 +71,8 @@ pub struct ArtifactMap {
     /// The optimizer's state gathered to world-size-1 shapes, safetensors (tensor names the
     /// program's own, e.g. `exp_avg.NAME`, `step`): written beside `weights` where a
     /// `[[resume]]` pair's run saves (`{{save_dir}}`) and where it loads (`{{loaded_dir}}`), so
-    /// the roundtrip level holds the optimizer's state loaded bit-equal to the state saved.
+    /// the roundtrip level holds the optimizer's state loaded bit-equal to the state saved; and
+    /// after `oracle_steps` (`{{state_dir}}`), judged against the reference's there.
     pub optimizer: Option<Located<String>>,
     /// Key of the step number in `curve` (default `step`).
     pub step_key: String,

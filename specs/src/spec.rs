@@ -57,15 +57,18 @@ impl Spec {
         }
     }
 
-    /// The training of the references: the run's, keeping their whole state after each
-    /// `[[resume]]` pair's checkpoint step and after `oracle_steps` when the spec has pairs,
-    /// which a pair's saved and final states are judged against.
-    pub fn reference_training(&self) -> crate::run::Training {
+    /// The training of `model`'s references: the run's, keeping their whole state after each
+    /// checkpoint step of a `[[resume]]` pair the model is checked on, and after
+    /// `oracle_steps` when it has any, which a pair's saved and final states are judged
+    /// against. A model no pair includes is asked for none: a state nothing judges is a run
+    /// (a program's, on a command engine) for nothing.
+    pub fn reference_training(&self, model: &str) -> crate::run::Training {
         let mut training = self.run.training.clone();
         let mut at: Vec<u32> = self
-            .resumed
-            .values()
-            .filter_map(|m| Some(m.resume.as_ref()?.at))
+            .cells()
+            .iter()
+            .filter(|c| c.model.name.value == model)
+            .filter_map(|c| Some(c.mesh.resume.as_ref()?.at))
             .collect();
         if !at.is_empty() {
             at.push(training.oracle_steps);

@@ -30,10 +30,14 @@ fn a_jax_program_resumes_on_another_layout() {
         if name.ends_with("/roundtrip") {
             assert!(summary.contains("resumed state match"), "{name}: {summary}");
         }
-        // The merged state the `from` mesh saved, against the reference's own saving run's.
+        // The merged state the `from` mesh saved and the resumed run's after `oracle_steps`,
+        // against the reference's at those steps.
         if name.ends_with("/oracle") {
-            let judged = checkpoint_states(j);
-            assert_eq!(judged.len(), 2, "{name}: {j:#}");
+            let judged = judged_states(j);
+            let after = judged
+                .iter()
+                .filter(|(w, _)| w.starts_with("state after step 4"));
+            assert_eq!((judged.len(), after.count()), (4, 2), "{name}: {j:#}");
             assert!(
                 judged.iter().all(|(_, passed)| *passed),
                 "{name}: {judged:?}"
@@ -55,9 +59,18 @@ fn a_jax_program_resumes_on_another_layout() {
     assert_eq!(states, 2, "one oracle level per pair: {results:#}");
 }
 
-/// The `state at the checkpoint` comparisons of a job's level (a judge's detail is one level,
-/// a mutation run's lists them): (what, passed).
-fn checkpoint_states(job: &serde_json::Value) -> Vec<(String, bool)> {
+/// The whole-state comparisons of a job's level (`state at the checkpoint (step 2)`, `state
+/// after step 4`; a judge's detail is one level, a mutation run's lists them): (what, passed).
+fn judged_states(job: &serde_json::Value) -> Vec<(String, bool)> {
+    comparisons(job)
+        .into_iter()
+        .filter(|c| c["what"].as_str().unwrap().starts_with("state "))
+        .map(|c| (c["what"].as_str().unwrap().to_owned(), c["passed"] == true))
+        .collect()
+}
+
+/// Every comparison of a job's levels.
+fn comparisons(job: &serde_json::Value) -> Vec<&serde_json::Value> {
     let detail = &job["detail"];
     let levels = match detail["levels"].as_array() {
         Some(levels) => levels.iter().collect(),
@@ -66,20 +79,13 @@ fn checkpoint_states(job: &serde_json::Value) -> Vec<(String, bool)> {
     levels
         .into_iter()
         .flat_map(|o| o["comparisons"].as_array().unwrap())
-        .filter(|c| {
-            c["what"]
-                .as_str()
-                .unwrap()
-                .starts_with("state at the checkpoint (step 2)")
-        })
-        .map(|c| (c["what"].as_str().unwrap().to_owned(), c["passed"] == true))
         .collect()
 }
 
 /// A program whose merged state is wrong on more than one device (a gather that adds up its
 /// devices' first moments) saves and loads it wrong alike, so the round trip holds: only the
-/// saved state against the uninterrupted run's at the same step (the reference's own saving run,
-/// on one device) sees it, at the oracle level.
+/// states against the uninterrupted run's at the same steps (the reference's, on one device)
+/// see it, at the oracle level: the saved one and the resumed run's after `oracle_steps`.
 #[test]
 fn a_merged_state_wrong_alike_on_save_and_load_is_caught_against_the_reference() {
     if !common::harness::jax() {
@@ -123,16 +129,91 @@ fn a_merged_state_wrong_alike_on_save_and_load_is_caught_against_the_reference()
             .unwrap_or_else(|| panic!("no {level} job: {results:#}"))
     };
     assert_eq!(job("/roundtrip")["status"], "passed", "{results:#}");
-    let failed: Vec<_> = checkpoint_states(job("/oracle"))
+    let failed: Vec<_> = judged_states(job("/oracle"))
         .into_iter()
         .filter(|(_, passed)| !passed)
         .map(|(what, _)| what)
         .collect();
     assert_eq!(
         failed,
-        ["state at the checkpoint (step 2) (updates, moments)"],
+        [
+            "state at the checkpoint (step 2) (updates, moments)",
+            "state after step 4 (updates, moments)"
+        ],
         "{results:#}"
     );
+}
+
+/// The state after `oracle_steps` is asked only of a program whose templates name
+/// `{{state_dir}}`. One that resumes but never names it passes what it did, with a note on the
+/// oracle level that the state there was not judged; one that names it and writes nothing
+/// there is a job error naming the file, the value and the command.
+#[test]
+fn a_final_state_is_judged_only_where_the_program_writes_it() {
+    if !common::harness::jax() {
+        return;
+    }
+    let line = "    \"--state-at\", \"{{state_at}}\", \"--state-dir\", \"{{state_dir}}\",\n";
+    let writes = "                merged(a.state_dir, params, opt, opt_step)\n";
+    let engine = std::fs::read_to_string(example().join("jax.toml")).unwrap();
+    let program = std::fs::read_to_string(example().join("train.py")).unwrap();
+    assert!(engine.contains(line) && program.contains(writes));
+    let cases = [
+        (engine.replace(line, ""), program.clone(), Some(0)),
+        (
+            engine.clone(),
+            program.replace(writes, "                pass\n"),
+            Some(3),
+        ),
+    ];
+    for (engine, program, code) in cases {
+        let dir = jax_example(&["sharded_checkpoint.py", "jax-resume.toml"]);
+        std::fs::write(dir.path().join("jax.toml"), engine).unwrap();
+        std::fs::write(dir.path().join("train.py"), program).unwrap();
+        let out = meshparity(dir.path())
+            .args(["run", "jax-resume.toml", "--no-progress"])
+            .args([
+                "--run-dir",
+                "run",
+                "-f",
+                "mesh=tp2-to-dp2-at2 and level=oracle",
+            ])
+            .env("MESHPARITY_NO_SHRINK", "1")
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(dir.path().join("run/results.json")).unwrap();
+        assert_eq!(out.status.code(), code, "{text}");
+        if code == Some(3) {
+            let says = "wrote no `final.safetensors` (artifacts.weights) into {{state_dir}}";
+            assert!(text.contains(says), "{text}");
+            continue;
+        }
+        let results: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let oracle = results["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"].as_str().unwrap().ends_with("/oracle"))
+            .unwrap();
+        let judged: Vec<_> = judged_states(oracle).into_iter().map(|(w, _)| w).collect();
+        assert!(
+            judged
+                .iter()
+                .all(|w| w.starts_with("state at the checkpoint")),
+            "{judged:?}"
+        );
+        let notes = comparisons(oracle)
+            .iter()
+            .flat_map(|c| c["notes"].as_array().cloned().unwrap_or_default())
+            .map(|n| n.as_str().unwrap().to_owned())
+            .collect::<Vec<_>>();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("state after step 4: not judged")),
+            "{notes:?}"
+        );
+    }
 }
 
 /// The JAX example's directory.

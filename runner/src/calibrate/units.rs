@@ -61,6 +61,7 @@ pub fn units(
     config: &Config,
 ) -> Result<Vec<Unit>, UnitError> {
     let mut out: Vec<Unit> = Vec::new();
+    let mut states_at = std::collections::HashMap::new();
     // Dependencies too: a mutation is judged by the levels of its mesh, selected or not. Jobs
     // already in the target dtype go first, so a cell the spec writes in that dtype keeps its
     // own tolerance table (the sweep's `tight` f64 cells) over one converted from another dtype.
@@ -82,7 +83,10 @@ pub fn units(
         // The reference's: no resumption, its whole state kept where the pairs are judged.
         let mut training = Training {
             resume: None,
-            states_at: spec.reference_training().states_at,
+            states_at: states_at
+                .entry(job.model())
+                .or_insert_with(|| spec.reference_training(job.model()).states_at)
+                .clone(),
             ..job.training.clone()
         };
         if let Some(o) = config.optimizer {

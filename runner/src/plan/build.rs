@@ -78,7 +78,7 @@ impl Plan {
     pub fn build(spec: &Spec) -> Plan {
         let mut plan = Plan::empty(spec.name());
         let training = &spec.run.training;
-        let reference_training = spec.reference_training();
+        let mut reference_training: HashMap<String, Training> = HashMap::new();
         let cells = spec.cells();
         let mut references: HashMap<JobId, NodeIndex> = HashMap::new();
         for cell in &cells {
@@ -88,12 +88,11 @@ impl Plan {
                 continue;
             }
             let reference_config = cell.model.reference_config();
-            let reference = plan.reference(
-                &mut references,
-                cell,
-                &reference_config,
-                &reference_training,
-            );
+            let name = &cell.model.name.value;
+            let training = reference_training
+                .entry(name.clone())
+                .or_insert_with(|| spec.reference_training(name));
+            let reference = plan.reference(&mut references, cell, &reference_config, training);
             let on_mesh = spec.training_on(cell.mesh);
             plan.cell(cell, reference, &model_config, &on_mesh, spec);
         }

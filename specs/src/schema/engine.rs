@@ -126,8 +126,9 @@ pub(super) struct EngineArtifacts {
     /// (JSON, as meshparity_hooks.torch writes it): a group that disagrees fails the oracle level.
     pub(super) digests: Option<String>,
     /// The optimizer's state gathered to world-size-1 shapes (safetensors), written beside
-    /// `weights` into {{save_dir}} when a [[resume]] pair's run saves and into {{loaded_dir}}
-    /// when it loads: the roundtrip level holds what was loaded bit-equal to what was saved.
+    /// `weights` into {{save_dir}} when a [[resume]] pair's run saves, into {{loaded_dir}} when
+    /// it loads (the roundtrip level holds what was loaded bit-equal to what was saved) and
+    /// into {{state_dir}} after step {{state_at}} (judged at the oracle level).
     pub(super) optimizer: Option<String>,
     /// Key of the step number in `curve` (default step).
     pub(super) step_key: Option<String>,
