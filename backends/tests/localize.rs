@@ -252,6 +252,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("rope-backward-swapped", &["computation"]),
     ("cp-no-lse-renormalization", &["computation"]),
     ("cp-stale-kv-chunk", &["computation"]),
+    // Each later step's gradient is the first step's: the ring backward's own arithmetic.
+    ("cp-backward-stale-kv", &["computation"]),
     ("cp-skip-grad-reduce", &["partial:cp"]),
     ("moe-router-not-renormalized", &["computation"]),
     ("moe-load-balance-local-counts", &["partial"]),

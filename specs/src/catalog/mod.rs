@@ -36,6 +36,7 @@ pub enum Id {
     SaveDuplicatesReplicated,
     CpUnweightedMerge,
     CpStaleKvChunk,
+    CpBackwardStaleKv,
     CpSkipGradReduce,
     RouterNotRenormalized,
     LoadBalanceLocalCounts,

@@ -318,6 +318,12 @@ impl Fault {
         self.0 == Id::RouterNotRenormalized && layer == 0
     }
 
+    /// Whether `layer`'s ring attention backward computes each step's gradients against the
+    /// rank's own K/V chunk (a no-op without CP: there is one step, the rank's own).
+    pub fn cp_backward_stale_kv(self, layer: u32) -> bool {
+        self.0 == Id::CpBackwardStaleKv && layer == 0
+    }
+
     /// Whether the data-parallel gradient reduction leaves out the context-parallel ranks
     /// (reduces over dp only, not over Megatron's dp × cp group).
     pub fn cp_grad_reduce_skipped(self) -> bool {

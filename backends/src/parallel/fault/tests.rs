@@ -29,6 +29,7 @@ fn every_catalog_entry_does_something() {
             || f.swiglu_wrong_operand(0)
             || f.rope_swapped(0)
             || f.cp_unweighted_merge(0)
+            || f.cp_backward_stale_kv(0)
             || f.cp_grad_reduce_skipped()
             || f.router_unnormalized(0)
             || f.ep_combine_permuted(0)

@@ -55,6 +55,8 @@ pub(super) struct LayerFaults {
     pub(super) swiglu_wrong_operand: bool,
     pub(super) rope_swapped: bool,
     pub(super) unweighted_merge: bool,
+    /// Whether ring attention's backward uses the rank's own K/V at every step (cp > 1 only).
+    pub(super) stale_kv_backward: bool,
     /// Whether RoPE's positions restart at each of the rank's CP chunks (packed rows only).
     pub(super) positions_from_chunks: bool,
     /// The relative size of the noise on the odd rank's partial MLP output (tp > 1 only).

@@ -58,6 +58,24 @@ pub fn unweighted_merge(blocks: Vec<(Tensor<4>, Tensor<4>)>) -> Tensor<4> {
         .expect("a ring has steps")
 }
 
+/// Ring attention blocks whose backward is the first step's at every step: each later block
+/// keeps its value (the forward is bit-identical) but takes its gradient through block 0,
+/// computed against the rank's own K/V, as a ring backward that reads the K/V it saved at the
+/// first step does (diffusers#14265). The received chunks get no gradient at all.
+pub fn stale_kv_backward(blocks: Vec<(Tensor<4>, Tensor<4>)>) -> Vec<(Tensor<4>, Tensor<4>)> {
+    let (o0, l0) = blocks[0].clone();
+    let through =
+        |own: Tensor<4>, first: Tensor<4>| own.detach() + (first.clone() - first.detach());
+    blocks
+        .into_iter()
+        .enumerate()
+        .map(|(j, (o, l))| match j {
+            0 => (o, l),
+            _ => (through(o, o0.clone()), through(l, l0.clone())),
+        })
+        .collect()
+}
+
 /// `x` plus fixed noise whose L2 norm is `eps` times `x`'s (a value corrupted by a device that
 /// miscomputes silently). The noise is a pure function of `stream` and the shape, the same on
 /// every step, and a constant to autodiff: gradients flow through `x` unchanged.

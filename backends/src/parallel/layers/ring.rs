@@ -160,6 +160,11 @@ impl StageCtx<'_> {
                     attention_block(q.clone(), k, val, mask, keep)
                 })
                 .collect();
+            let blocks = if f.stale_kv_backward {
+                faulty::stale_kv_backward(blocks)
+            } else {
+                blocks
+            };
             let a = if f.unweighted_merge {
                 faulty::unweighted_merge(blocks)
             } else {

@@ -253,6 +253,12 @@ impl StageCtx<'_> {
                 "blocks summed without log-sum-exp weights",
             );
         }
+        if f.stale_kv_backward {
+            comm.event(
+                &site("attn.ring.bwd"),
+                "every ring step's gradients computed against the rank's own K/V chunk",
+            );
+        }
         f
     }
 
@@ -270,6 +276,7 @@ impl StageCtx<'_> {
             swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
             rope_swapped: fault.rope_swapped(l),
             unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
+            stale_kv_backward: self.topo.cp() > 1 && fault.cp_backward_stale_kv(l),
             positions_from_chunks: self.topo.cp() > 1 && fault.packed_positions_from_chunks(),
             // One TP rank's share: a no-op without tensor parallelism.
             activation_noise: fault
