@@ -322,6 +322,17 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("microbatch-local-loss-normalization", &["computation"]),
     // Every sequence's load-balance weight over dp times the sequences: scaled.
     ("moe-aux-loss-scaled-by-dp", &["scaled:dp", "scaled"]),
+    // Each rank's per-token weights scaled by its own share of its sequences' real tokens (or
+    // its inverse): where one rank holds every real token of a short row, only the others'
+    // shards or row blocks differ; where the shares are even, a scaling by the split's degree.
+    (
+        "moe-aux-loss-token-share-over-sequence",
+        &["one-shard:tp", "one-shard:cp", "one-block", "scaled:tp", "scaled:cp", "scaled"],
+    ),
+    (
+        "moe-aux-loss-token-count-overwritten",
+        &["one-shard:tp", "one-shard:cp", "one-block", "scaled:tp", "scaled:cp", "scaled"],
+    ),
 ];
 
 /// Whether `cause` names `mutation`'s: its kind, and its axis where one is expected (a named

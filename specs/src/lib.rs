@@ -57,7 +57,7 @@ pub use level::Level;
 pub use load::{load, load_text, load_with, Disk, Files, Loaded, SpecError};
 pub use mesh::{Coord, MeshConfig, Schedule};
 pub use model::ModelConfig;
-pub use moe::{DropPolicy, MoeOptions, RouterScore};
+pub use moe::{AuxNormalization, DropPolicy, MoeOptions, RouterScore};
 pub use mutation::{Mutation, CATALOG};
 pub use resume::ResumeFrom;
 pub use run::{Dropout, Optimizer, Packing, Recompute, Training};

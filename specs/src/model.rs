@@ -28,6 +28,7 @@ pub const KEYS: &[&str] = &[
     "shared_expert_ffn",
     "capacity_factor",
     "drop_policy",
+    "aux_loss_normalization",
     "tie_embeddings",
     "dtype",
     "device",

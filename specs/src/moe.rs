@@ -51,6 +51,31 @@ impl Keyword for DropPolicy {
     ];
 }
 
+/// What the load-balance loss averages its terms over (`aux_loss_normalization`): the two forms
+/// Megatron's router takes (per microbatch of sequences, and with `--calculate-per-token-loss`
+/// per token), each defined on the global batch at world size 1 so every mesh must keep it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AuxNormalization {
+    /// Every sequence's term weighs the same: the mean over the global batch's sequences of
+    /// α·Σ_e f_{s,e}·P_{s,e} (DeepSeek-V2, Megatron's `seq_aux_loss`).
+    #[default]
+    Sequence,
+    /// Every real token weighs the same: each sequence's term weighted by its share of the
+    /// global batch's real tokens, α/N·Σ_s T_s·Σ_e f_{s,e}·P_{s,e} (the per-token loss form:
+    /// Megatron's `--calculate-per-token-loss`, where the router pre-multiplies the aux loss by
+    /// its token count and every gradient is divided by the global count).
+    Token,
+}
+
+impl Keyword for AuxNormalization {
+    const WHAT: &'static str = "load-balance normalization";
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("sequence", AuxNormalization::Sequence),
+        ("token", AuxNormalization::Token),
+    ];
+}
+
 /// An expert capacity factor (> 0): a number that takes part in a model's identity, compared
 /// and hashed by its bits.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -93,6 +118,9 @@ pub struct MoeOptions {
     /// With a capacity factor: which pairs are dropped (`None`: probs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_policy: Option<DropPolicy>,
+    /// What the load-balance loss averages over (`None`: per sequence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux_loss_normalization: Option<AuxNormalization>,
 }
 
 /// The score-correction bias's update rate per step (Megatron's
@@ -106,6 +134,10 @@ impl MoeOptions {
 
     pub fn expert_bias(&self) -> bool {
         self.expert_bias == Some(true)
+    }
+
+    pub fn aux_normalization(&self) -> AuxNormalization {
+        self.aux_loss_normalization.unwrap_or_default()
     }
 
     /// The capacity factor and drop policy, when tokens may be dropped.
@@ -129,12 +161,16 @@ pub fn decode(
     let shared = t.positive(cx, "shared_expert_ffn");
     let factor = t.limit(cx, "capacity_factor");
     let policy = t.keyword::<DropPolicy>(cx, "drop_policy");
+    let normalization = t.keyword::<AuxNormalization>(cx, "aux_loss_normalization");
     let written = [
         router.as_ref().map(|v| ("router", &v.loc)),
         expert_bias.as_ref().map(|v| ("expert_bias", &v.loc)),
         shared.as_ref().map(|v| ("shared_expert_ffn", &v.loc)),
         factor.as_ref().map(|v| ("capacity_factor", &v.loc)),
         policy.as_ref().map(|v| ("drop_policy", &v.loc)),
+        normalization
+            .as_ref()
+            .map(|v| ("aux_loss_normalization", &v.loc)),
     ];
     if !moe {
         unmoe.extend(written.into_iter().flatten().map(|(k, l)| (k, l.clone())));
@@ -166,6 +202,7 @@ pub fn decode(
         shared_expert_ffn: shared.as_ref().map(|s| s.value),
         capacity_factor: factor.map(|f| CapacityFactor(f.value)),
         drop_policy: policy.map(|p| p.value),
+        aux_loss_normalization: normalization.map(|n| n.value),
     };
     (options, shared)
 }

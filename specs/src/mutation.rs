@@ -42,6 +42,9 @@ pub enum Needs {
     Capacity,
     /// A moe model with the score-correction bias.
     ExpertBias,
+    /// A moe model whose load-balance loss is normalized per token
+    /// (`aux_loss_normalization = "token"`).
+    TokenAux,
     /// Parameters split over ranks (tp, pp, ep or etp > 1): a rank's own gradients are not
     /// the whole model's.
     ModelParallel,
@@ -114,7 +117,7 @@ impl Needs {
             Needs::ExpertGroups => m.ep * m.etp > 1 && m.ep * m.etp != m.tp,
             Needs::StageRanks => m.world_size() / u64::from(m.pp.max(1)) > 1,
             // Properties of the model: see `Mutation::applies_to`.
-            Needs::Capacity | Needs::ExpertBias => true,
+            Needs::Capacity | Needs::ExpertBias | Needs::TokenAux => true,
             Needs::ModelParallel => [m.tp, m.pp, m.ep, m.etp].iter().any(|&n| n > 1),
             Needs::TpReplicatedExperts => m.tp > 1 && m.ep * m.etp == 1,
             Needs::Sharded => m.zero > 0 && m.shard_dp() * m.cp > 1,
@@ -215,6 +218,7 @@ impl Needs {
             Needs::StageRanks => "more than one rank per pipeline stage",
             Needs::Capacity => "a moe model with capacity_factor",
             Needs::ExpertBias => "a moe model with expert_bias",
+            Needs::TokenAux => "a moe model with aux_loss_normalization = \"token\"",
             Needs::ModelParallel => "parameters split over ranks (tp, pp, ep or etp > 1)",
             Needs::TpReplicatedExperts => "experts replicated over TP (tp > 1, ep·etp = 1)",
             Needs::Sharded => {

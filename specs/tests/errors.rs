@@ -327,7 +327,9 @@ fn moe_options_are_refused_where_they_do_not_apply() {
     let heads = heads_of(
         "[models.dense]\nrouter = \"sigmoid\"\ncapacity_factor = 1.0\n\n\
          [models.m]\nfamily = \"moe\"\ndrop_policy = \"position\"\nrouter = \"argmax\"\n\n\
-         [models.z]\nfamily = \"moe\"\ncapacity_factor = 0\n\n[meshes.dp2]\ndp = 2\n",
+         [models.z]\nfamily = \"moe\"\ncapacity_factor = 0\n\n[meshes.dp2]\ndp = 2\n\n\
+         [models.t]\naux_loss_normalization = \"token\"\n\n\
+         [models.u]\nfamily = \"moe\"\naux_loss_normalization = \"microbatch\"\n",
     );
     for want in [
         "device.toml:2:10: `router` only applies to family `moe`",
@@ -335,6 +337,8 @@ fn moe_options_are_refused_where_they_do_not_apply() {
         "device.toml:7:15: `models.m.drop_policy` without `capacity_factor`",
         "device.toml:8:10: unknown router score function `argmax`",
         "device.toml:12:19: `models.z.capacity_factor` must be greater than 0",
+        "device.toml:18:26: `aux_loss_normalization` only applies to family `moe`",
+        "device.toml:22:26: unknown load-balance normalization `microbatch`",
     ] {
         assert!(
             heads.iter().any(|h| h.starts_with(want)),
@@ -346,8 +350,8 @@ fn moe_options_are_refused_where_they_do_not_apply() {
 #[test]
 fn moe_options_load_into_the_model_config() {
     let text = "[models.m]\nfamily = \"moe\"\nrouter = \"sigmoid\"\nexpert_bias = true\n\
-                shared_expert_ffn = 32\ncapacity_factor = 1.25\ndrop_policy = \"position\"\n\n\
-                [meshes.dp2]\ndp = 2\n";
+                shared_expert_ffn = 32\ncapacity_factor = 1.25\ndrop_policy = \"position\"\n\
+                aux_loss_normalization = \"token\"\n\n[meshes.dp2]\ndp = 2\n";
     let loaded =
         meshparity_specs::load_text(Path::new("m.toml"), text.into(), &meshparity_specs::Disk)
             .unwrap_or_else(|e| panic!("{e:?}"));
@@ -358,6 +362,10 @@ fn moe_options_load_into_the_model_config() {
     assert_eq!(
         moe.capacity(),
         Some((1.25, meshparity_specs::DropPolicy::Position))
+    );
+    assert_eq!(
+        moe.aux_normalization(),
+        meshparity_specs::AuxNormalization::Token
     );
 }
 

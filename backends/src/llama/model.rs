@@ -188,7 +188,9 @@ fn moe_mlp(
         y = y + z.squeeze_dim(0);
     }
     let counts = moe::counts(&routed.choices, b, &positions, &batch.lengths, e);
-    let weights = moe::balance_weights(&counts, &batch.lengths, k, e, b);
+    let counted = batch.counted() as f64;
+    let over = moe::BalanceOver::of(c.moe.aux_normalization(), b, counted);
+    let weights = moe::balance_weights(&counts, &batch.lengths, k, e, over);
     let lb = moe::load_balance(
         moe::balance_scores(routed.scores.clone(), c.moe.router()),
         &weights,

@@ -13,8 +13,9 @@
 //! - **Shared expert** (optional): a SwiGLU MLP every token goes through, added to the routed
 //!   output.
 //! - **Auxiliary losses**: the sequence-wise load-balance loss (DeepSeek-V2; Megatron's
-//!   `seq_aux_loss`) α·Σ_e f_e·P_e per sequence, averaged over the global batch's sequences,
-//!   with f_e = E/(k·T)·(tokens of the sequence routed to e) — a count, no gradient — and
+//!   `seq_aux_loss`) α·Σ_e f_e·P_e per sequence, averaged over the global batch's sequences
+//!   (or, with `aux_loss_normalization = "token"`, each sequence's term weighted by its share of
+//!   the global batch's real tokens: the per-token loss form), with f_e = E/(k·T)·(tokens of the sequence routed to e) — a count, no gradient — and
 //!   P_e = mean score of e over the sequence's T real tokens (sigmoid scores normalized over the
 //!   experts first, as Megatron); and the router z-loss β·mean(logsumexp(router logits)²) over
 //!   the tokens the cross-entropy counts.
@@ -32,7 +33,7 @@
 use burn::tensor::activation::{log_softmax, sigmoid, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 pub use meshparity_engine::replay::Decided;
-use meshparity_specs::RouterScore;
+use meshparity_specs::{AuxNormalization, RouterScore};
 
 use super::layers::swiglu;
 
@@ -284,23 +285,53 @@ pub fn counts(
     c
 }
 
-/// Each sequence's load-balance weight per expert, α/B · f_{s,e} / T_s with
-/// f_{s,e} = E/(k·T_s) · count_{s,e}: what one real token's score for e adds to the loss.
-/// `counts` are the sequences' (global) expert counts, [rows, E]; `sequences` is B, the global
-/// batch's sequence count the loss averages over.
+/// What the load-balance loss's terms are divided by (`aux_loss_normalization`): per sequence,
+/// T_s · B (each sequence's mean score, averaged over the global batch's B sequences); per token,
+/// N, the global batch's counted tokens (the cross-entropy's normalizer), so each real token's
+/// share weighs what one of the loss's tokens does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BalanceOver {
+    Sequences(usize),
+    Tokens(f64),
+}
+
+impl BalanceOver {
+    pub fn of(normalization: AuxNormalization, sequences: usize, counted: f64) -> BalanceOver {
+        match normalization {
+            AuxNormalization::Sequence => BalanceOver::Sequences(sequences),
+            AuxNormalization::Token => BalanceOver::Tokens(counted),
+        }
+    }
+
+    /// The same form over `k` copies of the global batch (a count taken again over k groups).
+    pub fn times(self, k: usize) -> BalanceOver {
+        match self {
+            BalanceOver::Sequences(b) => BalanceOver::Sequences(b * k),
+            BalanceOver::Tokens(n) => BalanceOver::Tokens(n * k as f64),
+        }
+    }
+}
+
+/// Each sequence's load-balance weight per expert, α · f_{s,e} / (T_s · B) per sequence or
+/// α · f_{s,e} / N per token ([`BalanceOver`]), with f_{s,e} = E/(k·T_s) · count_{s,e}: what one real token's
+/// score for e adds to the loss. `counts` are the sequences' (global) expert counts, [rows, E].
 pub fn balance_weights(
     counts: &[f64],
     lengths: &[usize],
     k: usize,
     experts: usize,
-    sequences: usize,
+    over: BalanceOver,
 ) -> Vec<f64> {
     let mut w = vec![0.0; counts.len()];
     for (row, &len) in lengths.iter().enumerate() {
         let real = len as f64;
+        let per_token = match over {
+            BalanceOver::Sequences(b) => real * b as f64,
+            BalanceOver::Tokens(n) => n,
+        };
         for ex in 0..experts {
             let f = experts as f64 / (k as f64 * real) * counts[row * experts + ex];
-            w[row * experts + ex] = LB_COEFF * f / (real * sequences as f64);
+            w[row * experts + ex] = LB_COEFF * f / per_token;
         }
     }
     w
@@ -362,6 +393,20 @@ mod tests {
         let s = selection(&[0.1, 0.2, 0.3, 0.4], 2, Some(&[1.0, 0.0]));
         assert_eq!(top_k(&s, 2, 1), vec![vec![0], vec![0]]);
         assert_eq!(top_k(&selection(&[0.1, 0.2], 2, None), 2, 1), vec![vec![1]]);
+    }
+
+    /// Per sequence a short sequence's tokens weigh more (its mean counts as much as a long
+    /// one's); per token every token weighs 1/N.
+    #[test]
+    fn token_form_weighs_every_token_alike() {
+        // Two sequences of 4 and 2 real tokens, one expert, k = 1: f = 1 for both.
+        let counts = [4.0, 2.0];
+        let seq = balance_weights(&counts, &[4, 2], 1, 1, BalanceOver::Sequences(2));
+        let tok = balance_weights(&counts, &[4, 2], 1, 1, BalanceOver::Tokens(5.0));
+        assert_eq!(seq, vec![LB_COEFF / 8.0, LB_COEFF / 4.0]);
+        assert_eq!(tok, vec![LB_COEFF / 5.0, LB_COEFF / 5.0]);
+        let twice = balance_weights(&counts, &[4, 2], 1, 1, BalanceOver::Tokens(5.0).times(2));
+        assert_eq!(twice, vec![LB_COEFF / 10.0, LB_COEFF / 10.0]);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn tiny_moe() -> ModelConfig {
 
 /// The moe family's options all at once: sigmoid scores, the score-correction bias (updated
 /// after every step from the all-reduced load), a TP-sharded shared expert and a capacity
-/// factor that drops routed slots.
+/// factor that drops routed slots, and the load-balance loss normalized per token.
 #[allow(dead_code)]
 pub fn tiny_moe_options(policy: meshparity_specs::DropPolicy) -> ModelConfig {
     let mut m = tiny_moe();
@@ -51,6 +51,7 @@ pub fn tiny_moe_options(policy: meshparity_specs::DropPolicy) -> ModelConfig {
         shared_expert_ffn: Some(16),
         capacity_factor: Some(meshparity_specs::moe::CapacityFactor(1.0)),
         drop_policy: Some(policy),
+        aux_loss_normalization: Some(meshparity_specs::AuxNormalization::Token),
     };
     m
 }

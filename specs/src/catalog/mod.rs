@@ -73,6 +73,8 @@ pub enum Id {
     CpPackedPositionsFromChunks,
     MicrobatchLocalLossNormalization,
     AuxLossScaledByDp,
+    AuxTokenShareOverSequence,
+    AuxTokenCountOverwritten,
     ResumeMomentsDropped,
     ResumeStepReset,
     ResumeDataPositionReset,
@@ -179,6 +181,9 @@ impl Mutation {
             Needs::DenseMlp => !experts,
             Needs::Capacity => experts && model.moe.capacity().is_some(),
             Needs::ExpertBias => experts && model.moe.expert_bias(),
+            Needs::TokenAux => {
+                experts && model.moe.aux_normalization() == crate::AuxNormalization::Token
+            }
             Needs::TiedEmbeddings => model.tied(),
             Needs::LrSchedule => training.schedule.is_some(),
             Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,

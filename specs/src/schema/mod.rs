@@ -173,8 +173,8 @@ struct Run {
     "then" = {"propertyNames": {"enum": [
         "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
         "top_k", "routing_replay", "router", "expert_bias", "shared_expert_ffn",
-        "capacity_factor", "drop_policy", "tie_embeddings", "dtype", "device", "engine",
-        "reference"
+        "capacity_factor", "drop_policy", "aux_loss_normalization", "tie_embeddings", "dtype",
+        "device", "engine", "reference"
     ]}}
 ))]
 struct Model {
@@ -224,6 +224,9 @@ struct Model {
     /// Which routed tokens an expert over capacity drops (moe only, with capacity_factor;
     /// default probs).
     drop_policy: Option<crate::moe::DropPolicy>,
+    /// What the load-balance loss averages over (moe only, default sequence): "sequence"
+    /// weighs every sequence the same, "token" every real token (the per-token loss form).
+    aux_loss_normalization: Option<crate::moe::AuxNormalization>,
     /// One weight for the embedding and the output head (default false): the output head is
     /// the embedding transposed; with pp > 1 the first and last stages each hold it and
     /// all-reduce its gradient (Megatron's embedding group); with TP it is vocab-parallel in

@@ -16,6 +16,7 @@ mod packing;
 mod resume;
 mod rng;
 
+pub use aux::TokenCount;
 pub use resume::ResumeFault;
 
 /// How a collective call is altered.

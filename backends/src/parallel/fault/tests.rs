@@ -62,6 +62,7 @@ fn every_catalog_entry_does_something() {
             || f.packed_positions_from_chunks()
             || f.normalizes_per_microbatch()
             || f.aux_loss_over_dp(0)
+            || f.aux_token_count(0).is_some()
             || f.save().is_some()
             || f.resume().is_some();
         assert!(acts, "{} is never injected", f.name());

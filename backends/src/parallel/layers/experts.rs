@@ -18,7 +18,7 @@ use super::router::Tokens;
 use crate::data::IGNORE;
 use crate::llama::balance;
 use crate::llama::layers::{linear, swiglu};
-use crate::llama::moe::{self, Choice, Decided, Dispatch, Routed};
+use crate::llama::moe::{self, BalanceOver, Choice, Decided, Dispatch, Routed};
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::tape::{Tape, Val};
 use crate::parallel::context::Local;
@@ -144,7 +144,8 @@ impl StageCtx<'_> {
         if unnormalized {
             comm.event(&name("router"), "top-k scores not renormalized");
         }
-        let weights = self.balance_weights(comm, l, rows, &counts, &lengths);
+        let shape = (rows, tokens.as_slice(), normalizers);
+        let weights = self.balance_weights(comm, l, shape, &counts, &lengths);
         let lb = tape.per_rank(self.ranks(), &[&logits], |i, v| {
             let scores = moe::balance_scores(moe::scores(flat(v[0].clone()), score), score);
             moe::load_balance(scores, &weights[i], rows, &tokens[i].0, lengths[i])
@@ -229,22 +230,32 @@ impl StageCtx<'_> {
         &self,
         comm: &mut Comm,
         l: u32,
-        rows: usize,
+        (rows, tokens, normalizers): (usize, &Tokens, &[f64]),
         counts: &[Vec<f64>],
         lengths: &[&[usize]],
     ) -> Vec<Vec<f64>> {
         let e = self.model.experts.unwrap_or(1) as usize;
         let k = self.model.top_k.unwrap_or(1) as usize;
         let site = format!("layers.{l}.mlp.router.load_balance");
-        let sequences = if self.fault.is_some_and(|f| f.aux_loss_over_dp(l)) {
-            comm.event(&site, "divided by dp × the global sequences");
-            self.sequences * self.topo.dp()
-        } else {
-            self.sequences
-        };
-        let weights: Vec<Vec<f64>> = (0..self.group.ranks.len())
-            .map(|i| moe::balance_weights(&counts[i], lengths[i], k, e, sequences))
+        let over_dp = self.fault.is_some_and(|f| f.aux_loss_over_dp(l));
+        if over_dp {
+            comm.event(&site, "divided by dp × the global batch's count");
+        }
+        let g = self.groups();
+        let mut weights: Vec<Vec<f64>> = (0..self.group.ranks.len())
+            .map(|i| {
+                let norm = self.model.moe.aux_normalization();
+                let over = BalanceOver::of(norm, self.sequences, normalizers[g.local_of(i)]);
+                let over = if over_dp { over.times(self.topo.dp()) } else { over };
+                moe::balance_weights(&counts[i], lengths[i], k, e, over)
+            })
             .collect();
+        if let Some(wrong) = self.fault.and_then(|f| f.aux_token_count(l)) {
+            comm.event(&site, wrong.describe());
+            for (i, w) in weights.iter_mut().enumerate() {
+                faulty::misread_token_count(w, e, &tokens[i].0, lengths[i], wrong);
+            }
+        }
         let shown: Vec<Tensor<2>> = (0..self.group.ranks.len())
             .filter(|&i| self.distinct(i))
             .map(|i| self.constant(weights[i].clone(), [rows, e]))

@@ -7,7 +7,7 @@ use burn::tensor::{Tensor, TensorData};
 
 use crate::data::Batch;
 use crate::llama::layers::{linear, rope_at, NORM_EPS};
-use crate::parallel::fault::{NormFault, WRONG_EPS};
+use crate::parallel::fault::{NormFault, TokenCount, WRONG_EPS};
 
 /// RMSNorm with the wrong epsilon or the wrong power.
 pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>, fault: NormFault) -> Tensor<3> {
@@ -90,4 +90,23 @@ pub fn corrupted(x: Tensor<3>, eps: f64, stream: &str) -> Tensor<3> {
     let unit = Tensor::<3>::from_data(TensorData::new(unit, dims), (&x.device(), x.dtype()));
     let size = x.clone().detach().powi_scalar(2).sum().sqrt() * eps;
     x + unit * size.reshape([1, 1, 1])
+}
+
+/// A rank's per-token load-balance weights ([rows, E]) with one of its token counts misread:
+/// each row's weights scaled by [`TokenCount::factor`] of the rank's own real tokens of that
+/// row (its `positions` below the row's length) and the row's.
+pub fn misread_token_count(
+    weights: &mut [f64],
+    experts: usize,
+    positions: &[usize],
+    lengths: &[usize],
+    wrong: TokenCount,
+) {
+    for (row, &len) in lengths.iter().enumerate() {
+        let own = positions.iter().filter(|&&p| p < len).count();
+        let factor = wrong.factor(own, len);
+        for w in &mut weights[row * experts..(row + 1) * experts] {
+            *w *= factor;
+        }
+    }
 }
