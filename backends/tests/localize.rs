@@ -327,11 +327,25 @@ const EXPECTED: &[(&str, &[&str])] = &[
     // shards or row blocks differ; where the shares are even, a scaling by the split's degree.
     (
         "moe-aux-loss-token-share-over-sequence",
-        &["one-shard:tp", "one-shard:cp", "one-block", "scaled:tp", "scaled:cp", "scaled"],
+        &[
+            "one-shard:tp",
+            "one-shard:cp",
+            "one-block",
+            "scaled:tp",
+            "scaled:cp",
+            "scaled",
+        ],
     ),
     (
         "moe-aux-loss-token-count-overwritten",
-        &["one-shard:tp", "one-shard:cp", "one-block", "scaled:tp", "scaled:cp", "scaled"],
+        &[
+            "one-shard:tp",
+            "one-shard:cp",
+            "one-block",
+            "scaled:tp",
+            "scaled:cp",
+            "scaled",
+        ],
     ),
 ];
 

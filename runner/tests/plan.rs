@@ -1,11 +1,11 @@
 //! The planner on the example specs and on generated ones.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use meshparity_runner::plan::render;
 use meshparity_runner::plan::FilterError;
-use meshparity_runner::{Filter, JobKind, Partition, Plan, Role};
+use meshparity_runner::{Filter, JobKind, Plan, Role};
 use meshparity_specs::{load, load_text, Disk, Spec};
 
 fn example(name: &str) -> Spec {
@@ -120,161 +120,8 @@ fn every_job_comes_after_its_dependencies() {
     assert_eq!(ids.len(), plan.len(), "job ids are unique");
 }
 
-const TWO_MODELS: &str = r#"
-[run]
-seed = 7
-
-[models.a]
-layers = 2
-
-[models.b]
-heads = 2
-hidden = 32
-
-[models.a-again]
-layers = 2
-
-[meshes.dp2]
-dp = 2
-
-[meshes.tp2]
-tp = 2
-
-[[matrix]]
-levels = ["forward", "oracle"]
-"#;
-
-const TWO_MODELS_REORDERED: &str = r#"
-[meshes.tp2]
-tp = 2
-
-[[matrix]]
-levels = ["oracle", "forward"]
-
-[models.a-again]
-layers = 2
-
-[models.b]
-hidden = 32
-heads = 2
-
-[meshes.dp2]
-dp = 2
-
-[run]
-seed = 7
-
-[models.a]
-layers = 2
-"#;
-
-#[test]
-fn job_ids_survive_reordering_the_spec() {
-    let ids = |text| -> HashMap<String, String> {
-        let plan = Plan::build(&spec_from(text));
-        // A shared reference job is named after whichever of its models comes first in the
-        // file, so key it by its sorted model list.
-        plan.jobs()
-            .map(|(_, j)| {
-                let key = match j.kind {
-                    JobKind::Reference => {
-                        let mut m = j.models.clone();
-                        m.sort();
-                        format!("reference {m:?} {}", j.dtype)
-                    }
-                    _ => j.name.clone(),
-                };
-                (key, j.id.to_string())
-            })
-            .collect()
-    };
-    let a = ids(TWO_MODELS);
-    let b = ids(TWO_MODELS_REORDERED);
-    let names = |m: &HashMap<String, String>| {
-        let mut v: Vec<_> = m.keys().cloned().collect();
-        v.sort();
-        v
-    };
-    assert_eq!(names(&a), names(&b));
-    for (name, id) in &a {
-        assert_eq!(&b[name], id, "{name}");
-    }
-    // A seed change is a different computation, so a different job.
-    let reseeded = ids(&TWO_MODELS.replace("seed = 7", "seed = 8"));
-    assert!(reseeded.values().all(|id| !a.values().any(|x| x == id)));
-}
-
-#[test]
-fn models_with_equal_configs_share_one_reference_job() {
-    let plan = Plan::build(&spec_from(TWO_MODELS));
-    let refs: Vec<_> = plan
-        .jobs()
-        .filter(|(_, j)| j.kind == JobKind::Reference)
-        .map(|(_, j)| j)
-        .collect();
-    assert_eq!(refs.len(), 2, "a and a-again share; b has its own");
-    assert_eq!(refs[0].models, vec!["a", "a-again"]);
-    // Both models' first levels (2 models × 2 meshes) hang off the shared reference.
-    let shared = plan.node(refs[0].id).unwrap();
-    let dependents: Vec<_> = plan
-        .jobs()
-        .filter(|(n, _)| plan.dependencies(*n).contains(&shared))
-        .map(|(_, j)| j)
-        .collect();
-    assert_eq!(dependents.len(), 4, "{dependents:?}");
-    assert!(dependents
-        .iter()
-        .all(|j| matches!(j.kind, JobKind::Check { .. }) && j.model() != "b"));
-}
-
-/// A reference keeps its whole state only where a `[[resume]]` pair of its own model is judged
-/// by it: at the pairs' checkpoint steps and after `oracle_steps`. A model no pair includes is
-/// asked for none (on a command engine, each state is a run of the program).
-#[test]
-fn only_references_of_paired_models_keep_states() {
-    let text = r#"
-[run]
-seed = 7
-steps = 5
-oracle_steps = 4
-
-[models.paired]
-layers = 2
-
-[models.plain]
-hidden = 32
-heads = 2
-
-[meshes.dp2]
-dp = 2
-
-[meshes.tp2]
-tp = 2
-
-[[resume]]
-from = ["dp2"]
-to = ["tp2"]
-at = 2
-
-[[matrix]]
-models = ["paired"]
-meshes = ["dp2"]
-levels = ["oracle"]
-
-[[matrix]]
-models = ["plain"]
-meshes = ["tp2"]
-levels = ["oracle"]
-"#;
-    let plan = Plan::build(&spec_from(text));
-    let states: HashMap<String, Vec<u32>> = plan
-        .jobs()
-        .filter(|(_, j)| j.kind == JobKind::Reference)
-        .map(|(_, j)| (j.model().to_owned(), j.training.states_at.clone()))
-        .collect();
-    assert_eq!(states["paired"], [2, 4], "{states:?}");
-    assert!(states["plain"].is_empty(), "{states:?}");
-}
+#[path = "plan/references.rs"]
+mod references;
 
 /// A dense model's meshes train beside their reference (the built-in engine makes the seed
 /// checkpoint itself); a moe model's replay the reference's routing, so they wait for it.
@@ -395,80 +242,8 @@ fn filters_select_by_key_glob_and_negation() {
     );
 }
 
-mod partitions {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// A random valid spec: some models, some meshes (all fitting), random levels.
-    fn spec_text(
-        models: usize,
-        meshes: &[(u32, u32, u32)],
-        levels: &[&str],
-        mutations: bool,
-    ) -> String {
-        let mut s = String::from("[run]\nbatch = 8\n");
-        for i in 0..models {
-            s += &format!(
-                "[models.m{i}]\nlayers = {}\nvocab = {}\n",
-                2 + 2 * (i % 2),
-                64 + 64 * i
-            );
-        }
-        for (i, (dp, tp, pp)) in meshes.iter().enumerate() {
-            s += &format!("[meshes.s{i}]\ndp = {dp}\ntp = {tp}\npp = {pp}\n");
-        }
-        let quoted: Vec<String> = levels.iter().map(|l| format!("\"{l}\"")).collect();
-        s += &format!("[[matrix]]\nlevels = [{}]\n", quoted.join(", "));
-        if mutations {
-            s += "[mutations]\nselect = [\"all\"]\n";
-        }
-        s
-    }
-
-    fn mesh() -> impl Strategy<Value = (u32, u32, u32)> {
-        (
-            prop::sample::select(vec![1u32, 2, 4]),
-            prop::sample::select(vec![1u32, 2]),
-            prop::sample::select(vec![1u32, 2]),
-        )
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        #[test]
-        fn partitions_are_disjoint_cover_and_keep_dependencies(
-            models in 1usize..4,
-            meshes in prop::collection::vec(mesh(), 1..5),
-            levels in prop::sample::subsequence(vec!["roundtrip", "forward", "curve", "oracle"], 1..=4),
-            mutations in any::<bool>(),
-            total in 1u64..6,
-            hash in any::<bool>(),
-            filter in prop::sample::select(vec![vec![], vec!["level!=roundtrip"], vec!["mesh=s0,s1"], vec!["level=mutation"]]),
-        ) {
-            let spec = spec_from(&spec_text(models, &meshes, &levels, mutations));
-            let plan = Plan::build(&spec);
-            let filter = Filter::parse(&filter).unwrap();
-            let filtered: HashSet<_> = plan.select(&filter, None).selected().collect();
-            let mut seen = HashSet::new();
-            for shard in 1..=total {
-                let p = if hash { Partition::Hash { shard, total } } else { Partition::Count { shard, total } };
-                let sel = plan.select(&filter, Some(p));
-                let in_sel: HashSet<_> = sel.jobs.iter().map(|(n, _)| *n).collect();
-                for n in sel.selected() {
-                    prop_assert!(filtered.contains(&n), "a partition only holds filtered jobs");
-                    prop_assert!(seen.insert(n), "job {} in two shards", plan.graph[n].name);
-                }
-                for &(n, _) in &sel.jobs {
-                    for d in plan.dependencies(n) {
-                        prop_assert!(in_sel.contains(&d), "dependency of {} missing", plan.graph[n].name);
-                    }
-                }
-            }
-            prop_assert_eq!(seen, filtered, "shards together cover every filtered job");
-        }
-    }
-}
+#[path = "plan/partitions.rs"]
+mod partitions;
 
 const MIXED_DEVICES: &str = r#"
 [models.small]

@@ -61,13 +61,16 @@ impl Spec {
     /// checkpoint step of a `[[resume]]` pair the model is checked on, and after
     /// `oracle_steps` when it has any, which a pair's saved and final states are judged
     /// against. A model no pair includes is asked for none: a state nothing judges is a run
-    /// (a program's, on a command engine) for nothing.
+    /// (a program's, on a command engine) for nothing. Models whose references are equal share
+    /// one reference job, so the states are those of every model with `model`'s reference
+    /// configuration: two equal models, one of them paired, still share one job.
     pub fn reference_training(&self, model: &str) -> crate::run::Training {
         let mut training = self.run.training.clone();
+        let config = self.models.get(model).map(|m| m.reference_config());
         let mut at: Vec<u32> = self
             .cells()
             .iter()
-            .filter(|c| c.model.name.value == model)
+            .filter(|c| c.model.name.value == model || Some(c.model.reference_config()) == config)
             .filter_map(|c| Some(c.mesh.resume.as_ref()?.at))
             .collect();
         if !at.is_empty() {

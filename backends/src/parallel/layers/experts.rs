@@ -246,7 +246,11 @@ impl StageCtx<'_> {
             .map(|i| {
                 let norm = self.model.moe.aux_normalization();
                 let over = BalanceOver::of(norm, self.sequences, normalizers[g.local_of(i)]);
-                let over = if over_dp { over.times(self.topo.dp()) } else { over };
+                let over = if over_dp {
+                    over.times(self.topo.dp())
+                } else {
+                    over
+                };
                 moe::balance_weights(&counts[i], lengths[i], k, e, over)
             })
             .collect();
