@@ -1,8 +1,9 @@
-//! The verdicts' correctness claim, guarded: over 12 seeds per configuration of the quickstart
-//! and 6 of the full sweep's dense cells — f32, bf16 and f64, AdamW and SGD, lr 1e-3 and 1e-2
-//! — every correct mesh passes every level with the built-in (and the sweep's `tight`) gates,
-//! and every catalogued mutation is caught on every mesh where it applies, on the first seeds
-//! of those (6 and 2). The claim at 100–500 seeds is measured by `meshparity calibrate`
+//! The verdicts' correctness claim, guarded: over 12 seeds per configuration of the quickstart,
+//! 6 of the full sweep's dense cells and 1 of the production-feature cells (packing, dropout,
+//! recompute, label smoothing, a padded vocabulary, per-token aux loss) — f32, bf16 and f64,
+//! AdamW and SGD, lr 1e-3 and 1e-2 — every correct mesh passes every level with the built-in
+//! (and the sweep's `tight`) gates, and every catalogued mutation is caught on every mesh where
+//! it applies, on the first seeds of those (6, 2 and 1). The claim at 100–500 seeds is measured by `meshparity calibrate`
 //! (docs/verdicts.md); this test keeps it from regressing within CI's hour. Seeds start where the spec's do and are never chosen; the margins are printed
 //! (`--nocapture`), and `meshparity calibrate` runs the same sweep for any spec at any size.
 
@@ -133,5 +134,29 @@ fn full_sweep_dense_cells_have_no_false_positive_and_catch_every_mutation() {
     assert_eq!(c.correct_runs, 25 * 12 * FULL_SWEEP_SEEDS);
     // Every catalogued mutation on every mesh where it applies, × 12 configurations, per seed.
     assert_eq!(c.mutation_runs, 5_058 * FULL_SWEEP_MUTATION_SEEDS);
+    assert_clean(&c);
+}
+
+/// Seeds of the production-feature cells (examples/packing.toml: packed rows with prompts
+/// masked, attention and hidden dropout, full recompute, label smoothing, a padded vocabulary,
+/// the moe's load-balance loss per sequence and per token), correct runs and mutations alike.
+/// `meshparity calibrate examples/packing.toml` runs them at 100 seeds (docs/verdicts.md).
+const PACKING_SEEDS: u64 = 1;
+
+/// The release sweep's production features (issue 36) in CI: the dense llama on tp2·sp, cp2 and
+/// dp2·tp2·pp2 (TP with and without SP, CP's ring over packed rows, pipeline microbatches),
+/// the moe per sequence and per token on tp2·sp and cp2, every configuration, and every
+/// catalogued mutation that applies there — dropout's streams, recompute, the packed ring, the
+/// vocab-parallel loss's and the auxiliary losses' among them.
+#[test]
+fn production_feature_cells_have_no_false_positive_and_catch_every_mutation() {
+    let c = sweep(
+        "packing.toml",
+        &["mesh=tp2-sp,cp2,dp2-tp2-pp2"],
+        PACKING_SEEDS,
+        PACKING_SEEDS,
+    );
+    // dense on 3 meshes, moe and moe-per-token on 2 each: 7 cells × 12 configurations.
+    assert_eq!(c.correct_runs, 7 * 12 * PACKING_SEEDS);
     assert_clean(&c);
 }
