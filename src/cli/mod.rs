@@ -3,6 +3,7 @@
 mod calibrate;
 mod compare;
 mod list;
+mod outcome;
 mod plan;
 mod report;
 mod run;

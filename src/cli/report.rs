@@ -136,7 +136,7 @@ pub fn run(args: &Args) -> u8 {
     }
     // A merged run exits as the run would have: a CI step that merges failing shards fails.
     if args.merge {
-        return super::run::code(&results);
+        return super::outcome::code(&results);
     }
     exit::OK
 }

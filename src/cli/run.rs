@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use meshparity_reports::{JobRecord, RunResults, Status, FORMAT_VERSION};
+use meshparity_reports::{JobRecord, RunResults, FORMAT_VERSION};
 use meshparity_runner::exec::executor::{slurm::SlurmConfig, ExecutorKind};
 use meshparity_runner::exec::run_dir::RunDir;
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
 use meshparity_runner::{say, Plan};
 
+use super::outcome::{code, summary};
 use crate::exit;
 
 /// The free room a memory filesystem needs before shrink searches make their tries there: a
@@ -169,87 +170,58 @@ fn executor(args: &Args, spec: &meshparity_specs::Spec) -> Result<ExecutorKind, 
 pub fn run(args: &Args) -> u8 {
     // From here on an interrupt ends the run cleanly (reports written, exit 130), however early.
     meshparity_runner::exec::signals::count_from_now();
-    let filter = match args.select.filter() {
-        Ok(f) => f,
-        Err(e) => {
-            say!("error: {e}");
-            return exit::SPEC_ERROR;
-        }
-    };
-    let timeouts = match Timeouts::parse(&args.timeout) {
-        Ok(t) => t,
-        Err(e) => {
-            say!("error: {e}");
-            return exit::SPEC_ERROR;
-        }
-    };
+    match checked(args) {
+        Ok(code) | Err(code) => code,
+    }
+}
+
+/// A problem with what was asked, said before any job starts.
+fn spec_error(e: impl std::fmt::Display) -> u8 {
+    say!("error: {e}");
+    exit::SPEC_ERROR
+}
+
+/// The run: `Err` with the exit code where it stops before its jobs, `Ok` with the results'.
+fn checked(args: &Args) -> Result<u8, u8> {
+    let filter = args.select.filter().map_err(spec_error)?;
+    let timeouts = Timeouts::parse(&args.timeout).map_err(spec_error)?;
     if !(args.grace >= 0.0 && args.grace <= exec::options::MAX_SECONDS) {
-        say!(
-            "error: --grace must be a number of seconds between 0 and {} (30 days)",
+        return Err(spec_error(format_args!(
+            "--grace must be a number of seconds between 0 and {} (30 days)",
             exec::options::MAX_SECONDS
-        );
-        return exit::SPEC_ERROR;
+        )));
     }
-    let Some(loaded) = super::load_spec(&args.spec, args.select.device) else {
-        return exit::SPEC_ERROR;
-    };
+    let loaded = super::load_spec(&args.spec, args.select.device).ok_or(exit::SPEC_ERROR)?;
     let spec = &loaded.spec;
-    if args.select.check_size(spec).is_err() {
-        return exit::SPEC_ERROR;
-    }
+    args.select.check_size(spec).map_err(|_| exit::SPEC_ERROR)?;
     let plan = Plan::build(spec);
-    let jobs: Vec<&meshparity_runner::Job> = plan.graph.node_weights().collect();
-    let unmatched = timeouts.unmatched(&jobs);
-    if !unmatched.is_empty() {
-        for why in unmatched {
-            say!("error: {why}");
-        }
-        return exit::SPEC_ERROR;
-    }
+    every_timeout_matches(&plan, &timeouts)?;
     let selection = plan.select(&filter, args.select.partition);
     if selection.is_empty() {
         say!("nothing selected: no job matches the filters and partition");
-        return exit::NOTHING_SELECTED;
+        return Err(exit::NOTHING_SELECTED);
     }
     if !super::supported(&args.spec, &loaded, Some((&plan, &selection))) {
-        return exit::SPEC_ERROR;
+        return Err(exit::SPEC_ERROR);
     }
     // Every device the selection needs, found before any job starts.
     let jobs = selection.jobs.iter().map(|(n, _)| {
         let job = &plan.graph[*n];
         (&job.model_config, job.device)
     });
-    let adapters = match exec::meta::engines(&crate::engines::Builtin, spec, jobs) {
-        Ok(a) => a,
-        Err(e) => {
-            say!("error: {e}");
-            return exit::SPEC_ERROR;
-        }
-    };
-    let executor = match executor(args, spec) {
-        Ok(e) => e,
-        Err(e) => {
-            say!("error: {e}");
-            return exit::SPEC_ERROR;
-        }
-    };
+    let adapters = exec::meta::engines(&crate::engines::Builtin, spec, jobs).map_err(spec_error)?;
+    let executor = executor(args, spec).map_err(spec_error)?;
     let output = PathBuf::from(&spec.run.output);
-    let (run_dir, previous) = match claim(args, spec, &output) {
-        Ok(claimed) => claimed,
-        Err(code) => return code,
-    };
+    let (run_dir, previous) = claim(args, spec, &output)?;
     if let ExecutorKind::Slurm(_) = &executor {
         if let Some(warning) = exec::executor::slurm::local_only(&run_dir.path) {
             say!("warning: {warning}");
         }
     }
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            say!("error: cannot find this executable to launch workers: {e}");
-            return exit::INFRA_ERROR;
-        }
-    };
+    let exe = std::env::current_exe().map_err(|e| {
+        say!("error: cannot find this executable to launch workers: {e}");
+        exit::INFRA_ERROR
+    })?;
     // Shrink tries in memory where jobs run on this machine and it has room (a Slurm job's
     // node has its own /dev/shm); held until the run ends.
     let memory = match (&executor, shrink_policy(args.shrink, args.no_shrink)) {
@@ -258,7 +230,81 @@ pub fn run(args: &Args) -> u8 {
         }
         _ => None,
     };
-    let opts = RunOptions {
+    let tries = memory.as_ref().map(|m| m.path().to_owned());
+    let opts = options(args, (&run_dir, &output), exe, executor, timeouts, tries);
+    let mut meta = exec::meta::collect(
+        &adapters,
+        &args.spec,
+        &spec.name(),
+        spec.run.training.seed,
+        &opts.run_dir,
+    );
+    meta.partition = args.select.partition.map(|p| p.to_string());
+    meta.filters = args.select.filter.clone();
+    let start = Instant::now();
+    let live = !args.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    say!(
+        "running {} job(s) from {} in {}",
+        selection.jobs.len(),
+        args.spec.display(),
+        opts.run_dir.display()
+    );
+    let execution = exec::block_on(exec::execute(&plan, &selection, &opts, previous, live))
+        .map_err(|e| {
+            say!("error: writing results in {}: {e}", opts.run_dir.display());
+            exit::INFRA_ERROR
+        })?;
+    meta.finished = exec::meta::now();
+    meta.seconds = start.elapsed().as_secs_f64();
+    meta.interrupted = execution.interrupted;
+    meta.disk_bytes = Some(run_dir.finish(args.keep_artifacts));
+    let results = RunResults {
+        format_version: FORMAT_VERSION,
+        meta,
+        jobs: execution.records,
+    };
+    report(&results, &opts.run_dir)
+}
+
+/// The results written as every report, the final table shown, the exit code.
+fn report(results: &RunResults, dir: &Path) -> Result<u8, u8> {
+    meshparity_reports::write_all(results, dir).map_err(|e| {
+        say!("error: writing reports in {}: {e}", dir.display());
+        exit::INFRA_ERROR
+    })?;
+    meshparity_runner::exec::console::stdout(format_args!("{}", summary(results)));
+    say!(
+        "reports: {0}/report.html, {0}/junit.xml, {0}/summary.md, {0}/results.json",
+        dir.display()
+    );
+    Ok(code(results))
+}
+
+/// Every `--timeout KEY=SECS` names a kind of job or matches a job of the plan: a typo would
+/// otherwise be accepted and applied to nothing.
+fn every_timeout_matches(plan: &Plan, timeouts: &Timeouts) -> Result<(), u8> {
+    let jobs: Vec<&meshparity_runner::Job> = plan.graph.node_weights().collect();
+    let unmatched = timeouts.unmatched(&jobs);
+    for why in &unmatched {
+        say!("error: {why}");
+    }
+    if unmatched.is_empty() {
+        Ok(())
+    } else {
+        Err(exit::SPEC_ERROR)
+    }
+}
+
+/// What the executor runs with, from the command line and the claimed run directory.
+fn options(
+    args: &Args,
+    (run_dir, output): (&RunDir, &Path),
+    exe: PathBuf,
+    executor: ExecutorKind,
+    timeouts: Timeouts,
+    tries: Option<PathBuf>,
+) -> RunOptions {
+    RunOptions {
         exe,
         spec: absolute(&args.spec),
         run_dir: absolute(&run_dir.path),
@@ -280,57 +326,14 @@ pub fn run(args: &Args) -> u8 {
         no_cache: args.no_cache,
         keep_artifacts: args.keep_artifacts,
         shrink: shrink_policy(args.shrink, args.no_shrink),
-        tries: memory.as_ref().map(|m| m.path().to_owned()),
+        tries,
         executor,
         no_skip: args.no_skip,
         lines: exec::progress::LineStyle {
             color: args.color.on(),
             verbose: args.verbose,
         },
-    };
-    let mut meta = exec::meta::collect(
-        &adapters,
-        &args.spec,
-        &spec.name(),
-        spec.run.training.seed,
-        &opts.run_dir,
-    );
-    meta.partition = args.select.partition.map(|p| p.to_string());
-    meta.filters = args.select.filter.clone();
-    let start = Instant::now();
-    let live = !args.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    say!(
-        "running {} job(s) from {} in {}",
-        selection.jobs.len(),
-        args.spec.display(),
-        opts.run_dir.display()
-    );
-    let execution = match exec::block_on(exec::execute(&plan, &selection, &opts, previous, live)) {
-        Ok(e) => e,
-        Err(e) => {
-            say!("error: writing results in {}: {e}", opts.run_dir.display());
-            return exit::INFRA_ERROR;
-        }
-    };
-    meta.finished = exec::meta::now();
-    meta.seconds = start.elapsed().as_secs_f64();
-    meta.interrupted = execution.interrupted;
-    meta.disk_bytes = Some(run_dir.finish(args.keep_artifacts));
-    let results = RunResults {
-        format_version: FORMAT_VERSION,
-        meta,
-        jobs: execution.records,
-    };
-    if let Err(e) = meshparity_reports::write_all(&results, &opts.run_dir) {
-        say!("error: writing reports in {}: {e}", opts.run_dir.display());
-        return exit::INFRA_ERROR;
     }
-    meshparity_runner::exec::console::stdout(format_args!("{}", summary(&results)));
-    say!(
-        "reports: {0}/report.html, {0}/junit.xml, {0}/summary.md, {0}/results.json",
-        opts.run_dir.display()
-    );
-    code(&results)
 }
 
 /// The run directory this run writes, held for its whole duration, with the results of the
@@ -391,60 +394,6 @@ fn claim(
     previous.retain(|_, r| store::still_usable(r));
     run_dir.record_spec(spec).map_err(|e| fail(&e))?;
     Ok((run_dir, previous))
-}
-
-/// The exit code of a run with these results (also `report --merge`'s).
-pub(crate) fn code(r: &RunResults) -> u8 {
-    if r.meta.interrupted {
-        exit::INTERRUPTED
-    } else if r.count(Status::Failed) > 0 {
-        exit::CHECK_FAILED
-    } else if r.count(Status::Error) + r.count(Status::Timeout) > 0 {
-        exit::INFRA_ERROR
-    } else if r.jobs.iter().all(|j| j.status.passed()) {
-        exit::OK
-    } else {
-        exit::CHECK_FAILED
-    }
-}
-
-/// The final table: counts, then every job that did not pass.
-fn summary(r: &RunResults) -> String {
-    let mut out = String::new();
-    // Jobs that never ran are counted, not listed again: the progress lines named each.
-    let bad: Vec<_> = r
-        .jobs
-        .iter()
-        .filter(|j| !j.status.passed() && j.status != Status::NotRun)
-        .collect();
-    if !bad.is_empty() {
-        out.push_str("\nnot passed:\n");
-        for j in &bad {
-            out.push_str(&format!(
-                "  {:<8} {}  {}\n",
-                j.status.as_str(),
-                j.name,
-                j.summary
-            ));
-        }
-    }
-    let counts: Vec<String> = Status::ALL
-        .iter()
-        .filter(|s| r.count(**s) > 0)
-        .map(|s| format!("{} {}", r.count(*s), s.as_str()))
-        .collect();
-    let disk = r
-        .meta
-        .disk_bytes
-        .map(|b| format!("; run directory {}", meshparity_reports::size(b)))
-        .unwrap_or_default();
-    out.push_str(&format!(
-        "\n{} job(s) in {:.1}s: {}{disk}\n",
-        r.jobs.len(),
-        r.meta.seconds,
-        counts.join(", ")
-    ));
-    out
 }
 
 fn chrono_stamp() -> String {

@@ -10,88 +10,21 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use indexmap::IndexMap;
 use meshparity_compare::metrics::TensorMetrics;
 use meshparity_compare::scan::scan;
 use meshparity_specs::tolerance::{builtin_gate, GRAD_NORM};
 use meshparity_specs::DType;
 use serde::{Deserialize, Serialize};
 
-use crate::artifact::files;
 use crate::cause::{self, Axes, Cause};
-use crate::checkpoint;
 use crate::tensor::HostTensor;
 
-/// Why a trace could not be written or read.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path}: not a meshparity trace index: {source}")]
-    Index {
-        path: String,
-        source: serde_json::Error,
-    },
-    #[error(transparent)]
-    Input(#[from] meshparity_compare::InputError),
-}
+mod naming;
+mod trace;
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TraceError + '_ {
-    move |source| TraceError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-/// One traced value, in computation order.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TraceEntry {
-    /// `s{step}.{site}`, with `@{copy}` for each rank's copy of a replicated value.
-    pub key: String,
-    /// The reference value it is compared with.
-    pub like: String,
-    /// Row blocks (DP replica × microbatch, in order) stacked along the first dimension; 0 for
-    /// step-wide values.
-    #[serde(default)]
-    pub blocks: usize,
-}
-
-/// `trace.json`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct TraceIndex {
-    /// Microbatches per DP replica (to name a row block's replica and microbatch).
-    pub microbatches: usize,
-    pub entries: Vec<TraceEntry>,
-}
-
-/// Write a run's trace into `dir`.
-pub fn write_trace(
-    dir: &Path,
-    index: &TraceIndex,
-    tensors: &IndexMap<String, HostTensor>,
-) -> Result<(), TraceError> {
-    let path = dir.join(files::TRACE);
-    checkpoint::save(&path, tensors).map_err(io(&path))?;
-    let path = dir.join(files::TRACE_INDEX);
-    let json = serde_json::to_vec_pretty(index).expect("trace index serializes");
-    meshparity_files::write_replace(&path, &json).map_err(io(&path))?;
-    Ok(())
-}
-
-fn read_trace(dir: &Path) -> Result<(TraceIndex, IndexMap<String, HostTensor>), TraceError> {
-    let path = dir.join(files::TRACE_INDEX);
-    let text = meshparity_files::read_to_string(&path, meshparity_files::Limit::JSON)
-        .map_err(io(&path))?;
-    let index = serde_json::from_str(&text).map_err(|source| TraceError::Index {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let tensors = checkpoint::load(&dir.join(files::TRACE))?;
-    Ok((index, tensors))
-}
+use naming::{path_of, site};
+use trace::read_trace;
+pub use trace::{write_trace, TraceEntry, TraceError, TraceIndex};
 
 /// The relative-L2 limit past which a traced value has left the reference: far above the
 /// round-off of re-associated sums in the dtype, below what a catalogued bug does at the site
@@ -365,94 +298,6 @@ fn first_block(r: &HostTensor, c: &HostTensor, blocks: usize, limit: f64) -> Opt
     let parts = |t: &HostTensor| t.split(0, blocks);
     let (rs, cs) = (parts(r), parts(c));
     (0..blocks).find(|&b| relative_l2(&rs[b], &cs[b]) > limit)
-}
-
-/// A trace key's site path: `s1.layers.0.out@1` → `layers.0.out`.
-fn path_of(key: &str) -> &str {
-    let key = key.rsplit_once('@').map_or(key, |(k, _)| k);
-    key.strip_prefix('s')
-        .and_then(|s| s.split_once('.'))
-        .map_or(key, |(_, p)| p)
-}
-
-fn site(e: &TraceEntry, microbatches: usize, block: Option<usize>, value: f64, limit: f64) -> Site {
-    let (stepped, copy) = match e.key.rsplit_once('@') {
-        Some((k, n)) => (k, n.parse().ok()),
-        None => (e.key.as_str(), None),
-    };
-    let (step, path) = stepped
-        .strip_prefix('s')
-        .and_then(|s| s.split_once('.'))
-        .and_then(|(n, p)| Some((n.parse().ok()?, p)))
-        .unwrap_or((0, stepped));
-    let mbs = microbatches.max(1);
-    Site {
-        step,
-        replica: block.map(|b| b / mbs),
-        microbatch: block.map(|b| b % mbs),
-        phase: phase(path).to_owned(),
-        site: path.to_owned(),
-        copy,
-        what: what(path).to_owned(),
-        metric: "relative_l2".to_owned(),
-        value,
-        limit,
-        bound: None,
-    }
-}
-
-fn phase(path: &str) -> &'static str {
-    if path.starts_with("adam.") {
-        "optimizer"
-    } else if path.contains(".bwd.") {
-        "backward"
-    } else if path.starts_with("grad.")
-        || path.starts_with("grad_norm")
-        || path == "lr"
-        || path.contains(".expert_bias")
-    {
-        "gradients"
-    } else {
-        "forward"
-    }
-}
-
-/// What a site's value is, in words.
-fn what(path: &str) -> &'static str {
-    let ends = |s: &str| path.ends_with(s);
-    if path.starts_with("pp.") {
-        "activation received from the previous stage"
-    } else if ends(".expert_bias.load") {
-        "expert load moving the score-correction bias (shares of the global batch's tokens)"
-    } else if ends(".expert_bias") {
-        "score-correction bias after the step's update"
-    } else if path == GRAD_NORM {
-        "global gradient norm before clipping, as this rank computed it"
-    } else if path == "lr" {
-        "learning rate of the step's update, as each rank's optimizer holds it"
-    } else if path.starts_with("param.") {
-        "parameter as the step computes with it (unsharded, on a sharded mesh)"
-    } else if path.starts_with("adam.") {
-        "AdamW first moment after the step's update (merged over its shards)"
-    } else if path.starts_with("loss.tokens") {
-        "loss normalizer: the global token count"
-    } else if path.starts_with("grad.") && ends(".accumulated") {
-        "gradient as accumulated, before its reductions"
-    } else if path.starts_with("grad.") {
-        "gradient as finalized, after its reductions"
-    } else if ends(".fwd.in") {
-        "input of the collective: what the computation before it produced"
-    } else if ends(".fwd.out") {
-        "output of the collective"
-    } else if ends(".bwd.in") {
-        "gradient arriving at the collective: what the backward before it produced"
-    } else if ends(".bwd.out") {
-        "gradient after the collective's backward"
-    } else if ends(".out") {
-        "layer output"
-    } else {
-        "traced value"
-    }
 }
 
 #[cfg(test)]
