@@ -1,0 +1,122 @@
+//! `[engines.NAME.mutations]`: the bugs a user's program can inject, how to ask it to, and on
+//! which meshes each exists.
+
+use super::string_table;
+use crate::decode::{kind_of, Ctx, Table};
+use crate::diagnostic::Diagnostic;
+use crate::mutation::Needs;
+use crate::source::Located;
+
+pub const MUTATION_KEYS: &[&str] = &["args", "env", "needs"];
+
+/// A bug the user's program can inject, and how to ask it to.
+#[derive(Clone, Debug)]
+pub struct EngineMutation {
+    pub name: Located<String>,
+    /// Extra arguments (templates) appended to the program's.
+    pub args: Vec<Located<String>>,
+    /// Extra environment (templates).
+    pub env: Vec<(String, Located<String>)>,
+    /// What a mesh needs for the bug to exist (default: more than one rank).
+    pub needs: Vec<Needs>,
+}
+
+impl EngineMutation {
+    /// Whether the bug exists on `mesh` under `training`: a bug of the resumption (`needs =
+    /// ["resume"]`) only on a `[[resume]]` pair's mesh, every other bug only elsewhere (the
+    /// catalog's rule, [`crate::Mutation::applies_to`]).
+    pub fn applies_to(&self, mesh: &crate::MeshConfig, training: &crate::Training) -> bool {
+        training.resume.is_some() == self.needs.contains(&Needs::Resume)
+            && self.needs.iter().all(|n| match n {
+                Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
+                n => n.holds(mesh),
+            })
+    }
+}
+
+/// `[engines.NAME.mutations]`: `bug = ["--bug", "x"]` or `bug = { args, env, needs }`.
+pub(super) fn mutations(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'_, '_>,
+    engine: &str,
+) -> Vec<EngineMutation> {
+    let path = format!("engines.{engine}.mutations");
+    let Some(v) = t.get("mutations") else {
+        return Vec::new();
+    };
+    let Some(mut table) = Table::from_value(cx, v, path.clone()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in table.entries() {
+        let name = Located::new(k.get_ref().to_string(), cx.loc(k));
+        let here = format!("{path}.{}", name.value);
+        let mut m = EngineMutation {
+            name,
+            args: Vec::new(),
+            env: Vec::new(),
+            needs: vec![Needs::MultiRank],
+        };
+        if v.get_ref().as_array().is_some() {
+            m.args = words(cx, v, &here);
+        } else if let Some(mut mt) = Table::from_value(cx, v, here.clone()) {
+            if let Some(a) = mt.get("args") {
+                m.args = words(cx, a, &format!("{here}.args"));
+            }
+            m.env = string_table(cx, &mut mt, "env");
+            if let Some(needs) = mt.strings(cx, "needs") {
+                m.needs = needs
+                    .value
+                    .iter()
+                    .filter_map(|n| match Needs::parse(&n.value) {
+                        Some(x) => Some(x),
+                        None => {
+                            cx.error(
+                                Diagnostic::error(&n.loc, format!("unknown need `{}`", n.value))
+                                    .help(format!("one of: {}", Needs::NAMES.join(", "))),
+                            );
+                            None
+                        }
+                    })
+                    .collect();
+            }
+            mt.finish(cx);
+        }
+        out.push(m);
+    }
+    out
+}
+
+/// An array of strings as located words.
+fn words(
+    cx: &mut Ctx<'_>,
+    v: &toml::Spanned<toml::de::DeValue<'_>>,
+    path: &str,
+) -> Vec<Located<String>> {
+    let Some(items) = v.get_ref().as_array() else {
+        cx.error(Diagnostic::error(
+            &cx.loc(v),
+            format!(
+                "`{path}` must be an array of strings, found {}",
+                kind_of(v.get_ref())
+            ),
+        ));
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|it| match it.get_ref().as_str() {
+            Some(s) => Some(Located::new(s.to_owned(), cx.loc(it))),
+            None => {
+                cx.error(Diagnostic::error(
+                    &cx.loc(it),
+                    format!(
+                        "items of `{path}` must be strings, found {}",
+                        kind_of(it.get_ref())
+                    ),
+                ));
+                None
+            }
+        })
+        .collect()
+}
