@@ -107,7 +107,7 @@ impl Context<'_> {
         let marker = tmp.join(RESULT_FILE);
         std::fs::write(
             &marker,
-            serde_json::to_vec_pretty(&result).expect("results serialize"),
+            serde_json::to_vec(&result).expect("results serialize"),
         )
         .map_err(io("writing", &marker))?;
         let published = publish(&tmp, &dir, reusable && damaged_free(&dir, self.adapter))?;

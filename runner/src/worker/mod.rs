@@ -246,7 +246,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
     meshparity_files::flush_filesystems(&[&args.out, &args.cache, &args.scratch])
         .map_err(io("flushing to disk", &args.out))?;
     let path = args.out.join(RESULT_FILE);
-    let bytes = serde_json::to_vec_pretty(&result).expect("results serialize");
+    let bytes = serde_json::to_vec(&result).expect("results serialize");
     // Read by the runner a moment later; what must survive a crash is its record in
     // results.jsonl (flushed there), and a cache entry is verified by its hashes anyway.
     meshparity_files::write_replace(&path, &bytes).map_err(io("writing", &path))?;
