@@ -90,8 +90,8 @@ pub(crate) fn asks_final(engine: &CommandEngine) -> bool {
 /// own), so its reference asks for none rather than failing on a run it was never written for.
 ///
 /// Only a template's `{{value}}` insertions count, not its text: an argument that merely
-/// contains the name (`--no-save_dir`) names nothing. Templates were parsed at validate time, so one that
-/// does not parse here names nothing either.
+/// contains the name (`--no-save_dir`) names nothing. Templates were parsed at validate time,
+/// so one that does not parse here names nothing either.
 fn names(engine: &CommandEngine, value: &str) -> bool {
     let def = &engine.def;
     let templates = def.args.iter().chain(def.env.iter().map(|(_, v)| v));

@@ -61,8 +61,9 @@ pub enum AuxNormalization {
     /// α·Σ_e f_{s,e}·P_{s,e} (DeepSeek-V2, Megatron's `seq_aux_loss`).
     #[default]
     Sequence,
-    /// Every real token weighs the same: each sequence's term weighted by its share of the
-    /// global batch's real tokens, α/N·Σ_s T_s·Σ_e f_{s,e}·P_{s,e} (the per-token loss form:
+    /// Every real token weighs the same: each sequence's term times its real tokens T_s, over
+    /// the global batch's counted tokens N (the cross-entropy's normalizer),
+    /// α/N·Σ_s T_s·Σ_e f_{s,e}·P_{s,e} (the per-token loss form:
     /// Megatron's `--calculate-per-token-loss`, where the router pre-multiplies the aux loss by
     /// its token count and every gradient is divided by the global count).
     Token,

@@ -14,8 +14,9 @@
 //!   output.
 //! - **Auxiliary losses**: the sequence-wise load-balance loss (DeepSeek-V2; Megatron's
 //!   `seq_aux_loss`) α·Σ_e f_e·P_e per sequence, averaged over the global batch's sequences
-//!   (or, with `aux_loss_normalization = "token"`, each sequence's term weighted by its share of
-//!   the global batch's real tokens: the per-token loss form), with f_e = E/(k·T)·(tokens of the sequence routed to e) — a count, no gradient — and
+//!   (or, with `aux_loss_normalization = "token"`, each sequence's term times its real tokens
+//!   over the global batch's counted tokens: the per-token loss form), with
+//!   f_e = E/(k·T)·(tokens of the sequence routed to e) — a count, no gradient — and
 //!   P_e = mean score of e over the sequence's T real tokens (sigmoid scores normalized over the
 //!   experts first, as Megatron); and the router z-loss β·mean(logsumexp(router logits)²) over
 //!   the tokens the cross-entropy counts.
@@ -313,8 +314,8 @@ impl BalanceOver {
 }
 
 /// Each sequence's load-balance weight per expert, α · f_{s,e} / (T_s · B) per sequence or
-/// α · f_{s,e} / N per token ([`BalanceOver`]), with f_{s,e} = E/(k·T_s) · count_{s,e}: what one real token's
-/// score for e adds to the loss. `counts` are the sequences' (global) expert counts, [rows, E].
+/// α · f_{s,e} / N per token ([`BalanceOver`]), with f_{s,e} = E/(k·T_s) · count_{s,e}: what
+/// one real token's score for e adds to the loss. `counts` are the sequences' (global) expert counts, [rows, E].
 pub fn balance_weights(
     counts: &[f64],
     lengths: &[usize],
