@@ -292,6 +292,43 @@ fn compare_curves_from_the_command_line() {
         .code(0);
 }
 
+/// The gradient norm has its own per-step limit (the curve level's `grad_norm` key): its RATIO
+/// column is in units of that limit, not of `rel`, so a failing gradient norm never reads as
+/// a fraction of its limit.
+#[test]
+fn compare_curves_rates_the_gradient_norm_by_its_own_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, norms: &[f64]| {
+        let text: String = norms
+            .iter()
+            .enumerate()
+            .map(|(i, g)| format!("{{\"step\":{},\"loss\":2.0,\"grad_norm\":{g}}}\n", i + 1))
+            .collect();
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let a = write("a.jsonl", &[1.0, 1.0, 1.0]);
+    let b = write("b.jsonl", &[1.0, 1.0, 1.0 + 2e-3]);
+    let out = meshparity()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .args(["-t", "rel=1e-1", "-t", "grad_norm=1e-3"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("grad_norm"))
+        .unwrap_or_else(|| panic!("a grad_norm row: {text}"));
+    assert!(row.contains("2.00×  FAIL at step(s) [3]"), "{text}");
+    assert!(text.contains("(grad_norm ≤ 1.000e-3)"), "{text}");
+}
+
 #[test]
 fn list_devices_shows_the_cpu_first_and_says_whether_gpus_are_built_in() {
     let out = stdout(meshparity().args(["list", "devices", "--json"]));

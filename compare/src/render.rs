@@ -228,8 +228,9 @@ pub fn curves(report: &CurveReport) -> String {
         "\n  {:<w$} {:>6} {:>12} {:>11} {:>10}  STATUS",
         "METRIC", "STEPS", "WORST_REL", "AT_STEP", "RATIO"
     );
-    let rel = report.limits.metrics.get("rel").copied();
     for m in &report.metrics {
+        // The metric's own limit: the gradient norm's where the table has one.
+        let rel = crate::curve::rel_limit(&report.limits, &m.name);
         let status = match (m.gated, m.verdict) {
             (false, _) => "reported (performance, not gated)".to_owned(),
             (true, Verdict::Match) => "ok".to_owned(),
@@ -283,11 +284,16 @@ fn curve_gates(report: &CurveReport) -> String {
             sci(get("fail").unwrap_or(5.0))
         ),
         _ => match get("rel") {
-            Some(rel) => format!(
-                "|b − f| / |b| ≤ {} per step, {} failing step(s) allowed",
-                sci(rel),
-                get("allowed_failing_steps").unwrap_or(0.0)
-            ),
+            Some(rel) => {
+                let own = get(meshparity_specs::tolerance::GRAD_NORM)
+                    .map(|g| format!(" ({} ≤ {})", meshparity_specs::tolerance::GRAD_NORM, sci(g)))
+                    .unwrap_or_default();
+                format!(
+                    "|b − f| / |b| ≤ {}{own} per step, {} failing step(s) allowed",
+                    sci(rel),
+                    get("allowed_failing_steps").unwrap_or(0.0)
+                )
+            }
             None => "none in force".to_owned(),
         },
     }

@@ -302,9 +302,17 @@ pub fn curve_limits(tol: &Tolerance, mode: Option<CurveMode>) -> Result<Limits, 
         }
     };
     for (k, v) in &tol.settings {
-        let key = ["rel", "allowed_failing_steps", "investigate", "fail"]
-            .into_iter()
-            .find(|x| x == k);
+        // Every key the command line accepts for curves (src/cli/compare.rs), the gradient
+        // norm's own included: a key accepted and then dropped would be a silent gate.
+        let key = [
+            "rel",
+            "allowed_failing_steps",
+            "investigate",
+            "fail",
+            tolerance::GRAD_NORM,
+        ]
+        .into_iter()
+        .find(|x| x == k);
         if let Some(key) = key {
             limits.metrics.insert(key, *v);
         }
