@@ -14,7 +14,9 @@
 //! lengths: attention stays inside a document, positions restart at each document's first
 //! token, no label crosses a boundary, and a prompt at each document's head has its labels
 //! ignored. The document draws come from a stream of their own, so the tokens are the unpacked
-//! run's and only the labels and masks change.
+//! run's and only the labels and masks change — except where documents are padded
+//! (`pad_documents_to`, TransformerEngine's THD layout for context parallelism): each document's
+//! tail up to the multiple holds token 0 with ignored labels.
 
 use meshparity_specs::Packing;
 
@@ -37,6 +39,9 @@ pub struct Batch {
     /// Each row's document starts, ascending from 0 (`[0]`: one document). Like `lengths`, a
     /// fact about the whole row that a context-parallel share keeps in global positions.
     pub starts: Vec<Vec<usize>>,
+    /// Whether each document is padded to a multiple of 2·cp (`pad_documents_to`, the THD
+    /// layout): context parallelism then cuts each document into chunks, not each row.
+    pub padded_documents: bool,
 }
 
 impl Batch {
@@ -81,35 +86,50 @@ impl Batch {
             targets,
             starts: vec![vec![0]; batch],
             lengths,
+            padded_documents: false,
         };
         if let Some(p) = packing {
             out.pack(SplitMix::new(seed, &format!("documents.{step}")), p);
+            out.padded_documents = p.documents && p.pad_to.is_some_and(|m| m > 1);
         }
         out
     }
 
     /// Cuts each row into documents and ignores the labels that cross a boundary or belong to
-    /// a prompt.
+    /// a prompt. With a padding multiple, each document but the row's last ends in padding
+    /// (token 0, labels ignored) up to the next multiple, where the next document starts.
     fn pack(&mut self, mut r: SplitMix, packing: Packing) {
         let s = self.seq_len;
+        let m = packing.pad_to.map_or(1, |m| m as usize);
         for b in 0..self.batch {
             let len = self.lengths[b];
-            let mut starts = vec![0];
-            if packing.documents {
+            // Each document's first position and the end of its real tokens.
+            let mut docs = Vec::new();
+            let mut start = 0;
+            loop {
+                if !packing.documents {
+                    docs.push((0, len));
+                    break;
+                }
                 // Documents of 2 to 2 + s/3 tokens: a long row holds several.
-                let mut at = 2 + r.below((s as u64 / 3).max(1)) as usize;
-                while at < len {
-                    starts.push(at);
-                    at += 2 + r.below((s as u64 / 3).max(1)) as usize;
+                let end = (start + 2 + r.below((s as u64 / 3).max(1)) as usize).min(len);
+                let next = end.next_multiple_of(m);
+                if next >= len {
+                    docs.push((start, len));
+                    break;
                 }
+                docs.push((start, end));
+                for p in end..next {
+                    self.tokens[b * s + p] = 0;
+                    self.targets[b * s + p] = IGNORE;
+                }
+                // The label of a document's last token would be the next one's first (or
+                // padding).
+                self.targets[b * s + end - 1] = IGNORE;
+                start = next;
             }
-            let ends: Vec<usize> = starts.iter().skip(1).copied().chain([len]).collect();
-            for (&start, &end) in starts.iter().zip(&ends) {
-                // The label of a document's last token would be the next document's first.
-                if end < len {
-                    self.targets[b * s + end - 1] = IGNORE;
-                }
-                if packing.prompts {
+            if packing.prompts {
+                for &(start, end) in &docs {
                     // A prompt of 1 to half the document's tokens; the labels predicting its
                     // tokens after the first are ignored.
                     let prompt = 1 + r.below(((end - start) / 2).max(1) as u64) as usize;
@@ -118,7 +138,7 @@ impl Batch {
                     }
                 }
             }
-            self.starts[b] = starts;
+            self.starts[b] = docs.iter().map(|&(start, _)| start).collect();
         }
     }
 
@@ -148,6 +168,7 @@ impl Batch {
             targets: self.targets[span].to_vec(),
             lengths: self.lengths[start..start + n].to_vec(),
             starts: self.starts[start..start + n].to_vec(),
+            padded_documents: self.padded_documents,
         }
     }
 
@@ -160,6 +181,7 @@ impl Batch {
             targets: parts.iter().flat_map(|b| b.targets.clone()).collect(),
             lengths: parts.iter().flat_map(|b| b.lengths.clone()).collect(),
             starts: parts.iter().flat_map(|b| b.starts.clone()).collect(),
+            padded_documents: parts[0].padded_documents,
         }
     }
 }
@@ -196,6 +218,7 @@ mod tests {
         let both = Packing {
             documents: true,
             prompts: true,
+            pad_to: None,
         };
         let packed = Batch::synthetic(7, 0, (8, 32, 128), Some(both));
         assert_eq!(packed.tokens, plain.tokens, "packing keeps the tokens");
@@ -219,8 +242,65 @@ mod tests {
         let prompts = Packing {
             documents: false,
             prompts: true,
+            pad_to: None,
         };
         let prompted = Batch::synthetic(7, 0, (8, 32, 128), Some(prompts));
         assert!(!prompted.packed() && prompted.counted() < plain.counted());
+    }
+
+    #[test]
+    fn padded_documents_start_on_the_multiple_and_pad_with_ignored_labels() {
+        let thd = Packing {
+            documents: true,
+            prompts: true,
+            pad_to: Some(8),
+        };
+        let plain = Batch::synthetic(7, 0, (8, 64, 128), None);
+        let padded = Batch::synthetic(7, 0, (8, 64, 128), Some(thd));
+        assert!(padded.packed());
+        let mut pads = 0;
+        for b in 0..8 {
+            let starts = &padded.starts[b];
+            assert!(starts.iter().all(|&s| s % 8 == 0), "{starts:?}");
+            for w in starts.windows(2) {
+                // A document's real tokens, then its padding up to the next start.
+                let doc = w[0]..w[1];
+                let real = doc
+                    .clone()
+                    .filter(|&p| padded.tokens[b * 64 + p] != 0)
+                    .count();
+                assert!(real >= 1);
+                for p in doc {
+                    let (tok, tgt) = (padded.tokens[b * 64 + p], padded.targets[b * 64 + p]);
+                    if tok == 0 && plain.tokens[b * 64 + p] != 0 {
+                        pads += 1;
+                        assert_eq!(tgt, IGNORE, "a pad's label is ignored");
+                    }
+                }
+                assert_eq!(
+                    padded.targets[b * 64 + w[1] - 1],
+                    IGNORE,
+                    "no label crosses"
+                );
+            }
+        }
+        assert!(pads > 0, "some documents are padded");
+        let unpadded = Packing {
+            pad_to: None,
+            ..thd
+        };
+        assert_eq!(
+            Batch::synthetic(
+                7,
+                0,
+                (8, 64, 128),
+                Some(Packing {
+                    pad_to: Some(1),
+                    ..thd
+                })
+            ),
+            Batch::synthetic(7, 0, (8, 64, 128), Some(unpadded)),
+            "a multiple of 1 pads nothing"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! the oracle's mask; which coordinates a rank asks for is the tracker's (the parallel side's
 //! `rng.rs`), and that is what the catalogued bugs break.
 
+use crate::positions::of_row;
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use meshparity_specs::Training;
 
@@ -31,12 +32,14 @@ pub struct Dropout {
     step: u64,
 }
 
-/// The coordinates of one block of a mask, each axis as the global indices it covers.
+/// The coordinates of one block of a mask, each axis as the global indices it covers. The
+/// sequence axes may differ from row to row (a context-parallel rank's positions under the
+/// per-document layout): `queries` and `keys` are one list for every row or one per row.
 pub struct Block<'a> {
     pub rows: &'a [usize],
     pub heads: &'a [usize],
-    pub queries: &'a [usize],
-    pub keys: &'a [usize],
+    pub queries: &'a [Vec<usize>],
+    pub keys: &'a [Vec<usize>],
 }
 
 impl Dropout {
@@ -78,15 +81,16 @@ impl Dropout {
         } else {
             block.heads
         };
-        let n = block.rows.len() * heads.len() * block.queries.len() * block.keys.len();
+        let n = block.rows.len() * heads.len() * block.queries[0].len() * block.keys[0].len();
         let mut out = Vec::with_capacity(n);
-        for &r in block.rows {
+        for (j, &r) in block.rows.iter().enumerate() {
             let hr = mix(base ^ r as u64);
+            let (queries, keys) = (of_row(block.queries, j), of_row(block.keys, j));
             for &h in heads {
                 let hh = mix(hr ^ h as u64);
-                for &q in block.queries {
+                for &q in queries {
                     let hq = mix(hh ^ q as u64);
-                    out.extend(block.keys.iter().map(|&k| {
+                    out.extend(keys.iter().map(|&k| {
                         let u = (mix(hq ^ k as u64) >> 11) as f64 / (1u64 << 53) as f64;
                         if u < p {
                             0.0
@@ -108,7 +112,7 @@ impl Block<'_> {
         if !self.heads.is_empty() {
             dims.push(self.heads.len());
         }
-        dims.extend([self.queries.len(), self.keys.len()]);
+        dims.extend([self.queries[0].len(), self.keys[0].len()]);
         dims
     }
 }
@@ -152,7 +156,11 @@ mod tests {
         }
     }
 
-    fn block<'a>(rows: &'a [usize], queries: &'a [usize], keys: &'a [usize]) -> Block<'a> {
+    fn block<'a>(
+        rows: &'a [usize],
+        queries: &'a [Vec<usize>],
+        keys: &'a [Vec<usize>],
+    ) -> Block<'a> {
         Block {
             rows,
             heads: &[],
@@ -164,16 +172,22 @@ mod tests {
     #[test]
     fn a_block_is_the_whole_masks_block() {
         let d = dropout(0.3);
-        let all: Vec<usize> = (0..8).collect();
+        let all = [(0..8).collect::<Vec<usize>>()];
         let whole = d.mask(Site::MlpResidual, 1, &block(&[0, 1], &all, &all), 0);
-        let part = d.mask(Site::MlpResidual, 1, &block(&[1], &all[4..], &all), 0);
+        let half = [all[0][4..].to_vec()];
+        let part = d.mask(Site::MlpResidual, 1, &block(&[1], &half, &all), 0);
         assert_eq!(part, whole[64 + 32..].to_vec());
+        // Per-row positions draw each row's own block of the same mask.
+        let own = [vec![0, 1], vec![6, 7]];
+        let rows = d.mask(Site::MlpResidual, 1, &block(&[0, 1], &own, &all), 0);
+        assert_eq!(rows[..16], whole[..16]);
+        assert_eq!(rows[16..], whole[64 + 48..]);
     }
 
     #[test]
     fn masks_keep_one_minus_p_and_scale_what_they_keep() {
         let d = dropout(0.25);
-        let all: Vec<usize> = (0..200).collect();
+        let all = [(0..200).collect::<Vec<usize>>()];
         let m = d.mask(Site::Attention, 0, &block(&[0], &all, &all), 0);
         let kept = m.iter().filter(|&&v| v > 0.0).count() as f64 / m.len() as f64;
         assert!((kept - 0.75).abs() < 0.01, "{kept}");
@@ -185,7 +199,7 @@ mod tests {
     #[test]
     fn sites_layers_steps_and_salts_draw_apart() {
         let d = dropout(0.5);
-        let all: Vec<usize> = (0..16).collect();
+        let all = [(0..16).collect::<Vec<usize>>()];
         let b = block(&[0], &all, &all);
         let m = d.mask(Site::AttnResidual, 0, &b, 0);
         assert_ne!(m, d.mask(Site::MlpResidual, 0, &b, 0));

@@ -5,6 +5,7 @@
 //! - [`rng`], [`data`] — deterministic init and synthetic batches that expose bugs;
 //! - [`dropout`] — dropout masks as a function of the global position they act at;
 //! - [`llama`] — the single-device dense model, the oracle;
+//! - [`positions`] — where a rank's tokens sit in their rows (row or per-document CP layout);
 //! - [`host`], [`sharding`] — host tensors to and from burn, sharding plans;
 //! - [`parallel`] — collectives, segment-wise autodiff, TP/SP/DP/PP, schedules, faults;
 //! - [`optim`], [`train`] — SGD/AdamW and training runs (oracle and mesh);
@@ -23,6 +24,7 @@ pub mod llama;
 pub mod memory;
 pub mod optim;
 pub mod parallel;
+pub mod positions;
 pub mod rng;
 pub mod sharding;
 pub mod support;

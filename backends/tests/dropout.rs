@@ -114,11 +114,12 @@ fn dropout_changes_what_is_computed() {
     }
     let t = dropped(11, Optimizer::Sgd);
     let all: Vec<usize> = (0..8).collect();
+    let every = [all.clone()];
     let block = Block {
         rows: &all,
         heads: &[],
-        queries: &all,
-        keys: &all,
+        queries: &every,
+        keys: &every,
     };
     let at = |step| {
         Masks::of(&t, step)

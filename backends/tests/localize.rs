@@ -167,6 +167,7 @@ fn packed_sequence_mutations_are_localized_where_they_were_injected() {
         packing: Some(meshparity_specs::Packing {
             documents: true,
             prompts: true,
+            pad_to: None,
         }),
         ..training(7, Optimizer::Adamw)
     };
@@ -177,6 +178,27 @@ fn packed_sequence_mutations_are_localized_where_they_were_injected() {
     let meshes = ["tp2-sp", "cp2", "dp2-tp2-sp-cp2"];
     for dtype in [SpecDType::F32, SpecDType::Bf16] {
         localized_with(&long, &packed, &meshes, dtype, 20);
+    }
+}
+
+/// Padded documents under CP (the THD layout): the dense catalog over per-document chunks,
+/// and the batch cut by rows while attention takes the per-document layout.
+#[test]
+fn padded_document_mutations_are_localized_where_they_were_injected() {
+    let thd = Training {
+        packing: Some(meshparity_specs::Packing {
+            documents: true,
+            prompts: true,
+            pad_to: Some(8),
+        }),
+        ..training(7, Optimizer::Adamw)
+    };
+    let long = ModelConfig {
+        seq_len: 16,
+        ..tiny()
+    };
+    for dtype in [SpecDType::F32, SpecDType::Bf16] {
+        localized_with(&long, &thd, &["cp2", "dp2-tp2-sp-cp2"], dtype, 20);
     }
 }
 

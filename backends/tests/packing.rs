@@ -27,6 +27,7 @@ const LEN: Length = Length {
 const BOTH: Packing = Packing {
     documents: true,
     prompts: true,
+    pad_to: None,
 };
 
 /// [`tiny`] with rows long enough to hold several documents.
@@ -112,6 +113,7 @@ fn every_feature_at_once_matches_the_oracle_in_f64() {
         packing: Some(Packing {
             documents: false,
             prompts: true,
+            pad_to: None,
         }),
         ..everything(7, Optimizer::Sgd)
     };
@@ -326,6 +328,7 @@ fn held_out_shapes_and_mixes_match_the_oracle_in_f64() {
                     packing: Some(Packing {
                         documents: i % 4 != 3,
                         prompts: i % 2 == 0,
+                        pad_to: None,
                     }),
                     dropout: (i % 2 == 1).then_some(Dropout {
                         attention: 0.15,

@@ -93,9 +93,12 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     let packing = t.packing.unwrap_or(meshparity_specs::Packing {
         documents: false,
         prompts: false,
+        pad_to: None,
     });
     put("packed_sequences", packing.documents.to_string());
     put("mask_prompts", packing.prompts.to_string());
+    // The documents' padding multiple; 1 when they are not padded.
+    put("pad_documents_to", packing.pad_to.unwrap_or(1).to_string());
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {

@@ -288,6 +288,7 @@ mod tests {
             packing: Some(meshparity_specs::Packing {
                 documents: true,
                 prompts: false,
+                pad_to: None,
             }),
             ..t.clone()
         };

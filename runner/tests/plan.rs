@@ -87,7 +87,8 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
     // learning-rate schedule: tests/schedule.rs injects those; weight decay with exemptions:
     // tests/zero.rs; label smoothing: examples/label-smoothing.toml; a padded vocabulary:
     // examples/vocabulary.toml; dropout and recompute: examples/dropout.toml; packed sequences: examples/packing.toml;
-    // resumption across layouts: examples/resume.toml).
+    // padded documents under CP: examples/thd.toml; resumption across layouts:
+    // examples/resume.toml).
     use meshparity_specs::mutation::Needs;
     let set_elsewhere = [
         Needs::LrSchedule,
@@ -98,6 +99,7 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
         Needs::HiddenDropout,
         Needs::Recompute,
         Needs::PackedSequences,
+        Needs::PaddedDocuments,
         Needs::Resume,
     ];
     let applicable = meshparity_specs::CATALOG

@@ -127,6 +127,32 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         &model.seq_len.loc,
         "model",
     );
+    // The THD layout cuts each padded document into 2·cp chunks: every document boundary and
+    // the row's end must fall on the padding's multiple, and the multiple on 2·cp.
+    if let Some(pad) = &run.padding {
+        rule(
+            divides(pad.value, chunks),
+            format!(
+                "pad_documents_to ({}) is not divisible by 2 × cp ({chunks})",
+                pad.value
+            ),
+            "with padded documents context parallelism cuts every document into 2·cp equal chunks (TransformerEngine's THD layout); pad to a multiple of 2·cp for every mesh",
+            &mesh.cp.loc,
+            &pad.loc,
+            "run",
+        );
+        rule(
+            divides(model.seq_len.value, pad.value),
+            format!(
+                "seq_len ({}) is not divisible by pad_documents_to ({})",
+                model.seq_len.value, pad.value
+            ),
+            "padded documents tile each row: the row's length must be a multiple of the padding",
+            &pad.loc,
+            &model.seq_len.loc,
+            "model",
+        );
+    }
     match (&model.experts, model.family.value) {
         (Some(experts), Family::Moe) => {
             rule(

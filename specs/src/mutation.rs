@@ -83,6 +83,9 @@ pub enum Needs {
     Recompute,
     /// Several documents packed per row (`packed_sequences`).
     PackedSequences,
+    /// Packed documents padded for context parallelism's per-document chunks
+    /// (`pad_documents_to`, TransformerEngine's THD layout).
+    PaddedDocuments,
     /// Dropout of either kind (`attention_dropout` or `hidden_dropout`).
     Dropout,
     /// A `[[resume]]` pair's mesh: the run saves a checkpoint and resumes from it. Bugs of the
@@ -137,6 +140,7 @@ impl Needs {
             | Needs::HiddenDropout
             | Needs::Recompute
             | Needs::PackedSequences
+            | Needs::PaddedDocuments
             | Needs::Dropout
             | Needs::Resume
             | Needs::ResumeFromTp => true,
@@ -239,6 +243,7 @@ impl Needs {
             Needs::HiddenDropout => "hidden dropout set (`hidden_dropout`)",
             Needs::Recompute => "activation recompute (`recompute`)",
             Needs::PackedSequences => "packed sequences (`packed_sequences`)",
+            Needs::PaddedDocuments => "packed documents padded for CP (`pad_documents_to`)",
             Needs::Dropout => "dropout set (`attention_dropout` or `hidden_dropout`)",
             Needs::Resume => "a `[[resume]]` pair (saved on one mesh, resumed on another)",
             Needs::ResumeFromTp => "a `[[resume]]` pair saved from a mesh with tp > 1",

@@ -27,6 +27,7 @@ pub const KEYS: &[&str] = &[
     "recompute",
     "packed_sequences",
     "mask_prompts",
+    "pad_documents_to",
     "warmup_steps",
     "lr_decay",
     "min_lr",
@@ -145,6 +146,13 @@ pub struct Packing {
     /// Each document opens with a prompt whose labels are ignored (`-100`), as in supervised
     /// fine-tuning; valid-token counts then differ from row to row and document to document.
     pub prompts: bool,
+    /// Each document padded to a multiple of this many tokens (`pad_documents_to`), as
+    /// TransformerEngine's THD layout needs under context parallelism: CP then cuts every
+    /// document, not every row, into 2·cp chunks. The padding is a document's tail of token 0
+    /// with ignored labels. Absent from the serialized form when unset, so every other job
+    /// keeps its identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad_to: Option<u32>,
 }
 
 /// Megatron's two dropout probabilities (`--attention-dropout`, `--hidden-dropout`), each in
@@ -176,6 +184,8 @@ pub struct RunSettings {
     pub output: String,
     /// Where jobs compute unless a model says otherwise.
     pub device: Located<Device>,
+    /// `pad_documents_to`, where it was written (the engine's copy is `training.packing`).
+    pub padding: Option<Located<u32>>,
     pub loc: Loc,
 }
 
@@ -216,6 +226,7 @@ impl RunSettings {
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
             device: Located::new(Device::Cpu, loc.clone()),
+            padding: None,
             loc,
         }
     }
@@ -314,7 +325,13 @@ impl RunSettings {
         run.training.recompute = t.keyword::<Recompute>(cx, "recompute").map(|r| r.value);
         let documents = t.bool(cx, "packed_sequences").is_some_and(|b| b.value);
         let prompts = t.bool(cx, "mask_prompts").is_some_and(|b| b.value);
-        run.training.packing = (documents || prompts).then_some(Packing { documents, prompts });
+        let padding = document_padding(cx, &mut t, documents);
+        run.training.packing = (documents || prompts).then_some(Packing {
+            documents,
+            prompts,
+            pad_to: padding.as_ref().map(|p| p.value),
+        });
+        run.padding = padding;
         run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;
@@ -325,6 +342,34 @@ impl RunSettings {
         t.finish(cx);
         run
     }
+}
+
+/// `pad_documents_to`: at least 2, and only with `packed_sequences` (there are no documents
+/// to pad otherwise). Whether it fits each mesh and model is [`crate::fit`]'s.
+fn document_padding(
+    cx: &mut Ctx<'_>,
+    t: &mut Table<'_, '_>,
+    documents: bool,
+) -> Option<Located<u32>> {
+    let v = t.positive(cx, "pad_documents_to")?;
+    let problem = if !documents {
+        Some((
+            "`run.pad_documents_to` needs `packed_sequences = true`".to_owned(),
+            "it pads each packed document for context parallelism's per-document chunks; set `packed_sequences = true` or remove it",
+        ))
+    } else if v.value < 2 {
+        Some((
+            format!("`run.pad_documents_to` is {}: nothing to pad to", v.value),
+            "give a multiple of 2·cp for every mesh with context parallelism (8 covers cp 2 and 4)",
+        ))
+    } else {
+        None
+    };
+    if let Some((message, help)) = problem {
+        cx.error(Diagnostic::error(&v.loc, message).help(help.to_owned()));
+        return None;
+    }
+    Some(v)
 }
 
 /// A `[run]` value in [0, 1) (a probability or weight), `None` when absent or 0; 1 or more is

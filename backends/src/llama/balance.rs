@@ -2,6 +2,7 @@
 //! factor's drops (per sequence, so every layout drops the same slots) and the score-correction
 //! bias's update (from the load over the whole global batch). See `moe.rs` for the model.
 
+use crate::positions::Positions;
 pub use meshparity_specs::moe::BIAS_UPDATE_RATE;
 use meshparity_specs::DropPolicy;
 
@@ -65,7 +66,7 @@ pub fn capacity(
 pub fn kept_slots(
     choices: &[Choice],
     weights: &[f64],
-    (rows, positions): (usize, &[usize]),
+    (rows, positions): (usize, &Positions),
     lengths: &[usize],
     experts: usize,
     cap: (f64, DropPolicy),
@@ -78,7 +79,7 @@ pub fn kept_slots(
         .flat_map(|(t, c)| {
             c.iter().enumerate().map(move |(j, &e)| Pair {
                 row: t / per_row,
-                position: positions[t % per_row],
+                position: positions.at(t),
                 slot: j,
                 expert: e,
                 weight: weights[t * k + j],
@@ -114,7 +115,7 @@ pub fn update_bias(bias: &[f64], load: &[f64]) -> Vec<f64> {
 pub fn load(
     choices: &[Choice],
     rows: usize,
-    positions: &[usize],
+    positions: &Positions,
     lengths: &[usize],
     experts: usize,
 ) -> Vec<f64> {

@@ -8,6 +8,7 @@ use burn::tensor::activation::{log_softmax, silu, softmax};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::data::Batch;
+use crate::positions::of_row;
 
 /// Epsilon of every RMSNorm.
 pub const NORM_EPS: f64 = 1e-5;
@@ -26,23 +27,24 @@ pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
 }
 
 /// Rotary embedding (half-split convention) at the given positions of `batch`'s rows (a
-/// context-parallel rank's chunks are not contiguous). A packed row's positions restart at
-/// each document's first token, so each row gets its own table then.
+/// context-parallel rank's chunks are not contiguous): one list for every row, or one per row
+/// ([`crate::positions::Positions::lists`]). A packed row's positions restart at each
+/// document's first token, so each row gets its own table then.
 ///
 /// # Shapes
-/// x: [B, N, S, D] with D even, positions: S → [B, N, S, D]
-pub fn rope_at(x: Tensor<4>, positions: &[usize], batch: &Batch) -> Tensor<4> {
+/// x: [B, N, S, D] with D even, positions: 1 or B lists of S → [B, N, S, D]
+pub fn rope_at(x: Tensor<4>, positions: &[Vec<usize>], batch: &Batch) -> Tensor<4> {
     let [b, _, s, d] = x.dims();
     let half = d / 2;
     let rows: Vec<Vec<usize>> = if batch.packed() {
         (0..b)
             .map(|r| {
                 let at = |&p: &usize| p - batch.document_start(r, p);
-                positions.iter().map(at).collect()
+                of_row(positions, r).iter().map(at).collect()
             })
             .collect()
     } else {
-        vec![positions.to_vec()]
+        positions.to_vec()
     };
     let mut cos = Vec::with_capacity(rows.len() * s * half);
     let mut sin = Vec::with_capacity(rows.len() * s * half);
@@ -77,26 +79,27 @@ pub fn rope_at(x: Tensor<4>, positions: &[usize], batch: &Batch) -> Tensor<4> {
 /// # Shapes
 /// → [B, 1, S, S]
 pub fn attention_mask(batch: &Batch, device: &burn::tensor::Device) -> Tensor<4, Bool> {
-    let all: Vec<usize> = (0..batch.seq_len).collect();
+    let all = [(0..batch.seq_len).collect()];
     attention_mask_at(batch, &all, &all, device)
 }
 
-/// [`attention_mask`] between queries and keys at the given absolute positions (`batch`'s
-/// lengths and document starts are the whole rows').
+/// [`attention_mask`] between queries and keys at the given absolute positions, one list for
+/// every row or one per row (`batch`'s lengths and document starts are the whole rows').
 ///
 /// # Shapes
 /// → [B, 1, Sq, Sk]
 pub fn attention_mask_at(
     batch: &Batch,
-    queries: &[usize],
-    keys: &[usize],
+    queries: &[Vec<usize>],
+    keys: &[Vec<usize>],
     device: &burn::tensor::Device,
 ) -> Tensor<4, Bool> {
     let b = batch.lengths.len();
-    let (sq, sk) = (queries.len(), keys.len());
+    let (sq, sk) = (queries[0].len(), keys[0].len());
     let mut blocked = Vec::with_capacity(b * sq * sk);
     for (row, &len) in batch.lengths.iter().enumerate() {
-        for &q in queries {
+        let keys = of_row(keys, row);
+        for &q in of_row(queries, row) {
             let first = batch.document_start(row, q);
             blocked.extend(keys.iter().map(|&k| k > q || k >= len || k < first));
         }

@@ -66,8 +66,12 @@ pub fn forward_with(
         Tensor::<1, Int>::from_data(TensorData::new(batch.tokens.clone(), [b * s]), device);
     let mut x: Tensor<3> = p.get("embed.weight").select(0, tokens).reshape([b, s, h]);
     let mask = attention_mask(batch, device);
-    let (rows, positions, hidden): (Vec<usize>, Vec<usize>, Vec<usize>) =
-        ((0..b).collect(), (0..s).collect(), (0..h).collect());
+    // Every row's positions and hidden units are all of them: one list for every row.
+    let rows: Vec<usize> = (0..b).collect();
+    let (positions, hidden) = (
+        [(0..s).collect::<Vec<usize>>()],
+        [(0..h).collect::<Vec<usize>>()],
+    );
     let all_heads: Vec<usize> = (0..nq).collect();
     let on = (device, x.dtype());
     // Dropout of layer l's `site` over the whole batch, its axes' global indices all of them.
@@ -159,7 +163,7 @@ fn moe_mlp(
         bias: bias.as_deref(),
     };
     let (mut routed, selected) = moe::route(x.clone(), w("router.weight"), router, None);
-    let positions: Vec<usize> = (0..s).collect();
+    let positions = crate::positions::Positions::shared((0..s).collect());
     let how = moe::Dispatch::of(c.moe.router(), k);
     if let Some(cap) = c.moe.capacity() {
         let weights = moe::slot_weights(

@@ -31,6 +31,7 @@
 //! tokens, which makes the dropped set depend on the layout; a parity check needs a definition
 //! that does not.)
 
+use crate::positions::Positions;
 use burn::tensor::activation::{log_softmax, sigmoid, softmax};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 pub use meshparity_engine::replay::Decided;
@@ -264,12 +265,12 @@ pub fn slot_weights(
 }
 
 /// Per-sequence expert counts: how many of each sequence's real tokens (position < length)
-/// chose each expert. `positions[i]` is token i's position in its row; tokens are row-major
-/// over `rows` rows.
+/// chose each expert. `positions.at(i)` is token i's position in its row; tokens are
+/// row-major over `rows` rows.
 pub fn counts(
     choices: &[Choice],
     rows: usize,
-    positions: &[usize],
+    positions: &Positions,
     lengths: &[usize],
     experts: usize,
 ) -> Vec<f64> {
@@ -277,7 +278,7 @@ pub fn counts(
     let mut c = vec![0.0; rows * experts];
     for (tok, choice) in choices.iter().enumerate() {
         let row = tok / per_row;
-        if positions[tok % per_row] < lengths[row] {
+        if positions.at(tok) < lengths[row] {
             for &e in choice {
                 c[row * experts + e] += 1.0;
             }
@@ -348,7 +349,7 @@ pub fn load_balance(
     scores: Tensor<2>,
     weights: &[f64],
     rows: usize,
-    positions: &[usize],
+    positions: &Positions,
     lengths: &[usize],
 ) -> Tensor<1> {
     let [t, e] = scores.dims();
@@ -356,7 +357,7 @@ pub fn load_balance(
     let mut coeff = vec![0.0; t * e];
     for tok in 0..t {
         let row = tok / per_row;
-        if positions[tok % per_row] >= lengths[row] {
+        if positions.at(tok) >= lengths[row] {
             continue;
         }
         coeff[tok * e..(tok + 1) * e].copy_from_slice(&weights[row * e..(row + 1) * e]);
@@ -414,7 +415,7 @@ mod tests {
     fn counts_skip_padding() {
         let choices = vec![vec![0, 1], vec![1, 2], vec![2, 3], vec![0, 3]];
         // Two rows of two tokens; row 1 has length 1.
-        let c = counts(&choices, 2, &[0, 1], &[2, 1], 4);
+        let c = counts(&choices, 2, &Positions::shared(vec![0, 1]), &[2, 1], 4);
         assert_eq!(c, vec![1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0]);
     }
 }

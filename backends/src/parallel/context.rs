@@ -3,26 +3,53 @@
 //! Causal attention makes late positions expensive (they see every earlier key), so a plain
 //! split would leave the last rank with most of the work. Megatron/TransformerEngine balance it:
 //! the sequence is cut into 2·cp chunks and rank c holds chunks c and 2·cp−1−c (the "zigzag").
-//! Every per-token value a rank holds is in that local order; [`zigzag`] restores the global
-//! order, so traces and logits line up with the world-size-1 oracle.
+//! With padded documents (TransformerEngine's THD layout) each document is cut that way
+//! instead, so each row gives a rank its own positions ([`Positions`]). Every per-token value a
+//! rank holds is in that local order; [`restore`] puts the global order back, so traces and
+//! logits line up with the world-size-1 oracle.
 //!
 //! Which ranks form the rings is the topology's ([`super::topology`]); this is the data side.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::data::Batch;
+use crate::positions::Positions;
 
-/// The absolute positions rank `c` of `cp` holds of a sequence of `seq_len`: chunks c and
-/// 2·cp−1−c of 2·cp.
-pub fn positions(c: usize, cp: usize, seq_len: usize) -> Vec<usize> {
-    if cp == 1 {
-        return (0..seq_len).collect();
-    }
-    let chunk = seq_len / (2 * cp);
+/// Chunks c and 2·cp−1−c of 2·cp of the positions `span`.
+fn chunks(c: usize, cp: usize, span: std::ops::Range<usize>) -> impl Iterator<Item = usize> {
+    let chunk = span.len() / (2 * cp);
     let second = 2 * cp - 1 - c;
-    (c * chunk..(c + 1) * chunk)
-        .chain(second * chunk..(second + 1) * chunk)
-        .collect()
+    let at = span.start;
+    (at + c * chunk..at + (c + 1) * chunk).chain(at + second * chunk..at + (second + 1) * chunk)
+}
+
+/// The absolute positions rank `c` of `cp` holds of `batch`'s rows of `seq_len` (the whole
+/// rows' length; `batch` may be a share, whose starts are the whole rows'). The row layout
+/// cuts each row into 2·cp chunks; with padded documents (TransformerEngine's THD layout,
+/// `thd_get_partitioned_indices`) each document is cut into its own 2·cp chunks, from its
+/// start to the next one's (the last to the row's end), so every document's causal work is
+/// balanced too.
+pub fn positions(c: usize, cp: usize, seq_len: usize, batch: &Batch) -> Positions {
+    if cp == 1 {
+        return Positions::shared((0..seq_len).collect());
+    }
+    if !batch.padded_documents {
+        return Positions::shared(chunks(c, cp, 0..seq_len).collect());
+    }
+    Positions::per_row(
+        batch
+            .starts
+            .iter()
+            .map(|starts| {
+                let ends = starts.iter().skip(1).copied().chain([seq_len]);
+                starts
+                    .iter()
+                    .zip(ends)
+                    .flat_map(|(&a, e)| chunks(c, cp, a..e))
+                    .collect()
+            })
+            .collect(),
+    )
 }
 
 /// One cp rank's share of a microbatch: every row, its positions only.
@@ -32,7 +59,7 @@ pub struct Local {
     /// and document `starts` stay the whole rows', which the masks and RoPE compare positions
     /// with).
     pub batch: Batch,
-    pub positions: Vec<usize>,
+    pub positions: Positions,
 }
 
 impl Local {
@@ -69,14 +96,14 @@ impl Local {
     /// every document that began in a chunk another rank holds; with one rank the only chunk
     /// starts at 0, a start already.
     pub fn with_chunk_starts(&self) -> Batch {
-        let p = &self.positions;
-        let chunks: Vec<usize> = (0..p.len())
-            .filter(|&j| j == 0 || p[j - 1] + 1 != p[j])
-            .map(|j| p[j])
-            .collect();
         let mut batch = self.batch.clone();
-        for starts in &mut batch.starts {
-            starts.extend(&chunks);
+        for (r, starts) in batch.starts.iter_mut().enumerate() {
+            let p = self.positions.row(r);
+            starts.extend(
+                (0..p.len())
+                    .filter(|&j| j == 0 || p[j - 1] + 1 != p[j])
+                    .map(|j| p[j]),
+            );
             starts.sort_unstable();
             starts.dedup();
         }
@@ -87,10 +114,13 @@ impl Local {
     fn split_rows(mb: &Batch, cp: usize) -> Vec<Local> {
         (0..cp)
             .map(|c| {
-                let positions = positions(c, cp, mb.seq_len);
+                let positions = positions(c, cp, mb.seq_len, mb);
                 let pick = |v: &[i64]| -> Vec<i64> {
                     (0..mb.batch)
-                        .flat_map(|b| positions.iter().map(move |&p| v[b * mb.seq_len + p]))
+                        .flat_map(|b| {
+                            let row = &v[b * mb.seq_len..(b + 1) * mb.seq_len];
+                            positions.row(b).iter().map(move |&p| row[p])
+                        })
                         .collect()
                 };
                 Local {
@@ -101,6 +131,7 @@ impl Local {
                         targets: pick(&mb.targets),
                         lengths: mb.lengths.clone(),
                         starts: mb.starts.clone(),
+                        padded_documents: mb.padded_documents,
                     },
                     positions,
                 }
@@ -109,35 +140,114 @@ impl Local {
     }
 }
 
-/// Per-cp-rank tensors (local order along dim 1) → the whole sequence in global order.
-pub fn zigzag<const D: usize>(parts: Vec<Tensor<D>>) -> Tensor<D> {
-    let cp = parts.len();
-    if cp == 1 {
+/// Each (replica, cp rank)'s positions of `mb` (rows: `replicas` replicas' one after the
+/// other), in [`Local::split`]'s order: where a trace or the logits put each rank's entries.
+pub fn order(mb: &Batch, cp: usize, replicas: usize) -> Vec<Positions> {
+    let rows = mb.batch / replicas;
+    (0..replicas)
+        .flat_map(|d| {
+            let share = mb.rows(d * rows, rows);
+            (0..cp).map(move |c| positions(c, cp, share.seq_len, &share))
+        })
+        .collect()
+}
+
+/// Per-cp-rank tensors (local order along dim 1) → the whole sequence in global order, each
+/// rank's entries put at its `order` positions (one replica's cp ranks, in rank order).
+pub fn restore<const D: usize>(parts: Vec<Tensor<D>>, order: &[Positions]) -> Tensor<D> {
+    if parts.len() == 1 {
         return parts.into_iter().next().expect("one part");
     }
-    let chunk = parts[0].dims()[1] / 2;
-    let chunks: Vec<Tensor<D>> = (0..2 * cp)
-        .map(|j| {
-            if j < cp {
-                parts[j].clone().narrow(1, 0, chunk)
-            } else {
-                parts[2 * cp - 1 - j].clone().narrow(1, chunk, chunk)
+    assert_eq!(parts.len(), order.len(), "one order per cp rank");
+    let all = Tensor::cat(parts, 1);
+    let device = all.device();
+    let n = order[0].len();
+    // Row r's gather index: for each global position, its index in the concatenation.
+    let index = |r: usize| {
+        let mut at = vec![0i64; n * order.len()];
+        for (c, positions) in order.iter().enumerate() {
+            for (j, &p) in positions.row(r).iter().enumerate() {
+                at[p] = (c * n + j) as i64;
             }
-        })
-        .collect();
-    Tensor::cat(chunks, 1)
+        }
+        Tensor::<1, Int>::from_data(TensorData::new(at, [n * order.len()]), &device)
+    };
+    if order.iter().all(|p| p.common().is_some()) {
+        return all.select(1, index(0));
+    }
+    let rows = all.dims()[0];
+    Tensor::cat(
+        (0..rows)
+            .map(|r| all.clone().narrow(0, r, 1).select(1, index(r)))
+            .collect(),
+        0,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn rows(seq_len: usize, starts: Vec<Vec<usize>>, padded: bool) -> Batch {
+        let n = starts.len();
+        Batch {
+            batch: n,
+            seq_len,
+            tokens: vec![1; n * seq_len],
+            targets: vec![1; n * seq_len],
+            lengths: vec![seq_len; n],
+            starts,
+            padded_documents: padded,
+        }
+    }
+
     #[test]
     fn chunks_balance_and_cover_the_sequence() {
-        assert_eq!(positions(0, 2, 8), vec![0, 1, 6, 7]);
-        assert_eq!(positions(1, 2, 8), vec![2, 3, 4, 5]);
-        let mut all: Vec<usize> = (0..4).flat_map(|c| positions(c, 4, 16)).collect();
+        let one = rows(8, vec![vec![0]], false);
+        assert_eq!(positions(0, 2, 8, &one).row(0), [0, 1, 6, 7]);
+        assert_eq!(positions(1, 2, 8, &one).row(0), [2, 3, 4, 5]);
+        let mut all: Vec<usize> = (0..4)
+            .flat_map(|c| {
+                positions(c, 4, 16, &rows(16, vec![vec![0]], false))
+                    .row(0)
+                    .to_vec()
+            })
+            .collect();
         all.sort_unstable();
         assert_eq!(all, (0..16).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn padded_documents_are_cut_one_by_one() {
+        // Row 0: documents [0, 8) and [8, 16); row 1: one document.
+        let b = rows(16, vec![vec![0, 8], vec![0]], true);
+        let p = positions(0, 2, 16, &b);
+        assert_eq!(p.row(0), [0, 1, 6, 7, 8, 9, 14, 15]);
+        assert_eq!(p.row(1), [0, 1, 2, 3, 12, 13, 14, 15]);
+        let q = positions(1, 2, 16, &b);
+        assert_eq!(q.row(0), [2, 3, 4, 5, 10, 11, 12, 13]);
+        // Unpadded, the same starts are cut as one row.
+        let rowwise = positions(0, 2, 16, &rows(16, vec![vec![0, 8], vec![0]], false));
+        assert_eq!(rowwise.common(), Some(&[0, 1, 2, 3, 12, 13, 14, 15][..]));
+    }
+
+    #[test]
+    fn restore_puts_each_rank_s_entries_back() {
+        let b = rows(8, vec![vec![0, 4], vec![0]], true);
+        let device = Default::default();
+        let order: Vec<Positions> = (0..2).map(|c| positions(c, 2, 8, &b)).collect();
+        // Each rank's values are the global positions it holds: restored, 0..8 in every row.
+        let parts = order
+            .iter()
+            .map(|p| {
+                let v: Vec<f32> = (0..2)
+                    .flat_map(|r| p.row(r).iter().map(|&x| x as f32))
+                    .collect();
+                Tensor::<2>::from_data(TensorData::new(v, [2, 4]), &device)
+            })
+            .collect();
+        let whole = restore(parts, &order).into_data().convert::<f32>();
+        let want: Vec<f32> = (0..2).flat_map(|_| (0..8).map(|x| x as f32)).collect();
+        assert_eq!(whole.try_to_vec::<f32>().unwrap(), want);
     }
 }

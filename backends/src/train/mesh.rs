@@ -327,7 +327,7 @@ fn assemble_routing(
         let layer = &mut out[r.layer as usize];
         let n = r.positions.len();
         for row in 0..r.rows {
-            for (j, &p) in r.positions.iter().enumerate() {
+            for (j, &p) in r.positions.row(row).iter().enumerate() {
                 let (tok, at) = ((first + row) * s + p, row * n + j);
                 layer.scores[tok * e..(tok + 1) * e]
                     .copy_from_slice(&r.scores[at * e..(at + 1) * e]);

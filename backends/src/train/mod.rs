@@ -266,7 +266,7 @@ pub(crate) fn load(
     b: &Batch,
     choices: &[crate::llama::moe::Choice],
 ) -> Vec<f64> {
-    let positions: Vec<usize> = (0..b.seq_len).collect();
+    let positions = crate::positions::Positions::shared((0..b.seq_len).collect());
     let e = model.experts.unwrap_or(1) as usize;
     crate::llama::balance::load(choices, b.batch, &positions, &b.lengths, e)
 }

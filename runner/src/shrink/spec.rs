@@ -89,6 +89,9 @@ pub fn spec(
     if let Some(p) = t.packing {
         let _ = writeln!(out, "packed_sequences = {}", p.documents);
         let _ = writeln!(out, "mask_prompts = {}", p.prompts);
+        if let Some(m) = p.pad_to {
+            let _ = writeln!(out, "pad_documents_to = {m}");
+        }
     }
     if let Some(s) = t.schedule {
         let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);

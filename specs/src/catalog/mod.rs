@@ -71,6 +71,7 @@ pub enum Id {
     RecomputeRngNotRestored,
     CpRingCrossesDocuments,
     CpPackedPositionsFromChunks,
+    CpThdSplitByRows,
     MicrobatchLocalLossNormalization,
     AuxLossScaledByDp,
     AuxTokenShareOverSequence,
@@ -195,6 +196,9 @@ impl Mutation {
             Needs::Recompute => training.recompute.is_some(),
             Needs::ResumeFromTp => training.resume.as_ref().is_some_and(|r| r.config.tp > 1),
             Needs::PackedSequences => training.packing.is_some_and(|p| p.documents),
+            Needs::PaddedDocuments => training
+                .packing
+                .is_some_and(|p| p.documents && p.pad_to.is_some_and(|m| m > 1)),
             Needs::Dropout => training
                 .dropout
                 .is_some_and(|d| d.attention > 0.0 || d.hidden > 0.0),

@@ -149,6 +149,12 @@ struct Run {
     /// Each document opens with a prompt whose labels are ignored (`-100`), as supervised
     /// fine-tuning masks them (default false).
     mask_prompts: Option<bool>,
+    /// Pad each packed document to a multiple of this many tokens (needs `packed_sequences`),
+    /// as TransformerEngine's THD layout does for context parallelism: CP then cuts every
+    /// document into 2·cp chunks, rank c holding chunks c and 2·cp−1−c of each. A multiple of
+    /// 2·cp for every mesh, dividing every model's seq_len.
+    #[schemars(range(min = 2))]
+    pad_documents_to: Option<u32>,
     /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
     warmup_steps: Option<u32>,
     /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),

@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::trace::{canon, Canon, Record};
 use crate::parallel::fault::{Alteration, Fault};
 use crate::parallel::topology::{Layout, StageGroup};
+use crate::positions::Positions;
 
 /// One collective call, as recorded.
 #[derive(Clone, Debug, Serialize)]
@@ -52,6 +53,10 @@ pub struct Comm {
     /// previous one's.
     layout: Option<Layout>,
     stride: usize,
+    /// Each (replica, cp rank)'s positions of the microbatch this communicator's work is on
+    /// ([`crate::parallel::context::order`]): where a trace puts a cp rank's sequence entries
+    /// back. Empty without context parallelism.
+    order: Vec<Positions>,
 }
 
 impl Comm {
@@ -67,6 +72,7 @@ impl Comm {
             records: Vec::new(),
             layout: None,
             stride: 0,
+            order: Vec::new(),
         }
     }
 
@@ -92,14 +98,28 @@ impl Comm {
             .expect("layers run on a stage group's communicator (Comm::split)")
     }
 
-    /// Each replica's parts of a group's tensors, with its row block.
-    fn per_replica<'p, T>(&self, parts: &'p [T]) -> impl Iterator<Item = (Option<usize>, &'p [T])> {
+    /// Each replica's index and parts of a group's tensors, with its row block.
+    fn per_replica<'p, T>(
+        &self,
+        parts: &'p [T],
+    ) -> impl Iterator<Item = (usize, Option<usize>, &'p [T])> {
         let n = parts.len() / self.layout.map_or(1, |l| l.replicas);
         let (block, stride) = (self.block, self.stride);
         parts
             .chunks(n.max(1))
             .enumerate()
-            .map(move |(d, p)| (block.map(|b| b + d * stride), p))
+            .map(move |(d, p)| (d, block.map(|b| b + d * stride), p))
+    }
+
+    /// Where each (replica, cp rank)'s sequence entries go (set per microbatch).
+    pub fn set_order(&mut self, order: Vec<Positions>) {
+        self.order = order;
+    }
+
+    /// Replica `d`'s cp ranks' positions (empty when unset).
+    pub fn order(&self, d: usize) -> &[Positions] {
+        let cp = self.layout.map_or(1, |l| l.cp);
+        self.order.get(d * cp..(d + 1) * cp).unwrap_or(&[])
     }
 
     pub fn set_block(&mut self, block: usize) {
@@ -124,11 +144,11 @@ impl Comm {
         }
         let records: Vec<Record> = self
             .per_replica(parts)
-            .map(|(block, parts)| Record {
+            .map(|(d, block, parts)| Record {
                 site: site.to_owned(),
                 like: like.clone(),
                 block,
-                copies: canon(parts, how, self.layout.map(Layout::replica)),
+                copies: canon(parts, how, self.layout.map(Layout::replica), self.order(d)),
             })
             .collect();
         self.records.extend(records);
@@ -146,7 +166,7 @@ impl Comm {
         if self.tracing {
             let records: Vec<Record> = self
                 .per_replica(parts)
-                .map(|(block, parts)| Record {
+                .map(|(_, block, parts)| Record {
                     site: site.to_owned(),
                     like: None,
                     block,

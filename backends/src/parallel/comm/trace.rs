@@ -11,8 +11,9 @@
 
 use burn::tensor::Tensor;
 
-use crate::parallel::context::zigzag;
+use crate::parallel::context::restore;
 use crate::parallel::topology::Layout;
+use crate::positions::Positions;
 
 /// A traced value, on the host in f64 (exact for every dtype the engine computes in).
 #[derive(Clone, Debug, PartialEq)]
@@ -53,12 +54,13 @@ pub enum Canon {
 }
 
 /// The canonical value(s) of a group's tensors: `how` within each TP group, then (for one
-/// replica of a stage group with cp > 1) the cp ranks' sequence chunks put back in global
-/// order. Without a layout the parts are one group.
+/// replica of a stage group with cp > 1) the cp ranks' sequence entries put back in global
+/// order, each at its `order` positions. Without a layout the parts are one group.
 pub fn canon<const D: usize>(
     parts: &[Tensor<D>],
     how: Canon,
     layout: Option<Layout>,
+    order: &[Positions],
 ) -> Vec<Value> {
     let g = match layout {
         Some(g) if g.cp > 1 => g,
@@ -77,8 +79,9 @@ pub fn canon<const D: usize>(
     let copies = if how == Canon::Copies { g.tp } else { 1 };
     (0..copies)
         .map(|t| {
-            Value::of(zigzag(
+            Value::of(restore(
                 g.tp_groups().iter().map(|grp| within(grp, t)).collect(),
+                order,
             ))
         })
         .collect()

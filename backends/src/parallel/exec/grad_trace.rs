@@ -69,10 +69,12 @@ impl MeshExec<'_> {
                 // A padded vocabulary's blocks run past it: the padding is cut off.
                 Placement::Split(dim) | Placement::Expert { dim, .. } => {
                     let whole = Tensor::cat(per_block, dim).narrow(dim, 0, rule.shape[dim]);
-                    canon(&[whole], Canon::Copies, None)
+                    canon(&[whole], Canon::Copies, None, &[])
                 }
-                Placement::Replicated if sp && !finalized => canon(&per_block, Canon::Sum, None),
-                Placement::Replicated => canon(&per_block, Canon::Copies, None),
+                Placement::Replicated if sp && !finalized => {
+                    canon(&per_block, Canon::Sum, None, &[])
+                }
+                Placement::Replicated => canon(&per_block, Canon::Copies, None, &[]),
             };
             // Replicated weights: the TP ranks are blocks of a partial sum or copies.
             let (blocks, copies) = match rule.placement {

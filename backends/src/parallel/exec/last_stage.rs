@@ -8,19 +8,25 @@ use burn::tensor::Tensor;
 
 use super::{scalar, MeshExec};
 use crate::parallel::comm::collective::Comm;
-use crate::parallel::context::zigzag;
+use crate::parallel::context::restore;
 use crate::parallel::layers::stage::StageOut;
 
 impl MeshExec<'_> {
     /// Each replica's microbatch loss (the cp ranks' partial sums added, as the loss report's
     /// all-reduce over cp does) and its logits, vocab blocks joined and cp chunks put back in
     /// sequence order (a padded vocabulary's padding cut off).
-    pub(super) fn gather_last(&self, out: &StageOut, replicas: usize) -> Vec<(f64, Tensor<3>)> {
+    pub(super) fn gather_last(
+        &self,
+        comm: &Comm,
+        out: &StageOut,
+        replicas: usize,
+    ) -> Vec<(f64, Tensor<3>)> {
         let cp = self.topo.cp();
         let tp_groups = self.topo.layout(replicas).tp_groups();
         tp_groups
             .chunks(cp)
-            .map(|replica| {
+            .enumerate()
+            .map(|(d, replica)| {
                 let loss = replica
                     .iter()
                     .map(|g| scalar(out.tape.value(out.outputs[g[0]]).reshape([1])))
@@ -37,7 +43,7 @@ impl MeshExec<'_> {
                         .narrow(2, 0, vocab)
                     })
                     .collect();
-                (loss, zigzag(per_cp))
+                (loss, restore(per_cp, comm.order(d)))
             })
             .collect()
     }

@@ -16,6 +16,7 @@ use super::MeshExec;
 use crate::data::Batch;
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::trace::Canon;
+use crate::parallel::context;
 use crate::parallel::layers::ctx::{Leaves, StageCtx};
 use crate::parallel::layers::stage::StageOut;
 
@@ -174,6 +175,13 @@ impl MeshExec<'_> {
     ) -> Result<Done, String> {
         let (ds, stages, mbs) = (&ctx.ds, self.topo.stages(), self.topo.microbatches());
         let d = ds.start;
+        if self.topo.cp() > 1 {
+            let mb = match action {
+                Action::Forward { mb, .. } | Action::Backward { mb, .. } => mb,
+            };
+            let replicas = comm.layout().replicas;
+            comm.set_order(context::order(&ctx.micro[mb], self.topo.cp(), replicas));
+        }
         match action {
             Action::Forward { stage, mb } => {
                 let input = self.receive_activations(comm, stage, ds, mb, &ctx.micro[mb]);
@@ -208,7 +216,7 @@ impl MeshExec<'_> {
                         );
                     }
                 } else {
-                    loss = Some(self.gather_last(&out, ds.len()));
+                    loss = Some(self.gather_last(comm, &out, ds.len()));
                     if let Some(why) = self.losses_disagree(&out, ds, mb) {
                         comm.divergent.push(why);
                     }

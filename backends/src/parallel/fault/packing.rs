@@ -18,4 +18,11 @@ impl Fault {
     pub fn packed_positions_from_chunks(self) -> bool {
         self.0 == Id::CpPackedPositionsFromChunks
     }
+
+    /// Whether each CP rank takes its tokens by the row-level split while its positions are
+    /// the per-document layout's (Megatron-Bridge PR#1867, Megatron-LM PR#7238: generic CP
+    /// slicing of packed THD batches).
+    pub fn thd_split_by_rows(self) -> bool {
+        self.0 == Id::CpThdSplitByRows
+    }
 }

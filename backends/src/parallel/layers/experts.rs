@@ -23,6 +23,7 @@ use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::tape::{Tape, Val};
 use crate::parallel::context::Local;
 use crate::parallel::topology::Layout;
+use crate::positions::Positions;
 
 /// One rank's routing of its tokens in one layer, as the routing level reads it.
 #[derive(Clone, Debug)]
@@ -33,7 +34,7 @@ pub struct RouteRecord {
     /// Rows of the microbatch (global row = the microbatch's first row + this).
     pub rows: usize,
     /// Positions (within each row) of the rank's tokens.
-    pub positions: Vec<usize>,
+    pub positions: Positions,
     /// Scores [rows · positions, E], row-major.
     pub scores: Vec<f64>,
     pub choices: Vec<Choice>,
@@ -63,7 +64,7 @@ impl StageCtx<'_> {
 
     /// Positions (within each row) of the tokens group index `i` holds, and the row-major
     /// index of each of its tokens in its cp rank's local sequence.
-    fn token_positions(&self, locals: &[Local], i: usize) -> (Vec<usize>, std::ops::Range<usize>) {
+    fn token_positions(&self, locals: &[Local], i: usize) -> (Positions, std::ops::Range<usize>) {
         let g = self.groups();
         let local = &locals[g.local_of(i)].positions;
         if !self.topo.sp() {
@@ -71,7 +72,7 @@ impl StageCtx<'_> {
         }
         let n = local.len() / g.tp;
         let t = i % g.tp;
-        (local[t * n..(t + 1) * n].to_vec(), t * n..(t + 1) * n)
+        (local.narrow(t * n..(t + 1) * n), t * n..(t + 1) * n)
     }
 
     /// Layer `l`'s mixture of experts on every rank's tokens: the output per rank, its auxiliary
@@ -103,7 +104,7 @@ impl StageCtx<'_> {
         let lengths: Vec<&[usize]> = (0..self.group.ranks.len())
             .map(|i| locals[g.local_of(i)].batch.lengths.as_slice())
             .collect();
-        let tokens: Vec<(Vec<usize>, std::ops::Range<usize>)> = (0..self.group.ranks.len())
+        let tokens: Vec<(Positions, std::ops::Range<usize>)> = (0..self.group.ranks.len())
             .map(|i| self.token_positions(locals, i))
             .collect();
         let score = self.model.moe.router();
@@ -276,7 +277,7 @@ impl StageCtx<'_> {
         comm: &mut Comm,
         l: u32,
         rows: usize,
-        tokens: &[(Vec<usize>, std::ops::Range<usize>)],
+        tokens: &Tokens,
         choices: &[Vec<Choice>],
         lengths: &[&[usize]],
     ) -> Vec<Vec<f64>> {

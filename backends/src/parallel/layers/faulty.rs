@@ -8,6 +8,7 @@ use burn::tensor::{Tensor, TensorData};
 use crate::data::Batch;
 use crate::llama::layers::{linear, rope_at, NORM_EPS};
 use crate::parallel::fault::{NormFault, TokenCount, WRONG_EPS};
+use crate::positions::Positions;
 
 /// RMSNorm with the wrong epsilon or the wrong power.
 pub fn rms_norm(x: Tensor<3>, weight: Tensor<2>, fault: NormFault) -> Tensor<3> {
@@ -35,7 +36,7 @@ pub fn swiglu_wrong_operand(
 
 /// RoPE whose backward returns its two half-gradients swapped: the value of `rope(x)`, the
 /// vector-Jacobian product of `rope(swap(x))`, which is swap(ropeᵀ g).
-pub fn rope_swapped_backward(x: Tensor<4>, positions: &[usize], batch: &Batch) -> Tensor<4> {
+pub fn rope_swapped_backward(x: Tensor<4>, positions: &[Vec<usize>], batch: &Batch) -> Tensor<4> {
     let half = x.dims()[3] / 2;
     let swapped = Tensor::cat(
         vec![
@@ -98,12 +99,12 @@ pub fn corrupted(x: Tensor<3>, eps: f64, stream: &str) -> Tensor<3> {
 pub fn misread_token_count(
     weights: &mut [f64],
     experts: usize,
-    positions: &[usize],
+    positions: &Positions,
     lengths: &[usize],
     wrong: TokenCount,
 ) {
     for (row, &len) in lengths.iter().enumerate() {
-        let own = positions.iter().filter(|&&p| p < len).count();
+        let own = positions.row(row).iter().filter(|&&p| p < len).count();
         let factor = wrong.factor(own, len);
         for w in &mut weights[row * experts..(row + 1) * experts] {
             *w *= factor;

@@ -55,9 +55,9 @@ impl StageCtx<'_> {
             &local.batch
         };
         if f.rope_swapped {
-            faulty::rope_swapped_backward(t, &local.positions, rows)
+            faulty::rope_swapped_backward(t, local.positions.lists(), rows)
         } else {
-            rope_at(t, &local.positions, rows)
+            rope_at(t, local.positions.lists(), rows)
         }
     }
 
@@ -153,9 +153,10 @@ impl StageCtx<'_> {
                     let chunk = &v[1 + j];
                     let k = heads(chunk.clone().narrow(2, 0, nkv * hd), nkv, hd);
                     let val = heads(chunk.clone().narrow(2, nkv * hd, nkv * hd), nkv, hd);
-                    let keys = positions(source, cp, local.batch.seq_len * cp);
+                    let keys = positions(source, cp, local.batch.seq_len * cp, &local.batch);
                     let rows = unpacked.as_ref().filter(|_| j > 0).unwrap_or(&local.batch);
-                    let mask = attention_mask_at(rows, &local.positions, &keys, self.device);
+                    let mask =
+                        attention_mask_at(rows, local.positions.lists(), keys.lists(), self.device);
                     let keep = self.attention_keep(i, l, local, &keys);
                     attention_block(q.clone(), k, val, mask, keep)
                 })

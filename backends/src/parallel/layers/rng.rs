@@ -17,6 +17,7 @@ use super::ctx::StageCtx;
 use crate::dropout::{Block, Dropout, Site};
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::context::Local;
+use crate::positions::Positions;
 
 /// The region a mask is drawn in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +37,7 @@ impl StageCtx<'_> {
         i: usize,
         l: u32,
         local: &Local,
-        keys: &[usize],
+        keys: &Positions,
     ) -> Option<Tensor<4>> {
         let d = self.dropout.filter(|d| d.attention > 0.0)?;
         let (g, nq) = (self.groups(), self.model.heads as usize / self.tp());
@@ -53,17 +54,18 @@ impl StageCtx<'_> {
         let heads: Vec<usize> = (first..first + nq).collect();
         let rows = self.rows(i, local);
         // The catalogued bug: every CP rank draws at its local indices, its chunks' offsets lost.
-        let local_indices: Vec<usize> = (0..local.positions.len()).collect();
         let (queries, keys) = if self.fault.is_some_and(|f| f.dropout_shared_across_cp()) {
-            (&local_indices[..], &local_indices[..keys.len()])
+            let local_indices = Positions::shared((0..local.positions.len()).collect());
+            let keys = local_indices.narrow(0..keys.len());
+            (local_indices, keys)
         } else {
-            (&local.positions[..], keys)
+            (local.positions.clone(), keys.clone())
         };
         let block = Block {
             rows: &rows,
             heads: &heads,
-            queries,
-            keys,
+            queries: queries.lists(),
+            keys: keys.lists(),
         };
         // The catalogued bug: recompute restored the default generator but not this stream, so
         // the re-run draws the model-parallel stream's next masks (tp > 1: with one TP rank the
@@ -89,10 +91,10 @@ impl StageCtx<'_> {
         let tp_rank = i % self.groups().tp;
         let (stream, positions) = if self.topo.sp() {
             let n = local.positions.len() / self.tp();
-            let chunk = &local.positions[tp_rank * n..(tp_rank + 1) * n];
+            let chunk = local.positions.narrow(tp_rank * n..(tp_rank + 1) * n);
             (Stream::TensorParallel, chunk)
         } else {
-            (Stream::Replicated, &local.positions[..])
+            (Stream::Replicated, local.positions.clone())
         };
         // The catalogued bug: a replicated region drawn from a generator forked per TP rank.
         let forked = stream == Stream::Replicated
@@ -102,12 +104,12 @@ impl StageCtx<'_> {
         let salt = if forked { tp_rank as u64 } else { 0 };
         let (rows, hidden) = (
             self.rows(i, local),
-            (0..self.model.hidden as usize).collect::<Vec<_>>(),
+            [(0..self.model.hidden as usize).collect::<Vec<_>>()],
         );
         let block = Block {
             rows: &rows,
             heads: &[],
-            queries: positions,
+            queries: positions.lists(),
             keys: &hidden,
         };
         Some(d.keep::<3>(site, l, &block, salt, (self.device, self.dtype)))

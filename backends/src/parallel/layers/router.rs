@@ -19,10 +19,11 @@ use crate::llama::moe::{self, Choice, Dispatch};
 use crate::parallel::comm::collective::Comm;
 use crate::parallel::comm::tape::{Tape, Val};
 use crate::parallel::topology::Layout;
+use crate::positions::Positions;
 
 /// Each rank's tokens: their positions within each row, and their span in the rank's local
 /// sequence.
-pub(super) type Tokens = [(Vec<usize>, Range<usize>)];
+pub(super) type Tokens = [(Positions, Range<usize>)];
 
 /// The slots each rank's experts keep (`None`: dropless).
 pub(super) type Kept = Option<Vec<Vec<bool>>>;
@@ -42,11 +43,16 @@ impl StageCtx<'_> {
         &self,
         i: usize,
         rows: usize,
-        positions: &'t [usize],
+        positions: &'t Positions,
     ) -> impl Iterator<Item = usize> + 't {
         let seq = self.model.seq_len as usize;
         let first_row = self.first_rows[self.groups().replica_of(i)];
-        (0..rows).flat_map(move |r| positions.iter().map(move |&p| (first_row + r) * seq + p))
+        (0..rows).flat_map(move |r| {
+            positions
+                .row(r)
+                .iter()
+                .map(move |&p| (first_row + r) * seq + p)
+        })
     }
 
     /// Layer `l`'s routing on every rank, decided on the forward values as a real router's
@@ -183,7 +189,7 @@ impl StageCtx<'_> {
                     for (t, c) in choices[m].iter().enumerate() {
                         pairs.extend(c.iter().enumerate().map(|(j, &expert)| Pair {
                             row: t / per_row,
-                            position: positions[t % per_row],
+                            position: positions.at(t),
                             slot: j,
                             expert,
                             weight: received[at + t * k + j],

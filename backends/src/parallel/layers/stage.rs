@@ -97,8 +97,21 @@ impl StageCtx<'_> {
     /// Each (replica, cp rank)'s share of the microbatch `mb` (the catalogued bug: labels
     /// rolled on each CP rank's own tokens).
     pub(super) fn locals(&self, mb: &Batch) -> Vec<Local> {
-        let mut locals = Local::split(mb, self.topo.cp(), self.group.layout.replicas);
-        if self.topo.cp() > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
+        let (cp, replicas) = (self.topo.cp(), self.group.layout.replicas);
+        let mut locals = Local::split(mb, cp, replicas);
+        // The catalogued bug: padded documents cut by the row-level split, the positions the
+        // per-document layout's.
+        if cp > 1 && mb.padded_documents && self.fault.is_some_and(|f| f.thd_split_by_rows()) {
+            let rowwise = Batch {
+                padded_documents: false,
+                ..mb.clone()
+            };
+            for (local, by_row) in locals.iter_mut().zip(Local::split(&rowwise, cp, replicas)) {
+                local.batch.tokens = by_row.batch.tokens;
+                local.batch.targets = by_row.batch.targets;
+            }
+        }
+        if cp > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
             locals.iter_mut().for_each(Local::roll_targets_locally);
         }
         locals
@@ -117,6 +130,11 @@ impl StageCtx<'_> {
         let locals = self.locals(mb);
         if self.topo.cp() > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
             comm.event("loss.labels", "labels rolled on each CP rank's own tokens");
+        }
+        let by_rows = self.fault.is_some_and(|f| f.thd_split_by_rows());
+        if self.topo.cp() > 1 && mb.padded_documents && by_rows {
+            let why = "each CP rank cut the padded documents by rows, its positions per document";
+            comm.event("data.cp.split", why);
         }
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
         let mut x = if self.group.stage == 0 {
