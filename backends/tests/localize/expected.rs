@@ -105,10 +105,23 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
     ("dropout-shared-across-cp", &["computation"]),
     // The re-run drops other elements than the forward: backward's own arithmetic is wrong.
     ("recompute-rng-not-restored", &["computation"]),
-    // Each CP rank's attention over the ring's chunks is wrong: its own computation.
-    ("cp-ring-crosses-documents", &["computation"]),
-    // Each CP rank rotates with wrong positions: its own computation.
-    ("cp-packed-positions-from-chunks", &["computation"]),
+    // Each CP rank's attention over the ring's chunks is wrong: its own computation. Where the
+    // documents are padded (the THD layout), the first replica's short rows hold one document
+    // each and are untouched: only the other replica's row block differs.
+    ("cp-ring-crosses-documents", &["computation", "one-block"]),
+    // Each CP rank rotates with wrong positions: its own computation (one row block, as above,
+    // with padded documents).
+    (
+        "cp-packed-positions-from-chunks",
+        &["computation", "one-block"],
+    ),
+    // A CP rank holds the row split's tokens at the per-document positions: its embedding
+    // output is another layout's, the rank's own shard of the sequence wrong (only the row
+    // block whose rows hold several documents, as above).
+    (
+        "cp-thd-split-by-rows",
+        &["one-shard:cp", "one-block", "computation"],
+    ),
     // Each microbatch's loss scaled by its own count, a factor no axis explains: the
     // computation of the loss's gradient is wrong.
     ("microbatch-local-loss-normalization", &["computation"]),
