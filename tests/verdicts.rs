@@ -160,3 +160,15 @@ fn production_feature_cells_have_no_false_positive_and_catch_every_mutation() {
     assert_eq!(c.correct_runs, 7 * 12 * PACKING_SEEDS);
     assert_clean(&c);
 }
+
+/// Padded documents under CP (examples/thd.toml, TransformerEngine's THD layout: each document
+/// cut into its own 2·cp chunks): the dense llama and the moe per token on cp2, every
+/// configuration, and every catalogued mutation that applies there — the batch cut by rows
+/// while attention takes the per-document layout among them.
+#[test]
+fn padded_document_cells_have_no_false_positive_and_catch_every_mutation() {
+    let c = sweep("thd.toml", &["mesh=cp2"], PACKING_SEEDS, PACKING_SEEDS);
+    // dense and moe-per-token on cp2: 2 cells × 12 configurations.
+    assert_eq!(c.correct_runs, 2 * 12 * PACKING_SEEDS);
+    assert_clean(&c);
+}

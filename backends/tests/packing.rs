@@ -296,13 +296,13 @@ fn microbatch_local_normalization_is_caught_and_a_no_op_with_one_microbatch() {
     }
 }
 
-/// Held-out shapes, seeds and feature mixes (not run by default: ~35 s alone, more beside CI; `cargo test -p
-/// meshparity-backends --test packing -- --ignored`): 6 seeds × 4 row shapes × the dense llama,
-/// the moe and the moe with every option, each with packing, prompts, dropout, recompute,
-/// label smoothing, a padded vocabulary and tied embeddings toggled across the seeds, on every
-/// mesh the shape divides. Moe runs replay the reference's routing, as the engine's do: without
-/// it, documents that open with the same token tie exactly in the router and a capacity
-/// factor breaks the tie by round-off (docs/backend.md).
+/// Held-out shapes, seeds and feature mixes (not run by default: ~35 s alone, more beside CI;
+/// `cargo test -p meshparity-backends --test packing -- --ignored`): 6 seeds × 4 row shapes ×
+/// the dense llama, the moe and the moe with every option, each with packing, padded documents
+/// (the THD layout), prompts, dropout, recompute, label smoothing, a padded vocabulary and tied
+/// embeddings toggled across the seeds, on every mesh the shape divides. Moe runs replay the
+/// reference's routing, as the engine's do: without it, documents that open with the same token
+/// tie exactly in the router and a capacity factor breaks the tie by round-off (docs/backend.md).
 #[test]
 #[ignore]
 fn held_out_shapes_and_mixes_match_the_oracle_in_f64() {
@@ -328,7 +328,8 @@ fn held_out_shapes_and_mixes_match_the_oracle_in_f64() {
                     packing: Some(Packing {
                         documents: i % 4 != 3,
                         prompts: i % 2 == 0,
-                        pad_to: None,
+                        // Padded documents (the THD layout: CP cuts each document) on a third.
+                        pad_to: (i % 3 == 1).then_some(8),
                     }),
                     dropout: (i % 2 == 1).then_some(Dropout {
                         attention: 0.15,

@@ -494,3 +494,48 @@ fn training_values_out_of_range() {
         ],
     );
 }
+
+/// `pad_documents_to` (the THD layout): refused without packed documents or below 2 at its
+/// key, and where a mesh's 2·cp does not divide it or it does not divide a model's rows, at
+/// both the mesh's and the run's (or the model's) values.
+#[test]
+fn document_padding_is_refused_where_it_cannot_cut_documents() {
+    let heads = heads_of("[run]\npad_documents_to = 8\n\n[models.m]\n\n[meshes.cp2]\ncp = 2\n");
+    assert!(
+        heads.iter().any(|h| h.starts_with(
+            "device.toml:2:20: `run.pad_documents_to` needs `packed_sequences = true`"
+        )),
+        "{heads:?}"
+    );
+    let heads = heads_of(
+        "[run]\npacked_sequences = true\npad_documents_to = 1\n\n[models.m]\n\n[meshes.cp2]\ncp = 2\n",
+    );
+    assert!(
+        heads
+            .iter()
+            .any(|h| h.starts_with("device.toml:3:20: `run.pad_documents_to` is 1")),
+        "{heads:?}"
+    );
+    let packed = "[run]\npacked_sequences = true\n";
+    for (rest, want) in [
+        (
+            "pad_documents_to = 4\n\n[models.m]\nseq_len = 16\n\n[meshes.cp4]\ncp = 4\n",
+            "device.toml:9:6: mesh `cp4` does not fit model `m`: pad_documents_to (4) is not divisible by 2 × cp (8)",
+        ),
+        (
+            "pad_documents_to = 8\n\n[models.m]\nseq_len = 20\n\n[meshes.cp2]\ncp = 2\n",
+            "device.toml:3:20: mesh `cp2` does not fit model `m`: seq_len (20) is not divisible by pad_documents_to (8)",
+        ),
+    ] {
+        let heads = heads_of(&format!("{packed}{rest}"));
+        assert!(heads.iter().any(|h| h.starts_with(want)), "{want}\n{heads:?}");
+    }
+    let fine =
+        "[run]\npacked_sequences = true\npad_documents_to = 8\n\n[models.m]\nseq_len = 16\n\n\
+                [meshes.cp4]\ncp = 4\n";
+    let loaded =
+        meshparity_specs::load_text(Path::new("t.toml"), fine.into(), &meshparity_specs::Disk)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+    let packing = loaded.spec.run.training.packing.expect("packed");
+    assert_eq!(packing.pad_to, Some(8));
+}

@@ -137,19 +137,8 @@ impl<'s> Expansion<'s, '_> {
         let models = self.resolve(&entry.models, &spec.models, "model");
         let mut meshes = self.resolve(&entry.meshes, &spec.meshes, "mesh");
         meshes.extend(crate::resume::joining(spec, &meshes));
-        let named: Option<&'s str> = match &entry.tolerance {
-            None => None,
-            Some(t) => match spec.tolerances.get_key_value(&t.value) {
-                Some((k, _)) => Some(k.as_str()),
-                None => {
-                    let names: Vec<&str> = spec.tolerances.keys().map(String::as_str).collect();
-                    self.diags.push(
-                        Diagnostic::error(&t.loc, format!("unknown tolerance table `{}`", t.value))
-                            .help(suggest::did_you_mean(&t.value, &names, "tolerance table")),
-                    );
-                    return;
-                }
-            },
+        let Ok(named) = self.tolerance_name(entry) else {
+            return;
         };
         self.check_exclude_names(entry);
         let mut used_excludes = vec![false; entry.exclude.len()];
@@ -162,90 +151,20 @@ impl<'s> Expansion<'s, '_> {
                 None => vec![spec.model_dtype(model)],
             };
             for &mesh in &meshes {
-                // Rules without a level drop the whole cell, before it is checked for fit: that
-                // is how a user leaves out a pair that cannot work.
-                let dtypes: Vec<DType> = dtypes
-                    .iter()
-                    .copied()
-                    .filter(|&dtype| {
-                        let mut dropped = false;
-                        for (i, rule) in entry.exclude.iter().enumerate() {
-                            if rule.level.is_none()
-                                && rule.matches(&model.name.value, &mesh.name.value, None, dtype)
-                            {
-                                used_excludes[i] = true;
-                                dropped = true;
-                            }
-                        }
-                        !dropped
-                    })
-                    .collect();
+                let dtypes = Self::kept_dtypes(entry, (model, mesh), &dtypes, &mut used_excludes);
                 if dtypes.is_empty() || !self.fits(model, mesh, entry) {
                     continue;
                 }
                 for &dtype in &dtypes {
                     let levels = self.levels(entry, model, mesh, dtype, table, &mut used_excludes);
-                    if levels.is_empty() {
-                        continue;
-                    }
                     selected += levels.len();
-                    let cell = self
-                        .cells
-                        .entry((model.name.value.as_str(), mesh.name.value.as_str(), dtype))
-                        .or_insert_with(|| Cell {
-                            model,
-                            mesh,
-                            dtype,
-                            device,
-                            levels: Vec::new(),
-                            mutations: false,
-                        });
-                    cell.mutations |= entry.mutations;
-                    let mut conflicts = Vec::new();
-                    for l in levels {
-                        match cell.levels.iter().find(|c| c.level == l.level) {
-                            Some(prev) if prev.table != l.table => {
-                                conflicts.push((l.level, prev.table, l.table))
-                            }
-                            Some(_) => {}
-                            None => cell.levels.push(l),
-                        }
-                    }
-                    cell.levels.sort_by_key(|l| l.level);
-                    for (level, first, second) in conflicts {
-                        let loc = entry
-                            .tolerance
-                            .as_ref()
-                            .map_or(&entry.loc, |t| &t.loc)
-                            .clone();
-                        self.once(format!("conflict/{}/{}/{dtype}/{level}", model.name.value, mesh.name.value), || {
-                            Diagnostic::error(
-                                &loc,
-                                format!(
-                                    "{level} on model `{}` mesh `{}` ({dtype}) is selected twice with different tolerance tables (`{first}` and `{second}`)",
-                                    model.name.value, mesh.name.value
-                                ),
-                            )
-                            .help("select each cell once, or use the same `tolerance` in both entries")
-                        });
+                    if !levels.is_empty() {
+                        self.add_levels(entry, (model, mesh, dtype, device), levels);
                     }
                 }
             }
         }
-        for (rule, used) in entry.exclude.iter().zip(used_excludes) {
-            if !used {
-                self.diags.push(
-                    Diagnostic::warning(
-                        &rule.loc,
-                        format!(
-                            "this exclude rule of matrix entry {} matches no cell",
-                            entry.index
-                        ),
-                    )
-                    .help("remove it, or check its names"),
-                );
-            }
-        }
+        self.report_unused_excludes(entry, &used_excludes);
         if selected == 0 && self.diags.error_count() == errors_before {
             self.diags.push(
                 Diagnostic::error(
@@ -259,6 +178,119 @@ impl<'s> Expansion<'s, '_> {
                     .label("selects nothing")
                     .help("every model × mesh × level it names was excluded or not defined; check its lists and exclude rules"),
             );
+        }
+    }
+
+    /// The entry's `tolerance` table by name (`None`: each model's default), or `Err` after
+    /// reporting an unknown one.
+    fn tolerance_name(&mut self, entry: &MatrixEntry) -> Result<Option<&'s str>, ()> {
+        let Some(t) = &entry.tolerance else {
+            return Ok(None);
+        };
+        match self.spec.tolerances.get_key_value(&t.value) {
+            Some((k, _)) => Ok(Some(k.as_str())),
+            None => {
+                let names: Vec<&str> = self.spec.tolerances.keys().map(String::as_str).collect();
+                self.diags.push(
+                    Diagnostic::error(&t.loc, format!("unknown tolerance table `{}`", t.value))
+                        .help(suggest::did_you_mean(&t.value, &names, "tolerance table")),
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// The dtypes of a (model, mesh) cell that no level-less exclude rule drops (marking the
+    /// rules that drop one as used). Such rules drop the whole cell before it is checked for
+    /// fit: that is how a user leaves out a pair that cannot work.
+    fn kept_dtypes(
+        entry: &MatrixEntry,
+        (model, mesh): (&Model, &Mesh),
+        dtypes: &[DType],
+        used_excludes: &mut [bool],
+    ) -> Vec<DType> {
+        dtypes
+            .iter()
+            .copied()
+            .filter(|&dtype| {
+                let mut dropped = false;
+                for (i, rule) in entry.exclude.iter().enumerate() {
+                    if rule.level.is_none()
+                        && rule.matches(&model.name.value, &mesh.name.value, None, dtype)
+                    {
+                        used_excludes[i] = true;
+                        dropped = true;
+                    }
+                }
+                !dropped
+            })
+            .collect()
+    }
+
+    /// Adds an entry's levels to their cell, reporting a level another entry selected with a
+    /// different tolerance table.
+    fn add_levels(
+        &mut self,
+        entry: &MatrixEntry,
+        (model, mesh, dtype, device): (&'s Model, &'s Mesh, DType, Device),
+        levels: Vec<CellLevel<'s>>,
+    ) {
+        let cell = self
+            .cells
+            .entry((model.name.value.as_str(), mesh.name.value.as_str(), dtype))
+            .or_insert_with(|| Cell {
+                model,
+                mesh,
+                dtype,
+                device,
+                levels: Vec::new(),
+                mutations: false,
+            });
+        cell.mutations |= entry.mutations;
+        let mut conflicts = Vec::new();
+        for l in levels {
+            match cell.levels.iter().find(|c| c.level == l.level) {
+                Some(prev) if prev.table != l.table => {
+                    conflicts.push((l.level, prev.table, l.table))
+                }
+                Some(_) => {}
+                None => cell.levels.push(l),
+            }
+        }
+        cell.levels.sort_by_key(|l| l.level);
+        let loc = entry
+            .tolerance
+            .as_ref()
+            .map_or(&entry.loc, |t| &t.loc)
+            .clone();
+        for (level, first, second) in conflicts {
+            self.once(format!("conflict/{}/{}/{dtype}/{level}", model.name.value, mesh.name.value), || {
+                Diagnostic::error(
+                    &loc,
+                    format!(
+                        "{level} on model `{}` mesh `{}` ({dtype}) is selected twice with different tolerance tables (`{first}` and `{second}`)",
+                        model.name.value, mesh.name.value
+                    ),
+                )
+                .help("select each cell once, or use the same `tolerance` in both entries")
+            });
+        }
+    }
+
+    fn report_unused_excludes(&mut self, entry: &MatrixEntry, used_excludes: &[bool]) {
+        for (rule, &used) in entry.exclude.iter().zip(used_excludes) {
+            if !used {
+                self.diags.push(
+                    Diagnostic::warning(
+                        &rule.loc,
+                        format!(
+                            "this exclude rule of matrix entry {} matches no cell",
+                            entry.index
+                        ),
+                    )
+                    .help("remove it, or check its names"),
+                );
+            }
         }
     }
 
