@@ -42,6 +42,9 @@ pub struct Batch {
     /// Whether each document is padded to a multiple of 2·cp (`pad_documents_to`, the THD
     /// layout): context parallelism then cuts each document into chunks, not each row.
     pub padded_documents: bool,
+    /// Each row's documents' real token counts, their padding left out (`[len]` for a row of
+    /// one document): what the unpadded `cu_seqlens` hold beside the padded starts.
+    pub real: Vec<Vec<usize>>,
 }
 
 impl Batch {
@@ -85,6 +88,7 @@ impl Batch {
             tokens,
             targets,
             starts: vec![vec![0]; batch],
+            real: lengths.iter().map(|&l| vec![l]).collect(),
             lengths,
             padded_documents: false,
         };
@@ -139,6 +143,7 @@ impl Batch {
                 }
             }
             self.starts[b] = docs.iter().map(|&(start, _)| start).collect();
+            self.real[b] = docs.iter().map(|&(start, end)| end - start).collect();
         }
     }
 
@@ -146,6 +151,30 @@ impl Batch {
     pub fn document_start(&self, row: usize, p: usize) -> usize {
         let starts = &self.starts[row];
         starts[starts.partition_point(|&s| s <= p) - 1]
+    }
+
+    /// The rows with their document starts made from the real token counts, the padding left
+    /// out (the unpadded `cu_seqlens` where the padded ones belong): each start after the first
+    /// moves back by the padding before it. Unpadded rows are unchanged.
+    pub fn unpadded_starts(&self) -> Batch {
+        let starts = self
+            .real
+            .iter()
+            .map(|real| {
+                let mut at = 0;
+                real.iter()
+                    .map(|n| {
+                        let start = at;
+                        at += n;
+                        start
+                    })
+                    .collect()
+            })
+            .collect();
+        Batch {
+            starts,
+            ..self.clone()
+        }
     }
 
     /// Whether any row holds more than one document.
@@ -169,6 +198,7 @@ impl Batch {
             lengths: self.lengths[start..start + n].to_vec(),
             starts: self.starts[start..start + n].to_vec(),
             padded_documents: self.padded_documents,
+            real: self.real[start..start + n].to_vec(),
         }
     }
 
@@ -182,6 +212,7 @@ impl Batch {
             lengths: parts.iter().flat_map(|b| b.lengths.clone()).collect(),
             starts: parts.iter().flat_map(|b| b.starts.clone()).collect(),
             padded_documents: parts[0].padded_documents,
+            real: parts.iter().flat_map(|b| b.real.clone()).collect(),
         }
     }
 }

@@ -136,47 +136,53 @@ fn each_document_is_cut_and_rows_differ_from_the_row_split() {
         .all(|l| l.batch.targets.iter().any(|&t| t != IGNORE)));
 }
 
-/// The catalogued bug (Megatron-Bridge PR#1867, Megatron-LM PR#7238): a padded packed batch
-/// cut by the row-level split while attention, RoPE and dropout take the per-document layout.
-/// It moves the loss and the gradients on every CP mesh, and does nothing without CP, without
-/// padding, or where every row is one document.
+/// The catalogued bugs of padded documents under CP — the batch cut by the row-level split
+/// while attention, RoPE and dropout take the per-document layout (Megatron-Bridge PR#1867,
+/// Megatron-LM PR#7238), and the documents' boundaries taken from the unpadded lengths
+/// (Megatron-LM PR#4495, Automodel PR#3640) — move the loss and the gradients on every CP mesh,
+/// and do nothing without CP, without padding, or where every row is one document.
 #[test]
-fn rows_split_thd_batch_is_caught_and_a_no_op_elsewhere() {
+fn padded_document_bugs_are_caught_and_no_ops_elsewhere() {
     let dev = Device::flex();
     let m = long();
-    let probe = Probe {
-        fault: Fault::from_name("cp-thd-split-by-rows"),
-        ..Probe::default()
-    };
-    let moved = |t: &Training, name: &str| {
-        let oracle = train::oracle(&m, t, LEN, &dev, DType::F64);
-        let run = train::mesh(&m, &mesh(name), t, LEN, probe, &dev, DType::F64).unwrap();
-        worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
-    };
-    for name in ["cp2", "cp4", "dp2-tp2-sp-cp2"] {
-        let w = moved(&padded(11, Optimizer::Sgd), name);
-        eprintln!("cp-thd-split-by-rows on {name}: {w:?}");
-        assert!(w.0 > 1e-2 && w.2 > 1e-2, "{name} moved nothing: {w:?}");
+    for bug in ["cp-thd-split-by-rows", "cp-thd-unpadded-boundaries"] {
+        let probe = Probe {
+            fault: Fault::from_name(bug),
+            ..Probe::default()
+        };
+        let moved = |t: &Training, name: &str| {
+            let oracle = train::oracle(&m, t, LEN, &dev, DType::F64);
+            let run = train::mesh(&m, &mesh(name), t, LEN, probe, &dev, DType::F64).unwrap();
+            worst(&ShardingPlan::llama(&m, &mesh(name)), &oracle, &run)
+        };
+        for name in ["cp2", "cp4", "dp2-tp2-sp-cp2"] {
+            let w = moved(&padded(11, Optimizer::Sgd), name);
+            eprintln!("{bug} on {name}: {w:?}");
+            assert!(
+                w.0 > 1e-2 && w.2 > 1e-2,
+                "{bug} on {name} moved nothing: {w:?}"
+            );
+        }
+        let quiet = |t: &Training, name: &str, why: &str| {
+            let w = moved(t, name);
+            assert!(w.0 < 1e-12 && w.2 < 1e-12, "{bug}: {why}, yet {w:?}");
+        };
+        quiet(&padded(11, Optimizer::Sgd), "dp2-tp2-sp", "no CP");
+        let unpadded = Training {
+            packing: Some(Packing {
+                pad_to: None,
+                ..THD
+            }),
+            ..training(11, Optimizer::Sgd)
+        };
+        quiet(&unpadded, "cp2", "no padding");
+        let whole = Training {
+            packing: Some(Packing {
+                documents: false,
+                ..THD
+            }),
+            ..training(11, Optimizer::Sgd)
+        };
+        quiet(&whole, "cp2", "one document per row");
     }
-    let quiet = |t: &Training, name: &str, why: &str| {
-        let w = moved(t, name);
-        assert!(w.0 < 1e-12 && w.2 < 1e-12, "{why}, yet {w:?}");
-    };
-    quiet(&padded(11, Optimizer::Sgd), "dp2-tp2-sp", "no CP");
-    let unpadded = Training {
-        packing: Some(Packing {
-            pad_to: None,
-            ..THD
-        }),
-        ..training(11, Optimizer::Sgd)
-    };
-    quiet(&unpadded, "cp2", "no padding");
-    let whole = Training {
-        packing: Some(Packing {
-            documents: false,
-            ..THD
-        }),
-        ..training(11, Optimizer::Sgd)
-    };
-    quiet(&whole, "cp2", "one document per row");
 }

@@ -132,6 +132,7 @@ impl Local {
                         lengths: mb.lengths.clone(),
                         starts: mb.starts.clone(),
                         padded_documents: mb.padded_documents,
+                        real: mb.real.clone(),
                     },
                     positions,
                 }
@@ -196,6 +197,10 @@ mod tests {
             tokens: vec![1; n * seq_len],
             targets: vec![1; n * seq_len],
             lengths: vec![seq_len; n],
+            real: starts
+                .iter()
+                .map(|s| vec![seq_len / s.len(); s.len()])
+                .collect(),
             starts,
             padded_documents: padded,
         }

@@ -108,7 +108,12 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
     // Each CP rank's attention over the ring's chunks is wrong: its own computation. Where the
     // documents are padded (the THD layout), the first replica's short rows hold one document
     // each and are untouched: only the other replica's row block differs.
-    ("cp-ring-crosses-documents", &["computation", "one-block"]),
+    // On cp2 only rank 1 receives earlier positions around the ring, so only its shard can
+    // differ: "one shard of cp" names that rank-local wrong computation too.
+    (
+        "cp-ring-crosses-documents",
+        &["computation", "one-block", "one-shard:cp"],
+    ),
     // Each CP rank rotates with wrong positions: its own computation (one row block, as above,
     // with padded documents).
     (

@@ -72,6 +72,7 @@ pub enum Id {
     CpRingCrossesDocuments,
     CpPackedPositionsFromChunks,
     CpThdSplitByRows,
+    CpThdUnpaddedBoundaries,
     MicrobatchLocalLossNormalization,
     AuxLossScaledByDp,
     AuxTokenShareOverSequence,

@@ -25,4 +25,11 @@ impl Fault {
     pub fn thd_split_by_rows(self) -> bool {
         self.0 == Id::CpThdSplitByRows
     }
+
+    /// Whether each CP rank's attention takes the documents' boundaries from their real token
+    /// counts (the unpadded cu_seqlens) where the padded starts belong (Megatron-LM PR#4495,
+    /// Automodel PR#3640).
+    pub fn thd_unpadded_boundaries(self) -> bool {
+        self.0 == Id::CpThdUnpaddedBoundaries
+    }
 }

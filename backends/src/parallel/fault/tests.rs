@@ -61,6 +61,7 @@ fn every_catalog_entry_does_something() {
             || f.ring_crosses_documents()
             || f.packed_positions_from_chunks()
             || f.thd_split_by_rows()
+            || f.thd_unpadded_boundaries()
             || f.normalizes_per_microbatch()
             || f.aux_loss_over_dp(0)
             || f.aux_token_count(0).is_some()

@@ -59,6 +59,9 @@ pub(super) struct LayerFaults {
     pub(super) stale_kv_backward: bool,
     /// Whether RoPE's positions restart at each of the rank's CP chunks (packed rows only).
     pub(super) positions_from_chunks: bool,
+    /// Whether the documents' boundaries come from their unpadded lengths (padded documents
+    /// under CP only).
+    pub(super) unpadded_boundaries: bool,
     /// The relative size of the noise on the odd rank's partial MLP output (tp > 1 only).
     pub(super) activation_noise: Option<f64>,
 }

@@ -51,6 +51,9 @@ impl StageCtx<'_> {
         let rows = if f.positions_from_chunks && local.batch.packed() {
             chunked = local.with_chunk_starts();
             &chunked
+        } else if f.unpadded_boundaries && local.batch.padded_documents {
+            chunked = local.batch.unpadded_starts();
+            &chunked
         } else {
             &local.batch
         };
@@ -138,9 +141,17 @@ impl StageCtx<'_> {
             let why = "each CP rank restarted its documents' positions at its own chunks";
             comm.event(&format!("layers.{l}.attn.rope"), why);
         }
+        let unpadded = f.unpadded_boundaries && locals.iter().any(|l| l.batch.padded_documents);
+        if unpadded {
+            let why = "each CP rank took its documents' boundaries from the unpadded lengths";
+            comm.event(&format!("layers.{l}.attn.documents"), why);
+        }
         tape.per_rank(self.ranks(), &inputs, |i, v| {
             let (c, local) = (g.cp_of(i), &locals[g.local_of(i)]);
             let (b, s) = (local.batch.batch, local.batch.seq_len);
+            // What the masks compare positions with: the documents as this rank knows them.
+            let bounded = unpadded.then(|| local.batch.unpadded_starts());
+            let own = bounded.as_ref().unwrap_or(&local.batch);
             let unpacked = crossing.then(|| Batch {
                 starts: vec![vec![0]; b],
                 ..local.batch.clone()
@@ -154,7 +165,7 @@ impl StageCtx<'_> {
                     let k = heads(chunk.clone().narrow(2, 0, nkv * hd), nkv, hd);
                     let val = heads(chunk.clone().narrow(2, nkv * hd, nkv * hd), nkv, hd);
                     let keys = positions(source, cp, local.batch.seq_len * cp, &local.batch);
-                    let rows = unpacked.as_ref().filter(|_| j > 0).unwrap_or(&local.batch);
+                    let rows = unpacked.as_ref().filter(|_| j > 0).unwrap_or(own);
                     let mask =
                         attention_mask_at(rows, local.positions.lists(), keys.lists(), self.device);
                     let keep = self.attention_keep(i, l, local, &keys);

@@ -296,6 +296,7 @@ impl StageCtx<'_> {
             unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
             stale_kv_backward: self.topo.cp() > 1 && fault.cp_backward_stale_kv(l),
             positions_from_chunks: self.topo.cp() > 1 && fault.packed_positions_from_chunks(),
+            unpadded_boundaries: self.topo.cp() > 1 && fault.thd_unpadded_boundaries(),
             // One TP rank's share: a no-op without tensor parallelism.
             activation_noise: fault
                 .activation_noise(l)
