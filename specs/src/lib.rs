@@ -22,6 +22,7 @@ pub mod engine_shrink;
 pub mod executor;
 pub mod expand;
 pub mod family;
+pub mod features;
 pub mod fit;
 pub mod level;
 pub mod load;
