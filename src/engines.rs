@@ -123,13 +123,13 @@ pub fn check_support(
                 meshparity_backends::support::supports(&model, Some(&mesh), cell.dtype)?;
                 // The host holds every simulated rank; a GPU's memory is its own business.
                 match meshparity_backends::memory::available() {
-                    Some(bytes) if cell.device == meshparity_specs::Device::Cpu => {
+                    Some(room) if cell.device == meshparity_specs::Device::Cpu => {
                         meshparity_backends::memory::fits(
                             &model,
                             Some(&mesh),
                             cell.dtype,
                             &spec.run.training,
-                            bytes,
+                            room,
                         )
                     }
                     _ => Ok(()),

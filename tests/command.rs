@@ -251,8 +251,8 @@ fn spec_values_never_reach_a_shell() {
         .iter()
         .map(|(k, v)| format!("{k} = {v:?}\n"))
         .collect();
-    // The program writes its arguments, one per line, and a curve.
-    let writer = r#"for a in "$@"; do printf '%s\n' "$a"; done > args.txt; echo '{"step": 1, "loss": 1}' > m.jsonl"#;
+    // The program writes its arguments, one per line, and a curve of the spec's two steps.
+    let writer = r#"for a in "$@"; do printf '%s\n' "$a"; done > args.txt; printf '{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\n' > m.jsonl"#;
     for shell in [false, true] {
         // TOML multi-line literal strings: the shell text goes in as written.
         let engine = if shell {

@@ -110,7 +110,7 @@ fn links_in_the_programs_output_are_neither_read_nor_written_through() {
     std::fs::write(&outside, "{\"step\": 1, \"loss\": 1.0}\n").unwrap();
     let plant = |link_as: &str| {
         format!(
-            r#"["-c", "ln -s {} {link_as}; echo '{{\"step\": 1, \"loss\": 2.0}}' > own.jsonl"]"#,
+            r#"["-c", "ln -s {} {link_as}; printf '{{\"step\": 1, \"loss\": 2.0}}\\n{{\"step\": 2, \"loss\": 1.0}}\\n' > own.jsonl"]"#,
             outside.display()
         )
     };
@@ -155,7 +155,7 @@ fn a_run_directory_name_never_reaches_a_shell() {
             r#"
 [run]
 name = "cmd"
-steps = 2
+steps = 1
 
 [engines.prog]
 kind = "command"
@@ -219,7 +219,7 @@ levels = ["curve"]
 #[test]
 fn a_program_is_judged_when_it_exits_and_leaves_nothing_running() {
     let fx = fixture(&command_spec(
-        r#"["-c", "setsid sleep 617.1 & sleep 617.2 & echo '{\"step\": 1, \"loss\": 1}' > m.jsonl"]"#,
+        r#"["-c", "setsid sleep 617.1 & sleep 617.2 & printf '{\"step\": 1, \"loss\": 2}\\n{\"step\": 2, \"loss\": 1}\\n' > m.jsonl"]"#,
     )
     .replace(
         CURVE_MAP,

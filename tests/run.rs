@@ -331,7 +331,7 @@ fn no_skip_judges_every_level_after_a_failure() {
     fx.cmd(None).args(["--run-dir", "run"]).assert().code(1);
     assert_eq!(fx.status_of("tiny@f32/tp2/curve").0, "skipped");
     fx.cmd(None)
-        .args(["--run-dir", "run", "--no-skip"])
+        .args(["--run-dir", "run", "--force", "--no-skip"])
         .assert()
         .code(1);
     assert_eq!(fx.status_of("tiny@f32/tp2/forward").0, "failed");

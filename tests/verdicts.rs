@@ -91,6 +91,7 @@ fn sweep(spec: &str, filters: &[&str], seeds: u64, mutation_seeds: u64) -> Calib
         localize: false,
         // Caught or not is the claim here; a run stops at the stage that catches it.
         first_catch: true,
+        slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let samples = calibrate::sweep(spec, &units, &opts, &Builtin, &|_, _| {}).expect("sweep runs");
     calibrate::summarize(&spec.name(), &configs, &opts, &samples, 0.0)

@@ -43,8 +43,17 @@ pub fn estimate(model: &ModelConfig, mesh: Option<&MeshConfig>, training: &Train
     OVERHEAD * (params * STATE_BYTES * dp + activations)
 }
 
-/// The memory this process may use: the machine's, or its cgroup's limit when lower.
-pub fn available() -> Option<f64> {
+/// The memory this process may use, and what bounds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Room {
+    pub bytes: f64,
+    /// How the refusal says it: `this machine has`, `its cgroup allows`, …
+    pub by: &'static str,
+}
+
+/// The memory this process may use: the machine's, or its cgroup's limit or the room left under
+/// its address-space limit when lower.
+pub fn available() -> Option<Room> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let total_kib: f64 = meminfo
         .lines()
@@ -58,7 +67,50 @@ pub fn available() -> Option<f64> {
     let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok());
-    Some(cgroup.map_or(total, |c| c.min(total)))
+    let machine = Room {
+        bytes: total,
+        by: "this machine has",
+    };
+    let limits = [
+        cgroup.map(|bytes| Room {
+            bytes,
+            by: "its cgroup allows",
+        }),
+        address_space_left().map(|bytes| Room {
+            bytes,
+            by: "its address-space limit (ulimit -v) leaves this process",
+        }),
+    ];
+    Some(
+        limits
+            .into_iter()
+            .flatten()
+            .fold(machine, |a, b| if b.bytes < a.bytes { b } else { a }),
+    )
+}
+
+/// The room left under this process's address-space limit (`ulimit -v`, RLIMIT_AS), where one
+/// is set: what is mapped now (the binary, thread stacks, the allocator's reserve) counts
+/// against it, and an allocation past it fails whatever the machine has free. An estimate that
+/// ignored it admitted cells whose workers then aborted.
+fn address_space_left() -> Option<f64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let mapped_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    Some((limit.rlim_cur as f64 - mapped_kib * 1024.0).max(0.0))
 }
 
 /// Refuse a cell whose estimate is more than the memory there is.
@@ -67,10 +119,10 @@ pub fn fits(
     mesh: Option<&MeshConfig>,
     _dtype: DType,
     training: &Training,
-    available: f64,
+    room: Room,
 ) -> Result<(), Unsupported> {
     let needed = estimate(model, mesh, training);
-    if needed <= available {
+    if needed <= room.bytes {
         return Ok(());
     }
     let gib = |b: f64| b / (1u64 << 30) as f64;
@@ -79,9 +131,10 @@ pub fn fits(
         Field::Model,
         format!(
             "needs about {:.1} GiB of memory for its {ranks} simulated rank(s) (estimated from \
-             the model's sizes, the batch and the mesh), this machine has {:.1} GiB",
+             the model's sizes, the batch and the mesh), {} {:.1} GiB",
             gib(needed),
-            gib(available)
+            room.by,
+            gib(room.bytes)
         ),
     )
     .help(
@@ -161,8 +214,12 @@ mod tests {
         assert!(big > 10e9, "{big}");
         let dp4 = dp(4);
         assert!(estimate(&llama(512, 4096), Some(&dp4), &training) > 3.0 * small);
-        let err = fits(&llama(4096, 128_000), None, DType::F32, &training, 24e9).unwrap_err();
+        let room = Room {
+            bytes: 24e9,
+            by: "this machine has",
+        };
+        let err = fits(&llama(4096, 128_000), None, DType::F32, &training, room).unwrap_err();
         assert!(err.message.contains("needs about"), "{err}");
-        fits(&llama(512, 4096), Some(&dp4), DType::F32, &training, 24e9).unwrap();
+        fits(&llama(512, 4096), Some(&dp4), DType::F32, &training, room).unwrap();
     }
 }

@@ -125,7 +125,15 @@ pub fn collect(
         }
         (None, Some(pattern)) => {
             let text = std::fs::read_to_string(out.join(LOG)).unwrap_or_default();
-            let points: Vec<Point> = log::curve(&text, &log::pattern(&pattern.value)?)
+            let read = log::curve(&text, &log::pattern(&pattern.value)?).map_err(|message| {
+                CollectError::Malformed {
+                    path: out.join(LOG).display().to_string(),
+                    key: "log",
+                    message,
+                    argv: argv.to_owned(),
+                }
+            })?;
+            let points: Vec<Point> = read
                 .into_iter()
                 .map(|(step, loss)| Point {
                     step,
@@ -236,6 +244,26 @@ fn curve_file(
         .map_err(|e| malformed(e.to_string()))?;
     if curve.steps.is_empty() {
         return Err(malformed(format!("no line has a `{}`", map.step_key)));
+    }
+    // A step logged twice (every rank appending its own loss: one rank's diverging value was
+    // dropped for the first's), out of order, or a metric that is no number: the curve the
+    // contract would hold is not the program's, so nothing is judged from it.
+    if !curve.problems.is_empty() {
+        let mut shown: Vec<&str> = curve
+            .problems
+            .iter()
+            .take(5)
+            .map(|p| p.message.as_str())
+            .collect();
+        let more = curve.problems.len().saturating_sub(shown.len());
+        let more = format!("and {more} more problem(s)");
+        if curve.problems.len() > 5 {
+            shown.push(&more);
+        }
+        return Err(malformed(format!(
+            "{}; a curve logs each step once, in order (write it from one rank)",
+            shown.join("; ")
+        )));
     }
     // Sets: a program may log 100,000 metrics a line (a list searched per metric made that
     // quadratic, as `compare` once was).

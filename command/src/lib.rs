@@ -140,7 +140,12 @@ impl CommandEngine {
             Some(c) => base.join(r.render_plain("cwd", &c.value).map_err(t)?),
             None => base,
         };
-        Ok(Invocation { argv, env, cwd })
+        Ok(Invocation {
+            argv,
+            env,
+            cwd,
+            limit: None,
+        })
     }
 }
 

@@ -6,14 +6,17 @@ use regex::Regex;
 
 pub use meshparity_specs::log_pattern::{pattern, LogError, PRESETS};
 
-/// `(step, loss)` of every matching line, in log order; later lines win for a repeated step.
-pub fn curve(log: &str, re: &Regex) -> Vec<(u64, f64)> {
+/// `(step, loss)` of every matching line, in log order. A step may be logged again with the
+/// same loss (every rank of a torchrun job printing it); again with another loss, or after a
+/// later step, is an error: one rank's value would stand for all, or the log is not one run's.
+pub fn curve(log: &str, re: &Regex) -> Result<Vec<(u64, f64)>, String> {
     let ansi = Regex::new(r"\x1b\[[0-9;]*[A-Za-z]").expect("a valid regex");
     let mut out: Vec<(u64, f64)> = Vec::new();
     // Where each step is in `out`: a search of `out` per line made a log of distinct steps
     // quadratic (the 16 MiB a job keeps of a log: minutes).
-    let mut at: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-    for line in log.lines() {
+    let mut at: std::collections::HashMap<u64, (usize, usize)> = std::collections::HashMap::new();
+    for (n, line) in log.lines().enumerate() {
+        let lineno = n + 1;
         let line = ansi.replace_all(line, "");
         let Some(c) = re.captures(&line) else {
             continue;
@@ -26,14 +29,27 @@ pub fn curve(log: &str, re: &Regex) -> Vec<(u64, f64)> {
         };
         let loss = loss.as_str().parse::<f64>().unwrap_or(f64::NAN);
         match at.get(&step) {
-            Some(&i) => out[i].1 = loss,
+            Some(&(i, _)) if out[i].1.to_bits() == loss.to_bits() => {}
+            Some(&(i, first)) => {
+                return Err(format!(
+                    "step {step} is logged with loss {} (line {first}) and {loss} (line \
+                     {lineno}): ranks disagree, or the log holds more than one run",
+                    out[i].1
+                ))
+            }
             None => {
-                at.insert(step, out.len());
+                if let Some(&(last, _)) = out.last().filter(|(s, _)| *s > step) {
+                    return Err(format!(
+                        "step {step} (line {lineno}) comes after step {last}; steps must \
+                         increase"
+                    ));
+                }
+                at.insert(step, (out.len(), lineno));
                 out.push((step, loss));
             }
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -53,11 +69,22 @@ mod tests {
             ("torchtitan", titan, 7.5),
             ("pithtrain", pith, 3.25),
         ] {
-            let got = curve(line, &pattern(preset).unwrap());
+            let got = curve(line, &pattern(preset).unwrap()).unwrap();
             assert_eq!(got, vec![(2, loss)], "{preset}");
         }
         let user = pattern(r"it=(?P<step>\d+) l=(?P<loss>\S+)").unwrap();
-        assert_eq!(curve("it=1 l=2.5\nnoise\nit=2 l=nan", &user)[0], (1, 2.5));
+        assert_eq!(
+            curve("it=1 l=2.5\nnoise\nit=2 l=nan", &user).unwrap()[0],
+            (1, 2.5)
+        );
+        // Every rank printing its step: one value, kept once; two values: an error.
+        assert_eq!(
+            curve("it=1 l=2.5\nit=1 l=2.5", &user).unwrap(),
+            vec![(1, 2.5)]
+        );
+        let e = curve("it=4 l=1.6\nit=4 l=99.0", &user).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("line 2"), "{e}");
+        assert!(curve("it=2 l=1\nit=1 l=1", &user).is_err());
         assert!(pattern(r"it=(\d+)").is_err(), "groups are required");
     }
 }

@@ -6,7 +6,9 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use crate::output::{pump, BoundedLog, Caps};
 
@@ -19,6 +21,8 @@ pub struct Invocation {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// Its own time limit, before the process's ([`set_time_limit`]).
+    pub limit: Option<Duration>,
 }
 
 impl Invocation {
@@ -49,6 +53,12 @@ pub enum ProcessError {
         how: String,
         cause: String,
     },
+    #[error("the program ran past its time limit of {seconds} s and was ended; {cause}\ncommand: `{argv}`")]
+    TimedOut {
+        argv: String,
+        seconds: f64,
+        cause: String,
+    },
     #[error("writing {path}: {source}")]
     Io {
         path: String,
@@ -65,6 +75,63 @@ static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 fn live() -> std::sync::MutexGuard<'static, Vec<i32>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The time limit of every program this process runs, in milliseconds (0: none). `run`'s
+/// workers need none (the runner ends a worker past its job's limit, and the program with it);
+/// `calibrate` runs programs in its own process and sets one (`--timeout`), or a hung program
+/// held the sweep forever.
+static TIME_LIMIT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Set (or with `None` clear) the time limit of every program this process runs from now on.
+pub fn set_time_limit(limit: Option<Duration>) {
+    let ms = limit.map_or(0, |d| d.as_millis().clamp(1, u64::MAX as u128) as u64);
+    TIME_LIMIT_MS.store(ms, Ordering::Relaxed);
+}
+
+fn time_limit() -> Option<Duration> {
+    match TIME_LIMIT_MS.load(Ordering::Relaxed) {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    }
+}
+
+/// A watchdog that ends `pid` and everything below it at `limit` unless dropped first.
+struct Watchdog {
+    stop: Option<mpsc::Sender<()>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(pid: i32, limit: Option<Duration>) -> Watchdog {
+        let fired = Arc::new(AtomicBool::new(false));
+        let Some(limit) = limit else {
+            return Watchdog { stop: None, fired };
+        };
+        let (stop, wait) = mpsc::channel::<()>();
+        let flag = Arc::clone(&fired);
+        std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+                flag.store(true, Ordering::SeqCst);
+                meshparity_procs::kill_tree(pid, None);
+                // SAFETY: a signal to the program's own process id, not yet reaped (its
+                // runner's thread waits for it).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        });
+        Watchdog {
+            stop: Some(stop),
+            fired,
+        }
+    }
+
+    /// Stop watching; whether the limit had been reached.
+    fn finish(mut self) -> bool {
+        drop(self.stop.take());
+        self.fired.load(Ordering::SeqCst)
+    }
 }
 
 /// Run `inv` to completion, its output logged into `out`.
@@ -118,11 +185,14 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
         std::thread::spawn(move || pump(stream, &log, caps))
     })
     .collect();
+    let limit = inv.limit.or_else(time_limit);
+    let watchdog = Watchdog::start(pid, limit);
     let status = child.wait().map_err(|source| ProcessError::Spawn {
         argv: inv.display(),
         cwd: inv.cwd.display().to_string(),
         source,
     });
+    let timed_out = watchdog.finish();
     // The program is judged when it exits: what it left running (a background child holding
     // its output open, one in a session of its own) ends now, and its pipes close with it —
     // sparing the other programs this process runs ([`LIVE`]).
@@ -146,6 +216,13 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
             path: log_path.display().to_string(),
             source,
         })?;
+    }
+    if timed_out {
+        return Err(ProcessError::TimedOut {
+            argv: inv.display(),
+            seconds: limit.map_or(0.0, |d| d.as_secs_f64()),
+            cause: crate::cause::excerpt(&log_path),
+        });
     }
     if status.success() {
         return Ok(());
@@ -186,6 +263,7 @@ mod tests {
             argv: vec!["sh".into(), "-c".into(), line.into()],
             env: Vec::new(),
             cwd: cwd.to_path_buf(),
+            limit: None,
         }
     }
 
@@ -201,5 +279,23 @@ mod tests {
         long.join().unwrap().unwrap();
         let log = std::fs::read_to_string(dirs[0].path().join(LOG)).unwrap();
         assert!(log.contains("done"), "{log}");
+    }
+
+    /// A program past the time limit is ended with what it forked, and said to have timed out.
+    #[test]
+    fn a_program_past_its_time_limit_is_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = Invocation {
+            limit: Some(Duration::from_millis(300)),
+            ..sh("echo started; sleep 30 & sleep 30", dir.path())
+        };
+        let start = std::time::Instant::now();
+        let e = run(&inv, dir.path()).unwrap_err().to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(e.contains("time limit of 0.3 s"), "{e}");
     }
 }

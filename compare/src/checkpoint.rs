@@ -66,6 +66,9 @@ impl Checkpoint {
             names: IndexMap::new(),
         };
         for shard in shards {
+            let name = shard.file_name().map(|n| n.to_string_lossy().into_owned());
+            let shard = &meshparity_files::inside(dir, &name.unwrap_or_default(), "the directory")
+                .map_err(|e| InputError::io(dir, e))?;
             let file = SafetensorsFile::open(shard)?;
             let idx = cp.files.len();
             for name in file.tensors.keys() {
@@ -109,7 +112,9 @@ impl Checkpoint {
             let idx = match shard_idx.get(shard) {
                 Some(&i) => i,
                 None => {
-                    files.push(SafetensorsFile::open(&dir.join(shard))?);
+                    let path = meshparity_files::inside(dir, shard, "the index's weight_map")
+                        .map_err(|e| bad(e.to_string()))?;
+                    files.push(SafetensorsFile::open(&path)?);
                     shard_idx.insert(shard.to_owned(), files.len() - 1);
                     files.len() - 1
                 }

@@ -38,6 +38,8 @@ pub enum ProblemKind {
     MissingSteps,
     ExtraSteps,
     DuplicateStep,
+    /// A step number lower than one on an earlier line.
+    OutOfOrder,
     MissingMetric,
     NotNumeric,
 }

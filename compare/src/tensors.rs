@@ -107,6 +107,19 @@ pub fn compare(
             list_problems(&problems)
         )));
     }
+    // Tensors of no elements agree with anything: a comparison of only those compared nothing.
+    if pairs.iter().all(|p| p.a.is_empty()) {
+        return Err(InputError::NothingCompared(format!(
+            "every tensor both checkpoints hold has no elements ({} tensor(s): {})",
+            pairs.len(),
+            pairs
+                .iter()
+                .take(5)
+                .map(|p| format!("`{}` {:?}", p.name, p.a.shape))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     let stats = scan_all(&pairs);
     let k = tolerance::top_k(&opts.tolerance);
     let mut results: Vec<TensorResult> = pairs

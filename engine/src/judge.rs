@@ -38,6 +38,10 @@ pub enum JudgeError {
     },
     #[error("nothing gated: {0}")]
     NothingGated(String),
+    /// Less evidence than the level needs: a curve shorter than the run's steps, logits that
+    /// are missing or empty. Never a pass, whatever the two sides agree on.
+    #[error("too little to judge {level}: {why}")]
+    TooLittle { level: Level, why: String },
     #[error("the {0} level is not judged from artifacts yet")]
     Unsupported(Level),
 }
@@ -89,7 +93,9 @@ impl Judge<'_> {
                 vec![sides.tensors("checkpoint", files::SEED, files::CHECKPOINT)?]
             }
             Level::Forward => {
-                vec![sides.tensors("logits and loss", files::FORWARD, files::FORWARD)?]
+                let c = sides.tensors("logits and loss", files::FORWARD, files::FORWARD)?;
+                sides.holds_logits(&c)?;
+                vec![c]
             }
             Level::Curve => {
                 let (c, l) = sides.curve()?;
@@ -214,6 +220,51 @@ impl Sides<'_> {
         })
     }
 
+    /// The forward level's floor: the logits were compared, and hold elements. A file of
+    /// only other tensors (or of empty ones) agreed with its reference and passed.
+    fn holds_logits(&self, c: &Comparison) -> Result<(), JudgeError> {
+        if c.report.is_null() {
+            return Ok(()); // unmerged rank shards: already a failure
+        }
+        let logits = c.report["tensors"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["name"] == "logits"));
+        let why = match logits {
+            None => format!(
+                "`{}` compared no tensor named `logits` (the artifact contract names the \
+                 first step's logits `logits`, with the loss as `loss`)",
+                files::FORWARD
+            ),
+            Some(t) if t["metrics"]["elements"].as_u64() == Some(0) => {
+                format!("`logits` in `{}` has no elements", files::FORWARD)
+            }
+            Some(_) => return Ok(()),
+        };
+        Err(JudgeError::TooLittle {
+            level: self.level,
+            why,
+        })
+    }
+
+    /// The curve level's floor: each side logged every step the run trains (`steps`), so a
+    /// curve cut short on both sides is not a pass.
+    fn holds_every_step(&self, a: &Path, b: &Path) -> Result<(), JudgeError> {
+        let steps = self.judge.training.steps as usize;
+        for (side, path) in [("the reference", a), ("the run", b)] {
+            let logged = read_curve(path)?.steps.len();
+            if logged < steps {
+                return Err(JudgeError::TooLittle {
+                    level: self.level,
+                    why: format!(
+                        "{side}'s curve `{}` logs {logged} step(s) of the {steps} it trains",
+                        path.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn routing(&self) -> Result<Comparison, JudgeError> {
         let (a, b) = self.paths(files::ROUTING, files::ROUTING)?;
         let tie = crate::routing::tie_margin(self.judge.dtype);
@@ -223,6 +274,7 @@ impl Sides<'_> {
 
     fn curve(&self) -> Result<(Comparison, Losses), JudgeError> {
         let (a, b) = self.paths(files::CURVE, files::CURVE)?;
+        self.holds_every_step(&a, &b)?;
         if let Some(d) = self.judge.baseline2 {
             verify_file(d, &Manifest::read(d)?, files::CURVE)?;
         }

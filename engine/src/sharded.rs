@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
+use meshparity_compare::safetensors::{SafetensorsFile, TensorView};
 use meshparity_compare::{InputError, TensorDtype};
 use serde::{Deserialize, Serialize};
 
@@ -152,6 +153,10 @@ pub fn write(
 
 /// The world-size-1 tensors of the checkpoint in `dir`, in index order. Each split tensor must
 /// be covered once, from 0 to its length, by its shards.
+///
+/// Shard files are mapped, not loaded, and a piece's bytes are copied only when it is the one
+/// kept: a dp·N checkpoint's replicas (and an index listing one shard 2,500 times, 2.5 GB of
+/// clones from a 1 MiB file) cost the world-size-1 tensors, not N copies of them.
 pub fn read(dir: &Path) -> Result<Shards, ShardedError> {
     let path = dir.join(INDEX);
     let limit = meshparity_files::Limit {
@@ -169,24 +174,30 @@ pub fn read(dir: &Path) -> Result<Shards, ShardedError> {
             why: format!("format `{}`, expected `{FORMAT}`", index.format),
         });
     }
-    let mut files: IndexMap<String, Shards> = IndexMap::new();
+    let mut files: IndexMap<&str, SafetensorsFile> = IndexMap::new();
+    for (name, entry) in &index.tensors {
+        for p in &entry.shards {
+            if !files.contains_key(p.file.as_str()) {
+                let file = shard_path(dir, &p.file).map_err(|why| ShardedError::Tensor {
+                    name: name.clone(),
+                    why,
+                })?;
+                files.insert(&p.file, SafetensorsFile::open(&file)?);
+            }
+        }
+    }
     let mut out = Shards::new();
     for (name, entry) in &index.tensors {
         let err = |why: String| ShardedError::Tensor {
             name: name.clone(),
             why,
         };
-        let mut pieces: Vec<(usize, usize, usize, HostTensor)> = Vec::new();
+        let mut pieces: Vec<(usize, usize, usize, TensorView<'_>)> = Vec::new();
         let mut whole = None;
         for p in &entry.shards {
-            let file = shard_path(dir, &p.file).map_err(&err)?;
-            if !files.contains_key(&p.file) {
-                files.insert(p.file.clone(), checkpoint::load(&file)?);
-            }
-            let t = files[&p.file]
-                .get(name)
-                .ok_or_else(|| err(format!("{} does not hold it", p.file)))?
-                .clone();
+            let t = files[p.file.as_str()]
+                .view(name)
+                .ok_or_else(|| err(format!("{} does not hold it", p.file)))?;
             match (p.dim, p.start, p.end) {
                 (None, None, None) => {
                     whole.get_or_insert(t);
@@ -203,7 +214,7 @@ pub fn read(dir: &Path) -> Result<Shards, ShardedError> {
             }
         }
         let t = match whole {
-            Some(t) => t,
+            Some(t) => owned(t),
             None => assemble(entry, pieces).map_err(err)?,
         };
         if t.shape != entry.shape || dtype_name(t.dtype) != entry.dtype {
@@ -217,23 +228,30 @@ pub fn read(dir: &Path) -> Result<Shards, ShardedError> {
     Ok(out)
 }
 
-/// A shard file's path, which must stay inside the checkpoint's directory.
+/// A mapped tensor's bytes, copied.
+fn owned(v: TensorView<'_>) -> HostTensor {
+    HostTensor {
+        dtype: v.dtype,
+        shape: v.shape.to_vec(),
+        bytes: v.bytes.to_vec(),
+    }
+}
+
+/// A shard file's path: a regular file of the checkpoint's own directory, by the rule every
+/// named file follows ([`meshparity_files::inside`]), and in it directly (a rank's file).
 fn shard_path(dir: &Path, file: &str) -> Result<PathBuf, String> {
-    let plain = Path::new(file)
-        .components()
-        .all(|c| matches!(c, std::path::Component::Normal(_)));
-    if !plain || file.contains('/') {
+    if file.contains('/') {
         return Err(format!(
             "shard file `{file}` is not a file of the checkpoint's directory"
         ));
     }
-    Ok(dir.join(file))
+    meshparity_files::inside(dir, file, "the index").map_err(|e| e.to_string())
 }
 
 /// The pieces of a split tensor, in order along their dimension, each cut to its range.
 fn assemble(
     entry: &Entry,
-    mut pieces: Vec<(usize, usize, usize, HostTensor)>,
+    mut pieces: Vec<(usize, usize, usize, TensorView<'_>)>,
 ) -> Result<HostTensor, String> {
     pieces.sort_by_key(|p| p.1);
     let Some(&(dim, ..)) = pieces.first() else {
@@ -280,7 +298,7 @@ fn assemble(
                 t.shape[dim]
             ));
         }
-        parts.push(t.truncate(dim, end - start));
+        parts.push(owned(t).truncate(dim, end - start));
         next = end;
     }
     if next != entry.shape.get(dim).copied().unwrap_or(0) {
@@ -358,8 +376,13 @@ mod tests {
 
     #[test]
     fn a_shard_file_outside_the_directory_is_refused() {
-        assert!(shard_path(Path::new("/x"), "../y.safetensors").is_err());
-        assert!(shard_path(Path::new("/x"), "/etc/passwd").is_err());
-        assert!(shard_path(Path::new("/x"), "rank-00000.safetensors").is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rank-00000.safetensors"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("rank-00001.safetensors"))
+            .unwrap();
+        assert!(shard_path(dir.path(), "../y.safetensors").is_err());
+        assert!(shard_path(dir.path(), "/etc/passwd").is_err());
+        assert!(shard_path(dir.path(), "rank-00001.safetensors").is_err());
+        assert!(shard_path(dir.path(), "rank-00000.safetensors").is_ok());
     }
 }

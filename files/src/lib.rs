@@ -5,19 +5,23 @@
 //! gigabytes: [`read`] opens without blocking, refuses anything that is not a regular file and
 //! caps the size. Files other runs may read at the same time are replaced atomically
 //! ([`write_atomic`]), a run directory is held by one process at a time ([`Lock`]), and short-lived files can live
-//! in memory ([`MemoryDir`]).
+//! in memory ([`MemoryDir`]). Text read from outside is shown on a terminal through
+//! [`text::escaped`], which shows control characters instead of obeying them.
 
 mod atomic;
 mod create;
 mod flush;
+mod inside;
 mod lock;
 mod memory;
 mod regular;
 mod tail;
+pub mod text;
 
 pub use atomic::{temp_sibling, write_atomic, write_atomic_with, write_replace};
 pub use create::{create, write};
 pub use flush::flush_filesystems;
+pub use inside::inside;
 pub use lock::{Lock, LockError, LOCK_FILE};
 pub use memory::{is_tmpfs_with, MemoryDir, SHM};
 pub use regular::{open, open_limited, read, read_to_string, Limit};

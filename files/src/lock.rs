@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The lock file's name inside a locked directory.
@@ -39,13 +40,22 @@ impl Lock {
             source,
         };
         let path = dir.join(LOCK_FILE);
+        // Never through a link planted under the lock's name (its target was overwritten with
+        // a pid), and never a FIFO or device (opening one for writing can block).
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-            .map_err(io)?;
+            .map_err(|e| io(planted(e, &path)))?;
+        if !file.metadata().map_err(io)?.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            )));
+        }
         // SAFETY: flock on a descriptor this function owns; no memory is involved.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let err = std::io::Error::last_os_error();
@@ -70,6 +80,20 @@ impl Lock {
     }
 }
 
+/// `ELOOP` from an `O_NOFOLLOW` open, said as what it means.
+fn planted(e: std::io::Error, path: &Path) -> std::io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{} is a symbolic link; a run directory's own files are never opened through one",
+                path.display()
+            ),
+        );
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +109,19 @@ mod tests {
         );
         drop(held);
         Lock::acquire(dir.path()).unwrap();
+    }
+
+    /// A link planted as the lock file is refused; its target keeps its bytes.
+    #[test]
+    fn a_planted_link_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::os::unix::fs::symlink(&target, run.join(LOCK_FILE)).unwrap();
+        let err = Lock::acquire(&run).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     }
 }

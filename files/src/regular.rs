@@ -43,19 +43,7 @@ pub fn open(path: &Path) -> std::io::Result<File> {
     if kind.is_file() {
         return Ok(file);
     }
-    let what = if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    };
+    let what = kind_name(kind);
     // A directory is named by mistake, not as a stream to capture: no copying advice.
     let advice = if kind.is_dir() {
         "name a file in it"
@@ -66,6 +54,25 @@ pub fn open(path: &Path) -> std::io::Result<File> {
         ErrorKind::InvalidInput,
         format!("it is {what}; only regular files are read ({advice})"),
     ))
+}
+
+/// What a file that is not a regular one is, as messages say it.
+pub(crate) fn kind_name(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else {
+        "an unknown kind of file"
+    }
 }
 
 /// Open a regular file of at most `limit` bytes to read it as a stream (one that parses as it

@@ -117,6 +117,11 @@ pub struct JobRecord {
     /// Command that re-runs this job alone.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reproduce: String,
+    /// What the verdict was judged under (the job as planned, its dependencies', the binary,
+    /// a user program's spec and files): `--resume` keeps a record only while it is the job's
+    /// fingerprint in the resuming run. Empty in records older than the field.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fingerprint: String,
     /// The engine's findings: comparisons with their metrics and limits, collectives, faults.
     #[serde(
         default,

@@ -43,6 +43,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         executor: Default::default(),
         no_skip: false,
         lines: Default::default(),
+        basis: Default::default(),
     }
 }
 
@@ -95,4 +96,45 @@ fn gpu_slots_let_small_jobs_share_a_gpu() {
     assert!(slots.take(gpu_a));
     assert!(!slots.take(gpu_a));
     assert_eq!(slots.weight(find(&jobs, "on-gpu", "dp8")), 2);
+}
+
+/// A user's program launches one process per rank: a 2-rank job takes 2 CPU slots, so the
+/// default `-j` on 2 cores runs one at a time (it counted ceil(2/4) = 1, and two torchrun jobs
+/// ran at once under contention); the built-in engine's simulated ranks keep ceil(world/4).
+#[test]
+fn a_program_takes_a_slot_per_rank_it_launches() {
+    let spec = r#"
+[engines.prog]
+kind = "command"
+program = "true"
+artifacts = { curve = "m.jsonl" }
+[models.m]
+engine = "prog"
+[models.builtin]
+[meshes.dp2]
+dp = 2
+[meshes.dp8]
+dp = 8
+[[matrix]]
+levels = ["curve"]
+"#;
+    let spec = load_text(Path::new("prog.toml"), spec.into(), &Disk)
+        .expect("valid")
+        .spec;
+    let jobs: Vec<Job> = Plan::build(&spec)
+        .jobs()
+        .map(|(_, j)| j.clone())
+        .filter(|j| matches!(j.kind, JobKind::Train { .. }))
+        .collect();
+    let mut slots = Slots::new(&options(2, 1), []);
+    let (prog, builtin) = (find(&jobs, "m", "dp2"), find(&jobs, "builtin", "dp2"));
+    assert_eq!(slots.weight(prog), 2);
+    assert_eq!(slots.weight(builtin), 1);
+    assert_eq!(slots.weight(find(&jobs, "m", "dp8")), 2, "at most the pool");
+    assert!(slots.take(prog));
+    assert!(
+        !slots.take(prog),
+        "a second 2-rank program waits for the first"
+    );
+    assert!(!slots.take(builtin));
 }

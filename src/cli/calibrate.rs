@@ -45,6 +45,15 @@ pub struct Args {
     /// Built-in engine only.
     #[arg(long)]
     power: bool,
+    /// CPU slots (default: the cores). A user's program takes one per rank it launches, so a
+    /// sweep of 2-rank programs on 2 cores runs one program at a time; the built-in engine
+    /// runs this many seeds at once on as many threads.
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    /// End any program a command engine runs after SECONDS (default 900, `run`'s default for
+    /// a training); the run it belonged to is recorded as an error and the sweep goes on.
+    #[arg(long, value_name = "SECONDS", default_value_t = 900.0)]
+    timeout: f64,
     /// Where calibration.json and calibration.html go.
     #[arg(long, default_value = "meshparity-calibration")]
     out: PathBuf,
@@ -88,6 +97,13 @@ pub fn run(args: &Args) -> u8 {
             return exit::SPEC_ERROR;
         }
     };
+    if !(args.timeout > 0.0 && args.timeout <= meshparity_runner::exec::options::MAX_SECONDS) {
+        eprintln!(
+            "error: --timeout must be a number of seconds above 0 and at most {} (30 days)",
+            meshparity_runner::exec::options::MAX_SECONDS
+        );
+        return exit::SPEC_ERROR;
+    }
     if !(1..=MAX_SEEDS).contains(&args.seeds) {
         eprintln!("error: --seeds must be between 1 and {MAX_SEEDS}");
         return exit::SPEC_ERROR;
@@ -146,6 +162,10 @@ pub fn run(args: &Args) -> u8 {
         localize: !args.power,
         // The table's margins are each mutation's strongest signal over every level.
         first_catch: false,
+        slots: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1),
     };
     let start = Instant::now();
     // On a terminal one line redrawn in place; in a CI log or a pipe one line per finished seed
@@ -167,7 +187,11 @@ pub fn run(args: &Args) -> u8 {
     // Command engines' programs run in this process: their output stays in each run's
     // program.log (the errors it explains are in the samples), off the progress lines.
     let forwarded = meshparity_command::output::forward_to_stderr(false);
+    meshparity_command::process::set_time_limit(Some(std::time::Duration::from_secs_f64(
+        args.timeout,
+    )));
     let swept = calibrate::sweep(spec, &units, &opts, &crate::engines::Builtin, &progress);
+    meshparity_command::process::set_time_limit(None);
     meshparity_command::output::forward_to_stderr(forwarded);
     let samples = match swept {
         Ok(s) => s,

@@ -180,7 +180,7 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
         let text = if args.json {
             to_json(&report)
         } else {
-            render::curves(&report)
+            meshparity_files::text::escaped(&render::curves(&report)).into_owned()
         };
         return Ok((text, report.verdict));
     }
@@ -209,7 +209,7 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
     let text = if args.json {
         to_json(&report)
     } else {
-        render::tensors(&report, args.worst)
+        meshparity_files::text::escaped(&render::tensors(&report, args.worst)).into_owned()
     };
     Ok((text, report.verdict))
 }
@@ -257,7 +257,7 @@ pub fn run(args: &Args) -> u8 {
             }
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", meshparity_files::text::escaped(&e.to_string()));
             exit::SPEC_ERROR
         }
     }

@@ -35,8 +35,11 @@ pub(crate) fn summary(r: &RunResults) -> String {
             out.push_str(&format!(
                 "  {:<8} {}  {}\n",
                 j.status.as_str(),
-                j.name,
-                j.summary
+                meshparity_files::text::one_line(&j.name),
+                meshparity_files::text::continued(
+                    &j.summary,
+                    meshparity_runner::exec::progress::GUTTER
+                )
             ));
         }
     }

@@ -99,12 +99,18 @@ pub struct Args {
     /// Continue the run in RUN_DIR: jobs that passed there are kept, the rest run.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "run_dir")]
     resume: Option<PathBuf>,
-    /// With --resume: keep the directory's results even though its spec files changed.
+    /// With --resume: resume though the directory's spec files changed. Only the results
+    /// judged under what this run would judge them under (each record's fingerprint: the job,
+    /// its limits, the binary, a program's files) are kept; the rest run again.
     #[arg(long, requires = "resume")]
     resume_force: bool,
-    /// Run directory (default: OUTPUT/SPEC-NAME-TIMESTAMP, OUTPUT from `[run] output`).
+    /// Run directory (default: OUTPUT/SPEC-NAME-TIMESTAMP, OUTPUT from `[run] output`). It must
+    /// be new or empty: one holding another run is refused (see --force, --resume).
     #[arg(long)]
     run_dir: Option<PathBuf>,
+    /// With --run-dir: clear a directory that holds another run before this one starts.
+    #[arg(long, requires = "run_dir")]
+    force: bool,
     /// Plain lines instead of a live progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -231,7 +237,15 @@ fn checked(args: &Args) -> Result<u8, u8> {
         _ => None,
     };
     let tries = memory.as_ref().map(|m| m.path().to_owned());
-    let opts = options(args, (&run_dir, &output), exe, executor, timeouts, tries);
+    let basis = exec::fingerprint::Basis::of(spec);
+    let opts = options(
+        args,
+        (&run_dir, &output),
+        exe,
+        executor,
+        timeouts,
+        (tries, basis),
+    );
     let mut meta = exec::meta::collect(
         &adapters,
         &args.spec,
@@ -258,6 +272,12 @@ fn checked(args: &Args) -> Result<u8, u8> {
     meta.seconds = start.elapsed().as_secs_f64();
     meta.interrupted = execution.interrupted;
     meta.disk_bytes = Some(run_dir.finish(args.keep_artifacts));
+    if let Some(why) = &execution.log_failure {
+        say!(
+            "warning: the results log stopped taking records ({why}); the reports below hold \
+             every result, and --resume reruns the jobs the log lacks"
+        );
+    }
     let results = RunResults {
         format_version: FORMAT_VERSION,
         meta,
@@ -302,7 +322,7 @@ fn options(
     exe: PathBuf,
     executor: ExecutorKind,
     timeouts: Timeouts,
-    tries: Option<PathBuf>,
+    (tries, basis): (Option<PathBuf>, exec::fingerprint::Basis),
 ) -> RunOptions {
     RunOptions {
         exe,
@@ -333,6 +353,7 @@ fn options(
             color: args.color.on(),
             verbose: args.verbose,
         },
+        basis,
     }
 }
 
@@ -349,7 +370,7 @@ fn claim(
     };
     let Some(dir) = &args.resume else {
         let run_dir = match &args.run_dir {
-            Some(dir) => RunDir::open(dir),
+            Some(dir) => RunDir::open_new(dir, args.force),
             None => RunDir::create_unique(output, &spec.name(), &chrono_stamp()),
         }
         .map_err(|e| fail(&e))?;

@@ -103,6 +103,19 @@ pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError
                 values.insert(k.clone(), x);
             }
         }
+        if let Some((&last, &at)) = curve.lines.iter().next_back().filter(|(l, _)| **l > step) {
+            if !curve.lines.contains_key(&step) {
+                curve.problems.push(Problem {
+                    kind: ProblemKind::OutOfOrder,
+                    name: None,
+                    message: format!(
+                        "{}: step {step} (line {lineno}) comes after step {last} (line {at}); \
+                         steps must increase",
+                        path.display()
+                    ),
+                });
+            }
+        }
         if let Some(prev) = curve.lines.get(&step) {
             curve.problems.push(Problem {
                 kind: ProblemKind::DuplicateStep,

@@ -134,30 +134,41 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
             bytes.len() - 8
         ));
     }
-    let header: IndexMap<String, serde_json::Value> = serde_json::from_slice(&bytes[8..header_end])
+    let header: Header = serde_json::from_slice(&bytes[8..header_end])
         .map_err(|e| format!("bad header JSON: {e}"))?;
+    let header = header.0;
     let data_len = bytes.len() - header_end;
     let mut tensors = IndexMap::new();
     let mut metadata = IndexMap::new();
+    let mut seen_metadata = false;
     for (name, v) in header {
-        if name == "__metadata__" {
-            let obj = v.as_object().ok_or("`__metadata__` is not an object")?;
-            for (k, v) in obj {
-                let s = v
-                    .as_str()
-                    .ok_or_else(|| format!("metadata `{k}` is not a string"))?;
-                metadata.insert(k.clone(), s.to_owned());
+        let v = match v {
+            Raw::Metadata(_) if seen_metadata => {
+                return Err("`__metadata__` is given twice".to_owned())
             }
-            continue;
-        }
+            Raw::Metadata(v) => {
+                seen_metadata = true;
+                let obj = v.as_object().ok_or("`__metadata__` is not an object")?;
+                for (k, v) in obj {
+                    let s = v
+                        .as_str()
+                        .ok_or_else(|| format!("metadata `{k}` is not a string"))?;
+                    metadata.insert(k.clone(), s.to_owned());
+                }
+                continue;
+            }
+            v => v,
+        };
         let entry = entry(&name, &v, data_len)?;
-        tensors.insert(
-            name,
-            TensorEntry {
-                range: header_end + entry.range.start..header_end + entry.range.end,
-                ..entry
-            },
-        );
+        let entry = TensorEntry {
+            range: header_end + entry.range.start..header_end + entry.range.end,
+            ..entry
+        };
+        if tensors.insert(name.clone(), entry).is_some() {
+            return Err(format!(
+                "tensor `{name}` is named twice (a reader would keep one and hide the other)"
+            ));
+        }
     }
     let mut ranges: Vec<(&str, &Range<usize>)> = tensors
         .iter()
@@ -175,26 +186,140 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     Ok((tensors, metadata))
 }
 
-fn entry(name: &str, v: &serde_json::Value, data_len: usize) -> Result<TensorEntry, String> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| format!("tensor `{name}`: header entry is not an object"))?;
-    let dtype_s = obj
-        .get("dtype")
+/// The header's entries in file order, every one kept: a map would keep the last of a name
+/// given twice and hide the first ([`parse`] refuses it, as the safetensors library does).
+/// Entries are read into [`Raw`], not into JSON values: a value per entry (an ordered map of
+/// three keys) made a header of 10^6 empty tensors cost 2 GB.
+struct Header(Vec<(String, Raw)>);
+
+/// One header entry as written: `__metadata__`'s object, or a tensor's three fields.
+enum Raw {
+    Metadata(serde_json::Value),
+    Tensor {
+        dtype: Option<serde_json::Value>,
+        shape: Option<serde_json::Value>,
+        offsets: Option<serde_json::Value>,
+    },
+    /// Not an object.
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Header {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = Header;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of tensor entries")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Header, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = map.next_key::<String>()? {
+                    let raw = if k == "__metadata__" {
+                        Raw::Metadata(map.next_value()?)
+                    } else {
+                        map.next_value::<Tensor>()?.0
+                    };
+                    out.push((k, raw));
+                }
+                Ok(Header(out))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
+/// A tensor entry's fields, or [`Raw::Other`] for a value that is no object.
+struct Tensor(Raw);
+
+impl<'de> serde::Deserialize<'de> for Tensor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::IgnoredAny;
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Tensor;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a tensor entry")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Tensor, A::Error> {
+                let (mut dtype, mut shape, mut offsets) = (None, None, None);
+                while let Some(k) = map.next_key::<String>()? {
+                    match k.as_str() {
+                        "dtype" => dtype = Some(map.next_value()?),
+                        "shape" => shape = Some(map.next_value()?),
+                        "data_offsets" => offsets = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Tensor(Raw::Tensor {
+                    dtype,
+                    shape,
+                    offsets,
+                }))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Tensor, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Tensor(Raw::Other))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Tensor, E> {
+                Ok(Tensor(Raw::Other))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Tensor, E> {
+                Ok(Tensor(Raw::Other))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Tensor, E> {
+                Ok(Tensor(Raw::Other))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Tensor, E> {
+                Ok(Tensor(Raw::Other))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Tensor, E> {
+                Ok(Tensor(Raw::Other))
+            }
+            fn visit_unit<E>(self) -> Result<Tensor, E> {
+                Ok(Tensor(Raw::Other))
+            }
+        }
+        d.deserialize_any(Fields)
+    }
+}
+
+fn entry(name: &str, v: &Raw, data_len: usize) -> Result<TensorEntry, String> {
+    let Raw::Tensor {
+        dtype,
+        shape,
+        offsets,
+    } = v
+    else {
+        return Err(format!("tensor `{name}`: header entry is not an object"));
+    };
+    let dtype_s = dtype
+        .as_ref()
         .and_then(|d| d.as_str())
         .ok_or_else(|| format!("tensor `{name}`: missing `dtype`"))?;
     let dtype = TensorDtype::parse(dtype_s)
         .ok_or_else(|| format!("tensor `{name}`: unsupported dtype `{dtype_s}`"))?;
-    let shape = obj
-        .get("shape")
+    let shape = shape
+        .as_ref()
         .and_then(|s| s.as_array())
         .ok_or_else(|| format!("tensor `{name}`: missing `shape`"))?
         .iter()
         .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
         .collect::<Option<Vec<usize>>>()
         .ok_or_else(|| format!("tensor `{name}`: shape must be a list of non-negative integers"))?;
-    let offsets = obj
-        .get("data_offsets")
+    let offsets = offsets
+        .as_ref()
         .and_then(|o| o.as_array())
         .filter(|o| o.len() == 2)
         .and_then(|o| Some((o[0].as_u64()?, o[1].as_u64()?)))
@@ -289,6 +414,13 @@ mod tests {
                 "overlap",
             ),
             (file(r#"[1,2]"#, &[]), "bad header JSON"),
+            (
+                file(
+                    r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+                    &[0; 8],
+                ),
+                "tensor `a` is named twice",
+            ),
         ];
         for (bytes, want) in cases {
             let err = parse(bytes).unwrap_err();

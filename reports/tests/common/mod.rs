@@ -76,6 +76,7 @@ fn job(name: &str, status: Status, summary: &str) -> JobRecord {
         dependency: false,
         reproduce: format!("meshparity run spec.toml --filter 'name={name}'"),
         detail: None,
+        fingerprint: String::new(),
     }
 }
 

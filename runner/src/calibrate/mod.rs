@@ -101,4 +101,8 @@ pub struct Options {
     /// ([`meshparity_engine::check_until_caught`]): most runs then train one or two steps, and
     /// a margin is that of the levels judged, not of every level.
     pub first_catch: bool,
+    /// CPU slots (`-j`, default the cores): work items run at once within them, one of a user's
+    /// program taking a slot per rank it launches (as `run` counts them), one of the built-in
+    /// engine one slot (its ranks share this process's threads, of which there are as many).
+    pub slots: usize,
 }

@@ -60,6 +60,8 @@ pub enum SweepError {
         path: String,
         source: std::io::Error,
     },
+    #[error("starting {threads} sweep thread(s): {why}")]
+    Pool { threads: usize, why: String },
 }
 
 /// Run every (configuration, unit, seed). `units[c]` are configuration `c`'s units;
@@ -97,41 +99,66 @@ pub fn sweep(
         .collect();
     let done = AtomicUsize::new(0);
     let total = items.len();
-    let samples = items
-        .par_iter()
-        .flat_map_iter(|&(group, seed)| {
-            let what = Runs {
-                mutations: opts
-                    .mutation_seeds
-                    .is_none_or(|n| seed - opts.first_seed < n),
-                localize: opts.localize,
-                first_catch: opts.first_catch,
-            };
-            let mut shared = FirstStages::default();
-            let mut out = Vec::new();
-            for &(c, u, unit) in group {
-                let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
-                out.extend(run_unit(
-                    spec,
-                    engines,
-                    (c, what),
-                    unit,
-                    seed,
-                    &dir,
-                    &mut shared,
-                ));
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-            progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
-            out
-        })
-        .collect();
+    // Items at once: the slots over the heaviest item's weight, so programs never run more
+    // ranks at once than there are slots. (A pool of that many threads, not a semaphore: a
+    // rayon thread blocked on one while it held another item's stack deadlocked.)
+    let heaviest = groups.iter().map(|(_, g)| weight(g)).max().unwrap_or(1);
+    let threads = (opts.slots.max(1) / heaviest).max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| SweepError::Pool {
+            threads,
+            why: e.to_string(),
+        })?;
+    let samples = pool.install(|| {
+        items
+            .par_iter()
+            .flat_map_iter(|&(group, seed)| {
+                let what = Runs {
+                    mutations: opts
+                        .mutation_seeds
+                        .is_none_or(|n| seed - opts.first_seed < n),
+                    localize: opts.localize,
+                    first_catch: opts.first_catch,
+                };
+                let mut shared = FirstStages::default();
+                let mut out = Vec::new();
+                for &(c, u, unit) in group {
+                    let dir = opts.scratch.join(format!("c{c}-u{u}-s{seed}"));
+                    out.extend(run_unit(
+                        spec,
+                        engines,
+                        (c, what),
+                        unit,
+                        seed,
+                        &dir,
+                        &mut shared,
+                    ));
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                out
+            })
+            .collect()
+    });
     meshparity_engine::checkpoint::sync_to_disk(synced);
     Ok(samples)
 }
 
 /// A unit of one configuration in a work item: (configuration index, unit index, unit).
 type Member<'a> = (usize, usize, &'a Unit);
+
+/// The CPU slots a work item takes: a user's program's ranks are processes of their own, one
+/// slot each (its widest mesh's); the built-in engine's ranks share the pool's threads.
+fn weight(group: &[Member]) -> usize {
+    group
+        .iter()
+        .filter(|(_, _, u)| u.model_config.engine.is_some())
+        .flat_map(|(_, _, u)| u.meshes.iter().map(|m| m.config.world_size() as usize))
+        .max()
+        .unwrap_or(1)
+}
 
 /// What one unit's seed runs besides the correct meshes.
 #[derive(Clone, Copy)]

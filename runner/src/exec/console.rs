@@ -38,10 +38,14 @@ fn silence(fd: libc::c_int) {
     }
 }
 
-/// `eprintln!` that never fails the run ([`stderr`]).
+/// `eprintln!` that never fails the run ([`stderr`]), its text shown escaped: what it says may
+/// quote a program's output or a file's names ([`meshparity_files::text`]).
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::exec::console::stderr(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::exec::console::stderr(format_args!(
+            "{}\n",
+            ::meshparity_files::text::escaped(&format!($($arg)*))
+        ))
     };
 }

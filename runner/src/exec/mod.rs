@@ -10,6 +10,7 @@
 //! - `worker_argv.rs` — the worker's command line for one attempt;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
+//! - `fingerprint.rs` — what a record was judged under, which `--resume` holds it to;
 //! - `run_dir.rs` — run directories: unique, locked, tied to their spec;
 //! - `progress.rs` — live bar or plain lines;
 //! - `console.rs` — lines to stdout/stderr that never fail the run when the reader goes away;
@@ -18,6 +19,7 @@
 pub mod child;
 pub mod console;
 pub mod executor;
+pub mod fingerprint;
 pub mod meta;
 pub mod options;
 pub mod progress;

@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub no_skip: bool,
     /// How finished jobs' lines look (colour, whole summaries).
     pub lines: super::progress::LineStyle,
+    /// What every job's fingerprint shares (the binary, a user program's files).
+    pub basis: super::fingerprint::Basis,
 }
 
 /// Time limits: per level by default, overridable per level or per job-name glob.

@@ -18,6 +18,9 @@ pub struct LineStyle {
 /// Longest passing summary shown without `--verbose`.
 const SHORT: usize = 100;
 
+/// What starts every line of a job's summary after its first.
+pub const GUTTER: &str = "         | ";
+
 impl LineStyle {
     fn line(self, r: &JobRecord) -> String {
         let word = r.status.as_str().to_uppercase();
@@ -36,7 +39,13 @@ impl LineStyle {
         } else {
             r.summary.clone()
         };
-        format!("{word} {:>7.2}s  {}  {summary}", r.seconds, r.name)
+        // A summary quotes a program's output: shown, never obeyed, and never a line of its own.
+        format!(
+            "{word} {:>7.2}s  {}  {}",
+            r.seconds,
+            meshparity_files::text::one_line(&r.name),
+            meshparity_files::text::continued(&summary, GUTTER)
+        )
     }
 }
 
@@ -136,13 +145,16 @@ impl Progress {
                 }
                 bar.inc(1);
             }
-            Progress::Lines(style) => crate::say!("{}", style.line(r)),
+            // Built from escaped parts, with colours of its own.
+            Progress::Lines(style) => {
+                crate::exec::console::stderr(format_args!("{}\n", style.line(r)))
+            }
         }
     }
 
     pub fn note(&self, msg: &str) {
         match self {
-            Progress::Bar { bar, .. } => bar.println(msg),
+            Progress::Bar { bar, .. } => bar.println(meshparity_files::text::escaped(msg)),
             Progress::Lines(_) => crate::say!("{msg}"),
         }
     }

@@ -39,7 +39,39 @@ pub enum RunDirError {
         dir = dir.display()
     )]
     SpecChanged { dir: PathBuf, changes: String },
+    #[error(
+        "`{dir}` holds another run ({what}); a run directory is one run: name a new directory, \
+         continue that run with --resume, or pass --force to clear it first",
+        dir = dir.display()
+    )]
+    HoldsRun { dir: PathBuf, what: String },
+    #[error(
+        "`{dir}` is not empty and is not a meshparity run directory (it holds {what}); name a \
+         new or empty directory",
+        dir = dir.display()
+    )]
+    NotEmpty { dir: PathBuf, what: String },
+    #[error("clearing `{path}` (--force): {source}", path = path.display())]
+    Clear {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "`{path}` in the run directory is {what}; a run directory's files are the run's own \
+         (remove it, or start a new run)",
+        path = path.display()
+    )]
+    Planted { path: PathBuf, what: &'static str },
 }
+
+/// What a run writes into its directory: a directory holding any of them holds a run.
+const RUN_ENTRIES: &[&str] = &[
+    crate::exec::store::RESULTS_LOG,
+    SPEC_FILES,
+    "results.json",
+    "jobs",
+    SCRATCH,
+];
 
 #[derive(Serialize, Deserialize, PartialEq, Debug)]
 struct SpecFile {
@@ -79,13 +111,98 @@ impl RunDir {
         unreachable!("some suffix is free")
     }
 
-    /// `path` as given (`--run-dir`, `--resume`), created if need be.
+    /// `path` as given to `--resume`: a run to continue. Its entries the run writes into must
+    /// be its own: a link planted in their place is refused, not written through.
     pub fn open(path: &Path) -> Result<RunDir, RunDirError> {
         std::fs::create_dir_all(path).map_err(|source| RunDirError::Create {
             path: path.to_owned(),
             source,
         })?;
-        Self::hold(path.to_owned())
+        let dir = Self::hold(path.to_owned())?;
+        dir.refuse_planted()?;
+        Ok(dir)
+    }
+
+    /// `path` as given to `--run-dir`, for a new run: created if need be, and empty. One that
+    /// holds another run is refused (its records would mix with this run's, and `--resume`
+    /// would take them for this run's), or cleared first with `force`; one that holds
+    /// anything else is refused whatever `force` says.
+    pub fn open_new(path: &Path, force: bool) -> Result<RunDir, RunDirError> {
+        let dir = Self::open(path)?;
+        let entries: Vec<std::fs::DirEntry> = std::fs::read_dir(path)
+            .map_err(|source| RunDirError::Create {
+                path: path.to_owned(),
+                source,
+            })?
+            .flatten()
+            .filter(|e| e.file_name() != meshparity_files::LOCK_FILE)
+            .collect();
+        if entries.is_empty() {
+            return Ok(dir);
+        }
+        let names: Vec<String> = entries
+            .iter()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let shown = |names: &[String]| {
+            let mut list: Vec<String> = names.iter().take(5).map(|n| format!("`{n}`")).collect();
+            if names.len() > 5 {
+                list.push(format!("and {} more", names.len() - 5));
+            }
+            list.join(", ")
+        };
+        let run: Vec<String> = names
+            .iter()
+            .filter(|n| RUN_ENTRIES.contains(&n.as_str()))
+            .cloned()
+            .collect();
+        if run.is_empty() {
+            return Err(RunDirError::NotEmpty {
+                dir: path.to_owned(),
+                what: shown(&names),
+            });
+        }
+        if !force {
+            return Err(RunDirError::HoldsRun {
+                dir: path.to_owned(),
+                what: shown(&run),
+            });
+        }
+        for e in entries {
+            let p = e.path();
+            let cleared = match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
+                Ok(_) => std::fs::remove_file(&p),
+                Err(e) => Err(e),
+            };
+            cleared.map_err(|source| RunDirError::Clear { path: p, source })?;
+        }
+        Ok(dir)
+    }
+
+    /// The run's own entries are what they seem: `jobs/` and the scratch directory are
+    /// directories, the logs and records regular files, none a link. A link planted there was
+    /// written through (`results.jsonl`'s target appended to).
+    fn refuse_planted(&self) -> Result<(), RunDirError> {
+        for name in RUN_ENTRIES {
+            let path = self.path.join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let kind = meta.file_type();
+            let dir_wanted = *name == "jobs" || *name == SCRATCH;
+            let what = if kind.is_symlink() {
+                "a symbolic link"
+            } else if dir_wanted && !kind.is_dir() {
+                "not a directory"
+            } else if !dir_wanted && !kind.is_file() {
+                "not a regular file"
+            } else {
+                continue;
+            };
+            return Err(RunDirError::Planted { path, what });
+        }
+        Ok(())
     }
 
     fn hold(path: PathBuf) -> Result<RunDir, RunDirError> {

@@ -47,6 +47,9 @@ enum State {
 pub struct Execution {
     pub records: Vec<JobRecord>,
     pub interrupted: bool,
+    /// Why the results log stopped taking records, if it did: `--resume` then reruns the jobs
+    /// it lacks.
+    pub log_failure: Option<String>,
 }
 
 struct Run<'a> {
@@ -64,10 +67,13 @@ struct Run<'a> {
     progress: Progress,
     failures: usize,
     slots: Slots,
+    /// Each job's fingerprint, in `order`.
+    prints: Vec<String>,
 }
 
 /// Execute `selection` of `plan`. `previous` holds records of an earlier run (for `--resume`):
-/// jobs that passed there are not run again.
+/// jobs that passed there, judged under what this run would judge them under (the same
+/// fingerprint), are not run again.
 pub async fn execute(
     plan: &Plan,
     selection: &Selection,
@@ -113,6 +119,8 @@ pub async fn execute(
             }
         }
     }
+    let mut fingerprints = super::fingerprint::Fingerprints::new(plan, opts.basis.clone());
+    let prints: Vec<String> = order.iter().map(|n| fingerprints.of(*n)).collect();
     let mut run = Run {
         plan,
         opts,
@@ -127,12 +135,13 @@ pub async fn execute(
         order,
         failures: 0,
         slots,
+        prints,
     };
     for i in 0..run.order.len() {
         let job = &plan.graph[run.order[i]];
         if let Some(r) = previous
             .get(&job.id.to_string())
-            .filter(|r| r.status.passed())
+            .filter(|r| r.status.passed() && r.fingerprint == run.prints[i])
         {
             // Already in this run directory's log: carried over, not appended again.
             run.progress.finished(r);
@@ -186,6 +195,7 @@ pub async fn execute(
         }
     }
     run.progress.finish();
+    let log_failure = run.store.failure().map(str::to_owned);
     let records = run
         .states
         .into_iter()
@@ -197,6 +207,7 @@ pub async fn execute(
     Ok(Execution {
         records,
         interrupted,
+        log_failure,
     })
 }
 
@@ -415,11 +426,12 @@ impl Run<'_> {
                 quote(&format!("name={}", crate::plan::exact(&job.name)))
             ),
             detail: None,
+            fingerprint: self.prints[i].clone(),
         }
     }
 
     fn finish(&mut self, i: usize, r: JobRecord) -> std::io::Result<()> {
-        self.store.append(&r)?;
+        self.store.append(&r);
         self.progress.finished(&r);
         self.running.remove(&i);
         self.ready.done(i, r.status.passed());

@@ -60,15 +60,26 @@ impl Slots {
             .or_insert(Pool { capacity, used: 0 })
     }
 
-    /// Slots `job` takes in its device's pool: ceil(world/4), at most the pool; a level's
-    /// judge job reads files and computes no mesh, so it takes one.
+    /// Slots `job` takes in its device's pool, at most the pool: a user's program one per
+    /// rank it launches ([`super::executor::resources`]: each rank is a process of its own,
+    /// and two 2-rank torchrun jobs on 2 cores ran gloo under contention, 2–3× slower, into
+    /// timeouts); the built-in engine ceil(world/4), its simulated ranks sharing one process's
+    /// threads; a level's judge one (it reads files and computes no mesh).
     pub fn weight(&self, job: &Job) -> usize {
         if matches!(job.kind, crate::plan::JobKind::Check { .. }) {
             return 1;
         }
-        (job.world_size as usize)
-            .div_ceil(4)
-            .clamp(1, self.capacity(job.device))
+        let w = match super::executor::resources(job) {
+            (cpus, gpus, Some(_)) => {
+                if job.device.is_cpu() {
+                    cpus
+                } else {
+                    gpus
+                }
+            }
+            (_, _, None) => (job.world_size as usize).div_ceil(4),
+        };
+        w.clamp(1, self.capacity(job.device))
     }
 
     /// Take `job`'s slots if its pool has room (an idle pool always has).

@@ -62,10 +62,23 @@ pub fn verdict(f: &Finished, dir: &Path, timeout: Duration) -> Verdict {
 }
 
 /// The worker's last `error:` line on stderr (its panic hook writes one), else the last
-/// non-empty line.
+/// non-empty line. An allocation failure is named as such: Rust prints `memory allocation of N
+/// bytes failed` and aborts, and the last line was a panic hook's backtrace note.
 fn last_error_line(f: &Finished) -> Option<String> {
     // The worker writes its error last: the end of its log holds it.
     let lines = meshparity_files::tail(&f.stderr, 200);
+    if let Some(oom) = lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("memory allocation of") && l.contains("failed"))
+    {
+        return Some(format!(
+            "out of memory: {} (the job needs more memory than this process may use: its \
+             address-space or cgroup limit, or the machine's; a smaller model, batch or mesh \
+             needs less)",
+            oom.trim().chars().take(200).collect::<String>()
+        ));
+    }
     let line = lines
         .iter()
         .rev()
@@ -77,4 +90,38 @@ fn last_error_line(f: &Finished) -> Option<String> {
             .take(300)
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// A worker that aborted on an allocation is named out of memory, not by its last line
+    /// (a panic hook's note).
+    #[test]
+    fn an_allocation_failure_is_named_out_of_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr.log");
+        std::fs::write(
+            &stderr,
+            "memory allocation of 1073741824 bytes failed\nnote: run with `RUST_BACKTRACE=1`\n",
+        )
+        .unwrap();
+        let f = Finished {
+            ending: Ending::Exited(std::process::ExitStatus::from_raw(libc::SIGABRT)),
+            seconds: 1.0,
+            stdout: dir.path().join("stdout.log"),
+            stderr,
+        };
+        let v = verdict(&f, dir.path(), Duration::from_secs(1));
+        assert_eq!(v.status, Status::Error);
+        assert!(
+            v.summary
+                .contains("signal 6: out of memory: memory allocation of 1073741824 bytes"),
+            "{}",
+            v.summary
+        );
+    }
 }

@@ -159,13 +159,7 @@ pub fn artifact_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
     let mut h = blake3::Hasher::new();
     h.update(job.id.to_string().as_bytes());
     h.update(adapter.as_bytes());
-    h.update(env!("CARGO_PKG_VERSION").as_bytes());
-    if let Ok(exe) = std::env::current_exe().and_then(std::fs::metadata) {
-        h.update(&exe.len().to_le_bytes());
-        if let Ok(t) = exe.modified() {
-            h.update(format!("{t:?}").as_bytes());
-        }
-    }
+    h.update(crate::exec::fingerprint::build_identity().as_bytes());
     let kind = match job.kind {
         JobKind::Reference => "reference",
         _ => "run",

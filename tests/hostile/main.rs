@@ -4,7 +4,10 @@
 //! panic, mix results or be judged from bad bytes.
 
 #[macro_use]
+#[path = "../common/mod.rs"]
 mod common;
+
+mod integrity;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
