@@ -73,8 +73,27 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 
+    /// This diagnostic as a terminal may show it: a name decoded from the spec (`"a\u001b[2J"`
+    /// is a valid TOML key) in a message, label, help or note shown escaped, never obeyed.
+    fn shown(&self) -> Diagnostic {
+        let esc = |s: &str| meshparity_files::text::escaped(s).into_owned();
+        Diagnostic {
+            message: esc(&self.message),
+            label: self.label.as_deref().map(esc),
+            help: self.help.as_deref().map(esc),
+            related: self
+                .related
+                .iter()
+                .map(|(n, l)| (esc(n), l.clone()))
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// Render for a terminal or a log, `file:line:column` first so editors and CI link to it.
     pub fn render(&self, color: bool) -> String {
+        let shown = self.shown();
+        let this = &shown;
         let theme = if color {
             GraphicalTheme::unicode()
         } else {
@@ -83,14 +102,14 @@ impl Diagnostic {
         let handler = GraphicalReportHandler::new_themed(theme)
             .with_width(100)
             .with_links(false);
-        let kind = match self.severity {
+        let kind = match this.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        let mut out = format!("{kind}: {}: {}\n", self.loc.position(), self.message);
-        if let Some(excerpt) = long_line_excerpt(&self.loc) {
+        let mut out = format!("{kind}: {}: {}\n", this.loc.position(), this.message);
+        if let Some(excerpt) = long_line_excerpt(&this.loc) {
             out.push_str(&excerpt);
-            if let Some(help) = &self.help {
+            if let Some(help) = &this.help {
                 out.push_str(&format!("  help: {help}\n"));
             }
             return out;
@@ -100,8 +119,8 @@ impl Diagnostic {
             .render_report(
                 &mut block,
                 &Report {
-                    diag: self,
-                    source: named_source(&self.loc),
+                    diag: this,
+                    source: named_source(&this.loc),
                 },
             )
             .is_err()
@@ -115,7 +134,12 @@ impl Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.loc.position(), self.message)
+        write!(
+            f,
+            "{}: {}",
+            self.loc.position(),
+            meshparity_files::text::escaped(&self.message)
+        )
     }
 }
 
@@ -317,6 +341,7 @@ impl Diagnostics {
         let mut out = String::new();
         for d in self.items.iter().take(MAX_RENDERED) {
             out.push_str(&d.render(color));
+            let d = d.shown();
             for (text, loc) in &d.related {
                 let note = Note {
                     text,
@@ -356,5 +381,32 @@ impl IntoIterator for Diagnostics {
     type IntoIter = std::vec::IntoIter<Diagnostic>;
     fn into_iter(self) -> Self::IntoIter {
         self.items.into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceFile;
+
+    /// A name decoded from a TOML escape reaches the terminal escaped, in the message and in
+    /// what the note and help say.
+    #[test]
+    fn decoded_control_characters_are_shown_escaped() {
+        let file = SourceFile::new("s.toml", "[models.\"a\\u001b[2Jb\"]\n");
+        let at = Loc::new(&file, 8..21);
+        let d = Diagnostic::error(&at, "invalid model name `a\x1b[2Jb`")
+            .help("rename `a\x1b[2Jb`")
+            .related("`a\x1b]0;t\x07` here", &at);
+        let mut all = Diagnostics::default();
+        all.push(d);
+        for color in [false, true] {
+            let text = all.render(color);
+            assert!(
+                !text.contains("\x1b[2J") && !text.contains('\x07'),
+                "{text:?}"
+            );
+            assert!(text.contains("a\\x1b[2Jb"), "{text}");
+        }
     }
 }
