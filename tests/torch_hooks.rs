@@ -3,7 +3,9 @@
 //! raised on every rank (a meta tensor on the last rank, an unwritable directory on rank 0,
 //! different tensors per rank) instead of a hang; traces of a TP × DP run equal to world size
 //! 1's, site by site, in world-size-1 shape; replica digests that see one TP rank's layer norm
-//! drift; a seed checkpoint through torch.distributed.checkpoint and back, bit for bit.
+//! drift; a seed checkpoint through torch.distributed.checkpoint and back, bit for bit;
+//! transposed, strided and expanded views written by Writer, Recorder and Tracer read back as
+//! their logical values (they were written in storage order).
 //! The checks are tests/consumers/torch_hooks_check.py; each rank prints `rank R: ok`.
 
 mod common;

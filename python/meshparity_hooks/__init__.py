@@ -42,18 +42,30 @@ def _rank():
 
 
 def to_numpy(x):
-    """A numpy array of `x` (numpy, JAX, torch, or a Python number)."""
+    """A C-contiguous numpy array of `x` (numpy, JAX, torch, or a Python number), its elements
+    in logical (row-major) order.
+
+    Contiguous because safetensors' numpy `save_file` writes an array's memory as it lies: a
+    transposed view (`t.t()`, the gradient torch hands a norm's weight under HF's Qwen3) was
+    written in storage order, scrambled, and an expanded one (`t.expand(2, 3)`, stride 0)
+    read past its storage. Every writer of this package goes through here."""
     import numpy as np
 
     if hasattr(x, "detach"):  # torch
         x = x.detach().cpu()
         if str(x.dtype) in ("torch.bfloat16", "torch.float16"):
             x = x.float()
-        return x.numpy()
+        return _logical(x.contiguous().numpy())
     a = np.asarray(x)
     if a.dtype.name in ("bfloat16", "float16"):
         a = a.astype(np.float32)
-    return a
+    return _logical(a)
+
+
+def _logical(a):
+    """`a` itself when its memory is in row-major order, else a row-major copy (0-d arrays stay
+    0-d: `np.ascontiguousarray` makes them 1-d)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 class Recorder:

@@ -67,6 +67,26 @@ def main():
     step0 = load_file(os.path.join(out, "trace", "step0.safetensors"))
     assert (step0["embed"] == np.asarray(w1)).all()
 
+    # Values whose memory is not their logical order (a numpy transpose, a strided slice, a
+    # broadcast view), beside a JAX array's transpose: every writer writes their logical values.
+    base = np.arange(24.0, dtype=np.float32).reshape(4, 6)
+    views = {
+        "transposed": base.T,
+        "sliced": base[:, 1::2],
+        "broadcast": np.broadcast_to(np.arange(3.0, dtype=np.float32), (4, 3)),
+        "jax_transposed": jnp.asarray(base).T,
+    }
+    logical = {k: np.array(np.asarray(v).tolist(), dtype=np.float32) for k, v in views.items()}
+    w.grads(views, "before_clip", name="views.safetensors")
+    vt = Tracer(os.path.join(out, "views-trace"), steps=(0,))
+    vt.begin(0)
+    vt.values(views)
+    vt.end()
+    for path in ["w/views.safetensors", "views-trace/step0.safetensors"]:
+        got = load_file(os.path.join(out, path))
+        for k, v in logical.items():
+            assert got[k].shape == v.shape and (got[k] == v).all(), (path, k, got[k], v)
+
     whole = dropout_mask(7, 1, "layers.0.hidden", (4, 6, 8), 0.25)
     part = dropout_mask(7, 1, "layers.0.hidden", (4, 6, 8), 0.25, (slice(2, 4), slice(0, 3)))
     assert (part == whole[2:4, 0:3]).all()

@@ -86,6 +86,70 @@ def check_writer(mesh, out):
         assert row == {"step": 1, "loss": 2.5, "grad_norm": 3.0}, row
 
 
+def views():
+    """Tensors whose memory is not their logical order: transposed, sliced with a step,
+    expanded (stride 0), a DTensor's transposed full tensor, and numpy's transpose."""
+    import numpy as np
+
+    base = torch.arange(24.0).reshape(4, 6)
+    return {
+        "transposed": base.t(),
+        "sliced": base[:, 1::2],
+        "expanded": torch.arange(3.0).expand(4, 3),
+        "half_transposed": base.to(torch.bfloat16).t(),
+        "numpy_transposed": np.arange(6.0).reshape(2, 3).T,
+    }
+
+
+def check_views(mesh, out):
+    """Every writer writes what a tensor means, not its memory: a transposed view was written
+    in storage order (scrambled) and an expanded one read past its storage. Writer, Recorder
+    and Tracer (a module whose output is a view, a value(), a parameter's gradient) read back
+    equal to the tensors' logical values."""
+    import numpy as np
+
+    from meshparity_hooks import Recorder
+
+    want = {k: (v.float().numpy() if hasattr(v, "numpy") else v) for k, v in views().items()}
+    want = {k: np.array(v.tolist(), dtype=np.float32 if "half" in k else v.dtype)
+            for k, v in want.items()}
+    Writer(os.path.join(out, "views")).tensors("w.safetensors", views())
+    if dist.get_rank() == 0:
+        Recorder(os.path.join(out, "views")).tensors("r.safetensors", views())
+    dist.barrier()
+
+    class Transposing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(3, 4, bias=False)
+
+        def forward(self, x):
+            return self.w(x).t()  # the model's output a view; `w`'s own output is whole
+
+    torch.manual_seed(1)
+    m = Transposing()
+    x = torch.arange(6.0).reshape(2, 3)
+    tracer = Tracer(m, os.path.join(out, "views-trace"), steps=(0,), modules=["w"])
+    tracer.begin(0)
+    y = m(x)
+    (y * torch.arange(8.0).reshape(4, 2)).sum().backward()
+    tracer.value("viewed", torch.arange(6.0).reshape(2, 3).t())
+    tracer.grads(m)
+    tracer.end()
+    if dist.get_rank() != 0:
+        return
+    for name in ["w.safetensors", "r.safetensors"]:
+        got = load_file(os.path.join(out, "views", name))
+        for k, v in want.items():
+            assert got[k].shape == v.shape and (got[k] == v).all(), (name, k, got[k], v)
+    traced = load_file(os.path.join(out, "views-trace", "step0.safetensors"))
+    assert (traced["w"] == (x @ m.w.weight.detach().t()).numpy()).all(), traced["w"]
+    assert (traced["viewed"] == np.arange(6.0).reshape(2, 3).T).all(), traced["viewed"]
+    # The gradient arriving at `w`'s output: the weighting's transpose, as a view.
+    assert (traced["w.bwd.in"] == np.arange(8.0).reshape(4, 2).T).all(), traced["w.bwd.in"]
+    assert (traced["grad.w.weight"] == m.w.weight.grad.numpy()).all()
+
+
 def check_abort(out):
     """One rank's failure is every rank's error, naming that rank; nobody hangs."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -190,6 +254,7 @@ def main():
     tp = 2 if world % 2 == 0 else 1
     mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
     check_writer(mesh, out)
+    check_views(mesh, out)
     check_abort(out)
     check_tracer(mesh, out)
     check_digests(mesh, out)
