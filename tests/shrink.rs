@@ -154,12 +154,16 @@ fn a_failed_check_carries_a_repro_with_its_own_limits() {
     );
 }
 
-/// By default a run shrinks the first caught job of each mutation, within 20 s, and the other
-/// jobs of that mutation name it; the environment's switch turns it off, `--shrink` wins.
-/// The searches make their tries in memory (a directory of the runner's on a tmpfs, removed
-/// when it ends, with any a killed runner left there) and none in the jobs' directories.
+/// By default a run shrinks what went wrong, the first job of each kind within 20 s: of two
+/// failed checks of one (model, mesh, level) — here in two dtypes, under a limit nothing
+/// meets — one shrinks and the other names it. A caught mutation, the passing outcome of its
+/// job, does not shrink (it cost 20–31 s a job); `--shrink` shrinks every one, and wins over
+/// the environment's switch, which turns shrinking off. The searches make their tries in
+/// memory (a directory of the runner's on a tmpfs, removed when it ends, with any a killed
+/// runner left there) and none in the jobs' directories; a job's time is its check's, the
+/// search's reported apart.
 #[test]
-fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
+fn by_default_only_failures_shrink_the_first_of_each_kind_and_the_rest_name_it() {
     let dir = tempfile::tempdir().unwrap();
     let shm = std::path::Path::new(meshparity_files::SHM);
     let in_memory = meshparity_files::is_tmpfs_with(shm, 2 << 30);
@@ -167,15 +171,27 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
     let abandoned = memory.path().join("meshparity-tries-1-2");
     std::fs::create_dir(&abandoned).unwrap();
     drop(meshparity_files::Lock::acquire(&abandoned).unwrap());
+    let model = "[run]\nname = \"first\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 2\n\
+                 hidden = 32\nheads = 4\nffn = 64\nvocab = 64\nseq_len = 8\n[meshes.tp2]\ntp = 2\n";
     std::fs::write(
-        dir.path().join("spec.toml"),
-        "[run]\nname = \"first\"\nsteps = 2\nbatch = 4\n[models.m]\nlayers = 2\nhidden = 32\n\
-         heads = 4\nffn = 64\nvocab = 64\nseq_len = 8\n[meshes.tp2]\ntp = 2\n\
-         [meshes.dp2-tp2]\ndp = 2\ntp = 2\n[[matrix]]\nlevels = [\"forward\"]\n\
-         [mutations]\nselect = [\"tp-average-instead-of-sum\"]\n",
+        dir.path().join("failing.toml"),
+        format!(
+            "{model}[tolerances.never]\nextends = \"builtin\"\n\
+             forward.f32 = {{ relative_l2 = 1e-30 }}\nforward.f64 = {{ relative_l2 = 1e-30 }}\n\
+             [[matrix]]\nlevels = [\"forward\"]\ndtypes = [\"f32\", \"f64\"]\n\
+             tolerance = \"never\"\n[mutations]\nselect = []\n"
+        ),
     )
     .unwrap();
-    let run = |args: &[&str], no_shrink: bool| -> Vec<Value> {
+    std::fs::write(
+        dir.path().join("caught.toml"),
+        format!(
+            "{model}[meshes.dp2-tp2]\ndp = 2\ntp = 2\n[[matrix]]\nlevels = [\"forward\"]\n\
+             [mutations]\nselect = [\"tp-average-instead-of-sum\"]\n"
+        ),
+    )
+    .unwrap();
+    let run = |spec: &str, args: &[&str], no_shrink: bool, code: i32| -> Vec<Value> {
         let mut c = Command::new(env!("CARGO_BIN_EXE_meshparity"));
         c.current_dir(dir.path())
             .env_remove("MESHPARITY_NO_SHRINK")
@@ -184,13 +200,13 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
             c.env("MESHPARITY_NO_SHRINK", "1");
         }
         let out = c
-            .args(["run", "spec.toml", "--no-progress", "--run-dir"])
+            .args(["run", spec, "--no-progress", "--run-dir"])
             .args(args)
             .output()
             .unwrap();
         assert_eq!(
             out.status.code(),
-            Some(0),
+            Some(code),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -200,11 +216,11 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
         .unwrap();
         let jobs = results["jobs"].as_array().unwrap();
         jobs.iter()
-            .filter(|j| j["name"].as_str().unwrap().contains("/mutation["))
+            .filter(|j| j["kind"] == "forward" || j["kind"] == "mutation")
             .cloned()
             .collect()
     };
-    let jobs = run(&["default"], false);
+    let jobs = run("failing.toml", &["failing"], false, 1);
     assert_eq!(jobs.len(), 2);
     let shrunk: Vec<&Value> = jobs
         .iter()
@@ -217,24 +233,42 @@ fn by_default_the_first_job_of_each_mutation_shrinks_and_the_rest_name_it() {
         .unwrap();
     let holder = shrunk[0]["name"].as_str().unwrap();
     assert_eq!(other["detail"]["repro_in"].as_str(), Some(holder));
-    let left: Vec<_> = std::fs::read_dir(memory.path()).unwrap().collect();
-    assert_eq!(left.is_empty(), in_memory, "left in memory: {left:?}");
-    let on_disk = walk(&dir.path().join("default")).into_iter();
-    assert_eq!(on_disk.filter(|p| p.ends_with("shrink")).count(), 0);
     assert!(other["summary"]
         .as_str()
         .unwrap()
         .contains(&format!("repro: in job {holder}")));
+    // The search's time is apart from the check's.
+    assert!(shrunk[0]["shrink_seconds"].as_f64().unwrap() > 0.0, "{:#}", shrunk[0]);
+    let left: Vec<_> = std::fs::read_dir(memory.path()).unwrap().collect();
+    assert_eq!(left.is_empty(), in_memory, "left in memory: {left:?}");
+    let on_disk = walk(&dir.path().join("failing")).into_iter();
+    assert_eq!(on_disk.filter(|p| p.ends_with("shrink")).count(), 0);
+    // Caught mutations: no repro, no pointer, no search time.
+    let caught = run("caught.toml", &["caught"], false, 0);
+    assert_eq!(caught.iter().filter(|j| j["kind"] == "mutation").count(), 2);
+    for j in &caught {
+        assert!(
+            j["detail"]["repro"].is_null()
+                && j["detail"]["repro_in"].is_null()
+                && j["shrink_seconds"].is_null(),
+            "{j:#?}"
+        );
+    }
     // Off: no repro and no pointer.
-    for j in run(&["off"], true) {
+    for j in run("failing.toml", &["off"], true, 1) {
         assert!(
             j["detail"]["repro"].is_null() && j["detail"]["repro_in"].is_null(),
             "{j:#?}"
         );
     }
-    // `--shrink` wins over the environment: every job has its own.
-    for j in run(&["every", "--shrink"], true) {
-        assert!(j["detail"]["repro"].is_object(), "{j:#?}");
+    // `--shrink` wins over the environment: every failure and caught mutation has its own.
+    for (spec, code) in [("failing.toml", 1), ("caught.toml", 0)] {
+        for j in run(spec, &[&format!("every-{code}"), "--shrink"], true, code)
+            .iter()
+            .filter(|j| j["kind"] == "mutation" || j["status"] == "failed")
+        {
+            assert!(j["detail"]["repro"].is_object(), "{j:#?}");
+        }
     }
 }
 

@@ -122,6 +122,10 @@ pub struct JobRecord {
     /// fingerprint in the resuming run. Empty in records older than the field.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub fingerprint: String,
+    /// Of the job's wall time, what shrinking its failure to a repro took; `seconds` is the
+    /// rest (the check's own: what JUnit reports).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shrink_seconds: f64,
     /// The engine's findings: comparisons with their metrics and limits, collectives, faults.
     #[serde(
         default,
@@ -179,4 +183,8 @@ impl RunResults {
 
 fn cpu() -> String {
     "cpu".to_owned()
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }

@@ -60,6 +60,7 @@ pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
                     cached: false,
                     detail: None,
                     adapter: String::new(),
+                    shrink_seconds: 0.0,
                 };
                 let _ = std::fs::create_dir_all(&args.out);
                 let path = args.out.join(crate::worker::RESULT_FILE);

@@ -69,12 +69,14 @@ pub struct Args {
     /// the end.
     #[arg(long)]
     keep_artifacts: bool,
-    /// Shrink every caught mutation and failed check, not only the first of each kind: search
-    /// for the smallest configuration still failing the same level at the same site — fewer
-    /// layers, smaller widths, lower degrees, f32 — within SECONDS per job (default 20), and
-    /// write it as `repro/spec.toml` in the job's directory with the command that runs it. By
-    /// default the first caught job of each (model, mutation) and the first failed check of
-    /// each (model, mesh, level) shrink, within 20 s each; the rest name that job.
+    /// Shrink every failed check and every caught mutation, not only the first failure of each
+    /// kind: search for the smallest configuration still failing the same level at the same
+    /// site — fewer layers, smaller widths, lower degrees, f32 — within SECONDS per job
+    /// (default 20), and write it as `repro/spec.toml` in the job's directory with the command
+    /// that runs it. By default only what went wrong shrinks — the first failed check of each
+    /// (model, mesh, level), within 20 s; the rest name that job — and a caught mutation (the
+    /// passing outcome of its job) does not. A job's time is its check's; shrinking is
+    /// reported apart.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "20")]
     shrink: Option<f64>,
     /// Shrink no failure (no `repro/`); `--shrink` wins over it. The environment's

@@ -41,6 +41,10 @@ pub struct Args {
     /// (the runner's default; without it every failure shrinks).
     #[arg(long, value_name = "DIR", requires = "shrink")]
     shrink_claims: Option<PathBuf>,
+    /// With --shrink: caught mutations shrink too (the runner's `--shrink`); without it only
+    /// failed checks do.
+    #[arg(long, requires = "shrink")]
+    shrink_caught: bool,
     /// With --shrink: make the search's tries here (the runner's directory in memory) instead
     /// of in the job's directory.
     #[arg(long, value_name = "DIR", requires = "shrink")]
@@ -103,6 +107,7 @@ pub fn run(args: &Args) -> u8 {
                 seconds,
                 claims: args.shrink_claims.clone(),
                 tries: args.shrink_tries.clone(),
+                caught: args.shrink_caught,
             }),
         attempt: args.attempt,
         device: args.device,

@@ -77,6 +77,7 @@ fn job(name: &str, status: Status, summary: &str) -> JobRecord {
         reproduce: format!("meshparity run spec.toml --filter 'name={name}'"),
         detail: None,
         fingerprint: String::new(),
+        shrink_seconds: 0.0,
     }
 }
 

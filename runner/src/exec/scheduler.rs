@@ -350,6 +350,7 @@ impl Run<'_> {
             detail,
             cached,
             adapter,
+            shrink_seconds,
         } = verdict(&f, &dir, timeout);
         self.attempts[i].push(Attempt {
             status,
@@ -378,8 +379,11 @@ impl Run<'_> {
         } else {
             status
         };
+        // The job's time is its check's; what its shrink search took is reported apart.
         let seconds: f64 = self.attempts[i].iter().map(|a| a.seconds).sum();
-        let mut r = self.record(i, status, summary, seconds);
+        let shrink_seconds = shrink_seconds.clamp(0.0, seconds);
+        let mut r = self.record(i, status, summary, seconds - shrink_seconds);
+        r.shrink_seconds = shrink_seconds;
         r.detail = detail;
         r.cached = cached;
         r.adapter = adapter;
@@ -427,6 +431,7 @@ impl Run<'_> {
             ),
             detail: None,
             fingerprint: self.prints[i].clone(),
+            shrink_seconds: 0.0,
         }
     }
 

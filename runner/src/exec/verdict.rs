@@ -16,6 +16,8 @@ pub struct Verdict {
     pub cached: bool,
     /// The adapter the worker computed on.
     pub adapter: String,
+    /// What shrinking the failure took of the attempt's time.
+    pub shrink_seconds: f64,
 }
 
 impl Verdict {
@@ -26,6 +28,7 @@ impl Verdict {
             detail: None,
             cached: false,
             adapter: String::new(),
+            shrink_seconds: 0.0,
         }
     }
 }
@@ -42,6 +45,7 @@ pub fn verdict(f: &Finished, dir: &Path, timeout: Duration) -> Verdict {
             detail: r.detail,
             cached: r.cached,
             adapter: r.adapter,
+            shrink_seconds: r.shrink_seconds,
         },
         (Ending::Exited(_), _) => {
             let why = last_error_line(f).unwrap_or_else(|| "no result file".into());

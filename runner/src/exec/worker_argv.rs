@@ -64,7 +64,9 @@ pub fn args(a: &Attempt<'_>) -> Vec<String> {
     }
     if let Some(s) = opts.shrink {
         args.extend(["--shrink".into(), s.seconds.to_string()]);
-        if !s.every {
+        if s.every {
+            args.push("--shrink-caught".into());
+        } else {
             // The first failing job of each kind shrinks: kinds are claimed in the run's
             // scratch directory.
             let claims = opts.run_dir.join(super::run_dir::SCRATCH);

@@ -103,6 +103,7 @@ impl Context<'_> {
                 activation_bytes: manifest.activation_bytes,
             })),
             adapter: self.adapter.to_owned(),
+            shrink_seconds: 0.0,
         };
         let marker = tmp.join(RESULT_FILE);
         std::fs::write(
@@ -154,6 +155,7 @@ impl Context<'_> {
                 activation_bytes: None,
             })),
             adapter: self.adapter.to_owned(),
+            shrink_seconds: 0.0,
         }
     }
 
@@ -172,6 +174,7 @@ impl Context<'_> {
             baseline2: baseline2.as_deref(),
         };
         let mut o = judge.level(level, &limits)?;
+        let mut shrink_seconds = 0.0;
         // A vacuous level (a reference that does not train) has no divergence to localize.
         if !o.passed && self.job.variant.is_none() && !o.only_vacuous() {
             // A verdict already computed is kept whatever happens to its localization.
@@ -183,6 +186,7 @@ impl Context<'_> {
                 }
             }
             if let Some(order) = &self.args.shrink {
+                let shrinking = std::time::Instant::now();
                 let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
                 let site = site.map(|s| s.site.clone());
                 let what = super::repro::Failure {
@@ -200,14 +204,13 @@ impl Context<'_> {
                     order,
                 );
                 (o.repro, o.repro_in) = shrunk.into_parts();
+                shrink_seconds = shrinking.elapsed().as_secs_f64();
             }
         }
-        Ok(WorkerResult::verdict(
-            o.passed,
-            o.summary(),
-            o.seconds,
-            Finding::Level(o),
-        ))
+        Ok(WorkerResult {
+            shrink_seconds,
+            ..WorkerResult::verdict(o.passed, o.summary(), o.seconds, Finding::Level(o))
+        })
     }
 
     /// Train the mesh with the bug injected and judge it at the levels of its cell, in stages
@@ -253,7 +256,10 @@ impl Context<'_> {
         if let Some(l) = found {
             o.localized(l);
         }
-        if let (Some(order), Some(&level)) = (&self.args.shrink, o.caught_by.first()) {
+        let order = self.args.shrink.as_ref().filter(|o| o.caught);
+        let mut shrink_seconds = 0.0;
+        if let (Some(order), Some(&level)) = (order, o.caught_by.first()) {
+            let shrinking = std::time::Instant::now();
             let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
             let site = site.map(|s| s.site.clone());
             let what = super::repro::Failure {
@@ -271,13 +277,12 @@ impl Context<'_> {
                 order,
             );
             (o.repro, o.repro_in) = shrunk.into_parts();
+            shrink_seconds = shrinking.elapsed().as_secs_f64();
         }
-        Ok(WorkerResult::verdict(
-            o.caught,
-            o.summary(),
-            o.seconds,
-            Finding::Mutation(o),
-        ))
+        Ok(WorkerResult {
+            shrink_seconds,
+            ..WorkerResult::verdict(o.caught, o.summary(), o.seconds, Finding::Mutation(o))
+        })
     }
 
     /// Where this run's mutation jobs share the trace of their reference (`reference`, whose

@@ -87,6 +87,14 @@ pub struct WorkerResult {
     /// The device the job computed on, as its engine describes it.
     #[serde(default)]
     pub adapter: String,
+    /// Of the job's time, what shrinking its failure took (reported apart: the job's own time
+    /// is its check's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shrink_seconds: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl WorkerResult {
@@ -103,6 +111,7 @@ impl WorkerResult {
             cached: false,
             detail: Some(detail),
             adapter: String::new(),
+            shrink_seconds: 0.0,
         }
     }
 }
