@@ -268,3 +268,58 @@ fn structural_problems_are_always_listed_and_the_table_says_what_it_hid() {
     );
     assert!(out.contains("and 4 more tensor(s) not shown"), "{out}");
 }
+
+/// A correct bf16 pair compared by hand (issue 61, item 5): `auto` gates it as the oracle level
+/// does in bf16 — the dtype from the runs' manifests, though the files hold f32 weights and
+/// bf16 gradients — and says so; element-wise allclose (`--profile default`, the old default)
+/// cried MISMATCH on every tensor. The gates line names each set of limits once.
+#[test]
+fn compare_picks_the_limits_of_the_files_level_and_dtype() {
+    let fx = tempfile::tempdir().unwrap();
+    let spec = "[run]\nname = \"bf\"\nsteps = 2\nbatch = 4\n[models.tiny]\nlayers = 2\nhidden = 32\n\
+                heads = 4\nkv_heads = 2\nffn = 48\nvocab = 64\nseq_len = 8\ndtype = \"bf16\"\n\
+                [meshes.tp2]\ntp = 2\n[[matrix]]\nlevels = [\"oracle\", \"curve\"]\n\
+                [mutations]\nselect = []\n";
+    std::fs::write(fx.path().join("spec.toml"), spec).unwrap();
+    meshparity()
+        .current_dir(fx.path())
+        .env("MESHPARITY_NO_SHRINK", "1")
+        .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
+        .assert()
+        .code(0);
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fx.path().join("run/results.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = |kind: &str| {
+        let j = r["jobs"].as_array().unwrap().iter().find(|j| j["kind"] == kind).unwrap();
+        PathBuf::from(j["detail"]["artifacts"].as_str().unwrap())
+    };
+    let (reference, run) = (dir("reference"), dir("train"));
+    let compare = |file: &str, extra: &[&str]| {
+        let out = meshparity()
+            .arg("compare")
+            .arg(reference.join(file))
+            .arg(run.join(file))
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, text) = compare("grads.safetensors", &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("profile `oracle-bf16` (auto)") && text.contains("its manifest.json"),
+        "{text}"
+    );
+    let gates = text.lines().find(|l| l.starts_with("gates:")).unwrap();
+    assert_eq!(gates.matches("mean_abs_pct ≤ 1.200e1").count(), 2, "{gates}");
+    assert!(gates.contains("for `grad_norm`") && !gates.contains(", ("), "{gates}");
+    let (code, text) = compare("weights.safetensors", &[]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = compare("curve.jsonl", &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("profile `curve-bf16` (auto)"), "{text}");
+    let (code, text) = compare("grads.safetensors", &["--profile", "default"]);
+    assert_eq!(code, Some(1), "allclose on a bf16 pair: {text}");
+}

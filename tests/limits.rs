@@ -6,7 +6,6 @@
 #[macro_use]
 mod common;
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -94,7 +93,7 @@ fn a_run_keeps_what_its_reports_cite_and_says_its_size() {
         "{names:#?}"
     );
     assert!(files(&lean.join("artifacts")).is_empty());
-    // Each mutation's failed comparisons still name files that are there.
+    // Each mutation's failed comparisons still name files that are there, in the run directory.
     for job in r["jobs"].as_array().unwrap() {
         if !job["name"].as_str().unwrap().contains("/mutation[") {
             continue;
@@ -104,7 +103,8 @@ fn a_run_keeps_what_its_reports_cite_and_says_its_size() {
             for c in level["comparisons"].as_array().unwrap() {
                 if c["passed"] == false && c["reproduce"].as_str().is_some_and(|s| !s.is_empty()) {
                     for side in ["reference", "candidate"] {
-                        let path = Path::new(c[side].as_str().unwrap());
+                        // Relative to the run directory, which holds every file it cites.
+                        let path = lean.join(c[side].as_str().unwrap());
                         assert!(path.is_file(), "{} cites {}", job["name"], path.display());
                         cited += 1;
                     }

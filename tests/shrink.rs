@@ -238,7 +238,11 @@ fn by_default_only_failures_shrink_the_first_of_each_kind_and_the_rest_name_it()
         .unwrap()
         .contains(&format!("repro: in job {holder}")));
     // The search's time is apart from the check's.
-    assert!(shrunk[0]["shrink_seconds"].as_f64().unwrap() > 0.0, "{:#}", shrunk[0]);
+    assert!(
+        shrunk[0]["shrink_seconds"].as_f64().unwrap() > 0.0,
+        "{:#}",
+        shrunk[0]
+    );
     let left: Vec<_> = std::fs::read_dir(memory.path()).unwrap().collect();
     assert_eq!(left.is_empty(), in_memory, "left in memory: {left:?}");
     let on_disk = walk(&dir.path().join("failing")).into_iter();

@@ -251,6 +251,7 @@ impl Engine for CommandEngine {
             engine: self.describe().engine,
             device: self.device.clone(),
             world_size: req.world_size(),
+            dtype: Some(req.dtype),
             steps,
             artifacts: collected.written,
             ungated: collected.ungated,

@@ -139,6 +139,7 @@ pub(crate) fn run(
         engine: engine.describe().engine,
         device: engine.device.clone(),
         world_size: req.world_size(),
+        dtype: Some(req.dtype),
         steps,
         artifacts: written,
         ungated: b.ungated,

@@ -23,10 +23,11 @@ pub fn sci(x: f64) -> String {
     }
 }
 
-/// The distinct sets of limits in force, e.g. `allclose(atol=1e-5, rtol=1.3e-6)` or
-/// `relative_l2 ≤ 1e-4 (layer-averaged)`; per-tensor overrides appear as further sets.
+/// The distinct sets of limits in force, once each: `allclose(atol=1e-5, rtol=1.3e-6)` or
+/// `relative_l2 ≤ 1e-4 (layer-averaged)`. The set most tensors have is named alone; each other
+/// set (a per-tensor override, the gradient norm's own limit) says which tensors it is for.
 fn gates_in_force(report: &TensorReport) -> String {
-    let mut sets: Vec<String> = Vec::new();
+    let mut sets: Vec<(String, Vec<&str>)> = Vec::new();
     for t in &report.tensors {
         let l = &t.limits;
         let mut parts = Vec::new();
@@ -46,23 +47,37 @@ fn gates_in_force(report: &TensorReport) -> String {
                 }
             });
         }
-        if l.layer_average {
-            parts.push("(continuous metrics layer-averaged)".into());
-        }
-        let set = if parts.is_empty() {
+        let mut set = if parts.is_empty() {
             "none".to_owned()
         } else {
             parts.join(", ")
         };
-        let set = match &l.override_glob {
-            Some(g) => format!("{set} [for {g}]"),
-            None => set,
-        };
-        if !sets.contains(&set) {
-            sets.push(set);
+        if l.layer_average {
+            set.push_str(" (layer-averaged)");
+        }
+        if let Some(g) = &l.override_glob {
+            set.push_str(&format!(" [override {g}]"));
+        }
+        match sets.iter_mut().find(|(s, _)| *s == set) {
+            Some((_, names)) => names.push(&t.name),
+            None => sets.push((set, vec![&t.name])),
         }
     }
-    sets.join("; ")
+    sets.sort_by_key(|(_, names)| std::cmp::Reverse(names.len()));
+    sets.iter()
+        .enumerate()
+        .map(|(i, (set, names))| {
+            if i == 0 {
+                return set.clone();
+            }
+            let mut shown: Vec<String> = names.iter().take(3).map(|n| format!("`{n}`")).collect();
+            if names.len() > 3 {
+                shown.push(format!("{} more", names.len() - 3));
+            }
+            format!("{set} for {}", shown.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// How far past its worst limit a tensor is (for ordering offenders).

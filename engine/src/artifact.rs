@@ -72,6 +72,10 @@ pub struct Manifest {
     pub device: String,
     /// Ranks of the run (1 for a reference).
     pub world_size: u64,
+    /// The dtype the run computed in (its artifacts may be upcast: f32 master weights, f64
+    /// updates): what `meshparity compare` picks its limits by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<meshparity_specs::DType>,
     /// Training steps run.
     pub steps: usize,
     /// Artifact files written, by name (see [`files`]).

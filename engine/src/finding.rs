@@ -39,6 +39,17 @@ impl Finding {
         }
     }
 
+    /// The comparisons a report points a person at, whose files a run keeps: every failed one,
+    /// and every one of a mutation that went uncaught (its passing comparisons are the evidence
+    /// that the check missed it).
+    pub fn cited(&self) -> Vec<&Comparison> {
+        let missed = matches!(self, Finding::Mutation(m) if !m.caught);
+        self.comparisons()
+            .into_iter()
+            .filter(|c| missed || !c.passed)
+            .collect()
+    }
+
     /// The level outcomes, one for a level job, every level's for a mutation job.
     pub fn outcomes(&self) -> Vec<&Outcome> {
         match self {

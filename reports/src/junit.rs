@@ -71,7 +71,7 @@ fn status(job: &JobRecord) -> TestCaseStatus {
                 NonSuccessKind::Error
             };
             let mut s = TestCaseStatus::non_success(kind);
-            s.set_message(job.summary.as_str());
+            s.set_message(headline(&job.summary));
             s.set_type(match job.status {
                 Status::Failed if job.mutation.is_some() => "mutation-not-caught",
                 Status::Failed => "tolerance-exceeded",
@@ -91,20 +91,53 @@ fn status(job: &JobRecord) -> TestCaseStatus {
     }
 }
 
-/// Every failed comparison of a job, one line each.
+/// The most a failure's one-line message holds.
+const HEADLINE: usize = 200;
+
+/// A failure's message: the summary's first clause, on one line (CI pages show it in a list;
+/// the whole summary is the failure's text).
+pub fn headline(summary: &str) -> String {
+    let first = summary.lines().next().unwrap_or_default();
+    let first = first
+        .split(" (reproduce: ")
+        .next()
+        .unwrap_or(first)
+        .split("; ")
+        .next()
+        .unwrap_or(first);
+    let mut out: String = first.chars().take(HEADLINE).collect();
+    if first.chars().count() > HEADLINE {
+        out.push('…');
+    }
+    out
+}
+
+/// A failure's text: the whole summary, every failed comparison on a line, and the commands
+/// that reproduce it — the job, and each comparison's `meshparity compare` — to paste in the
+/// run directory (GitLab shows this text, not the properties).
 pub fn failure_details(job: &JobRecord) -> String {
-    let mut out = Vec::new();
-    for c in job.detail.iter().flat_map(|d| d.comparisons()) {
-        if !c.passed {
+    let mut out = vec![job.summary.clone()];
+    let cited: Vec<_> = job.detail.iter().flat_map(|d| d.cited()).collect();
+    if !cited.is_empty() {
+        out.push(String::new());
+        out.push("failed comparisons:".into());
+        for c in &cited {
             out.push(format!(
-                "{}: {}",
+                "  {}: {}",
                 c.what,
                 c.failure.as_deref().unwrap_or("mismatch")
             ));
         }
     }
-    if out.is_empty() {
-        out.push(job.summary.clone());
+    let compares = cited.iter().map(|c| c.reproduce.as_str());
+    let lines: Vec<&str> = std::iter::once(job.reproduce.as_str())
+        .chain(compares)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if !lines.is_empty() {
+        out.push(String::new());
+        out.push("reproduce (in the run directory):".into());
+        out.extend(lines.iter().map(|l| format!("  {l}")));
     }
     out.join("\n")
 }
@@ -139,7 +172,13 @@ pub fn junit(results: &RunResults) -> String {
             ("meshparity_version", meta.meshparity_version.clone()),
             ("started", meta.started.clone()),
         ];
-        suite.add_properties(props.into_iter().map(|(k, v)| Property::new(k, v)));
+        // A value not known (no repository, no commit) is left out, not written empty.
+        suite.add_properties(
+            props
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| Property::new(k, v)),
+        );
         let skipped = jobs
             .iter()
             .filter(|j| matches!(j.status, Status::Skipped | Status::NotRun))

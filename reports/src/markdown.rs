@@ -31,9 +31,9 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         out.push_str("### Not passed\n\n| job | status | why |\n|---|---|---|\n");
         for j in bad {
             out.push_str(&format!(
-                "| [{}]({html}#{}) | {} | {} |\n",
+                "| [{}]({}) | {} | {} |\n",
                 escape(&j.name),
-                anchor(j),
+                link(html, &anchor(j)),
                 j.status.as_str(),
                 escape(&j.summary)
             ));
@@ -45,11 +45,11 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         out.push_str("### Notes\n\n");
         for n in notes {
             out.push_str(&format!(
-                "- {} ({} job(s), first [{}]({html}#{}))\n",
+                "- {} ({} job(s), first [{}]({}))\n",
                 escape(&n.text),
                 n.jobs,
                 escape(&n.first_job),
-                n.anchor
+                link(html, &n.anchor)
             ));
         }
         out.push('\n');
@@ -69,9 +69,9 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         );
         for r in perf {
             out.push_str(&format!(
-                "| [{}]({html}#{}) | {} | {} | {} | {} |\n",
+                "| [{}]({}) | {} | {} | {} | {} |\n",
                 escape(&r.job),
-                r.anchor,
+                link(html, &r.anchor),
                 escape(&r.metric),
                 figure(r.reference),
                 figure(r.candidate),
@@ -100,6 +100,17 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         escape(&m.meshparity_version)
     ));
     out
+}
+
+/// The link to a job's section of the HTML report: `HTML#job-…`, or the link as given when
+/// it already has a fragment (`…/actions/runs/N#artifacts`: the report is in an artifact, and
+/// `…#artifacts#job-…` pointed nowhere).
+fn link(html: &str, anchor: &str) -> String {
+    if html.contains('#') {
+        html.to_owned()
+    } else {
+        format!("{html}#{anchor}")
+    }
 }
 
 /// Text safe inside a Markdown table cell: no pipes, no newlines, no HTML, no control

@@ -44,6 +44,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         no_skip: false,
         lines: Default::default(),
         basis: Default::default(),
+        spec_copy: None,
     }
 }
 

@@ -18,14 +18,18 @@ pub struct Args {
     reference: PathBuf,
     /// Candidate, of the same kind.
     candidate: PathBuf,
-    /// Limits: `default` (allclose at torch defaults per dtype), `exact`, or LEVEL-DTYPE from the
-    /// built-in table (forward-bf16, oracle-f32, curve-f64, ...).
-    #[arg(long, default_value = "default")]
+    /// Limits: `auto` (the built-in table's limits for the files' level and the dtype their run
+    /// computed in, said in the notes), `default` (element-wise allclose at torch defaults per
+    /// tensor dtype), `exact`, or LEVEL-DTYPE from the built-in table (forward-bf16,
+    /// oracle-f32, curve-f64, ...).
+    #[arg(long, default_value = "auto")]
     profile: String,
     /// Limits instead of the profile's: KEY=VALUE[,KEY=VALUE]. What -t names is exactly what is
     /// gated (atol/rtol not named are 0). Checkpoints: atol, rtol, max_abs, max_rel,
-    /// mean_abs_pct, relative_l2, cosine, top1, top1_decided, topk, k, overlap, mismatch; curves: rel,
-    /// allowed_failing_steps, investigate, fail.
+    /// mean_abs_pct, relative_l2, cosine, top1, top1_decided, topk, k, overlap, mismatch,
+    /// grad_norm (the `grad_norm` tensor's relative difference); curves: rel,
+    /// allowed_failing_steps, investigate, fail, grad_norm (the `grad_norm` metric's per-step
+    /// rel).
     #[arg(long, short = 't', value_name = "KEY=VALUE,...")]
     tolerance: Vec<String>,
     /// Per-tensor limits: GLOB:KEY=VALUE[,...]; the first matching glob applies.
@@ -72,13 +76,25 @@ fn is_curve(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "jsonl")
 }
 
-fn tolerance(args: &Args) -> Result<Tolerance, InputError> {
+/// The limits asked for, and what `--profile auto` chose (a note for the report).
+fn tolerance(args: &Args) -> Result<(Tolerance, Option<String>), InputError> {
     let mut settings = Vec::new();
     for t in &args.tolerance {
         settings.extend(tolerance::parse_settings(t)?);
     }
-    Ok(Tolerance {
-        profile: Profile::parse(&args.profile)?,
+    let (profile, chose) = if args.profile == "auto" {
+        let (name, why) = super::compare_profile::choose(
+            &args.reference,
+            &args.candidate,
+            is_curve(&args.reference),
+        );
+        // Limits named by -t replace the profile's: nothing was chosen.
+        (name, settings.is_empty().then_some(why))
+    } else {
+        (args.profile.clone(), None)
+    };
+    let tol = Tolerance {
+        profile: Profile::parse(&profile)?,
         settings,
         overrides: args
             .overrides
@@ -87,7 +103,8 @@ fn tolerance(args: &Args) -> Result<Tolerance, InputError> {
             .collect::<Result<_, _>>()?,
         layer_average: args.layer_average,
         replace: true,
-    })
+    };
+    Ok((tol, chose))
 }
 
 /// Limit keys that mean something for curves.
@@ -156,7 +173,7 @@ fn refuse_inapplicable(args: &Args, tol: &Tolerance, curve: bool) -> Result<(), 
 }
 
 fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
-    let tol = tolerance(args)?;
+    let (tol, chose) = tolerance(args)?;
     if is_curve(&args.reference) != is_curve(&args.candidate) {
         return Err(InputError::Usage(
             "compare two curves (.jsonl) or two checkpoints, not one of each".into(),
@@ -176,7 +193,9 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
             baseline2: args.baseline2.clone(),
             gate_performance: args.gate_performance,
         };
-        let report = meshparity_compare::compare_curves(&args.reference, &args.candidate, &opts)?;
+        let mut report =
+            meshparity_compare::compare_curves(&args.reference, &args.candidate, &opts)?;
+        report.notes.extend(chose);
         let text = if args.json {
             to_json(&report)
         } else {
@@ -205,7 +224,8 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
     };
     let (reference, _a) = whole(&args.reference)?;
     let (candidate, _b) = whole(&args.candidate)?;
-    let report = meshparity_compare::compare_checkpoints(&reference, &candidate, &opts)?;
+    let mut report = meshparity_compare::compare_checkpoints(&reference, &candidate, &opts)?;
+    report.notes.extend(chose);
     let text = if args.json {
         to_json(&report)
     } else {

@@ -1,7 +1,9 @@
 //! Command-line interface: arguments resolved once into the objects that do the work.
 
 mod calibrate;
+mod ci;
 mod compare;
+mod compare_profile;
 mod list;
 mod outcome;
 mod plan;
@@ -125,6 +127,21 @@ impl SelectArgs {
     /// The parsed filter, or the message to print.
     pub fn filter(&self) -> Result<meshparity_runner::Filter, String> {
         meshparity_runner::Filter::parse(&self.filter).map_err(|e| e.to_string())
+    }
+}
+
+/// After "nothing selected": why, where a filter's value matches nothing in the plan
+/// (` (`level=oracel` matches no job's level: did you mean `oracle`?)`), else nothing.
+pub fn hint(plan: &meshparity_runner::Plan, select: &SelectArgs) -> String {
+    let Ok(filter) = select.filter() else {
+        return String::new();
+    };
+    let jobs: Vec<&meshparity_runner::Job> = plan.graph.node_weights().collect();
+    let hints = filter.hints(&jobs);
+    if hints.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", hints.join("; "))
     }
 }
 

@@ -53,11 +53,15 @@ pub(crate) fn summary(r: &RunResults) -> String {
         .disk_bytes
         .map(|b| format!("; run directory {}", meshparity_reports::size(b)))
         .unwrap_or_default();
+    let counts = if counts.is_empty() {
+        "none in this run".to_owned()
+    } else {
+        counts.join(", ")
+    };
     out.push_str(&format!(
-        "\n{} job(s) in {:.1}s: {}{disk}\n",
+        "\n{} job(s) in {:.1}s: {counts}{disk}\n",
         r.jobs.len(),
         r.meta.seconds,
-        counts.join(", ")
     ));
     out
 }

@@ -61,7 +61,10 @@ pub fn run(args: &Args) -> u8 {
     };
     print!("{out}");
     if sel.is_empty() {
-        eprintln!("nothing selected: no job matches the filters and partition");
+        eprintln!(
+            "nothing selected: no job matches the filters and partition{}",
+            super::hint(&plan, &args.select)
+        );
         return exit::NOTHING_SELECTED;
     }
     exit::OK

@@ -134,8 +134,20 @@ pub fn run(args: &Args) -> u8 {
         }
         println!("{}", path.display());
     }
-    // A merged run exits as the run would have: a CI step that merges failing shards fails.
+    // A merged run exits as the run would have: a CI step that merges failing shards fails;
+    // shards that all came up empty merged nothing, as the unsharded run would have selected
+    // nothing.
+    if args.merge && results.jobs.is_empty() {
+        eprintln!("nothing selected: no shard has a job (the filters leave none in the plan)");
+        return exit::NOTHING_SELECTED;
+    }
     if args.merge {
+        // The shards' own steps annotated their failures; the merge shows the whole summary.
+        let summary_link = args
+            .html_link
+            .clone()
+            .unwrap_or_else(|| super::ci::report_link(&link));
+        super::ci::step_summary(&markdown::markdown(&results, &summary_link));
         return super::outcome::code(&results);
     }
     exit::OK

@@ -205,9 +205,21 @@ fn checked(args: &Args) -> Result<u8, u8> {
     let plan = Plan::build(spec);
     every_timeout_matches(&plan, &timeouts)?;
     let selection = plan.select(&filter, args.select.partition);
-    if selection.is_empty() {
-        say!("nothing selected: no job matches the filters and partition");
-        return Err(exit::NOTHING_SELECTED);
+    match (selection.is_empty(), args.select.partition) {
+        (true, None) => {
+            say!(
+                "nothing selected: no job matches the filters{}",
+                super::hint(&plan, &args.select)
+            );
+            return Err(exit::NOTHING_SELECTED);
+        }
+        // A shard of a small or filtered spec may get no job: it is a shard all the same, and
+        // `report --merge` needs every shard's results to know the partition is whole.
+        (true, Some(p)) => say!(
+            "this shard ({p}) has no job: the filters and partition leave none here; writing an \
+             empty shard for `report --merge`"
+        ),
+        (false, _) => {}
     }
     if !super::supported(&args.spec, &loaded, Some((&plan, &selection))) {
         return Err(exit::SPEC_ERROR);
@@ -220,7 +232,7 @@ fn checked(args: &Args) -> Result<u8, u8> {
     let adapters = exec::meta::engines(&crate::engines::Builtin, spec, jobs).map_err(spec_error)?;
     let executor = executor(args, spec).map_err(spec_error)?;
     let output = PathBuf::from(&spec.run.output);
-    let (run_dir, previous) = claim(args, spec, &output)?;
+    let (run_dir, previous, spec_copy) = claim(args, spec, &output)?;
     if let ExecutorKind::Slurm(_) = &executor {
         if let Some(warning) = exec::executor::slurm::local_only(&run_dir.path) {
             say!("warning: {warning}");
@@ -240,13 +252,16 @@ fn checked(args: &Args) -> Result<u8, u8> {
     };
     let tries = memory.as_ref().map(|m| m.path().to_owned());
     let basis = exec::fingerprint::Basis::of(spec);
+    // A user's program lives beside its spec, not in the run directory: its jobs rerun from the
+    // spec where it lies.
+    let spec_copy = (spec.engines.is_empty() && spec.variants.is_empty()).then_some(spec_copy);
     let opts = options(
         args,
         (&run_dir, &output),
         exe,
         executor,
         timeouts,
-        (tries, basis),
+        (tries, basis, spec_copy),
     );
     let mut meta = exec::meta::collect(
         &adapters,
@@ -285,20 +300,32 @@ fn checked(args: &Args) -> Result<u8, u8> {
         meta,
         jobs: execution.records,
     };
-    report(&results, &opts.run_dir)
+    report(&results, &opts.run_dir, spec)
 }
 
-/// The results written as every report, the final table shown, the exit code.
-fn report(results: &RunResults, dir: &Path) -> Result<u8, u8> {
+/// The results written as every report, the final table shown (and, in CI, the step summary
+/// and annotations), the exit code.
+fn report(results: &RunResults, dir: &Path, spec: &meshparity_specs::Spec) -> Result<u8, u8> {
     meshparity_reports::write_all(results, dir).map_err(|e| {
         say!("error: writing reports in {}: {e}", dir.display());
         exit::INFRA_ERROR
     })?;
     meshparity_runner::exec::console::stdout(format_args!("{}", summary(results)));
+    super::ci::step_summary(&meshparity_reports::markdown::markdown(
+        results,
+        &super::ci::report_link(meshparity_reports::files::HTML),
+    ));
+    super::ci::annotations(results, Some(spec));
     say!(
         "reports: {0}/report.html, {0}/junit.xml, {0}/summary.md, {0}/results.json",
         dir.display()
     );
+    if results.jobs.iter().any(|j| !j.status.passed()) {
+        say!(
+            "reproduce lines are relative to the run directory: cd {} first",
+            meshparity_engine::judge::quote(&dir.display().to_string())
+        );
+    }
     Ok(code(results))
 }
 
@@ -324,7 +351,7 @@ fn options(
     exe: PathBuf,
     executor: ExecutorKind,
     timeouts: Timeouts,
-    (tries, basis): (Option<PathBuf>, exec::fingerprint::Basis),
+    (tries, basis, spec_copy): (Option<PathBuf>, exec::fingerprint::Basis, Option<PathBuf>),
 ) -> RunOptions {
     RunOptions {
         exe,
@@ -356,6 +383,7 @@ fn options(
             verbose: args.verbose,
         },
         basis,
+        spec_copy,
     }
 }
 
@@ -365,7 +393,7 @@ fn claim(
     args: &Args,
     spec: &meshparity_specs::Spec,
     output: &Path,
-) -> Result<(RunDir, HashMap<String, JobRecord>), u8> {
+) -> Result<(RunDir, HashMap<String, JobRecord>, PathBuf), u8> {
     let fail = |e: &dyn std::fmt::Display| {
         say!("error: {e}");
         exit::SPEC_ERROR
@@ -376,8 +404,8 @@ fn claim(
             None => RunDir::create_unique(output, &spec.name(), &chrono_stamp()),
         }
         .map_err(|e| fail(&e))?;
-        run_dir.record_spec(spec).map_err(|e| fail(&e))?;
-        return Ok((run_dir, HashMap::new()));
+        let copy = run_dir.record_spec(spec).map_err(|e| fail(&e))?;
+        return Ok((run_dir, HashMap::new(), copy));
     };
     if !dir.is_dir() {
         return Err(fail(&format!(
@@ -415,8 +443,8 @@ fn claim(
     })?;
     // An engine run whose artifacts are gone (a cleared cache) runs again.
     previous.retain(|_, r| store::still_usable(r));
-    run_dir.record_spec(spec).map_err(|e| fail(&e))?;
-    Ok((run_dir, previous))
+    let copy = run_dir.record_spec(spec).map_err(|e| fail(&e))?;
+    Ok((run_dir, previous, copy))
 }
 
 fn chrono_stamp() -> String {

@@ -51,6 +51,7 @@ impl Setup<'_> {
             engine: self.describe.engine.clone(),
             device: self.describe.device.clone(),
             world_size,
+            dtype: Some(self.dtype),
             ..Manifest::default()
         }
     }

@@ -89,19 +89,28 @@ fn host() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The commit of the repository holding the spec, if it is in one and git is installed.
+/// The commit of the repository holding the spec: git's, where it is in one and git is
+/// installed (a checkout another user owns included: CI containers run as root over the
+/// runner's checkout, and git refused it as "dubious ownership", leaving the commit empty),
+/// else the commit the CI system says it checked out (`GITHUB_SHA`, `CI_COMMIT_SHA`).
 fn git_commit(spec: &Path) -> Option<String> {
     let dir = spec
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let out = Command::new("git")
+        .args(["-c", "safe.directory=*"])
         .arg("-C")
         .arg(dir)
         .args(["rev-parse", "HEAD"])
         .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|c| !c.is_empty());
+    out.or_else(|| {
+        ["GITHUB_SHA", "CI_COMMIT_SHA"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    })
 }

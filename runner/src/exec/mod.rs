@@ -11,13 +11,15 @@
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
 //! - `fingerprint.rs` — what a record was judged under, which `--resume` holds it to;
-//! - `run_dir.rs` — run directories: unique, locked, tied to their spec;
+//! - `run_dir.rs` — run directories: unique, locked, tied to their spec, one run each;
+//! - `evidence.rs` — what a judged job cites brought under the run directory, paths relative;
 //! - `progress.rs` — live bar or plain lines;
 //! - `console.rs` — lines to stdout/stderr that never fail the run when the reader goes away;
 //! - `meta.rs` — what the run was (spec hash, host, commit, backend).
 
 pub mod child;
 pub mod console;
+pub mod evidence;
 pub mod executor;
 pub mod fingerprint;
 pub mod meta;

@@ -45,6 +45,10 @@ pub struct RunOptions {
     pub lines: super::progress::LineStyle,
     /// What every job's fingerprint shares (the binary, a user program's files).
     pub basis: super::fingerprint::Basis,
+    /// The run directory's copy of the spec, relative to it (`spec/NAME.toml`): what every
+    /// job's reproduce line runs, so it works from the run directory alone. `None`: the spec
+    /// as given.
+    pub spec_copy: Option<PathBuf>,
 }
 
 /// Time limits: per level by default, overridable per level or per job-name glob.

@@ -64,6 +64,10 @@ pub enum RunDirError {
     Planted { path: PathBuf, what: &'static str },
 }
 
+/// The copy of the spec files a run keeps, so that its reproduce lines run from the run
+/// directory alone (a CI artifact downloaded elsewhere).
+pub const SPEC_COPY: &str = "spec";
+
 /// What a run writes into its directory: a directory holding any of them holds a run.
 const RUN_ENTRIES: &[&str] = &[
     crate::exec::store::RESULTS_LOG,
@@ -71,6 +75,7 @@ const RUN_ENTRIES: &[&str] = &[
     "results.json",
     "jobs",
     SCRATCH,
+    SPEC_COPY,
 ];
 
 #[derive(Serialize, Deserialize, PartialEq, Debug)]
@@ -190,7 +195,7 @@ impl RunDir {
                 continue;
             };
             let kind = meta.file_type();
-            let dir_wanted = *name == "jobs" || *name == SCRATCH;
+            let dir_wanted = ["jobs", SCRATCH, SPEC_COPY].contains(name);
             let what = if kind.is_symlink() {
                 "a symbolic link"
             } else if dir_wanted && !kind.is_dir() {
@@ -210,10 +215,32 @@ impl RunDir {
         Ok(RunDir { path, _lock: lock })
     }
 
-    /// Record which spec files this run reads, for a later `--resume` to check.
-    pub fn record_spec(&self, spec: &Spec) -> std::io::Result<()> {
+    /// Record which spec files this run reads, for a later `--resume` to check, and keep a
+    /// copy of them in `spec/` (includes where they lie relative to the top spec's common
+    /// directory with them). Returns the top spec's copy, relative to the run directory: the
+    /// path every job's reproduce line names.
+    pub fn record_spec(&self, spec: &Spec) -> std::io::Result<PathBuf> {
         let bytes = serde_json::to_vec_pretty(&spec_files(spec)).expect("hashes serialize");
-        meshparity_files::write_atomic(&self.path.join(SPEC_FILES), &bytes)
+        meshparity_files::write_atomic(&self.path.join(SPEC_FILES), &bytes)?;
+        let copy = self.path.join(SPEC_COPY);
+        if std::fs::symlink_metadata(&copy).is_ok() {
+            std::fs::remove_dir_all(&copy)?;
+        }
+        let paths: Vec<PathBuf> = spec
+            .files
+            .iter()
+            .map(|f| std::path::absolute(&f.path).unwrap_or_else(|_| f.path.clone()))
+            .collect();
+        let root = common_dir(&paths);
+        let mut top = None;
+        for (file, path) in spec.files.iter().zip(&paths) {
+            let rel = path.strip_prefix(&root).unwrap_or(path);
+            let dest = copy.join(rel);
+            std::fs::create_dir_all(dest.parent().unwrap_or(&copy))?;
+            meshparity_files::write_atomic(&dest, file.text.as_bytes())?;
+            top.get_or_insert_with(|| Path::new(SPEC_COPY).join(rel));
+        }
+        Ok(top.unwrap_or_else(|| PathBuf::from(SPEC_COPY)))
     }
 
     /// Whether `spec` is the one this directory ran (every file, includes too). A directory
@@ -254,6 +281,23 @@ impl RunDir {
             changes: changes.join(", "),
         })
     }
+}
+
+/// The deepest directory holding every path (each a file).
+fn common_dir(paths: &[PathBuf]) -> PathBuf {
+    let mut root: Option<PathBuf> = None;
+    for p in paths {
+        let dir = p.parent().unwrap_or(Path::new("/")).to_path_buf();
+        root = Some(match root {
+            None => dir,
+            Some(r) => r
+                .ancestors()
+                .find(|a| dir.starts_with(a))
+                .unwrap_or(Path::new("/"))
+                .to_path_buf(),
+        });
+    }
+    root.unwrap_or_default()
 }
 
 fn spec_files(spec: &Spec) -> Vec<SpecFile> {

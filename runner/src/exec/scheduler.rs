@@ -69,6 +69,8 @@ struct Run<'a> {
     slots: Slots,
     /// Each job's fingerprint, in `order`.
     prints: Vec<String>,
+    /// What the run has copied into its jobs' evidence.
+    evidence: super::evidence::Evidence,
 }
 
 /// Execute `selection` of `plan`. `previous` holds records of an earlier run (for `--resume`):
@@ -136,6 +138,7 @@ pub async fn execute(
         failures: 0,
         slots,
         prints,
+        evidence: Default::default(),
     };
     for i in 0..run.order.len() {
         let job = &plan.graph[run.order[i]];
@@ -387,6 +390,7 @@ impl Run<'_> {
         r.detail = detail;
         r.cached = cached;
         r.adapter = adapter;
+        self.evidence.gather(&self.opts.run_dir, &dir, &mut r);
         if matches!(status, Status::Failed | Status::Error | Status::Timeout) {
             self.failures += 1;
         }
@@ -419,10 +423,19 @@ impl Run<'_> {
                 .collect(),
             cached: false,
             dependency: self.roles[i] == Role::Dependency,
-            // Quoted: a spec path like `$(touch x).toml` must stay a path when pasted.
+            // Quoted: a spec path like `$(touch x).toml` must stay a path when pasted. The run
+            // directory's copy of the spec, relative to it: the line runs from there.
             reproduce: format!(
                 "meshparity run {}{} --filter {}",
-                quote(&self.opts.spec.display().to_string()),
+                quote(
+                    &self
+                        .opts
+                        .spec_copy
+                        .as_ref()
+                        .unwrap_or(&self.opts.spec)
+                        .display()
+                        .to_string()
+                ),
                 self.opts
                     .device
                     .map(|d| format!(" --device {d}"))

@@ -51,6 +51,8 @@ struct Clause {
     key: Key,
     negate: bool,
     globs: GlobSet,
+    /// The patterns as written, for hints.
+    patterns: Vec<String>,
 }
 
 /// A filter expression: terms under `and`, `or`, `not`.
@@ -98,9 +100,9 @@ impl Filter {
 }
 
 impl Clause {
-    fn matches(&self, job: &Job) -> bool {
+    fn values(key: Key, job: &Job) -> Vec<&str> {
         let mut values: Vec<&str> = Vec::new();
-        match self.key {
+        match key {
             Key::Model => values.extend(job.models.iter().map(String::as_str)),
             Key::Mesh => values.extend(job.mesh.as_deref()),
             Key::Level => values.push(job.kind.level_name()),
@@ -108,8 +110,58 @@ impl Clause {
             Key::Dtype => values.push(job.dtype.as_str()),
             Key::Name => values.push(&job.name),
         }
-        let hit = values.iter().any(|v| self.globs.is_match(v));
+        values
+    }
+
+    fn matches(&self, job: &Job) -> bool {
+        let hit = Self::values(self.key, job)
+            .iter()
+            .any(|v| self.globs.is_match(v));
         hit != self.negate
+    }
+}
+
+impl Expr {
+    fn clauses<'a>(&'a self, out: &mut Vec<&'a Clause>) {
+        match self {
+            Expr::Term(c) => out.push(c),
+            Expr::Not(e) => e.clauses(out),
+            Expr::All(es) | Expr::Any(es) => es.iter().for_each(|e| e.clauses(out)),
+        }
+    }
+}
+
+impl Filter {
+    /// Why a filter that selects nothing might be wrong: each `KEY=PATTERN` no job of `jobs`
+    /// has a value for, with the closest value there is (`level=oracel`: did you mean
+    /// `oracle`?). A misspelled key was an error; a misspelled value selected nothing, silently.
+    pub fn hints(&self, jobs: &[&Job]) -> Vec<String> {
+        let mut clauses = Vec::new();
+        for e in &self.exprs {
+            e.clauses(&mut clauses);
+        }
+        let mut out = Vec::new();
+        for c in clauses.into_iter().filter(|c| c.key != Key::Name) {
+            let mut values: Vec<&str> =
+                jobs.iter().flat_map(|j| Clause::values(c.key, j)).collect();
+            values.sort_unstable();
+            values.dedup();
+            let (key, _) = KEYS
+                .iter()
+                .find(|(_, k)| *k == c.key)
+                .expect("every key is named");
+            for p in &c.patterns {
+                let glob = globset::Glob::new(p).map(|g| g.compile_matcher());
+                if glob.is_ok_and(|g| values.iter().any(|v| g.is_match(v))) {
+                    continue;
+                }
+                out.push(format!(
+                    "`{key}={p}` matches no job's {key}: {}",
+                    meshparity_specs::suggest::did_you_mean(p, &values, key)
+                ));
+            }
+        }
+        out
     }
 }
 
@@ -237,6 +289,12 @@ fn parse_clause(filter: &str) -> Result<Clause, FilterError> {
     };
     let mut builder = GlobSetBuilder::new();
     let mut any = false;
+    let written: Vec<String> = patterns
+        .split([',', '|'])
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(str::to_owned)
+        .collect();
     for glob in patterns
         .split([',', '|'])
         .map(str::trim)
@@ -263,5 +321,10 @@ fn parse_clause(filter: &str) -> Result<Clause, FilterError> {
         glob: patterns.to_owned(),
         reason: e.to_string(),
     })?;
-    Ok(Clause { key, negate, globs })
+    Ok(Clause {
+        key,
+        negate,
+        globs,
+        patterns: written,
+    })
 }

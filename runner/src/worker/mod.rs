@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use context::Context;
 pub use partial::clean_up as clean_up_partial;
+pub(crate) use prune::cited;
 pub use prune::drop_shared_traces;
 
 use crate::engines::{Engines, Target};

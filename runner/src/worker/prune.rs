@@ -77,9 +77,10 @@ fn prune_dir(dir: &Path, cited: &HashSet<PathBuf>) -> u64 {
     freed
 }
 
-/// The files a finding's failed comparisons name: each compared pair, and every path in the
-/// `meshparity compare` command that re-derives it (a noise-floor curve's second baseline).
-fn cited(finding: &Finding) -> HashSet<PathBuf> {
+/// The files a finding's cited comparisons ([`Finding::cited`]) name: each compared pair, and
+/// every path in the `meshparity compare` command that re-derives it (a noise-floor curve's
+/// second baseline).
+pub(crate) fn cited(finding: &Finding) -> HashSet<PathBuf> {
     let mut out = HashSet::new();
     let repro = match finding {
         Finding::Mutation(m) => m.repro.as_ref(),
@@ -91,7 +92,7 @@ fn cited(finding: &Finding) -> HashSet<PathBuf> {
         out.insert(spec.with_file_name("command"));
         out.insert(spec);
     }
-    for c in finding.comparisons().into_iter().filter(|c| !c.passed) {
+    for c in finding.cited() {
         for s in [&c.reference, &c.candidate] {
             if !s.is_empty() {
                 out.insert(PathBuf::from(s));
@@ -104,7 +105,7 @@ fn cited(finding: &Finding) -> HashSet<PathBuf> {
 
 /// The words of a command line as `meshparity_engine::judge::quote` writes them: plain words,
 /// or single-quoted with `'\''` for a quote inside.
-fn words(line: &str) -> Vec<String> {
+pub(crate) fn words(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
     let mut quoted = false;

@@ -1,11 +1,14 @@
 //! The commands a run's records hand to users to reproduce what they report: a job's
 //! `meshparity run … --filter` (safe to paste into a shell whatever the spec is called) and a
-//! comparison's `meshparity compare` over files that exist when it is named.
+//! comparison's `meshparity compare` over files that exist when it is named; in CI ([`ci`]),
+//! from a copy of the run directory alone, and the README's CI recipes as written.
 
 #[macro_use]
+#[path = "../common/mod.rs"]
 mod common;
 
-use std::path::PathBuf;
+mod ci;
+
 use std::process::Command as StdCommand;
 
 use assert_cmd::Command;
@@ -95,7 +98,9 @@ fn a_failed_oracle_leaves_the_updates_its_reproduce_command_reads() {
             .unwrap_or_else(|| panic!("{mesh}'s oracle job in {r:#}"))
             .clone()
     };
-    let dir_of = |j: &Value| PathBuf::from(j["attempts"][0]["dir"].as_str().unwrap());
+    // A record's paths are relative to its run directory, where its lines are pasted.
+    let run_dir = fx.path().join("run");
+    let dir_of = |j: &Value| run_dir.join(j["attempts"][0]["dir"].as_str().unwrap());
     let (pass, fail) = (oracle("dp2"), oracle("tp2"));
     assert_eq!(pass["status"], "passed", "{pass:#}");
     assert!(!dir_of(&pass).join("updates.safetensors").exists());
@@ -117,7 +122,7 @@ fn a_failed_oracle_leaves_the_updates_its_reproduce_command_reads() {
     let out = StdCommand::new("sh")
         .arg("-c")
         .arg(cmd.replacen("meshparity", &exe.display().to_string(), 1))
-        .current_dir(fx.path())
+        .current_dir(&run_dir)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{cmd}: {out:?}");
@@ -142,7 +147,7 @@ fn every_reproduce_line_selects_exactly_its_job() {
         let out = StdCommand::new("sh")
             .arg("-c")
             .arg(format!("{} plan {args} --format json", exe.display()))
-            .current_dir(fx.path())
+            .current_dir(fx.path().join("run"))
             .output()
             .unwrap();
         assert_eq!(
@@ -185,8 +190,8 @@ fn junit_reproduce_lines(junit: &str) -> Vec<String> {
         .collect()
 }
 
-/// Paste each reproduce line of `dir/run/junit.xml` into a shell (with the binary on PATH) and
-/// check that the one job it selects gets the verdict the run gave it.
+/// Paste each reproduce line of `dir/run/junit.xml` into a shell in the run directory (with the
+/// binary on PATH) and check that the one job it selects gets the verdict the run gave it.
 fn paste_every_line(dir: &std::path::Path, first: &Value) {
     let exe = assert_cmd::cargo::cargo_bin("meshparity");
     let path = format!(
@@ -203,13 +208,14 @@ fn paste_every_line(dir: &std::path::Path, first: &Value) {
             .arg("-c")
             .arg(format!("{line} --no-progress --run-dir again-{i}"))
             .env("PATH", &path)
-            .current_dir(dir)
+            .current_dir(dir.join("run"))
             .output()
             .unwrap();
         let again: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("again-{i}/results.json"))).unwrap_or_else(
-                |e| panic!("{line}: {e}: {}", String::from_utf8_lossy(&out.stderr)),
-            ),
+            &std::fs::read_to_string(dir.join(format!("run/again-{i}/results.json")))
+                .unwrap_or_else(|e| {
+                    panic!("{line}: {e}: {}", String::from_utf8_lossy(&out.stderr))
+                }),
         )
         .unwrap();
         let selected: Vec<&Value> = again["jobs"]
