@@ -276,7 +276,8 @@ fn structural_problems_are_always_listed_and_the_table_says_what_it_hid() {
 #[test]
 fn compare_picks_the_limits_of_the_files_level_and_dtype() {
     let fx = tempfile::tempdir().unwrap();
-    let spec = "[run]\nname = \"bf\"\nsteps = 2\nbatch = 4\n[models.tiny]\nlayers = 2\nhidden = 32\n\
+    let spec =
+        "[run]\nname = \"bf\"\nsteps = 2\nbatch = 4\n[models.tiny]\nlayers = 2\nhidden = 32\n\
                 heads = 4\nkv_heads = 2\nffn = 48\nvocab = 64\nseq_len = 8\ndtype = \"bf16\"\n\
                 [meshes.tp2]\ntp = 2\n[[matrix]]\nlevels = [\"oracle\", \"curve\"]\n\
                 [mutations]\nselect = []\n";
@@ -287,12 +288,16 @@ fn compare_picks_the_limits_of_the_files_level_and_dtype() {
         .args(["run", "spec.toml", "--no-progress", "--run-dir", "run"])
         .assert()
         .code(0);
-    let r: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fx.path().join("run/results.json")).unwrap(),
-    )
-    .unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.path().join("run/results.json")).unwrap())
+            .unwrap();
     let dir = |kind: &str| {
-        let j = r["jobs"].as_array().unwrap().iter().find(|j| j["kind"] == kind).unwrap();
+        let j = r["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["kind"] == kind)
+            .unwrap();
         PathBuf::from(j["detail"]["artifacts"].as_str().unwrap())
     };
     let (reference, run) = (dir("reference"), dir("train"));
@@ -304,7 +309,10 @@ fn compare_picks_the_limits_of_the_files_level_and_dtype() {
             .args(extra)
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     };
     let (code, text) = compare("grads.safetensors", &[]);
     assert_eq!(code, Some(0), "{text}");
@@ -313,8 +321,15 @@ fn compare_picks_the_limits_of_the_files_level_and_dtype() {
         "{text}"
     );
     let gates = text.lines().find(|l| l.starts_with("gates:")).unwrap();
-    assert_eq!(gates.matches("mean_abs_pct ≤ 1.200e1").count(), 2, "{gates}");
-    assert!(gates.contains("for `grad_norm`") && !gates.contains(", ("), "{gates}");
+    assert_eq!(
+        gates.matches("mean_abs_pct ≤ 1.200e1").count(),
+        2,
+        "{gates}"
+    );
+    assert!(
+        gates.contains("for `grad_norm`") && !gates.contains(", ("),
+        "{gates}"
+    );
     let (code, text) = compare("weights.safetensors", &[]);
     assert_eq!(code, Some(0), "{text}");
     let (code, text) = compare("curve.jsonl", &[]);

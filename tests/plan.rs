@@ -178,3 +178,32 @@ fn run_lines_are_short_and_coloured_on_request() {
     assert!(verbose.contains("closest"), "{verbose}");
     assert!(verbose.contains("\u{1b}[32m  PASSED\u{1b}[0m"), "{verbose}");
 }
+
+/// The README's first paragraph states the quickstart's size: it is the plan's, so the
+/// sentence (and `docs/screenshot.sh`'s picture beside it) cannot go stale silently.
+#[test]
+fn the_readme_states_the_quickstarts_plan() {
+    let json = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let jobs = v["jobs"].as_array().unwrap().len();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let at = readme
+        .find("The quickstart (")
+        .expect("the quickstart's paragraph");
+    let said = &readme[at..at + readme[at..].find(" jobs").unwrap()];
+    let number: String = said
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect::<String>()
+        .chars()
+        .rev()
+        .collect();
+    assert_eq!(
+        number.parse::<usize>().ok(),
+        Some(jobs),
+        "the README says: {said}"
+    );
+}

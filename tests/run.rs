@@ -369,7 +369,8 @@ fn spawn_run(fx: &Fixture, fault: &str, extra: &[&str]) -> Child {
         ])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // A file, not a pipe nobody reads while the test waits.
+        .stderr(std::fs::File::create(fx.path().join("runner.log")).unwrap())
         .spawn()
         .unwrap()
 }
@@ -403,12 +404,25 @@ fn sigint_leaves_valid_results_and_a_resumable_run() {
     );
     let passed_before = count(&r, "passed");
     let lines_before = finished_lines(&fx);
+    // The interrupted run says how to continue.
+    let said = std::fs::read_to_string(fx.path().join("runner.log")).unwrap();
+    assert!(
+        said.contains("continue with `meshparity run spec.toml --resume "),
+        "{said}"
+    );
 
-    fx.cmd(None).args(["--resume", "run"]).assert().code(0);
+    let out = fx.cmd(None).args(["--resume", "run"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
     let r = fx.results();
     assert_eq!(count(&r, "passed"), 17, "{r:#}");
-    // Only what had not passed ran again.
+    // Only what had not passed ran again; what passed before is said to be kept.
     assert_eq!(finished_lines(&fx) - lines_before, 17 - passed_before);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        said.matches("  PASSED     kept  ").count(),
+        passed_before,
+        "{said}"
+    );
 }
 
 #[test]

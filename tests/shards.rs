@@ -150,7 +150,7 @@ fn merged_shards_report_every_job_once() {
         (&["s1", "s2"][..], "shard(s) 3 of `hash:…/3` are missing"),
         (
             &["s1", "s2", "s1", "s3"][..],
-            "shards 1 and 3 are both `hash:1/3`",
+            "s1) and results file 3 (run directory ",
         ),
     ] {
         let files: Vec<String> = shards.iter().map(|s| format!("{s}/results.json")).collect();

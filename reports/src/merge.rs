@@ -120,6 +120,15 @@ fn severity(s: Status) -> u8 {
     }
 }
 
+/// The `i`-th results file given (counted from 1), and the run directory it came from: a
+/// file's position is not its shard's number.
+fn which(shards: &[RunResults], i: usize) -> String {
+    match shards[i].meta.run_dir.as_str() {
+        "" => format!("results file {}", i + 1),
+        dir => format!("results file {} (run directory {dir})", i + 1),
+    }
+}
+
 /// Shards that say which partition they are must be all of one partition, each once.
 fn coverage(shards: &[RunResults]) -> Result<(), MergeError> {
     let parts: Vec<Option<&str>> = shards.iter().map(|s| s.meta.partition.as_deref()).collect();
@@ -132,9 +141,9 @@ fn coverage(shards: &[RunResults]) -> Result<(), MergeError> {
     for (i, p) in parts.iter().enumerate() {
         let Some(p) = p else {
             return fail(format!(
-                "shard {} ran the whole plan while others ran a partition of it: merge the \
-                 shards of one `--partition KIND:M/N` run",
-                i + 1
+                "{} ran the whole plan while others ran a partition of it: merge the shards of \
+                 one `--partition KIND:M/N` run",
+                which(shards, i)
             ));
         };
         let parsed = p.split_once(':').and_then(|(kind, mn)| {
@@ -142,7 +151,10 @@ fn coverage(shards: &[RunResults]) -> Result<(), MergeError> {
             Some((kind, m.parse::<usize>().ok()?, n.parse::<usize>().ok()?))
         });
         let Some((kind, m, n)) = parsed.filter(|(_, m, n)| *m >= 1 && m <= n) else {
-            return fail(format!("shard {} has an unreadable partition `{p}`", i + 1));
+            return fail(format!(
+                "{} has an unreadable partition `{p}`",
+                which(shards, i)
+            ));
         };
         match scheme {
             None => {
@@ -151,9 +163,9 @@ fn coverage(shards: &[RunResults]) -> Result<(), MergeError> {
             }
             Some(s) if s != (kind, n) => {
                 return fail(format!(
-                    "shard {} is `{p}`, shard 1 is `{}:…/{}`: shards of one run share one \
-                     partition",
-                    i + 1,
+                    "{} is `{p}`, {} is `{}:…/{}`: shards of one run share one partition",
+                    which(shards, i),
+                    which(shards, 0),
                     s.0,
                     s.1
                 ))
@@ -162,17 +174,18 @@ fn coverage(shards: &[RunResults]) -> Result<(), MergeError> {
         }
         if let Some(before) = seen[m - 1] {
             return fail(format!(
-                "shards {} and {} are both `{p}`: each shard is merged once",
-                before + 1,
-                i + 1
+                "{} and {} are both shard `{p}`: each shard is merged once",
+                which(shards, before),
+                which(shards, i)
             ));
         }
         seen[m - 1] = Some(i);
         if shards[i].meta.filters != shards[0].meta.filters {
             return fail(format!(
-                "shard {} selected with other filters ({:?}) than shard 1 ({:?})",
-                i + 1,
+                "{} selected with other filters ({:?}) than {} ({:?})",
+                which(shards, i),
                 shards[i].meta.filters,
+                which(shards, 0),
                 shards[0].meta.filters
             ));
         }

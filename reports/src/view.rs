@@ -172,6 +172,19 @@ fn clean_meta(m: &RunMeta) -> RunMeta {
     }
 }
 
+/// Lines in first-seen order, each once, `(×N)` after one that came N times: a fault that
+/// alters a site at every step listed the same line once per step.
+fn once_each(lines: &[String]) -> Vec<String> {
+    let mut counts: indexmap::IndexMap<String, usize> = indexmap::IndexMap::new();
+    for l in lines {
+        *counts.entry(clean(l)).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(l, n)| if n > 1 { format!("{l} (×{n})") } else { l })
+        .collect()
+}
+
 pub fn anchor(job: &JobRecord) -> String {
     format!("job-{}", job.id)
 }
@@ -261,9 +274,7 @@ fn job_view(job: &JobRecord) -> JobView {
         caught_by: mutation
             .map(|m| m.caught_by.iter().map(|l| l.as_str().to_owned()).collect())
             .unwrap_or_default(),
-        altered: mutation
-            .map(|m| m.altered.iter().map(|a| clean(a)).collect())
-            .unwrap_or_default(),
+        altered: mutation.map(|m| once_each(&m.altered)).unwrap_or_default(),
         divergence: d.and_then(|d| d.localization()).map(divergence),
         log_tail: job
             .attempts

@@ -49,6 +49,9 @@ pub trait Keyword: Sized + Copy + 'static {
     /// What the values are called in messages ("family", "dtype").
     const WHAT: &'static str;
     const ALL: &'static [(&'static str, Self)];
+    /// Other spellings people write for a value (`bfloat16`, `float32`): not accepted, but
+    /// answered with the value's name, which no edit distance finds.
+    const ALIASES: &'static [(&'static str, &'static str)] = &[];
 
     fn name(self) -> &'static str
     where
@@ -93,7 +96,12 @@ pub fn keyword<K: Keyword>(cx: &mut Ctx<'_>, v: &Spanned<DeValue<'_>>) -> Option
             cx.error(
                 Diagnostic::error(&loc, format!("unknown {} `{s}`", K::WHAT))
                     .label(format!("not a {}", K::WHAT))
-                    .help(suggest::did_you_mean(s, &names, K::WHAT)),
+                    .help(
+                        match K::ALIASES.iter().find(|(a, _)| a.eq_ignore_ascii_case(s)) {
+                            Some((_, name)) => format!("did you mean `{name}`?"),
+                            None => suggest::did_you_mean(s, &names, K::WHAT),
+                        },
+                    ),
             );
             None
         }

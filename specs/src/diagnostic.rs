@@ -101,7 +101,8 @@ impl Diagnostic {
         };
         let handler = GraphicalReportHandler::new_themed(theme)
             .with_width(100)
-            .with_links(false);
+            .with_links(false)
+            .with_word_splitter(textwrap::WordSplitter::NoHyphenation);
         let kind = match this.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
@@ -354,7 +355,8 @@ impl Diagnostics {
                     GraphicalTheme::unicode_nocolor()
                 })
                 .with_width(100)
-                .with_links(false);
+                .with_links(false)
+                .with_word_splitter(textwrap::WordSplitter::NoHyphenation);
                 out.push_str(&format!("note: {}: {text}\n", loc.position()));
                 if let Some(excerpt) = long_line_excerpt(loc) {
                     out.push_str(&excerpt);

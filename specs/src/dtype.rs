@@ -24,6 +24,18 @@ impl Keyword for DType {
         ("f16", DType::F16),
         ("bf16", DType::Bf16),
     ];
+    const ALIASES: &'static [(&'static str, &'static str)] = &[
+        ("bfloat16", "bf16"),
+        ("float16", "f16"),
+        ("half", "f16"),
+        ("fp16", "f16"),
+        ("float32", "f32"),
+        ("float", "f32"),
+        ("fp32", "f32"),
+        ("float64", "f64"),
+        ("double", "f64"),
+        ("fp64", "f64"),
+    ];
 }
 
 impl DType {

@@ -71,7 +71,13 @@ pub struct Args {
 const MAX_SEEDS: u64 = 100_000;
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
-    DType::parse(s).ok_or_else(|| format!("`{s}` is not a dtype (f64, f32, bf16, f16)"))
+    DType::parse(s).ok_or_else(|| {
+        let alias = DType::ALIASES
+            .iter()
+            .find(|(a, _)| a.eq_ignore_ascii_case(s));
+        let hint = alias.map_or(String::new(), |(_, n)| format!("; did you mean `{n}`?"));
+        format!("`{s}` is not a dtype (f64, f32, bf16, f16){hint}")
+    })
 }
 
 fn parse_optimizer(s: &str) -> Result<Optimizer, String> {

@@ -41,10 +41,14 @@ fn mutations(markdown: bool) -> u8 {
         return exit::OK;
     }
     let width = CATALOG.iter().map(|m| m.name.len()).max().unwrap_or(0);
+    println!(
+        "{:width$}  {:9}  {:28}  NEEDS",
+        "MUTATION", "PHASE", "INJECTED AT"
+    );
     for m in CATALOG {
         let needs: Vec<&str> = m.needs.iter().map(|n| n.describe()).collect();
         println!(
-            "{:width$}  {:9}  {:28}  needs {}",
+            "{:width$}  {:9}  {:28}  {}",
             m.name,
             m.phase.as_str(),
             m.site,

@@ -320,6 +320,13 @@ fn report(results: &RunResults, dir: &Path, spec: &meshparity_specs::Spec) -> Re
         "reports: {0}/report.html, {0}/junit.xml, {0}/summary.md, {0}/results.json",
         dir.display()
     );
+    if results.meta.interrupted {
+        say!(
+            "interrupted: continue with `meshparity run {} --resume {}` (what passed is kept)",
+            meshparity_engine::judge::quote(&results.meta.spec),
+            meshparity_engine::judge::quote(&dir.display().to_string())
+        );
+    }
     if results.jobs.iter().any(|j| !j.status.passed()) {
         say!(
             "reproduce lines are relative to the run directory: cd {} first",

@@ -160,7 +160,10 @@ pub(crate) fn view(c: &Calibration) -> View {
                     },
                     cell(short(s.worst_correct)),
                     cell(s.weakest_bug.map_or_else(|| "-".into(), short)),
-                    cell(short(s.suggested)),
+                    cell(
+                        s.suggested
+                            .map_or_else(|| "keep (no bug measured)".into(), short),
+                    ),
                 ]
             })
             .collect(),

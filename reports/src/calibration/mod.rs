@@ -181,9 +181,11 @@ pub struct Suggestion {
     /// The weakest value of this metric among mutation runs this level caught (if any).
     #[serde(serialize_with = "opt_num")]
     pub weakest_bug: Option<f64>,
-    /// Between the two on a log scale where they are apart, else 10× past the worst correct.
-    #[serde(serialize_with = "num")]
-    pub suggested: f64,
+    /// Between the two on a log scale where they are apart, else 10× past the worst correct;
+    /// `None` where that would loosen the limit with no caught bug measured at this metric (a
+    /// looser limit nothing shows to be safe is not suggested).
+    #[serde(serialize_with = "opt_num")]
+    pub suggested: Option<f64>,
     /// The current limit leaves correct runs under 10× headroom.
     pub thin: bool,
 }

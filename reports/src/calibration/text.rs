@@ -96,7 +96,8 @@ pub fn text(c: &Calibration) -> String {
                 format!("{}{}", short(s.current), if s.thin { " !" } else { "" }),
                 short(s.worst_correct),
                 s.weakest_bug.map_or_else(|| "-".into(), short),
-                short(s.suggested),
+                s.suggested
+                    .map_or_else(|| "keep (no bug measured)".into(), short),
             ]);
         }
         table(&mut out, &rows);

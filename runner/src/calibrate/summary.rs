@@ -297,6 +297,9 @@ fn suggestions(configs: &[Config], samples: &[&Sample]) -> Vec<Suggestion> {
             };
             let suggested = between(span.worst_correct, span.weakest_bug);
             let shown = |x: f64| if min { 1.0 - x } else { x };
+            // Loosening with no caught bug at this metric to bound it is not suggested.
+            let suggested =
+                (span.weakest_bug.is_some() || suggested <= current).then_some(suggested);
             Suggestion {
                 config: configs[c].label(),
                 dtype,
@@ -306,7 +309,7 @@ fn suggestions(configs: &[Config], samples: &[&Sample]) -> Vec<Suggestion> {
                 current: span.current,
                 worst_correct: shown(span.worst_correct),
                 weakest_bug: span.weakest_bug.map(shown),
-                suggested: shown(suggested),
+                suggested: suggested.map(shown),
                 thin: span.worst_correct * THIN > current,
             }
         })

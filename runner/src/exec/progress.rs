@@ -22,7 +22,9 @@ const SHORT: usize = 100;
 pub const GUTTER: &str = "         | ";
 
 impl LineStyle {
-    fn line(self, r: &JobRecord) -> String {
+    /// A finished job's line; `kept`: a record a resumed run carries over, not run again (its
+    /// time is the earlier run's, so none is shown).
+    fn line(self, r: &JobRecord, kept: bool) -> String {
         let word = r.status.as_str().to_uppercase();
         let word = if self.color {
             let code = match r.status {
@@ -40,9 +42,13 @@ impl LineStyle {
             r.summary.clone()
         };
         // A summary quotes a program's output: shown, never obeyed, and never a line of its own.
+        let time = if kept {
+            "    kept".to_owned()
+        } else {
+            format!("{:>7.2}s", r.seconds)
+        };
         format!(
-            "{word} {:>7.2}s  {}  {}",
-            r.seconds,
+            "{word} {time}  {}  {}",
             meshparity_files::text::one_line(&r.name),
             meshparity_files::text::continued(&summary, GUTTER)
         )
@@ -127,6 +133,15 @@ impl Progress {
     }
 
     pub fn finished(&mut self, r: &JobRecord) {
+        self.done(r, false)
+    }
+
+    /// A record of the resumed run carried over.
+    pub fn kept(&mut self, r: &JobRecord) {
+        self.done(r, true)
+    }
+
+    fn done(&mut self, r: &JobRecord, kept: bool) {
         match self {
             Progress::Bar {
                 bar,
@@ -134,7 +149,7 @@ impl Progress {
                 skipped,
                 style,
             } => {
-                let line = style.line(r);
+                let line = style.line(r, kept);
                 match r.status {
                     Status::Failed | Status::Error | Status::Timeout => *failures += 1,
                     Status::Skipped => *skipped += 1,
@@ -147,7 +162,7 @@ impl Progress {
             }
             // Built from escaped parts, with colours of its own.
             Progress::Lines(style) => {
-                crate::exec::console::stderr(format_args!("{}\n", style.line(r)))
+                crate::exec::console::stderr(format_args!("{}\n", style.line(r, kept)))
             }
         }
     }

@@ -147,7 +147,7 @@ pub async fn execute(
             .filter(|r| r.status.passed() && r.fingerprint == run.prints[i])
         {
             // Already in this run directory's log: carried over, not appended again.
-            run.progress.finished(r);
+            run.progress.kept(r);
             run.ready.carried(i, true);
             run.states[i] = State::Done(Box::new(r.clone()));
         }
@@ -177,7 +177,11 @@ pub async fn execute(
                 run.attempt_done(done.index, done.attempt, done.finished, cancelled)?;
             }
             _ = rx.changed() => {
-                run.progress.note("interrupted: ending running jobs (Ctrl-C again to kill them now)");
+                run.progress.note(&format!(
+                    "interrupted: ending running jobs (Ctrl-C again to kill them now); continue \
+                     later with `meshparity run SPEC --resume {}`",
+                    quote(&opts.run_dir.display().to_string())
+                ));
             }
         }
     }
