@@ -196,6 +196,30 @@ fn github_and_gitlab_see_failures_where_they_look() {
         page.contains("(https://github.com/org/project/actions/runs/7#artifacts)"),
         "{page}"
     );
+    // As junitparser (what CI reporters build on) reads it: each failure's message one line,
+    // its text the detail with the reproduce commands.
+    if crate::common::python_has("junitparser", "junitparser") {
+        let check = r#"
+import sys
+from junitparser import JUnitXml, Failure
+n = 0
+for suite in JUnitXml.fromfile(sys.argv[1]):
+    for case in suite:
+        for r in case.result:
+            if isinstance(r, Failure):
+                assert "\n" not in r.message and r.message != r.text, (r.message, r.text)
+                assert "reproduce (in the run directory):" in r.text, r.text
+                n += 1
+assert n == 2, n
+print("ok")
+"#;
+        let out = StdCommand::new("python3")
+            .args(["-c", check])
+            .arg(fx.path().join("run/junit.xml"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
     let junit = std::fs::read_to_string(fx.path().join("run/junit.xml")).unwrap();
     let failure = junit.split("<failure ").nth(1).expect("a failure element");
     let message = failure.split("message=\"").nth(1).unwrap();
