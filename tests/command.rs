@@ -317,9 +317,9 @@ fn the_jax_example_passes_and_catches_its_bugs() {
     );
     let jobs = results["jobs"].as_array().unwrap();
     assert_eq!(code, Some(0), "{results:#}");
-    assert_eq!(jobs.len(), 24);
+    assert_eq!(jobs.len(), 26);
     let mutations: Vec<&Value> = jobs.iter().filter(|j| j["kind"] == "mutation").collect();
-    assert_eq!(mutations.len(), 8, "4 bugs on tp2·dp2, 2 on dp2, 2 on tp2");
+    assert_eq!(mutations.len(), 10, "5 bugs on tp2·dp2, 3 on dp2, 2 on tp2");
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j:#}");
     }
@@ -342,6 +342,10 @@ fn the_jax_example_passes_and_catches_its_bugs() {
                 "first divergence: step 0, gradients, grad.",
             ),
             ("drop-tp-shard", "first divergence: checkpoint save/load"),
+            (
+                "write-dp-shard-as-whole",
+                "first divergence: step 0, forward, embed.out (shape ",
+            ),
         ]
         .iter()
         .find(|(bug, _)| name.contains(&format!("[{bug}]")))

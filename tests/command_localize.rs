@@ -162,3 +162,40 @@ fn a_gradient_error_spread_by_the_clip_coefficient_is_localized_to_its_source() 
         );
     }
 }
+
+/// A program that writes a rank's block of its logits and traces as the whole array (what the
+/// torch hooks did under torchtitan's spmd_types): caught by the forward level as a shape
+/// mismatch with its usual cause, and localized as one — never a value divergence with a
+/// fitted cause ("the reference's value at step 1: ahead of the run (relative L2 inf)").
+#[test]
+fn a_shard_written_as_whole_is_a_shape_mismatch_never_a_value_cause() {
+    if !common::harness::jax() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("jax.toml"), jax_engine("", "")).unwrap();
+    std::fs::write(
+        dir.path().join("spec.toml"),
+        "include = [\"jax.toml\"]\n[run]\nname = \"shard\"\noptimizer = \"sgd\"\nseed = 7\nsteps = 2\n\
+         batch = 8\n[[matrix]]\nmodels = [\"mlp\"]\nmeshes = [\"dp2\"]\nlevels = [\"forward\"]\n",
+    )
+    .unwrap();
+    let results = run(
+        dir.path(),
+        &["-f", "mutation=write-dp-shard-as-whole or level=forward"],
+    );
+    let summary = mutation_summary(&results);
+    let hint = "dimension 0 is 1/2 of the reference's: a rank's shard written as the whole tensor";
+    assert!(
+        summary.starts_with("caught by forward") && summary.contains(hint),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("first divergence: step 0, forward, embed.out (shape [4, 8, 32] where the reference's is [8, 8, 32]"),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains("likely cause") && !summary.contains("ahead of the run"),
+        "{summary}"
+    );
+}

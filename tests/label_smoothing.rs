@@ -110,7 +110,11 @@ fn smoothed_meshes_match_world_size_one_and_catch_the_local_vocabulary_share() {
         .unwrap()
         .iter()
         .find_map(|j| j["detail"]["repro"]["spec"].as_str().map(str::to_owned));
-    let repro = std::fs::read_to_string(repro.expect("the job shrank")).unwrap();
+    let repro = fx
+        .path()
+        .join("shrunk")
+        .join(repro.expect("the job shrank"));
+    let repro = std::fs::read_to_string(repro).unwrap();
     assert!(repro.contains("label_smoothing = 1e-1"), "{repro}");
 }
 

@@ -49,16 +49,20 @@ fn every_caught_mutation_carries_a_repro_that_reproduces_when_pasted() {
                 .contains("smallest failing: "),
             "{name}"
         );
-        // Smaller than the quickstart's model: one layer fewer at least, or a narrower one.
-        let spec = std::fs::read_to_string(repro["spec"].as_str().unwrap()).unwrap();
+        // Smaller than the quickstart's model: one layer fewer at least, or a narrower one. Its
+        // paths are relative to the run directory, where its lines are pasted.
+        let spec = std::fs::read_to_string(run.join(repro["spec"].as_str().unwrap())).unwrap();
         assert!(!spec.contains("hidden = 64"), "{name}: not shrunk:\n{spec}");
-        // Pasted into a shell from another directory, with meshparity on the PATH.
+        // Pasted into a shell in the run directory, with meshparity on the PATH.
         let elsewhere = dir.path().join(format!("paste{i}"));
         std::fs::create_dir_all(&elsewhere).unwrap();
         let out = Command::new("sh")
             .arg("-c")
-            .arg(format!("{command} --no-progress --run-dir out"))
-            .current_dir(&elsewhere)
+            .arg(format!(
+                "{command} --no-progress --run-dir {}",
+                elsewhere.join("out").display()
+            ))
+            .current_dir(&run)
             .env(
                 "PATH",
                 format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
@@ -121,7 +125,8 @@ fn a_failed_check_carries_a_repro_with_its_own_limits() {
         .find(|j| j["status"] == "failed")
         .expect("the forward check failed");
     let repro = &failed["detail"]["repro"];
-    let spec = std::fs::read_to_string(repro["spec"].as_str().unwrap()).unwrap();
+    let run_dir = dir.path().join("run");
+    let spec = std::fs::read_to_string(run_dir.join(repro["spec"].as_str().unwrap())).unwrap();
     assert!(
         spec.contains("forward.f32 = { relative_l2 = 1e-9 }") && spec.contains("layers = 1"),
         "{spec}"
@@ -132,7 +137,7 @@ fn a_failed_check_carries_a_repro_with_its_own_limits() {
             "{} --no-progress --run-dir again",
             repro["command"].as_str().unwrap()
         ))
-        .current_dir(dir.path())
+        .current_dir(&run_dir)
         .env(
             "PATH",
             format!(
@@ -311,7 +316,7 @@ fn a_command_engines_failure_shrinks_to_its_floors_and_reproduces_when_pasted() 
         .unwrap_or_else(|| panic!("{job:#}"));
     // Shrunk, never past a floor (hidden 8, ffn 8, vocab 16, seq 4 in jax.toml).
     assert!(smallest.contains("1 layer,"), "{smallest}");
-    let spec = std::fs::read_to_string(repro["spec"].as_str().unwrap()).unwrap();
+    let spec = std::fs::read_to_string(run.join(repro["spec"].as_str().unwrap())).unwrap();
     let table: toml::Table = spec.parse().unwrap();
     let model = &table["models"]["m"];
     for (key, floor) in [("hidden", 8), ("ffn", 8), ("vocab", 16), ("seq_len", 4)] {
@@ -325,7 +330,8 @@ fn a_command_engines_failure_shrinks_to_its_floors_and_reproduces_when_pasted() 
     );
     let bugs: Vec<&String> = engine["mutations"].as_table().unwrap().keys().collect();
     assert_eq!(bugs, ["skip-tp-psum"]);
-    // Pasted into a shell elsewhere, with meshparity on the PATH: the bug is caught again.
+    // Pasted into a shell in the run directory, with meshparity on the PATH: the bug is caught
+    // again.
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_meshparity"))
         .parent()
         .unwrap()
@@ -333,8 +339,11 @@ fn a_command_engines_failure_shrinks_to_its_floors_and_reproduces_when_pasted() 
     let command = repro["command"].as_str().unwrap();
     let out = Command::new("sh")
         .arg("-c")
-        .arg(format!("{command} --no-progress --run-dir again"))
-        .current_dir(dir.path())
+        .arg(format!(
+            "{command} --no-progress --run-dir {}",
+            dir.path().join("again").display()
+        ))
+        .current_dir(&run)
         .env(
             "PATH",
             format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),

@@ -89,6 +89,39 @@ pub fn cast(bytes: &[u8], from: TensorDtype, to: TensorDtype) -> Option<Vec<u8>>
     Some(out)
 }
 
+/// The usual cause of two shapes that differ in one dimension by a whole factor: a rank's shard
+/// written as the whole tensor (the candidate's dimension a k-th of the reference's), or
+/// copies concatenated (k times it). `None` for any other difference. Every tool that meets a
+/// shape mismatch says this, and no value-level cause is fitted to tensors that cannot line up.
+pub fn shape_hint(reference: &[usize], candidate: &[usize]) -> Option<String> {
+    if reference.len() != candidate.len() {
+        return None;
+    }
+    let differ: Vec<usize> = (0..reference.len())
+        .filter(|&d| reference[d] != candidate[d])
+        .collect();
+    let [d] = differ[..] else {
+        return None;
+    };
+    let (r, c) = (reference[d], candidate[d]);
+    if c > 0 && r > c && r % c == 0 {
+        Some(format!(
+            "dimension {d} is 1/{} of the reference's: a rank's shard written as the whole \
+             tensor (gather it over the {} ranks that split it before writing)",
+            r / c,
+            r / c
+        ))
+    } else if r > 0 && c > r && c % r == 0 {
+        Some(format!(
+            "dimension {d} is {}× the reference's: copies of the tensor concatenated (gathered \
+             over ranks that hold it whole, or written once per rank)",
+            c / r
+        ))
+    } else {
+        None
+    }
+}
+
 /// A tensor pair converted to the `--cast` dtype: the bytes the pair's views borrow.
 pub(crate) struct Cast<'a> {
     /// Position among the reference's tensors, to keep the report in checkpoint order.
@@ -178,8 +211,12 @@ pub(crate) fn line_up<'a>(a: &'a Checkpoint, b: &'a Checkpoint, opts: &TensorOpt
                 ProblemKind::ShapeMismatch,
                 name,
                 format!(
-                    "`{name}`: shape {:?} in the reference, {:?} in the candidate",
-                    va.shape, vb.shape
+                    "`{name}`: shape {:?} in the reference, {:?} in the candidate{}",
+                    va.shape,
+                    vb.shape,
+                    shape_hint(va.shape, vb.shape)
+                        .map(|h| format!(": {h}"))
+                        .unwrap_or_default()
                 ),
             ));
         } else {

@@ -220,24 +220,24 @@ impl Sides<'_> {
         })
     }
 
-    /// The forward level's floor: the logits were compared, and hold elements. A file of
-    /// only other tensors (or of empty ones) agreed with its reference and passed.
+    /// The forward level's floor: the reference holds logits with elements, and so the run was
+    /// judged on them (a run's logits of another shape are a failed comparison, not too
+    /// little). A file of only other tensors (or of empty ones) agreed with its reference and
+    /// passed.
     fn holds_logits(&self, c: &Comparison) -> Result<(), JudgeError> {
         if c.report.is_null() {
             return Ok(()); // unmerged rank shards: already a failure
         }
-        let logits = c.report["tensors"]
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["name"] == "logits"));
+        let path = self.judge.reference.join(files::FORWARD);
+        let reference = meshparity_compare::Checkpoint::open(&path)?;
+        let logits = reference.view("logits").map(|v| v.len());
         let why = match logits {
             None => format!(
                 "`{}` compared no tensor named `logits` (the artifact contract names the \
                  first step's logits `logits`, with the loss as `loss`)",
                 files::FORWARD
             ),
-            Some(t) if t["metrics"]["elements"].as_u64() == Some(0) => {
-                format!("`logits` in `{}` has no elements", files::FORWARD)
-            }
+            Some(0) => format!("`logits` in `{}` has no elements", files::FORWARD),
             Some(_) => return Ok(()),
         };
         Err(JudgeError::TooLittle {

@@ -32,6 +32,10 @@ Bug switches (`--bug NAME`), the ways such code goes wrong:
     skip-head-grad-psum     the output head's gradient alone is not all-reduced across
                             data-parallel ranks (with --clip-grad-norm, its error reaches every
                             gradient through the clip coefficient)
+    write-dp-shard-as-whole the logits and the traced activations are written as the first
+                            device's block of their batch rows, as if it were the whole array
+                            (the training is right, what is written is not: hooks that take a
+                            per-rank tensor for a whole one, as under torchtitan's spmd_types)
 
 With --clip-grad-norm C the gradients are clipped to global norm C (the norm over every
 parameter, tensor-parallel shards summed over "tp") before the update, and recorded after it,
@@ -89,7 +93,8 @@ def parse():
     p.add_argument("--dtype", default="f32", choices=["f32", "f64"])
     p.add_argument("--bug", default="none",
                    choices=["none", "skip-tp-psum", "skip-dp-grad-psum", "local-loss-normalization",
-                            "drop-tp-shard", "skip-head-grad-psum", *RESUME_BUGS])
+                            "drop-tp-shard", "skip-head-grad-psum", "write-dp-shard-as-whole",
+                            *RESUME_BUGS])
     return p.parse_args()
 
 
@@ -238,13 +243,18 @@ def main():
             seconds = time.perf_counter() - start
             metrics.write(json.dumps(
                 {"iteration": k + 1, "lm_loss": loss, "step_time_s": seconds}) + "\n")
+            # What is written: the whole array, or (the bug) the first device's block of it.
+            written = np.asarray
+            if a.bug == "write-dp-shard-as-whole":
+                def written(t):
+                    return np.asarray(t.addressable_shards[0].data)
             if k == 0:
-                save_file({"logits": np.asarray(logits), "loss": np.asarray(loss_array).reshape(1)},
+                save_file({"logits": written(logits), "loss": np.asarray(loss_array).reshape(1)},
                           os.path.join(a.out, "logits.safetensors"))
                 save_file({n: np.asarray(t) for n, t in grads.items()},
                           os.path.join(a.out, "grads.safetensors"))
             if a.trace_dir and k < 2:
-                values = {n: np.asarray(v) for n, v in sites.items()}
+                values = {n: written(v) for n, v in sites.items()}
                 values.update({f"grad.{n}": np.asarray(t) for n, t in grads.items()})
                 save_file(values, os.path.join(a.trace_dir, f"step{k}.safetensors"))
             if k + 1 == a.weights_after:

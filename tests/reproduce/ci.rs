@@ -218,7 +218,11 @@ print("ok")
             .arg(fx.path().join("run/junit.xml"))
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let junit = std::fs::read_to_string(fx.path().join("run/junit.xml")).unwrap();
     let failure = junit.split("<failure ").nth(1).expect("a failure element");

@@ -242,6 +242,18 @@ pub fn locate(
             bound: Some(crate::bound::at(path_of(&e.key), layers, dtype)),
         });
         if value > limit || value.is_nan() {
+            if r.shape != c.shape {
+                // Tensors that cannot line up: no value-level cause is fitted to them (a shard
+                // written as whole read as "the reference's value at step 1").
+                return Ok(mismatched(
+                    e,
+                    index.microbatches,
+                    (r, c),
+                    limit,
+                    sites,
+                    dtype,
+                ));
+            }
             let mut first = site(e, index.microbatches, None, value, limit);
             // A gradient first over the limit may only carry a global coupling's share of
             // another's error: the source is the first one a common factor does not explain.
@@ -283,6 +295,35 @@ pub fn locate(
         cause: None,
         coupling: None,
     })
+}
+
+/// The localization of a first diverging site whose shapes differ: said as a shape mismatch with
+/// its usual cause, no hypothesis fitted.
+fn mismatched(
+    e: &TraceEntry,
+    microbatches: usize,
+    (r, c): (&HostTensor, &HostTensor),
+    limit: f64,
+    sites: Vec<SiteRow>,
+    dtype: DType,
+) -> Localization {
+    let mut first = site(e, microbatches, None, f64::INFINITY, limit);
+    first.what = format!(
+        "shape {:?} where the reference's is {:?}{}",
+        c.shape,
+        r.shape,
+        meshparity_compare::align::shape_hint(&r.shape, &c.shape)
+            .map(|h| format!(": {h}"))
+            .unwrap_or_default()
+    );
+    Localization {
+        first: Some(first),
+        compared: sites.len(),
+        sites,
+        site_limit: Some(self::limit(dtype)),
+        cause: None,
+        coupling: None,
+    }
 }
 
 /// Relative L2 of `c` to `r`; infinite when they cannot be compared (shape, dtype) or the
