@@ -72,21 +72,24 @@ fn verdicts(r: &Value) -> Vec<(String, String)> {
     v
 }
 
-/// The Slurm job ids `r`'s attempts ran as (each attempt directory records its own).
-fn slurm_ids(r: &Value) -> Vec<String> {
+/// The Slurm job ids `r`'s attempts ran as (each attempt directory records its own; the
+/// records name them relative to the run directory `run_dir`).
+fn slurm_ids(run_dir: &Path, r: &Value) -> Vec<String> {
     r["jobs"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|j| j["attempts"].as_array().cloned().unwrap_or_default())
         .filter_map(|a| a["dir"].as_str().map(str::to_owned))
-        .filter_map(|d| std::fs::read_to_string(Path::new(&d).join("slurm-job")).ok())
+        .filter_map(|d| std::fs::read_to_string(run_dir.join(d).join("slurm-job")).ok())
         .map(|id| id.trim().to_owned())
         .collect()
 }
 
 /// Slurm's completion log: (id, state) of each of `ids` it holds.
 fn sacct(ids: &[String]) -> Vec<(String, String)> {
+    // `sacct -j ""` lists every job on the cluster: an empty list is the helper's bug.
+    assert!(!ids.is_empty(), "no Slurm job ids to look up");
     let out = StdCommand::new("sacct")
         .args(["-c", "-P", "-n", "-o", "JobID,State", "-j", &ids.join(",")])
         .output()
@@ -134,7 +137,7 @@ fn the_quickstart_on_slurm_gives_the_local_verdicts_and_every_job_is_a_slurm_job
     let slurm = run("slurm");
     assert_eq!(verdicts(&local), verdicts(&slurm));
     let jobs = slurm["jobs"].as_array().unwrap().len();
-    let ids = slurm_ids(&slurm);
+    let ids = slurm_ids(&dir.path().join("slurm"), &slurm);
     assert_eq!(ids.len(), jobs, "one Slurm job per job: {ids:?}");
     let seen = sacct(&ids);
     assert_eq!(seen.len(), jobs, "{seen:?}");
@@ -168,7 +171,7 @@ fn failures_and_time_limits_on_slurm() {
     assert_eq!(status("tiny@f32/dp2/forward"), "failed", "{v:?}");
     assert_eq!(status("tiny@f32/tp2/forward"), "timeout", "{v:?}");
     assert_eq!(status("tiny@f32/reference"), "passed", "{v:?}");
-    let seen = sacct(&slurm_ids(&r));
+    let seen = sacct(&slurm_ids(&dir.path().join("r"), &r));
     assert!(seen.iter().any(|(_, s)| s == "TIMEOUT"), "{seen:?}");
     assert!(seen.iter().any(|(_, s)| s == "FAILED"), "{seen:?}");
 }
@@ -211,7 +214,7 @@ fn a_cancelled_run_cancels_every_job_and_resumes() {
     assert_eq!(squeue_mine(&run_dir), 0, "jobs left on the cluster");
     let r = results(&run_dir);
     assert!(verdicts(&r).iter().any(|(_, s)| s == "not-run"), "{r:#}");
-    let cancelled = sacct(&slurm_ids(&r));
+    let cancelled = sacct(&slurm_ids(&run_dir, &r));
     assert!(
         cancelled.iter().any(|(_, s)| s.starts_with("CANCELLED")),
         "{cancelled:?}"
@@ -252,7 +255,7 @@ fn a_runner_killed_with_9_resumes_and_adopts_the_jobs_still_on_the_cluster() {
     let r = results(&run_dir);
     assert!(verdicts(&r).iter().all(|(_, s)| s == "passed"), "{r:#}");
     // Adopted, not submitted again: the trainings kept their Slurm jobs, one per job.
-    let ids = slurm_ids(&r);
+    let ids = slurm_ids(&run_dir, &r);
     for id in &submitted {
         assert!(ids.contains(id), "job {id} was submitted again: {ids:?}");
     }
@@ -354,7 +357,10 @@ fn a_node_failure_is_retried_and_reported_flaky() {
     assert_eq!(train["status"], "flaky", "{train:#}");
     let first = &train["attempts"][0];
     assert_eq!(first["status"], "error", "{train:#}");
-    let log: Vec<String> = sacct(&slurm_ids(&r)).into_iter().map(|(_, s)| s).collect();
+    let log: Vec<String> = sacct(&slurm_ids(&run_dir, &r))
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
     assert!(log.iter().any(|s| s == "NODE_FAIL"), "{log:?}");
 }
 
