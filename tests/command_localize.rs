@@ -112,7 +112,8 @@ fn an_engine_that_always_traces_is_localized_without_a_rerun() {
     );
     for t in &traced {
         let here = t.parent().unwrap();
-        let own_run = here.join("final.safetensors").exists();
+        // The program's final.safetensors, moved to the contract's name when collected.
+        let own_run = here.join("weights.safetensors").exists();
         assert!(
             own_run || !here.join("program.log").exists(),
             "{} was run again",

@@ -88,6 +88,7 @@ pub fn collect(
 ) -> Result<Collected, CollectError> {
     let mut written = Vec::new();
     let mut ungated = Vec::new();
+    let mut moved = Vec::new();
     let tensors = [
         ("logits", &map.logits, files::FORWARD),
         ("grads", &map.grads, files::GRADS),
@@ -109,10 +110,7 @@ pub fn collect(
         })?;
         let dst = out.join(contract);
         if src != dst {
-            // Never through a link the program planted under the contract's name.
-            let mut to = meshparity_files::create(&dst).map_err(io(&dst))?;
-            let mut from = std::fs::File::open(&src).map_err(io(&src))?;
-            std::io::copy(&mut from, &mut to).map_err(io(&dst))?;
+            place(&src, &dst, &mut moved)?;
         }
         written.push(contract.to_owned());
     }
@@ -176,6 +174,28 @@ pub fn collect(
         ungated,
         replicas_differ,
     })
+}
+
+/// The program's file `src` under the contract's name `dst`, in the same directory: moved, not
+/// copied (a model's files are its size each, and a run keeps only what its reports cite). The
+/// rename replaces whatever the program left at `dst`, a planted link included, without
+/// following it. A file two keys map to is moved once and copied for the second (`moved`).
+fn place(
+    src: &Path,
+    dst: &Path,
+    moved: &mut Vec<(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<(), CollectError> {
+    if let Some((_, first)) = moved.iter().find(|(from, _)| from == src) {
+        let first = first.clone();
+        // Never through a link the program planted under the contract's name.
+        let mut to = meshparity_files::create(dst).map_err(io(dst))?;
+        let mut from = std::fs::File::open(&first).map_err(io(&first))?;
+        std::io::copy(&mut from, &mut to).map_err(io(dst))?;
+        return Ok(());
+    }
+    std::fs::rename(src, dst).map_err(io(dst))?;
+    moved.push((src.to_owned(), dst.to_owned()));
+    Ok(())
 }
 
 /// The program's file `name` (relative to its output directory), which must exist as a regular
