@@ -52,6 +52,9 @@ pub enum Needs {
     TpReplicatedExperts,
     /// Sharded data parallelism with more than one rank per shard group (zero ≥ 1).
     Sharded,
+    /// A rank's own gradients are not the whole model's: parameters split over ranks, or
+    /// gradients sharded over the data-parallel group (a norm of the local gradients differs).
+    SplitGradients,
     /// ZeRO stage 1 (sharded optimizer state; gradients reduce-scattered once per step).
     Zero1,
     /// ZeRO stage 2 (gradients reduce-scattered per microbatch).
@@ -124,6 +127,7 @@ impl Needs {
             Needs::ModelParallel => [m.tp, m.pp, m.ep, m.etp].iter().any(|&n| n > 1),
             Needs::TpReplicatedExperts => m.tp > 1 && m.ep * m.etp == 1,
             Needs::Sharded => m.zero > 0 && m.shard_dp() * m.cp > 1,
+            Needs::SplitGradients => Needs::ModelParallel.holds(m) || Needs::Sharded.holds(m),
             Needs::Zero1 => m.zero == 1,
             Needs::Zero2 => m.zero == 2,
             Needs::Zero3 => m.zero == 3,
@@ -168,6 +172,8 @@ impl Needs {
         "expert-bias",
         "model-parallel",
         "tp-replicated-experts",
+        "sharded",
+        "split-gradients",
         "interleaved",
         "tp-without-sp",
         "resume",
@@ -195,6 +201,8 @@ impl Needs {
             "expert-bias" => Needs::ExpertBias,
             "model-parallel" => Needs::ModelParallel,
             "tp-replicated-experts" => Needs::TpReplicatedExperts,
+            "sharded" => Needs::Sharded,
+            "split-gradients" => Needs::SplitGradients,
             "interleaved" => Needs::Interleaved,
             "tp-without-sp" => Needs::TpWithoutSp,
             "resume" => Needs::Resume,
@@ -227,6 +235,9 @@ impl Needs {
             Needs::TpReplicatedExperts => "experts replicated over TP (tp > 1, ep·etp = 1)",
             Needs::Sharded => {
                 "sharded data parallelism over several ranks (zero ≥ 1, dp·cp per shard group > 1)"
+            }
+            Needs::SplitGradients => {
+                "gradients split over ranks (parameters split, or sharded data parallelism)"
             }
             Needs::Zero1 => "zero = 1",
             Needs::Zero2 => "zero = 2",

@@ -64,6 +64,14 @@ pub fn torch() -> bool {
     python_has("torch.distributed, safetensors", "torch safetensors numpy")
 }
 
+/// Whether torch and torchtitan import (meshparity_hooks.torchtitan runs torchtitan's Trainer).
+pub fn torchtitan() -> bool {
+    python_has(
+        "torch.distributed, torchtitan, safetensors",
+        "torch torchtitan safetensors numpy",
+    )
+}
+
 /// `meshparity run ARGS --no-progress --run-dir RUN` from the repository root: its exit code
 /// and the run's results.json.
 pub fn run_in_repo(args: &[&str], run: &std::path::Path) -> (Option<i32>, serde_json::Value) {

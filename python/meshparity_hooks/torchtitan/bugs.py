@@ -1,0 +1,141 @@
+"""Bug switches (`--bug NAME`): real mistakes of torchtitan and PyTorch setups, replayed in
+torchtitan's own training step. Each is code on the parallel path — it changes nothing at
+world size 1 — and names the report it replays:
+
+    clip-local-norm          clipping by the norm of each rank's own gradient shards, the norm
+                             `clip_grad_norm_` returned under FSDP2 (pytorch#170862,
+                             torchtitan#766)
+    local-loss-normalization each data-parallel rank divides its loss by its own count of
+                             counted tokens, torchtitan's normalization before PR #2206
+    fsdp-gradient-average    FSDP averages the gradients over its shard group while the loss is
+                             already normalized by the global token count (the averaging
+                             torchtitan PR #2206 had to disable)
+    init-per-rank-seed       each rank draws the initial weights from seed + rank and keeps its
+                             own shard of its own draw (torchtitan PR #1363)
+    sp-norm-grad-unreduced   under sequence parallelism a norm's weight gradient is taken as
+                             already reduced: each tensor-parallel rank keeps its own partial sum
+                             (Megatron-LM#1446, gpt-neox PR #1259, PaddleNLP PR #7610)
+    logits-shard-as-whole    the first step's logits written as the rank's vocabulary shard, as
+                             if it were the whole tensor (meshparity's own torch hooks under
+                             torchtitan's spmd_types backend)
+"""
+
+import torch
+import torch.distributed as dist
+
+BUGS = [
+    "clip-local-norm",
+    "local-loss-normalization",
+    "fsdp-gradient-average",
+    "init-per-rank-seed",
+    "sp-norm-grad-unreduced",
+    "logits-shard-as-whole",
+]
+
+
+def init_seed(bug, seed):
+    """The seed the world-size-1 initial weights are drawn from on this rank."""
+    if bug == "init-per-rank-seed" and dist.is_initialized():
+        return seed + dist.get_rank()
+    return seed
+
+
+def install(trainer, bug):
+    """Inject `bug` into `trainer` (a ParityTrainer after its own set-up)."""
+    if bug in ("none", "", None, "init-per-rank-seed", "logits-shard-as-whole"):
+        return
+    if bug == "clip-local-norm":
+        trainer.clip = _local_clip
+    elif bug == "local-loss-normalization":
+        _local_normalization(trainer)
+    elif bug == "fsdp-gradient-average":
+        _fsdp_average(trainer)
+    elif bug == "sp-norm-grad-unreduced":
+        _norm_grads_unreduced(trainer)
+    else:
+        raise ValueError(f"unknown bug `{bug}`; the bugs are: {', '.join(BUGS)}")
+
+
+def _local_clip(parameters, max_norm, *args, **kwargs):
+    """`clip_grad_norm_` over each rank's own shards: the norm of the local gradients."""
+    grads = []
+    for p in parameters:
+        if p.grad is None:
+            continue
+        g = p.grad
+        grads.append(g.to_local() if hasattr(g, "to_local") else g)
+    norm = torch.stack([g.double().pow(2).sum() for g in grads]).sum().sqrt()
+    coeff = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coeff.to(g.dtype))
+    return norm.float()
+
+
+def _local_normalization(trainer):
+    """The loss divided by this rank's count of counted tokens, not the global count."""
+    from torchtitan.components.loss import IGNORE_INDEX
+
+    step = trainer.forward_backward_step
+
+    def local(*, input_dict, labels, global_valid_tokens):
+        mine = (labels != IGNORE_INDEX).sum().to(global_valid_tokens.device)
+        return step(input_dict=input_dict, labels=labels, global_valid_tokens=mine)
+
+    trainer.forward_backward_step = local
+
+
+def _fsdp_average(trainer):
+    """Every FSDP module divides its reduced gradients by its shard group's size."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for part in trainer.model_parts:
+        for m in part.modules():
+            if isinstance(m, FSDPModule):
+                group = m._get_fsdp_state()._fsdp_param_group
+                size = group.mesh_info.shard_mesh_size if group is not None else 1
+                m.set_gradient_divide_factor(float(size))
+
+
+def _norm_grads_unreduced(trainer):
+    """A norm's weight gradient, Partial over the tensor-parallel ranks under sequence
+    parallelism, taken as Replicate without its all-reduce: each rank keeps its own part."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    def unreduced(g):
+        if not isinstance(g, DTensor) or not any(isinstance(p, Partial) for p in g.placements):
+            return g
+        placements = [Replicate() if isinstance(p, Partial) else p for p in g.placements]
+        return DTensor.from_local(g.to_local(), g.device_mesh, placements, run_check=False)
+
+    if trainer.config.parallelism.spmd_backend == "spmd_types":
+        _spmd_norm_grads_unreduced(trainer)
+        return
+    for part in trainer.model_parts:
+        for name, p in part.named_parameters():
+            if "norm" in name and isinstance(p, DTensor):
+                p.register_hook(unreduced)
+
+
+def _spmd_norm_grads_unreduced(trainer):
+    """The same bug on the spmd_types backend. There a norm weight is Replicate over tp and
+    its gradient is typed Partial; FSDP wraps the plain gradient as a DTensor with those
+    placements and redistributes it (`FSDPParam._get_grad_inner_tensor`: "the TP all-reduce of
+    a SequenceParallel norm weight's Partial gradient"). The bug declares it Replicate there
+    instead, so the all-reduce is never issued."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import Replicate
+
+    for part in trainer.model_parts:
+        for m in part.modules():
+            if not isinstance(m, FSDPModule):
+                continue
+            group = m._get_fsdp_state()._fsdp_param_group
+            for fp in group.fsdp_params if group is not None else ():
+                if "norm" not in type(fp._module_info.module).__name__.lower():
+                    continue
+                if not fp.is_spmd_types:
+                    continue
+                dp = set(fp._dp_dim_indices)
+                fp._spmd_grad_placements = tuple(
+                    Replicate() if p.is_partial() and i not in dp else p
+                    for i, p in enumerate(fp._spmd_grad_placements))

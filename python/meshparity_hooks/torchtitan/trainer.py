@@ -1,0 +1,242 @@
+"""torchtitan's own Trainer, run as it runs, with meshparity's files written beside it.
+
+`ParityTrainer` is torchtitan's `Trainer` (its model, parallelization, loss, optimizer, LR
+schedule, clipping and training step untouched), with what a parity check needs added around
+them:
+
+- **world size 1's initial weights**: torchtitan initializes each rank's shards after sharding,
+  so no layout starts where world size 1 does. Every rank builds the model unsharded, draws its
+  weights from the run's seed as torchtitan's `init_weights` draws them, and copies its part of
+  each into its shard (`distribute_tensor` to the parameter's own placements). The parameters,
+  not the state dict, are copied: the state dict's hooks split a fused `wqkv` on save and merge
+  it on load, and DCP's loader then mixed plain tensors and DTensors.
+- **the files**: `init.safetensors` (those weights), the first step's logits over the global
+  batch with its loss, the gradients at `--grad-point` (torchtitan's `clip_grad_norm_` wrapped:
+  before or after it clips), the weights after `--weights-after` steps, `metrics.jsonl` (the loss
+  and gradient norm torchtitan logs, every step) and each rank's replica digests. Names are the
+  parameters' own, without the wrappers' `_checkpoint_wrapped_module.` / `_orig_mod.`.
+- **bugs to inject** (`--bug`, bugs.py), each a real mistake of a torchtitan setup.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
+from torchtitan.distributed import utils as dist_utils
+from torchtitan.trainer import Trainer
+
+from ..torch import Writer
+from . import bugs, cpu
+from .layout import whole
+
+WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def canonical(name):
+    """A parameter's name as world size 1 has it: wrappers' segments dropped."""
+    for w in WRAPPERS:
+        name = name.replace(w, "")
+    return name
+
+
+class ParityTrainer(Trainer):
+    def __init__(self, config, run):
+        self.run = run
+        if run.pp > 1:
+            raise NotImplementedError(
+                "meshparity_hooks.torchtitan: pipeline parallelism is not adapted yet (its "
+                "stages hold different parameters per rank; the writer gathers one set)")
+        if run.cp > 1:
+            raise NotImplementedError(
+                "meshparity_hooks.torchtitan: context parallelism is not adapted yet (its "
+                "load-balanced chunks must be put back in order before the logits are written)")
+        super().__init__(config)
+        # After torchtitan's init: its `set_determinism` compiles FlexAttention anew.
+        cpu.flex_attention_on_cpu()
+        cpu.force_sum_reductions(self.model_parts)
+        self.writer = Writer(run.out, grad_point=run.grad_point)
+        self._world_size_one_init()
+        # What the ranks hold, gathered: a rank that drew other weights shows here.
+        self.writer.tensors("init.safetensors", self.whole_parameters())
+        if run.roundtrip_from:
+            self.writer.tensors("roundtrip.safetensors", self._roundtrip(run.roundtrip_from))
+        self.losses = {}
+        self._wrap_clipping()
+        self._wrap_metrics()
+        bugs.install(self, run.bug)
+
+    # -- initial weights ---------------------------------------------------------------------
+
+    def _load_parameters(self, params):
+        """Each of `params` ({canonical name: whole tensor}) copied into this rank's part of the
+        parameter of that name (its own placements)."""
+        with torch.no_grad():
+            for part in self.model_parts:
+                for n, p in part.named_parameters():
+                    source = params[canonical(n)].to(p.dtype)
+                    if isinstance(p, DTensor):
+                        # Each rank slices its own draw (no broadcast from rank 0)...
+                        local = distribute_tensor(
+                            source, p.device_mesh, p.placements, src_data_rank=None).to_local()
+                        p.to_local().copy_(local)
+                    else:
+                        p.copy_(source)
+
+    def _roundtrip(self, seed_checkpoint):
+        """meshparity's roundtrip level through torchtitan's own state dict: the seed
+        checkpoint loaded into the sharded parameters, the model's state dict (its hooks split a
+        fused `wqkv` into `wq`/`wk`/`wv`) saved with DCP and loaded back, the parameters zeroed
+        and set from what was loaded (the hooks merge it again), returned whole by parameter
+        name. Training then starts from the round-tripped weights."""
+        import torch.distributed.checkpoint as dcp
+        from safetensors.torch import load_file
+
+        own = [p.to_local().clone() if isinstance(p, DTensor) else p.detach().clone()
+               for _, p in self.parameters()]
+        self._load_parameters(load_file(seed_checkpoint))
+        directory = os.path.join(self.run.out, "roundtrip-dcp")
+        for part in self.model_parts:
+            # The module's own state dict: DCP's `get_model_state_dict` resolves each key as an
+            # attribute path, which a key the hooks renamed (`wq` of a fused `wqkv`) is not.
+            state = part.state_dict()
+            dcp.save(state, checkpoint_id=directory)
+            back = {k: torch.zeros_like(v) for k, v in state.items()}
+            dcp.load(back, checkpoint_id=directory)
+            with torch.no_grad():
+                for p in part.parameters():
+                    p.zero_()
+            part.load_state_dict(back, strict=True)
+        out = self.whole_parameters()
+        # Training starts from the run's own initial weights, not the seed's: the round trip
+        # checks the checkpointer, and must not mask an initialization that differs.
+        with torch.no_grad():
+            for (_, p), mine in zip(self.parameters(), own):
+                (p.to_local() if isinstance(p, DTensor) else p).copy_(mine)
+        # Only what it loaded back is compared: the DCP files are not kept (a run directory
+        # keeps what its reports cite).
+        if dist.is_initialized():
+            dist.barrier()
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            import shutil
+
+            shutil.rmtree(directory, ignore_errors=True)
+        return out
+
+    def _world_size_one_init(self):
+        """World size 1's initial parameters, drawn whole and loaded into this rank's shards."""
+        from torchtitan.tools import utils
+
+        with torch.device("cpu"), utils.set_default_dtype(self.params_dtype()):
+            full = self.model_config.build()
+        full.to_empty(device="cpu")
+        torch.manual_seed(bugs.init_seed(self.run.bug, self.run.seed))
+        with torch.no_grad():
+            full.init_weights(buffer_device=None)
+        self._load_parameters({canonical(n): p.detach() for n, p in full.named_parameters()})
+
+    def params_dtype(self):
+        return torch.bfloat16 if self.config.training.dtype == "bfloat16" else torch.float32
+
+    def parameters(self):
+        """(canonical name, parameter) of every model part, in order."""
+        return [(canonical(n), p) for part in self.model_parts for n, p in part.named_parameters()]
+
+    def whole_parameters(self, grads=False):
+        out = {}
+        for name, p in self.parameters():
+            t = p.grad if grads else p
+            if t is None:
+                continue
+            out[name] = whole(name, t, self.parallel_dims, batch_valued=False)
+        return out
+
+    # -- what torchtitan computes, recorded ----------------------------------------------------
+
+    def _wrap_clipping(self):
+        """torchtitan's `clip_grad_norm_` (its own call, in its train step) with the first
+        step's gradients written at the grad point and each step's norm kept."""
+        self.clip = dist_utils.clip_grad_norm_
+        trainer = self
+
+        def clip(parameters, max_norm, *args, **kwargs):
+            parameters = list(parameters)
+            first = trainer.step == 1
+            if first and trainer.run.grad_point == "before_clip":
+                trainer.writer.tensors("grads.safetensors", trainer.whole_parameters(True))
+            norm = trainer.clip(parameters, max_norm, *args, **kwargs)
+            if first and trainer.run.grad_point == "after_clip":
+                trainer.writer.tensors("grads.safetensors", trainer.whole_parameters(True))
+            return norm
+
+        dist_utils.clip_grad_norm_ = clip
+
+    def _wrap_metrics(self):
+        """torchtitan's own logged loss and gradient norm, written as metrics.jsonl."""
+        log = self.metrics_processor.log
+        trainer = self
+
+        def record(step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs):
+            trainer.losses[step] = (float(global_avg_loss), float(grad_norm))
+            trainer.writer.metric(step, loss=float(global_avg_loss), grad_norm=float(grad_norm))
+            return log(step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs)
+
+        self.metrics_processor.log = record
+
+    def forward_backward_step(self, *, input_dict, labels, global_valid_tokens):
+        if self.step == 1 and not getattr(self, "_logits_written", False):
+            self._logits_written = True
+            self._write_logits(dict(input_dict), labels, global_valid_tokens)
+        return super().forward_backward_step(
+            input_dict=input_dict, labels=labels, global_valid_tokens=global_valid_tokens)
+
+    def _write_logits(self, input_dict, labels, global_valid_tokens):
+        """The first step's logits over the global batch, from a forward pass of the model as
+        it trains (no gradient), under SPMD type checking on the spmd_types backend so their
+        layout is known; the loss of the same batch beside them."""
+        inputs, labels, extra = self.post_dataloading_process(input_dict, labels)
+        model = self.model_parts[0]
+        skip = getattr(model, "_skip_lm_head", False)
+        model._skip_lm_head = False
+        checking = self.config.parallelism.spmd_backend == "spmd_types"
+        context = dist_utils.get_spmd_context(
+            parallel_dims=self.parallel_dims, spmd_typechecking=checking)
+        try:
+            with torch.no_grad(), context():
+                logits = model(inputs, **extra)
+        finally:
+            model._skip_lm_head = skip
+        # Gathered after the type-checked region (the annotations stay on the tensor; the
+        # checker would refuse meshparity's own gathers of a Varying tensor).
+        if self.run.bug != "logits-shard-as-whole":
+            logits = whole("logits", logits, self.parallel_dims)
+        else:
+            # The bug: the rank's own vocabulary shard taken for the whole tensor.
+            local = logits.to_local() if isinstance(logits, DTensor) else logits
+            logits = whole("logits", local.detach().clone(), self.parallel_dims, trusted=True)
+        self.first_logits = logits
+
+    def train_step(self, data_iterator):
+        super().train_step(data_iterator)
+        if self.step == 1:
+            loss = torch.tensor([self.losses.get(1, (float("nan"), 0.0))[0]], dtype=torch.float64)
+            self.writer.tensors("logits.safetensors", {"logits": self.first_logits, "loss": loss})
+        if self.step == self.run.weights_after:
+            self.writer.tensors("final.safetensors", self.whole_parameters())
+
+    def finish(self):
+        """Every rank's replica digests, then the files' writer agrees that all went well."""
+        self.writer.digests(self.model_parts[0])
+
+
+def train(config, run):
+    trainer = ParityTrainer(config, run)
+    try:
+        trainer.train()
+        trainer.finish()
+    finally:
+        trainer.close()
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    os.sys.stdout.flush()
