@@ -17,7 +17,7 @@ import torch.distributed._functional_collectives as funcol
 from safetensors.numpy import load_file
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from meshparity_hooks.torch import Tracer, Writer, WriterError, full, replica_digests, roundtrip
@@ -184,20 +184,34 @@ def check_abort(out):
 
 def check_tracer(mesh, out):
     """A TP × DP run's traces equal a world-size-1 run's: forward outputs, the gradients
-    arriving at them, and the finalized gradients, all in world-size-1 shape."""
+    arriving at them, and the finalized gradients, all in world-size-1 shape — with the mesh's
+    dims named `dp`/`tp`, named as torchtitan names them (`dp_shard`), or given as 1-D groups
+    with no 2-D mesh at all."""
     torch.manual_seed(3)
     model = Tiny()
-    par = copy.deepcopy(model)
     ids = batch()
-    ref_dir, mesh_dir = os.path.join(out, "ref"), os.path.join(out, "mesh")
+    ref_dir = os.path.join(out, "ref")
     step(model, ids, slice(None), None, Tracer(model, ref_dir, steps=(0,)))
-    parallelize_module(par, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
     dp, d = mesh["dp"].size(), mesh.get_coordinate()[0]
     rows = slice(d * BATCH // dp, (d + 1) * BATCH // dp)
-    tracer = Tracer(par, mesh_dir, mesh=mesh, steps=(0,), layouts={"w1*": "shard:-1"})
-    step(par, ids, rows, mesh["dp"].get_group(), tracer)
-    if dist.get_rank() != 0:
-        return
+    titan = init_device_mesh("cpu", tuple(mesh.shape), mesh_dim_names=("dp_shard", "tp"))
+    ways = {
+        "mesh": dict(mesh=mesh),
+        "titan-names": dict(mesh=titan, dp="dp_shard"),
+        "groups": dict(tp=mesh["tp"], dp=mesh["dp"].get_group()),
+    }
+    for way, kw in ways.items():
+        par = copy.deepcopy(model)
+        parallelize_module(par, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+        mesh_dir = os.path.join(out, way)
+        tracer = Tracer(par, mesh_dir, steps=(0,), layouts={"w1*": "shard:-1"}, **kw)
+        step(par, ids, rows, mesh["dp"].get_group(), tracer)
+        if dist.get_rank() == 0:
+            same_as_reference(ref_dir, mesh_dir)
+    dist.barrier()
+
+
+def same_as_reference(ref_dir, mesh_dir):
     sites = open(os.path.join(ref_dir, "sites.txt")).read().split()
     assert sites == open(os.path.join(mesh_dir, "sites.txt")).read().split()
     for want in ["embed", "norm", "w1", "w2", "head", "w1.bwd.in", "head.bwd.in", "grad.w1.weight"]:
@@ -207,7 +221,7 @@ def check_tracer(mesh, out):
     for s in sites:
         assert ref[s].shape == got[s].shape, (s, ref[s].shape, got[s].shape)
         err = abs(ref[s] - got[s]).max() / max(abs(ref[s]).max(), 1e-30)
-        assert err < 1e-5, (s, err)
+        assert err < 1e-5, (mesh_dir, s, err)
 
 
 def check_digests(mesh, out):
@@ -245,6 +259,47 @@ def check_roundtrip(mesh, out):
     assert sorted(back) == sorted(seed)
     for k in seed:
         assert torch.equal(back[k], seed[k]), k
+    # A fused parameter the state dict saves under other names (torchtitan's wqkv): it crashed
+    # ("aten.copy_.default got mixed torch.Tensor and DTensor").
+    torch.manual_seed(7)
+    fused_seed = {k: v.contiguous() for k, v in Fused().state_dict().items()}
+    assert sorted(fused_seed) == ["wk", "wq", "wv"], sorted(fused_seed)
+    path = os.path.join(out, "fused-seed.safetensors")
+    if dist.get_rank() == 0:
+        save_file(fused_seed, path)
+    dist.barrier()
+    torch.manual_seed(8)
+    par = Fused()
+    par.wqkv = nn.Parameter(distribute_tensor(par.wqkv.detach(), mesh["tp"], [Shard(0)]))
+    back = roundtrip(par, path, os.path.join(out, "fused-dcp"))
+    assert sorted(back) == sorted(fused_seed), sorted(back)
+    for k in fused_seed:
+        assert torch.equal(back[k], fused_seed[k]), k
+    whole = par.wqkv.full_tensor()
+    assert torch.equal(whole, torch.cat([fused_seed[k] for k in ("wq", "wk", "wv")])), "merged"
+
+
+class Fused(nn.Module):
+    """One fused projection saved as three (torchtitan's `FusedQKVLinear` hooks, in short)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wqkv = nn.Parameter(torch.randn(3 * 4, 4))
+        self._register_state_dict_hook(Fused._split)
+        self._register_load_state_dict_pre_hook(Fused._merge, with_module=True)
+
+    @staticmethod
+    def _split(module, state, prefix, _meta):
+        w = state.pop(prefix + "wqkv")
+        if hasattr(w, "redistribute"):
+            w = w.redistribute(w.device_mesh, [Replicate()] * w.device_mesh.ndim)
+        for i, k in enumerate(("wq", "wk", "wv")):
+            state[prefix + k] = w[4 * i:4 * (i + 1)]
+
+    @staticmethod
+    def _merge(module, state, prefix, *_):
+        parts = [state.pop(prefix + k) for k in ("wq", "wk", "wv")]
+        state[prefix + "wqkv"] = torch.cat(parts)
 
 
 def main():

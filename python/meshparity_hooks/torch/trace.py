@@ -22,7 +22,12 @@ class Tracer:
     dim 0. Writes `sites.txt` (the first traced step's order) and `step{N}.safetensors`.
 
     `steps`: the 0-based step indices to trace (meshparity's traces are of the first steps);
-    `modules`: globs of module names to hook (default: every module with no children)."""
+    `modules`: globs of module names to hook (default: every module with no children).
+
+    `tp` and `dp` say which ranks split a value, by the program's own names: a dim name of
+    `mesh` (torchtitan's `dp_shard`, `fsdp`), a tuple of them (`("dp_replicate", "dp_shard")`:
+    the rows are split over both), a 1-D DeviceMesh, or a process group — so no 2-D (dp, tp)
+    submesh is needed (torchtitan has none when dp = 1) and `mesh` only where names are used."""
 
     def __init__(self, model, trace_dir, mesh=None, steps=(0, 1), modules=None, layouts=None,
                  tp="tp", dp="dp"):
@@ -87,22 +92,54 @@ class Tracer:
             self.values[name] = t.detach().clone()
             self.scalars.add(name)
 
+    def _names(self, which):
+        """The mesh dim names `which` gives (a name or a tuple of them), else ()."""
+        if isinstance(which, str):
+            return (which,)
+        if isinstance(which, tuple) and all(isinstance(n, str) for n in which):
+            return which
+        return ()
+
+    def _group(self, which):
+        """The process group of the ranks `which` names, or None when this run has none."""
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if which is None:
+            return None
+        if isinstance(which, DeviceMesh):
+            return which.get_group() if which.ndim == 1 else which._flatten().get_group()
+        names = self._names(which)
+        if not names:
+            return which  # a process group
+        present = set(self.mesh.mesh_dim_names or ()) if self.mesh is not None else set()
+        names = tuple(n for n in names if n in present)
+        if not names:
+            return None
+        sub = self.mesh[names] if len(names) > 1 else self.mesh[names[0]]
+        group = sub.get_group() if len(names) == 1 else sub._flatten().get_group()
+        return group if dist.get_world_size(group) > 1 else None
+
     def _whole(self, name, x):
         x = _settle(x)
         rows_whole = False
         if _is_dtensor(x):
-            rows_whole = self.dp in (x.device_mesh.mesh_dim_names or ())
+            dims = set(x.device_mesh.mesh_dim_names or ())
+            rows_whole = bool(dims & set(self._names(self.dp)))
             x = x.full_tensor()
-        elif self.mesh is not None and self.tp in (self.mesh.mesh_dim_names or ()):
+        else:
+            tp = self._group(self.tp)
             layout = next((v for g, v in self.layouts.items() if fnmatch.fnmatch(name, g)),
                           "replicate")
             if layout.startswith("shard:"):
-                x = _gather(x, self.mesh[self.tp].get_group(), int(layout.split(":")[1]))
+                if tp is not None:
+                    x = _gather(x, tp, int(layout.split(":")[1]))
             elif layout != "replicate":
                 raise ValueError(f"layout of {name}: shard:D or replicate, not {layout!r}")
         batch_valued = not (name.startswith("grad.") or name in self.scalars or rows_whole)
-        if batch_valued and self.mesh is not None and self.dp in (self.mesh.mesh_dim_names or ()):
-            x = _gather(x, self.mesh[self.dp].get_group(), 0)
+        dp = self._group(self.dp) if batch_valued else None
+        if dp is not None:
+            x = _gather(x, dp, 0)
         return x.cpu()
 
     def end(self):
