@@ -55,10 +55,7 @@ pub fn excerpt(log: &Path) -> String {
     let mut out = String::new();
     let errors: Vec<&str> = lines
         .iter()
-        .filter(|l| {
-            let l = l.to_ascii_lowercase();
-            ERROR_WORDS.iter().any(|w| l.contains(w))
-        })
+        .filter(|l| reports_error(l))
         .take(FIRST_ERRORS)
         .copied()
         .collect();
@@ -81,6 +78,17 @@ pub fn excerpt(log: &Path) -> String {
         out += &format!("torchrun's error file {path}:\n{}\n", quote(&[&message]));
     }
     out.trim_end().to_owned()
+}
+
+/// Whether `line` reports an error: it holds one of [`ERROR_WORDS`] as a word of its own, not
+/// the start of another (tyro's usage box, "than erroring out (default: False)", was quoted as
+/// the cause of a bad argument).
+fn reports_error(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    ERROR_WORDS.iter().any(|w| {
+        l.match_indices(w)
+            .any(|(at, _)| !l[at + w.len()..].starts_with("ing"))
+    })
 }
 
 fn quote(lines: &[&str]) -> String {
@@ -228,6 +236,23 @@ mod tests {
             big.display()
         ));
         assert!(!excerpt(&path).contains("torchrun's error file"));
+    }
+
+    #[test]
+    fn a_word_that_only_starts_with_error_is_no_error() {
+        let (_d, path) = log(
+            "│ --debug.deterministic-warn-only  Use warn_only=True, rather │\n\
+             │         than erroring out (default: False)                  │\n\
+             error: Unrecognized argument: --bug\n",
+        );
+        let e = excerpt(&path);
+        assert!(
+            e.lines()
+                .next()
+                .unwrap()
+                .ends_with("Unrecognized argument: --bug"),
+            "{e}"
+        );
     }
 
     #[test]
