@@ -187,3 +187,28 @@ fn power_reports_the_smallest_perturbation_each_level_catches() {
     let page = std::fs::read_to_string(dir.path().join("calibration.html")).unwrap();
     assert!(page.contains("<table class=\"power\">") && page.contains("detects rank-grad-scale"));
 }
+
+/// A command engine runs its program in the engine's own directory; calibrate gave it the seed
+/// checkpoint by a path relative to where calibrate ran, so every round trip of every seed was
+/// an error ("No such file or directory: meshparity-calibration/scratch/…/seed.safetensors").
+#[test]
+fn a_programs_round_trip_finds_the_seed_from_its_own_directory() {
+    if !common::harness::jax() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/command/jax-tp-dp.toml");
+    let out = meshparity()
+        .current_dir(dir.path())
+        .arg("calibrate")
+        .arg(&spec)
+        .args(["--seeds", "1", "-f", "mesh=tp2 and level=roundtrip"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("No such file"), "{text}");
+    assert!(text.contains("roundtrip"), "{text}");
+}

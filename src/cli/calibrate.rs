@@ -162,7 +162,10 @@ pub fn run(args: &Args) -> u8 {
         seeds: args.seeds,
         first_seed,
         configs: configs.clone(),
-        scratch: args.out.join("scratch"),
+        // Absolute: a command engine runs its program in its own directory, and the paths it is
+        // given (the seed checkpoint) must name the same files from there.
+        scratch: std::path::absolute(args.out.join("scratch"))
+            .unwrap_or_else(|_| args.out.join("scratch")),
         mutation_seeds: args.mutation_seeds,
         // Power needs only verdicts, at every size: no traces.
         localize: !args.power,
