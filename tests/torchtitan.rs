@@ -18,6 +18,50 @@ const CUT: &str = "(model=llama3 and mesh=tp2-sp and (not level=mutation or \
                    (model=llama3-dtensor and mesh=fsdp2 and (not level=mutation or \
                    mutation=fsdp-gradient-average))";
 
+/// A torchtitan user's whole spec (mine.toml) is at most 15 lines besides comments, names no
+/// program of its own, and plans every level and bug on its two layouts.
+#[test]
+fn a_torchtitan_users_spec_is_fifteen_lines() {
+    let text = std::fs::read_to_string("examples/command/torchtitan/mine.toml").unwrap();
+    let lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .count();
+    assert!(lines <= 15, "{lines} lines");
+    assert!(!text.contains("program"));
+    let out = common::cli()
+        .args([
+            "plan",
+            "examples/command/torchtitan/mine.toml",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = plan["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "llama3@f32/fsdp2/roundtrip",
+        "llama3@f32/fsdp2/forward",
+        "llama3@f32/fsdp2/curve",
+        "llama3@f32/fsdp2/oracle",
+        "llama3@f32/fsdp2/mutation[fsdp-gradient-average]",
+        "llama3@f32/tp2-sp/mutation[sp-norm-grad-unreduced]",
+    ] {
+        assert!(names.contains(&want), "{want} not in {names:?}");
+    }
+}
+
 #[test]
 fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
     if !common::torchtitan() {
