@@ -197,8 +197,8 @@ fn a_programs_round_trip_finds_the_seed_from_its_own_directory() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/command/jax-tp-dp.toml");
+    let spec =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command/jax-tp-dp.toml");
     let out = meshparity()
         .current_dir(dir.path())
         .arg("calibrate")
@@ -206,8 +206,8 @@ fn a_programs_round_trip_finds_the_seed_from_its_own_directory() {
         .args(["--seeds", "1", "-f", "mesh=tp2 and level=roundtrip"])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("No such file"), "{text}");
     assert!(text.contains("roundtrip"), "{text}");

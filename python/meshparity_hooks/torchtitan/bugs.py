@@ -107,23 +107,27 @@ def _norm_grads_unreduced(trainer):
         placements = [Replicate() if isinstance(p, Partial) else p for p in g.placements]
         return DTensor.from_local(g.to_local(), g.device_mesh, placements, run_check=False)
 
-    if trainer.config.parallelism.spmd_backend == "spmd_types":
-        _spmd_norm_grads_unreduced(trainer)
-        return
+    _fsdp_norm_grads_unreduced(trainer)
     for part in trainer.model_parts:
         for name, p in part.named_parameters():
             if "norm" in name and isinstance(p, DTensor):
                 p.register_hook(unreduced)
 
 
-def _spmd_norm_grads_unreduced(trainer):
-    """The same bug on the spmd_types backend. There a norm weight is Replicate over tp and
-    its gradient is typed Partial; FSDP wraps the plain gradient as a DTensor with those
-    placements and redistributes it (`FSDPParam._get_grad_inner_tensor`: "the TP all-reduce of
-    a SequenceParallel norm weight's Partial gradient"). The bug declares it Replicate there
-    instead, so the all-reduce is never issued."""
+def _fsdp_norm_grads_unreduced(trainer):
+    """The same bug where FSDP wraps the norms (torchtitan always applies it, dp_shard = 1
+    included): FSDP turns the unsharded gradient into its stored placements in
+    `FSDPParam._get_grad_inner_tensor`, which issues "the TP all-reduce of a SequenceParallel
+    norm weight's Partial gradient". On the DTensor path the gradient arrives as a Partial
+    DTensor; on spmd_types as a plain tensor FSDP wraps with the Partial placements its SPMD
+    types gave (`_spmd_grad_placements`). Either way the bug declares it Replicate there, so
+    the all-reduce is never issued and each tensor-parallel rank keeps its own part."""
     from torch.distributed.fsdp import FSDPModule
-    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor import DTensor, Replicate
+
+    def as_reduced(placements, dp):
+        return tuple(Replicate() if p.is_partial() and i not in dp else p
+                     for i, p in enumerate(placements))
 
     for part in trainer.model_parts:
         for m in part.modules():
@@ -133,9 +137,17 @@ def _spmd_norm_grads_unreduced(trainer):
             for fp in group.fsdp_params if group is not None else ():
                 if "norm" not in type(fp._module_info.module).__name__.lower():
                     continue
-                if not fp.is_spmd_types:
+                dp = set(fp._dp_dim_indices) if fp.mesh_info.is_spmd_mesh else set()
+                if fp.is_spmd_types:
+                    fp._spmd_grad_placements = as_reduced(fp._spmd_grad_placements, dp)
                     continue
-                dp = set(fp._dp_dim_indices)
-                fp._spmd_grad_placements = tuple(
-                    Replicate() if p.is_partial() and i not in dp else p
-                    for i, p in enumerate(fp._spmd_grad_placements))
+                inner = fp._get_grad_inner_tensor
+
+                def unreduced(grad, inner=inner, dp=dp):
+                    if isinstance(grad, DTensor):
+                        grad = DTensor.from_local(grad.to_local(), grad.device_mesh,
+                                                  as_reduced(grad.placements, dp),
+                                                  run_check=False)
+                    return inner(grad)
+
+                fp._get_grad_inner_tensor = unreduced
