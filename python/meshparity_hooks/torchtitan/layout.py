@@ -17,18 +17,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from ..torch.collective import _gather
+
 
 class LayoutUnknown(RuntimeError):
     """A plain per-rank tensor whose layout nothing declares and whose copies differ."""
-
-
-def _gather(x, group, dim):
-    n = dist.get_world_size(group)
-    if n == 1:
-        return x
-    parts = [torch.empty_like(x) for _ in range(n)]
-    dist.all_gather(parts, x.contiguous(), group=group)
-    return torch.cat(parts, dim=dim)
 
 
 def _meshes(parallel_dims):
