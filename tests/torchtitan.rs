@@ -3,7 +3,8 @@
 //! torchrun on CPU/gloo), checked at world size 1 on both of torchtitan's backends: the default
 //! `spmd_types` under TP with SP, the DTensor path under TP with SP and under FSDP. Every level passes; the bugs
 //! replayed on each are caught, one of them — the logits written as a rank's vocabulary shard,
-//! what the hooks once did on `spmd_types` — as a shape mismatch with that cause.
+//! what the hooks once did on `spmd_types` — as a shape mismatch with that cause; the others
+//! are localized where they are injected, each with its cause.
 //!
 //! The example's other layouts and bugs (ddp2, fsdp2·tp2·sp, hsdp2x2; all six bugs) run the
 //! same program: their verdicts are in docs/verdicts.md. Here, a cut that holds CI's budget
@@ -113,11 +114,37 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
         (by, j["summary"].as_str().unwrap().to_owned())
     };
     let oracle = "oracle".to_owned();
+    // Where localization put a mutation job's bug: (step, site, localized as injected, cause).
+    let located = |job: &str| -> (u64, String, bool, String) {
+        let j = jobs
+            .iter()
+            .find(|j| j["name"].as_str().unwrap().ends_with(job))
+            .unwrap();
+        let l = &j["detail"]["localization"];
+        let cause = &l["cause"];
+        let label = match cause["axis"].as_str() {
+            Some(a) => format!("{}:{a}", cause["kind"].as_str().unwrap_or("?")),
+            None => cause["kind"].as_str().unwrap_or("?").to_owned(),
+        };
+        (
+            l["first"]["step"].as_u64().unwrap_or(u64::MAX),
+            l["first"]["site"].as_str().unwrap_or("").to_owned(),
+            j["detail"]["localized_as_injected"] == true,
+            label,
+        )
+    };
     // The norm gradient's TP all-reduce skipped in FSDP's own code, on both backends (on the
-    // DTensor path a hook on the sharded parameter had missed it; calibration found that).
+    // DTensor path a hook on the sharded parameter had missed it; calibration found that):
+    // localized to the first norm's gradient, each TP rank's copy its own share.
     for model in ["llama3", "llama3-dtensor"] {
         let job = format!("{model}@f32/tp2-sp/mutation[sp-norm-grad-unreduced]");
         assert!(caught(&job).0.contains(&oracle), "{job}");
+        let (step, site, injected, cause) = located(&job);
+        assert_eq!(
+            (step, site.as_str(), injected, cause.as_str()),
+            (0, "grad.layers.0.attention_norm.weight", true, "partial:tp"),
+            "{job}"
+        );
     }
     // The vocabulary shard written as the logits: a shape mismatch, with its cause.
     let (by, summary) = caught("llama3@f32/tp2-sp/mutation[logits-shard-as-whole]");
@@ -131,4 +158,8 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
     assert!(caught("/fsdp2/mutation[fsdp-gradient-average]")
         .0
         .contains(&oracle));
+    // Localized to the first gradient, the reference halved: averaged over dp.
+    let (step, site, injected, cause) = located("/fsdp2/mutation[fsdp-gradient-average]");
+    assert_eq!((step, injected, cause.as_str()), (0, true, "scaled:1/dp"));
+    assert!(site.starts_with("grad."), "{site}");
 }

@@ -179,6 +179,10 @@ impl Engine for CommandEngine {
             .collect()
     }
 
+    fn injected_at(&self, mutation: &str, site: &str) -> Option<bool> {
+        self.def.mutation(mutation)?.injected_at(site)
+    }
+
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
         let req = RunRequest {
             mesh: None,

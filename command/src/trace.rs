@@ -11,6 +11,13 @@
 //! Localization then walks the sites step by step in that order and names the first whose
 //! relative L2 to the reference's exceeds the dtype's limit. Names starting with `grad.` are
 //! gradients, names with `.bwd.` backward values, the rest forward values.
+//!
+//! A value replicated over some mesh axes may be written as every rank's copy instead of one:
+//! the site list names it with those axes, major first (`grad.norm.weight@tp`,
+//! `grad_norm@dp,tp`), and the step files hold `grad.norm.weight@0`, `grad.norm.weight@1`, … in
+//! the ranks' order. Each copy is compared with the reference's one value, and a first
+//! divergence is diagnosed against its copies along the axes named: one rank's share kept where
+//! the sum belongs (a missing all-reduce) is then said as such, on the right axis.
 
 use std::path::{Path, PathBuf};
 
@@ -29,8 +36,80 @@ pub enum TraceFilesError {
     NoSteps { path: PathBuf },
     #[error("{path}: tensor `{name}` is not in sites.txt; list it there (in computation order) or do not write it")]
     Unlisted { path: PathBuf, name: String },
+    #[error("{path}: copies of `{name}` over {axes} are listed; write one tensor per rank numbered from 0 with no gap (`{name}@0`, `{name}@1`, …), or list the site without `@`")]
+    NoCopies {
+        path: PathBuf,
+        name: String,
+        axes: String,
+    },
+    #[error("{path}: line {line}: `{text}`: copies are named over mesh axes ({known}), major first and comma-separated, as in `grad.norm.weight@dp,tp`")]
+    BadAxes {
+        path: PathBuf,
+        line: usize,
+        text: String,
+        known: String,
+    },
     #[error("{path}: {message}")]
     Read { path: PathBuf, message: String },
+}
+
+/// One line of the site list: a value's name, and the axes its copies run over (empty: one
+/// value, not copies).
+struct Listed {
+    name: String,
+    over: Vec<String>,
+}
+
+/// The site list's lines, each checked.
+fn listed(path: &Path, text: &str) -> Result<Vec<Listed>, TraceFilesError> {
+    let axes: Vec<&str> = meshparity_specs::MeshConfig::DEFAULT
+        .degrees()
+        .iter()
+        .map(|(a, _)| *a)
+        .collect();
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, over)) = line.rsplit_once('@') else {
+            out.push(Listed {
+                name: line.to_owned(),
+                over: Vec::new(),
+            });
+            continue;
+        };
+        let over: Vec<String> = over.split(',').map(|a| a.trim().to_owned()).collect();
+        let known = over.iter().all(|a| axes.contains(&a.as_str()));
+        let unique = over.iter().enumerate().all(|(j, a)| !over[..j].contains(a));
+        if name.is_empty() || !known || !unique {
+            return Err(TraceFilesError::BadAxes {
+                path: path.to_path_buf(),
+                line: i + 1,
+                text: line.to_owned(),
+                known: axes.join(", "),
+            });
+        }
+        out.push(Listed {
+            name: name.to_owned(),
+            over,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether a step file's tensor `n` is one `sites` lists: the site itself, or a copy
+/// (`NAME@K`) of one listed with its axes.
+fn is_listed(sites: &[Listed], n: &str) -> bool {
+    sites.iter().any(|s| {
+        if s.over.is_empty() {
+            return s.name == n;
+        }
+        n.strip_prefix(s.name.as_str())
+            .and_then(|rest| rest.strip_prefix('@'))
+            .is_some_and(|k| k.parse::<usize>().is_ok())
+    })
 }
 
 /// Read the program's traces in `from` and write the trace artifact into `to`.
@@ -45,13 +124,8 @@ pub fn convert(from: &Path, to: &Path) -> Result<usize, TraceFilesError> {
         what: "a site list",
     };
     // A regular file, bounded: a FIFO or a runaway writer is an error, never a hang.
-    let sites: Vec<String> = match meshparity_files::read_to_string(&list, limit) {
-        Ok(text) => text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect(),
+    let sites = match meshparity_files::read_to_string(&list, limit) {
+        Ok(text) => listed(&list, &text)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(TraceFilesError::NoSites { path: list })
         }
@@ -63,6 +137,7 @@ pub fn convert(from: &Path, to: &Path) -> Result<usize, TraceFilesError> {
     let mut index = TraceIndex {
         microbatches: 1,
         entries: Vec::new(),
+        program: true,
     };
     let mut tensors: IndexMap<String, HostTensor> = IndexMap::new();
     for step in 0.. {
@@ -77,21 +152,44 @@ pub fn convert(from: &Path, to: &Path) -> Result<usize, TraceFilesError> {
         }
         let mut values =
             meshparity_engine::checkpoint::load(&path).map_err(|e| read(&path, e.to_string()))?;
-        if let Some(name) = values.keys().find(|n| !sites.contains(n)) {
+        if let Some(name) = values.keys().find(|n| !is_listed(&sites, n)) {
             return Err(TraceFilesError::Unlisted {
                 path,
                 name: name.clone(),
             });
         }
         for site in &sites {
-            if let Some(t) = values.swap_remove(site) {
-                let key = format!("s{step}.{site}");
+            let like = format!("s{step}.{}", site.name);
+            let mut add = |key: String, t: HostTensor| {
                 index.entries.push(TraceEntry {
                     key: key.clone(),
-                    like: key.clone(),
+                    like: like.clone(),
                     blocks: 1,
+                    over: site.over.clone(),
                 });
                 tensors.insert(key, t);
+            };
+            if site.over.is_empty() {
+                if let Some(t) = values.swap_remove(&site.name) {
+                    add(like.clone(), t);
+                }
+                continue;
+            }
+            let copies: Vec<HostTensor> = (0..)
+                .map_while(|k| values.swap_remove(&format!("{}@{k}", site.name)))
+                .collect();
+            let stray = values
+                .keys()
+                .any(|n| is_listed(std::slice::from_ref(site), n));
+            if stray {
+                return Err(TraceFilesError::NoCopies {
+                    path,
+                    name: site.name.clone(),
+                    axes: site.over.join(","),
+                });
+            }
+            for (k, t) in copies.into_iter().enumerate() {
+                add(format!("{like}@{k}"), t);
             }
         }
     }
@@ -159,5 +257,42 @@ mod tests {
             let e = convert(fifo.path(), to.path()).unwrap_err().to_string();
             assert!(e.contains("sites.txt"), "{e}");
         }
+    }
+
+    /// Copies listed with their axes become one entry per copy, each compared with the
+    /// reference's one value and carrying the axes; gaps, unknown axes and unlisted copies are
+    /// errors that say what to write.
+    #[test]
+    fn copies_carry_their_axes() {
+        let from = tempfile::tempdir().unwrap();
+        let to = tempfile::tempdir().unwrap();
+        std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n@dp,tp\n").unwrap();
+        step(
+            from.path(),
+            0,
+            &["a.out", "grad.n@0", "grad.n@1", "grad.n@2", "grad.n@3"],
+        );
+        assert_eq!(convert(from.path(), to.path()).unwrap(), 5);
+        let index: TraceIndex = serde_json::from_slice(
+            &std::fs::read(to.path().join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
+        )
+        .unwrap();
+        let e = &index.entries[4];
+        assert_eq!(
+            (e.key.as_str(), e.like.as_str()),
+            ("s0.grad.n@3", "s0.grad.n")
+        );
+        assert_eq!(e.over, ["dp", "tp"]);
+        assert!(index.entries[0].over.is_empty());
+
+        step(from.path(), 0, &["a.out", "grad.n@0", "grad.n@2"]);
+        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        assert!(e.contains("numbered from 0 with no gap"), "{e}");
+        std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n@tensor\n").unwrap();
+        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("dp, tp"), "{e}");
+        std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n\n").unwrap();
+        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        assert!(e.contains("`grad.n@0` is not in sites.txt"), "{e}");
     }
 }

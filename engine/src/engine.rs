@@ -160,6 +160,13 @@ pub trait Engine {
     /// Mutation names this engine can inject.
     fn mutations(&self) -> Vec<String>;
 
+    /// Whether `site` (localization's first divergence) is where this engine injects
+    /// `mutation`, where the engine says where it does (a command engine's `site` glob);
+    /// `None` defers to the catalog's site.
+    fn injected_at(&self, _mutation: &str, _site: &str) -> Option<bool> {
+        None
+    }
+
     /// The world-size-1 oracle: seed checkpoint, and every artifact any level needs.
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError>;
 

@@ -53,16 +53,18 @@ impl MutationOutcome {
         }
     }
 
-    /// Record where the run was localized, and whether that is the catalog's site. Where no
-    /// traced site diverged, the catching level's per-tensor gate names the tensor
-    /// ([`crate::gate_site`]).
-    pub fn localized(&mut self, l: Localization) {
+    /// Record where the run was localized, and whether that is where `engine` says it injects
+    /// the bug, else the catalog's site (a command engine's bug may share a catalogued bug's
+    /// name but not its site names). Where no traced site diverged, the catching level's
+    /// per-tensor gate names the tensor ([`crate::gate_site`]).
+    pub fn localized(&mut self, l: Localization, engine: &dyn crate::Engine) {
         let caught = self.caught_by.first();
         let l = l.or_gate(self.levels.iter().find(|o| Some(&o.level) == caught));
-        let site = l.first.as_ref().map(|s| s.site.as_str());
-        self.localized_as_injected = meshparity_specs::catalog::find(&self.mutation)
-            .zip(site)
-            .map(|(m, s)| m.site_matches(s));
+        self.localized_as_injected = l.first.as_ref().and_then(|s| {
+            engine.injected_at(&self.mutation, &s.site).or_else(|| {
+                meshparity_specs::catalog::find(&self.mutation).map(|m| m.site_matches(&s.site))
+            })
+        });
         self.localization = Some(l);
     }
 

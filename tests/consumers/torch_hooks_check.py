@@ -212,16 +212,24 @@ def check_tracer(mesh, out):
 
 
 def same_as_reference(ref_dir, mesh_dir):
+    """Every traced value of the mesh equals the reference's; a gradient replicated over tp (the
+    norm's, the embedding's: plain parameters here) is written as each tp rank's copy, listed
+    `grad.NAME@tp`, and a TP-sharded one (w1's) whole."""
     sites = open(os.path.join(ref_dir, "sites.txt")).read().split()
-    assert sites == open(os.path.join(mesh_dir, "sites.txt")).read().split()
+    listed = open(os.path.join(mesh_dir, "sites.txt")).read().split()
+    assert sites == [s.split("@")[0] for s in listed], (sites, listed)
     for want in ["embed", "norm", "w1", "w2", "head", "w1.bwd.in", "head.bwd.in", "grad.w1.weight"]:
         assert want in sites, (want, sites)
+    assert "grad.norm.weight@tp" in listed and "grad.w1.weight" in listed, listed
     ref = load_file(os.path.join(ref_dir, "step0.safetensors"))
     got = load_file(os.path.join(mesh_dir, "step0.safetensors"))
-    for s in sites:
-        assert ref[s].shape == got[s].shape, (s, ref[s].shape, got[s].shape)
-        err = abs(ref[s] - got[s]).max() / max(abs(ref[s]).max(), 1e-30)
-        assert err < 1e-5, (mesh_dir, s, err)
+    for s in listed:
+        name, _, axes = s.partition("@")
+        keys = [f"{name}@{k}" for k in range(2)] if axes else [name]
+        for k in keys:
+            assert ref[name].shape == got[k].shape, (k, ref[name].shape, got[k].shape)
+            err = abs(ref[name] - got[k]).max() / max(abs(ref[name]).max(), 1e-30)
+            assert err < 1e-5, (mesh_dir, k, err)
 
 
 def check_digests(mesh, out):

@@ -19,6 +19,7 @@ pub fn write(dir: &Path, microbatches: usize, entries: Vec<Entry>) -> Result<(),
     let mut index = TraceIndex {
         microbatches,
         entries: Vec::with_capacity(entries.len()),
+        program: false,
     };
     let mut tensors = IndexMap::with_capacity(entries.len());
     for e in entries {
@@ -33,6 +34,7 @@ pub fn write(dir: &Path, microbatches: usize, entries: Vec<Entry>) -> Result<(),
             key: e.key,
             like: e.like,
             blocks: e.blocks,
+            over: Vec::new(),
         });
     }
     write_trace(dir, &index, &tensors)

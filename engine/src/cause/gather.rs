@@ -54,6 +54,7 @@ pub(crate) fn gather<'a>(
         run: values(got.get(&e.key)?)?,
         copy: first.copy,
         copies,
+        over: e.over.clone(),
         parts,
         other_steps,
         blocks: e.blocks,

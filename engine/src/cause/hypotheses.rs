@@ -38,12 +38,18 @@ fn zero(e: &Evidence<'_>, _: &Axes) -> Option<Cause> {
     })
 }
 
-/// The axes a value's copies run over, major first, as the engines trace them (rank order:
-/// tp fastest, then cp, then dp): activations are copied per TP rank; finalized gradients,
-/// parameters and the loss normalizer per data-parallel replica (dp, cp) and, for replicated
-/// weights, TP rank; anything else per rank.
-pub(super) fn copy_axes(site: &str, n: usize, axes: &Axes) -> Vec<(String, usize)> {
-    let pick = |names: &[&'static str]| -> Option<Vec<(String, usize)>> {
+/// The axes a value's copies run over, major first: the ones the trace names (`over`, a
+/// command engine's program says which ranks its copies are), else as the built-in engine
+/// traces them (rank order: tp fastest, then cp, then dp): activations are copied per TP rank;
+/// finalized gradients, parameters and the loss normalizer per data-parallel replica (dp, cp)
+/// and, for replicated weights, TP rank; anything else per rank.
+pub(super) fn copy_axes(
+    site: &str,
+    n: usize,
+    axes: &Axes,
+    over: &[String],
+) -> Vec<(String, usize)> {
+    let pick = |names: &[&str]| -> Option<Vec<(String, usize)>> {
         let v: Vec<(String, usize)> = names
             .iter()
             .map(|a| (a.to_string(), axes.degree(a)))
@@ -51,6 +57,10 @@ pub(super) fn copy_axes(site: &str, n: usize, axes: &Axes) -> Vec<(String, usize
             .collect();
         (!v.is_empty() && v.iter().map(|(_, d)| d).product::<usize>() == n).then_some(v)
     };
+    let named: Vec<&str> = over.iter().map(String::as_str).collect();
+    if let Some(v) = (!named.is_empty()).then(|| pick(&named)).flatten() {
+        return v;
+    }
     let tried: &[&[&'static str]] = if site.starts_with("layers.") || site.starts_with("pp.") {
         &[&["tp"]]
     } else if ["grad.", "param.", "adam.", "loss."]
@@ -97,7 +107,7 @@ fn one_copy(e: &Evidence<'_>, axes: &Axes) -> Option<Cause> {
     if off.is_empty() || off.len() == e.copies.len() {
         return None;
     }
-    let over = copy_axes(e.site, e.copies.len(), axes);
+    let over = copy_axes(e.site, e.copies.len(), axes, &e.over);
     let names: Vec<&str> = over.iter().map(|(a, _)| a.as_str()).collect();
     let list: Vec<String> = off.iter().map(|k| k.to_string()).collect();
     cause(
@@ -120,7 +130,7 @@ fn partial(e: &Evidence<'_>, axes: &Axes) -> Option<Cause> {
     if e.copies.len() < 2 || !e.copies_disagree(false) {
         return None;
     }
-    let over = copy_axes(e.site, e.copies.len(), axes);
+    let over = copy_axes(e.site, e.copies.len(), axes, &e.over);
     for (axis, groups) in groupings(&over) {
         for (how, mean) in [("sum", false), ("average", true)] {
             let residual = groups

@@ -154,6 +154,8 @@ pub struct Evidence<'a> {
     /// Which copy `run` is, and every copy of the value in the run, in copy order.
     pub copy: Option<usize>,
     pub copies: Vec<Values>,
+    /// The mesh axes the copies run over, major first, where the trace names them.
+    pub over: Vec<String>,
     /// The per-rank (or per-replica) parts whose sum the reference is, where traced.
     pub parts: Vec<Values>,
     /// The reference's value at the same site at other steps.
@@ -240,6 +242,7 @@ mod tests {
             run,
             copy: Some(0),
             copies,
+            over: Vec::new(),
             parts: Vec::new(),
             other_steps: Vec::new(),
             blocks: 0,
@@ -272,5 +275,28 @@ mod tests {
         let other = v(&[0.3, 0.9, -1.1, 2.2, -0.7, 0.05]);
         let none = diagnose(&evidence(r, other, Vec::new()), &axes);
         assert_eq!(none.kind, Kind::Unexplained, "{}", none.text);
+    }
+
+    /// Copies the trace says run over tp are diagnosed over tp, even where dp has the same
+    /// degree and a gradient's copies would by default be the replicas' (the axis HF's and
+    /// torchtitan's programs got named wrong: dp first).
+    #[test]
+    fn copies_over_named_axes() {
+        let axes = Axes::of(&MeshConfig {
+            tp: 2,
+            dp: 2,
+            ..MeshConfig::DEFAULT
+        });
+        let r = v(&[1.0, -2.0, 3.0, 0.5, 2.0, 1.5]);
+        let (a, b) = (
+            v(&[0.4, -1.5, 1.0, 0.1, 2.5, 0.5]),
+            v(&[0.6, -0.5, 2.0, 0.4, -0.5, 1.0]),
+        );
+        let mut e = evidence(r, a.clone(), vec![a, b]);
+        e.site = "grad.layers.0.attention_norm.weight";
+        assert_eq!(diagnose(&e, &axes).label(), "partial:dp");
+        e.over = vec!["tp".to_owned()];
+        let c = diagnose(&e, &axes);
+        assert_eq!(c.label(), "partial:tp", "{}", c.text);
     }
 }

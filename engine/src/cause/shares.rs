@@ -15,7 +15,7 @@ pub fn parts(e: &Evidence<'_>, axes: &Axes) -> Option<Cause> {
         return None;
     }
     let axis = if e.site.starts_with("grad.") {
-        let over = copy_axes(e.site, e.parts.len(), axes);
+        let over = copy_axes(e.site, e.parts.len(), axes, &[]);
         over.iter()
             .map(|(a, _)| a.as_str())
             .collect::<Vec<_>>()

@@ -229,7 +229,7 @@ pub fn locate(
         }
         // The gradient norm is one number summed over every gradient: its round-off is far
         // below a tensor's, so it has its own limit (the oracle level's gate on it).
-        let limit = if e.like.ends_with(GRAD_NORM) {
+        let limit = if e.like.ends_with(GRAD_NORM) && !index.program {
             builtin_gate(dtype).grad_norm
         } else if is_param(&e.like) {
             param_limit(dtype)

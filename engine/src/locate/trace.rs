@@ -46,6 +46,12 @@ pub struct TraceEntry {
     /// step-wide values.
     #[serde(default)]
     pub blocks: usize,
+    /// The mesh axes a copy's index runs over, major first (`["dp", "tp"]`: copy 3 is dp rank
+    /// 1's tp rank 1), where the engine says so; empty: the site's usual copies
+    /// ([`crate::cause`]'s order for the built-in engine). A command engine's program names
+    /// them in its site list (`grad.norm.weight@tp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over: Vec<String>,
 }
 
 /// `trace.json`.
@@ -54,6 +60,13 @@ pub struct TraceIndex {
     /// Microbatches per DP replica (to name a row block's replica and microbatch).
     pub microbatches: usize,
     pub entries: Vec<TraceEntry>,
+    /// Traced by a user's program (a command engine), not the built-in engine: every value is
+    /// held to the site limit, the gradient norm included — the built-in gate on the norm is
+    /// sized for the built-in engine's round-off, while torchtitan's correct f32 norm on
+    /// tp2·sp is 5.3e-5 off world size 1's (its gradients within 1e-4), and a correct
+    /// program's norm then read as the first divergence of every failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub program: bool,
 }
 
 /// Write a run's trace into `dir`.

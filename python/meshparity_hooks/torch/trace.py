@@ -27,12 +27,19 @@ class Tracer:
     `tp` and `dp` say which ranks split a value, by the program's own names: a dim name of
     `mesh` (torchtitan's `dp_shard`, `fsdp`), a tuple of them (`("dp_replicate", "dp_shard")`:
     the rows are split over both), a 1-D DeviceMesh, or a process group — so no 2-D (dp, tp)
-    submesh is needed (torchtitan has none when dp = 1) and `mesh` only where names are used."""
+    submesh is needed (torchtitan has none when dp = 1) and `mesh` only where names are used.
+
+    `copies` (default on): a gradient replicated over the `tp` ranks (a norm's weight) is
+    written as each tp rank's copy (`grad.NAME@0`, `@1`; listed `grad.NAME@tp`), and a value
+    (`value()`, the gradient norm) as every rank's copy over `dp` and `tp` — so a rank that kept
+    its own share where the sum belongs is seen as such, on its axis, instead of rank 0's copy
+    standing for all."""
 
     def __init__(self, model, trace_dir, mesh=None, steps=(0, 1), modules=None, layouts=None,
-                 tp="tp", dp="dp"):
+                 tp="tp", dp="dp", copies=True):
         self.dir = trace_dir or None
         self.mesh, self.tp, self.dp = mesh, tp, dp
+        self.copies = copies
         self.steps = set(steps)
         self.layouts = layouts or {}
         self.step = None
@@ -108,10 +115,11 @@ class Tracer:
         if which is None:
             return None
         if isinstance(which, DeviceMesh):
-            return which.get_group() if which.ndim == 1 else which._flatten().get_group()
+            group = which.get_group() if which.ndim == 1 else which._flatten().get_group()
+            return group if dist.get_world_size(group) > 1 else None
         names = self._names(which)
         if not names:
-            return which  # a process group
+            return which if dist.get_world_size(which) > 1 else None  # a process group
         present = set(self.mesh.mesh_dim_names or ()) if self.mesh is not None else set()
         names = tuple(n for n in names if n in present)
         if not names:
@@ -142,6 +150,69 @@ class Tracer:
             x = _gather(x, dp, 0)
         return x.cpu()
 
+    def _axes_group(self, names):
+        """The group of the ranks of meshparity's axes `names` (major first), and the axes of
+        it that have more than one rank; (None, ()) when none has."""
+        import torch.distributed as dist
+
+        groups = [(a, self._group(self.tp if a == "tp" else self.dp)) for a in names]
+        groups = [(a, g) for a, g in groups if g is not None]
+        if not groups:
+            return None, ()
+        if len(groups) == 1:
+            return groups[0][1], (groups[0][0],)
+        # dp and tp together: every rank, when the world is exactly those ranks (dp major).
+        size = 1
+        for _, g in groups:
+            size *= dist.get_world_size(g)
+        if size != dist.get_world_size():
+            return None, ()
+        return dist.group.WORLD, tuple(a for a, _ in groups)
+
+    def _replicated_local(self, x, group):
+        """This rank's copy of `x` if `x` is replicated over `group`'s ranks (a DTensor
+        Replicate on that mesh dim, made whole on the others; a plain tensor as it is), else
+        None."""
+        import torch.distributed as dist
+
+        if not _is_dtensor(x):
+            return x
+        from torch.distributed.tensor import Replicate
+
+        mesh = x.device_mesh
+        want = sorted(dist.get_process_group_ranks(group))
+        dims = [i for i in range(mesh.ndim)
+                if sorted(dist.get_process_group_ranks(mesh.get_group(i))) == want]
+        if len(dims) != 1 or not x.placements[dims[0]].is_replicate():
+            return None
+        placements = [p if i == dims[0] else Replicate() for i, p in enumerate(x.placements)]
+        return x.redistribute(mesh, placements).to_local()
+
+    def _copies(self, name, x):
+        """Each rank's copy of `x` over the axes it is replicated on, with those axes, or None
+        (written whole): gradients over tp (not a layout's shard), values over dp and tp."""
+        import torch.distributed as dist
+
+        if not self.copies or not dist.is_initialized():
+            return None
+        if name in self.scalars:
+            group, axes = self._axes_group(("dp", "tp"))
+        elif name.startswith("grad."):
+            sharded = any(fnmatch.fnmatch(name, g) and v != "replicate"
+                          for g, v in self.layouts.items())
+            group, axes = (None, ()) if sharded else self._axes_group(("tp",))
+        else:
+            return None
+        if group is None:
+            return None
+        local = self._replicated_local(_settle(x), group)
+        if local is None:
+            return None
+        local = _settle(local).detach().contiguous()
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, local, group=group)
+        return [p.cpu() for p in parts], axes
+
     def end(self):
         """Make this step's values whole (collective) and write them (rank 0)."""
         if not self._active():
@@ -152,19 +223,33 @@ class Tracer:
         bwd = [n for n in names if ".bwd." in n]
         grads = [n for n in names if n.startswith("grad.")]
         order = fwd + bwd + grads + [n for n in names if n in self.scalars]
-        whole = {n: _collective(f"trace {n}", lambda n=n: self._whole(n, self.values[n]))
-                 for n in order}
+
+        def made(n):
+            copies = self._copies(n, self.values[n])
+            return copies if copies is not None else self._whole(n, self.values[n])
+
+        whole = {n: _collective(f"trace {n}", lambda n=n: made(n)) for n in order}
+        listed = [f"{n}@{','.join(whole[n][1])}" if isinstance(whole[n], tuple) else n
+                  for n in order]
         if self.order is None:
-            self.order = order
+            self.order = listed
 
         def write():
             if _rank() != 0:
                 return
             from safetensors.numpy import save_file
             arrays = {}
+
+            def put(key, t):
+                a = to_numpy(t)
+                arrays[key] = a.reshape(1) if a.ndim == 0 else a
+
             for n in order:
-                a = to_numpy(whole[n])
-                arrays[n] = a.reshape(1) if a.ndim == 0 else a
+                if isinstance(whole[n], tuple):
+                    for k, t in enumerate(whole[n][0]):
+                        put(f"{n}@{k}", t)
+                else:
+                    put(n, whole[n])
             save_file(arrays, os.path.join(self.dir, f"step{self.step}.safetensors"))
             with open(os.path.join(self.dir, "sites.txt"), "w") as f:
                 f.write("\n".join(self.order) + "\n")

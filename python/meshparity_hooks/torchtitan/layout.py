@@ -50,20 +50,30 @@ def _same_everywhere(x, group):
     return all(torch.equal(p, parts[0]) for p in parts)
 
 
-def whole(name, x, parallel_dims, batch_valued=True, trusted=False):
-    """`x` as world size 1 holds it (see the module's text). Collective: every rank calls it.
-    `trusted`: a plain tensor is taken as whole over tensor parallelism without the check (only
-    a bug switch asks for that)."""
+def spmd_layout(x):
+    """`x`'s SPMD types (partition spec, local types), or None: read them before any op on it —
+    outside the type-checked region an op's result carries none."""
     from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
     import spmd_types as spmd
 
+    if isinstance(x, (DTensor, AsyncCollectiveTensor)) or not spmd.has_local_type(x):
+        return None
+    return (spmd.get_partition_spec(x), dict(spmd.get_local_type(x)))
+
+
+def whole(name, x, parallel_dims, batch_valued=True, trusted=False, layout=None):
+    """`x` as world size 1 holds it (see the module's text). Collective: every rank calls it.
+    `trusted`: a plain tensor is taken as whole over tensor parallelism without the check (only
+    a bug switch asks for that). `layout`: its SPMD types, read earlier (`spmd_layout`) where
+    `x` is a copy made since."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
     if isinstance(x, AsyncCollectiveTensor):
         x = x.wait()
-    typed = not isinstance(x, DTensor) and spmd.has_local_type(x)
-    if typed:
-        # Read before any op: outside the type-checked region an op's result carries none.
-        layout = (spmd.get_partition_spec(x), dict(spmd.get_local_type(x)))
+    if layout is None:
+        layout = spmd_layout(x)
+    typed = layout is not None
     x = x.detach()
     batch = parallel_dims.get_optional_mesh("batch") if parallel_dims.dp_enabled else None
     rows_whole = batch is None

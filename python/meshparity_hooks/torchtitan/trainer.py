@@ -29,6 +29,7 @@ from torchtitan.trainer import Trainer
 from ..torch import Writer
 from . import bugs, cpu
 from .layout import whole
+from .trace import TitanTracer
 
 WRAPPERS = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
@@ -62,6 +63,7 @@ class ParityTrainer(Trainer):
         if run.roundtrip_from:
             self.writer.tensors("roundtrip.safetensors", self._roundtrip(run.roundtrip_from))
         self.losses = {}
+        self.tracer = TitanTracer(self, run.trace_dir, canonical)
         self._wrap_clipping()
         self._wrap_metrics()
         bugs.install(self, run.bug)
@@ -162,9 +164,11 @@ class ParityTrainer(Trainer):
         def clip(parameters, max_norm, *args, **kwargs):
             parameters = list(parameters)
             first = trainer.step == 1
+            trainer.tracer.gradients(trainer.parameters())
             if first and trainer.run.grad_point == "before_clip":
                 trainer.writer.tensors("grads.safetensors", trainer.whole_parameters(True))
             norm = trainer.clip(parameters, max_norm, *args, **kwargs)
+            trainer.tracer.value("grad_norm", norm)
             if first and trainer.run.grad_point == "after_clip":
                 trainer.writer.tensors("grads.safetensors", trainer.whole_parameters(True))
             return norm
@@ -202,7 +206,7 @@ class ParityTrainer(Trainer):
         context = dist_utils.get_spmd_context(
             parallel_dims=self.parallel_dims, spmd_typechecking=checking)
         try:
-            with torch.no_grad(), context():
+            with torch.no_grad(), context(), self.tracer.forward_pass():
                 logits = model(inputs, **extra)
         finally:
             model._skip_lm_head = skip
@@ -217,7 +221,9 @@ class ParityTrainer(Trainer):
         self.first_logits = logits
 
     def train_step(self, data_iterator):
+        self.tracer.begin(self.step - 1)
         super().train_step(data_iterator)
+        self.tracer.end()
         if self.step == 1:
             loss = torch.tensor([self.losses.get(1, (float("nan"), 0.0))[0]], dtype=torch.float64)
             self.writer.tensors("logits.safetensors", {"logits": self.first_logits, "loss": loss})

@@ -297,7 +297,7 @@ fn run_unit(
                         let mut o = c.mutation(m);
                         let trace = here.join("trace");
                         match locate_mutation(engine.as_ref(), &req, &o, &traced, &trace) {
-                            Ok(Some(l)) => o.localized(l),
+                            Ok(Some(l)) => o.localized(l, engine.as_ref()),
                             Ok(None) => {}
                             Err(e) => s.error = Some(format!("localizing: {e}")),
                         }

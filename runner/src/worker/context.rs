@@ -254,7 +254,7 @@ impl Context<'_> {
             let _ = std::fs::rename(trace.join("reference"), dir);
         }
         if let Some(l) = found {
-            o.localized(l);
+            o.localized(l, self.engine);
         }
         let order = self.args.shrink.as_ref().filter(|o| o.caught);
         let mut shrink_seconds = 0.0;

@@ -214,7 +214,8 @@ impl Mutation {
     }
 }
 
-fn glob(pattern: &str, s: &str) -> bool {
+/// Whether `s` matches `pattern`, where `*` stands for any run of characters (dots too).
+pub fn glob(pattern: &str, s: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == s,
         Some((head, rest)) => {

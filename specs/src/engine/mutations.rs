@@ -7,7 +7,7 @@ use crate::diagnostic::Diagnostic;
 use crate::mutation::Needs;
 use crate::source::Located;
 
-pub const MUTATION_KEYS: &[&str] = &["args", "env", "needs"];
+pub const MUTATION_KEYS: &[&str] = &["args", "env", "needs", "site"];
 
 /// A bug the user's program can inject, and how to ask it to.
 #[derive(Clone, Debug)]
@@ -19,12 +19,23 @@ pub struct EngineMutation {
     pub env: Vec<(String, Located<String>)>,
     /// What a mesh needs for the bug to exist (default: more than one rank).
     pub needs: Vec<Needs>,
+    /// Where the program injects it: a glob on traced site names (`grad.*_norm.weight`), which
+    /// a localized mutation's first divergence is checked against ("localized as injected").
+    pub site: Option<Located<String>>,
 }
 
 impl EngineMutation {
     /// Whether the bug exists on `mesh` under `training`: a bug of the resumption (`needs =
     /// ["resume"]`) only on a `[[resume]]` pair's mesh, every other bug only elsewhere (the
     /// catalog's rule, [`crate::Mutation::applies_to`]).
+    /// Whether localization's first diverging `site` is where the program injects the bug
+    /// (`None`: the declaration names no site).
+    pub fn injected_at(&self, site: &str) -> Option<bool> {
+        self.site
+            .as_ref()
+            .map(|g| crate::catalog::glob(&g.value, site))
+    }
+
     pub fn applies_to(&self, mesh: &crate::MeshConfig, training: &crate::Training) -> bool {
         training.resume.is_some() == self.needs.contains(&Needs::Resume)
             && self.needs.iter().all(|n| match n {
@@ -56,6 +67,7 @@ pub(super) fn mutations(
             args: Vec::new(),
             env: Vec::new(),
             needs: vec![Needs::MultiRank],
+            site: None,
         };
         if v.get_ref().as_array().is_some() {
             m.args = words(cx, v, &here);
@@ -64,6 +76,7 @@ pub(super) fn mutations(
                 m.args = words(cx, a, &format!("{here}.args"));
             }
             m.env = string_table(cx, &mut mt, "env");
+            m.site = mt.string(cx, "site");
             if let Some(needs) = mt.strings(cx, "needs") {
                 m.needs = needs
                     .value

@@ -159,4 +159,7 @@ pub(super) struct EngineMutationTable {
     /// What a mesh needs for the bug to exist.
     #[schemars(schema_with = "needs_names", default)]
     pub(super) needs: Option<Vec<String>>,
+    /// Where the program injects the bug: a glob on its traced site names (`grad.*norm*`),
+    /// which localization's first divergence is checked against.
+    pub(super) site: Option<String>,
 }

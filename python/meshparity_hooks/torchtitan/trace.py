@@ -1,0 +1,118 @@
+"""Per-site traces of torchtitan's own training, for localization (`--trace-dir`).
+
+What is traced, each made world size 1's shape by the same rules as the files (layout.py):
+
+- step 0's forward: every leaf module's output, from the forward pass the logits are written
+  from (the model as it trains, under SPMD type checking on the spmd_types backend, so each
+  output's layout is read where it is made). An output whose layout nothing declares and
+  whose copies differ across the tensor-parallel ranks (a plain local tensor of torchtitan's
+  DTensor path: ColwiseParallel hands on `to_local()`) is left out, never written as whole.
+- each traced step's gradients, finalized (after FSDP's and TP's reductions) and before
+  clipping, as `grad.NAME`; a gradient replicated over the TP ranks (a norm's weight) as each
+  TP rank's copy, so a rank that kept its own share is seen as such;
+- each step's gradient norm as torchtitan's `clip_grad_norm_` returned it, every rank's copy.
+"""
+
+import torch
+import torch.distributed as dist
+
+from ..torch import Tracer
+from .layout import LayoutUnknown, spmd_layout, whole
+
+
+class _Captured:
+    """A traced output and the SPMD types it had when it was made."""
+
+    def __init__(self, tensor, layout):
+        self.tensor, self.layout = tensor, layout
+
+
+class TitanTracer(Tracer):
+    """`Tracer` over torchtitan's model parts and ParallelDims (see the module's text)."""
+
+    def __init__(self, trainer, trace_dir, canonical):
+        pd = trainer.parallel_dims
+        tp = pd.get_optional_mesh("tp") if pd.tp_enabled else None
+        dp = pd.get_optional_mesh("batch") if pd.dp_enabled else None
+        self.pd = pd
+        self.canonical = canonical
+        self.capturing = False
+        self.skipped = set()
+        super().__init__(torch.nn.Module(), trace_dir, tp=tp, dp=dp)
+        if self.dir is None:
+            return
+        for part in trainer.model_parts:
+            for name, m in part.named_modules():
+                if name and not any(True for _ in m.children()):
+                    self.handles.append(m.register_forward_hook(self._capture(canonical(name))))
+
+    def _capture(self, name):
+        def hook(_module, _inputs, output):
+            if not (self._active() and self.capturing):
+                return
+            out = output[0] if isinstance(output, (tuple, list)) else output
+            if isinstance(out, torch.Tensor):
+                self.values[name] = _Captured(out, spmd_layout(out))
+        return hook
+
+    def forward_pass(self):
+        """A context in which the leaf modules' outputs are recorded (the logits' pass)."""
+        tracer = self
+
+        class Capturing:
+            def __enter__(self):
+                tracer.capturing = True
+
+            def __exit__(self, *exc):
+                tracer.capturing = False
+
+        return Capturing()
+
+    def gradients(self, parameters):
+        """The finalized gradients of `parameters` ((canonical name, parameter) pairs)."""
+        if self._active():
+            for name, p in parameters:
+                if p.grad is not None:
+                    self.values[f"grad.{name}"] = p.grad.detach().clone()
+
+    def _whole(self, name, x):
+        if isinstance(x, _Captured):
+            return whole(name, x.tensor, self.pd, layout=x.layout)
+        batch_valued = not (name.startswith("grad.") or name in self.scalars)
+        return whole(name, x, self.pd, batch_valued=batch_valued)
+
+    def end(self):
+        """Outputs of unknown layout left out (every rank agrees which), then `Tracer.end`."""
+        if self._active():
+            self._drop_unknown()
+        super().end()
+
+    def _drop_unknown(self):
+        """Captured outputs whose layout is unknown: dropped on every rank, the rest detached."""
+        unknown = []
+        for name, v in list(self.values.items()):
+            if not isinstance(v, _Captured) or v.layout is not None:
+                continue
+            if isinstance(v.tensor, torch.distributed.tensor.DTensor):
+                continue
+            if not _same_on_tp(v.tensor, self.pd):
+                unknown.append(name)
+        if dist.is_initialized():
+            seen = [None] * dist.get_world_size()
+            dist.all_gather_object(seen, unknown)
+            unknown = sorted({n for s in seen for n in s})
+        for name in unknown:
+            self.values.pop(name, None)
+            self.skipped.add(name)
+
+
+def _same_on_tp(x, pd):
+    """Whether every tensor-parallel rank holds the same `x` (a replicated plain tensor)."""
+    from .layout import _same_everywhere
+
+    if not pd.tp_enabled:
+        return True
+    return _same_everywhere(x.detach(), pd.get_optional_mesh("tp").get_group())
+
+
+__all__ = ["TitanTracer", "LayoutUnknown"]
