@@ -56,12 +56,14 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let quickstart = Path::new("examples/quickstart.toml");
-    // Every level on every mesh; the mutations on the two meshes that between them take every
-    // one the quickstart injects (dp2-tp2-pp2: dp, tp, pp, microbatches; tp2-sp: sequence
-    // parallelism). The other meshes' mutations repeat those bugs on fewer dimensions: on the
-    // software adapter they add 60% to the test's time (CI's budget) and no code path.
-    let only_two = "name!=*/dp2/mutation*,*/tp2/mutation*,*/pp2/mutation*";
-    let (code, log, r) = run(quickstart, &["--device", "gpu", "-f", only_two], &dir);
+    // Every level on every mesh; every mutation once: all of dp2-tp2-pp2's (dp, tp, pp,
+    // microbatches) and the two only sequence parallelism has on tp2-sp. The other meshes'
+    // mutations repeat those bugs on fewer dimensions: on the software adapter they added 60%
+    // to the test's time and no code path (tp2-sp's other 16 until 2026-12-02, when a fresh
+    // clone's `.ci/run` took ~75 minutes against its 45).
+    let once = "not (level=mutation and (mesh=dp2,tp2,pp2 or (mesh=tp2-sp and not \
+                mutation=sp-all-gather-as-all-reduce,sp-skip-norm-grad-all-reduce)))";
+    let (code, log, r) = run(quickstart, &["--device", "gpu", "-f", once], &dir);
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(r["meta"]["backend"], "burn-wgpu");
     let name = gpu["name"].as_str().unwrap();
@@ -71,7 +73,7 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         r["meta"]
     );
     let jobs = r["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 69);
+    assert_eq!(jobs.len(), 53);
     let mut mutations = std::collections::BTreeSet::new();
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j}");
