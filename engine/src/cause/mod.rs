@@ -251,19 +251,23 @@ mod tests {
         }
     }
 
-    /// Each hypothesis names what was done to the value, and unrelated values get no cause.
-    #[test]
-    fn hypotheses_name_what_was_done() {
+    /// A dp2·tp2 mesh, a reference and two copies that sum to it.
+    fn dp2_tp2_partial() -> (Axes, Values, Values, Values) {
         let axes = Axes::of(&MeshConfig {
             tp: 2,
             dp: 2,
             ..MeshConfig::DEFAULT
         });
         let r = v(&[1.0, -2.0, 3.0, 0.5, 2.0, 1.5]);
-        let (a, b) = (
-            v(&[0.4, -1.5, 1.0, 0.1, 2.5, 0.5]),
-            v(&[0.6, -0.5, 2.0, 0.4, -0.5, 1.0]),
-        );
+        let a = v(&[0.4, -1.5, 1.0, 0.1, 2.5, 0.5]);
+        let b = v(&[0.6, -0.5, 2.0, 0.4, -0.5, 1.0]);
+        (axes, r, a, b)
+    }
+
+    /// Each hypothesis names what was done to the value, and unrelated values get no cause.
+    #[test]
+    fn hypotheses_name_what_was_done() {
+        let (axes, r, a, b) = dp2_tp2_partial();
         let partial = diagnose(&evidence(r.clone(), a.clone(), vec![a, b]), &axes);
         assert_eq!(partial.label(), "partial:tp", "{}", partial.text);
         let half = v(&r.data.iter().map(|x| x / 2.0).collect::<Vec<_>>());
@@ -282,16 +286,7 @@ mod tests {
     /// torchtitan's programs got named wrong: dp first).
     #[test]
     fn copies_over_named_axes() {
-        let axes = Axes::of(&MeshConfig {
-            tp: 2,
-            dp: 2,
-            ..MeshConfig::DEFAULT
-        });
-        let r = v(&[1.0, -2.0, 3.0, 0.5, 2.0, 1.5]);
-        let (a, b) = (
-            v(&[0.4, -1.5, 1.0, 0.1, 2.5, 0.5]),
-            v(&[0.6, -0.5, 2.0, 0.4, -0.5, 1.0]),
-        );
+        let (axes, r, a, b) = dp2_tp2_partial();
         let mut e = evidence(r, a.clone(), vec![a, b]);
         e.site = "grad.layers.0.attention_norm.weight";
         assert_eq!(diagnose(&e, &axes).label(), "partial:dp");

@@ -161,11 +161,15 @@ class Tracer:
             return None, ()
         if len(groups) == 1:
             return groups[0][1], (groups[0][0],)
-        # dp and tp together: every rank, when the world is exactly those ranks (dp major).
-        size = 1
-        for _, g in groups:
-            size *= dist.get_world_size(g)
-        if size != dist.get_world_size():
+        # dp and tp together: every rank, when the world is exactly those ranks with dp major
+        # (a rank's world index is its dp index × tp's size + its tp index, on every rank).
+        (_, dp), (_, tp) = groups
+        if dist.get_world_size(dp) * dist.get_world_size(tp) != dist.get_world_size():
+            return None, ()
+        mine = dist.get_rank(dp) * dist.get_world_size(tp) + dist.get_rank(tp)
+        ordered = torch.tensor([int(mine == dist.get_rank())])
+        dist.all_reduce(ordered, op=dist.ReduceOp.MIN)
+        if not ordered.item():
             return None, ()
         return dist.group.WORLD, tuple(a for a, _ in groups)
 

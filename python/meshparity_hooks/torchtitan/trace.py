@@ -15,9 +15,10 @@ What is traced, each made world size 1's shape by the same rules as the files (l
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from ..torch import Tracer
-from .layout import LayoutUnknown, spmd_layout, whole
+from .layout import _same_everywhere, spmd_layout, whole
 
 
 class _Captured:
@@ -38,6 +39,8 @@ class TitanTracer(Tracer):
         self.canonical = canonical
         self.capturing = False
         self.skipped = set()
+        # The base class hooks no module (an empty one): the model parts' leaves are hooked
+        # below, under their canonical names, and record only in the logits' pass.
         super().__init__(torch.nn.Module(), trace_dir, tp=tp, dp=dp)
         if self.dir is None:
             return
@@ -93,7 +96,7 @@ class TitanTracer(Tracer):
         for name, v in list(self.values.items()):
             if not isinstance(v, _Captured) or v.layout is not None:
                 continue
-            if isinstance(v.tensor, torch.distributed.tensor.DTensor):
+            if isinstance(v.tensor, DTensor):
                 continue
             if not _same_on_tp(v.tensor, self.pd):
                 unknown.append(name)
@@ -108,11 +111,7 @@ class TitanTracer(Tracer):
 
 def _same_on_tp(x, pd):
     """Whether every tensor-parallel rank holds the same `x` (a replicated plain tensor)."""
-    from .layout import _same_everywhere
-
     if not pd.tp_enabled:
         return True
     return _same_everywhere(x.detach(), pd.get_optional_mesh("tp").get_group())
 
-
-__all__ = ["TitanTracer", "LayoutUnknown"]
