@@ -98,6 +98,10 @@ impl CommandEngine {
     ) -> Result<Invocation, EngineError> {
         let base = std::path::absolute(self.base()).unwrap_or_else(|_| self.base());
         let mut values = template::values(req, out, &base);
+        // The engine's defaults fill only what neither meshparity nor the model sets.
+        for (k, v) in &self.def.defaults {
+            values.entry(k.clone()).or_insert_with(|| v.value.clone());
+        }
         for (k, v) in set {
             values.insert((*k).to_owned(), v.clone());
         }
@@ -217,7 +221,7 @@ impl Engine for CommandEngine {
         let traces = out.join(&dir.value);
         let inv = self.invocation_tracing(req, &out, Some(&traces))?;
         process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
-        trace::convert(&traces, &out)
+        trace::convert(&traces, &out, replicas(req))
             .map_err(|e| EngineError::Run(format!("engine `{}`: {e}", self.def.name.value)))?;
         Ok(true)
     }
@@ -238,7 +242,7 @@ impl Engine for CommandEngine {
         let inv = self.invocation_tracing(req, &out, traces.as_deref())?;
         process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
         if let Some(traces) = &traces {
-            trace::convert(traces, &out)
+            trace::convert(traces, &out, replicas(req))
                 .map_err(|e| EngineError::Run(format!("engine `{}`: {e}", self.def.name.value)))?;
             let mut traced = self.traced.lock().unwrap_or_else(|e| e.into_inner());
             traced.push((run_key(req), out.clone()));
@@ -294,6 +298,11 @@ impl CommandEngine {
             .filter(|dir| req.mesh.is_none() && has(dir))
             .map(Path::to_path_buf)
     }
+}
+
+/// The data-parallel replicas whose rows a batch-valued trace holds, in rank order.
+fn replicas(req: &RunRequest<'_>) -> usize {
+    req.mesh.map_or(1, |m| m.dp as usize)
 }
 
 /// What a run computes, as a key: the same key, the same trace.

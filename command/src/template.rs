@@ -156,6 +156,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         put(k, x.to_string());
     }
     put("tie_embeddings", model.tied().to_string());
+    // A moe's experts and top-k, where the model sets them (an engine's `defaults` may fill them
+    // for the others).
+    for (k, x) in [("experts", model.experts), ("top_k", model.top_k)] {
+        if let Some(x) = x {
+            put(k, x.to_string());
+        }
+    }
     for (k, x) in &model.params {
         put(k, x.clone());
     }

@@ -112,8 +112,11 @@ fn is_listed(sites: &[Listed], n: &str) -> bool {
     })
 }
 
-/// Read the program's traces in `from` and write the trace artifact into `to`.
-pub fn convert(from: &Path, to: &Path) -> Result<usize, TraceFilesError> {
+/// Read the program's traces in `from` and write the trace artifact into `to`. `replicas`: the
+/// mesh's data-parallel degree — a batch-valued site (anything but a gradient or a value listed
+/// with its copies) holds the replicas' rows in rank order, the hooks' contract, so its rows are
+/// that many blocks (a cause can then name one replica's rows, or each replica's own scale).
+pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFilesError> {
     let list = from.join("sites.txt");
     let read = |path: &Path, message: String| TraceFilesError::Read {
         path: path.to_path_buf(),
@@ -160,11 +163,13 @@ pub fn convert(from: &Path, to: &Path) -> Result<usize, TraceFilesError> {
         }
         for site in &sites {
             let like = format!("s{step}.{}", site.name);
+            let batch_valued = site.over.is_empty() && !site.name.starts_with("grad.");
+            let blocks = if batch_valued { replicas.max(1) } else { 1 };
             let mut add = |key: String, t: HostTensor| {
                 index.entries.push(TraceEntry {
                     key: key.clone(),
                     like: like.clone(),
-                    blocks: 1,
+                    blocks,
                     over: site.over.clone(),
                 });
                 tensors.insert(key, t);
@@ -223,7 +228,7 @@ mod tests {
         std::fs::write(from.path().join("sites.txt"), "b.out\na.out\ngrad.w\n").unwrap();
         step(from.path(), 0, &["a.out", "b.out", "grad.w"]);
         step(from.path(), 1, &["a.out", "b.out"]);
-        assert_eq!(convert(from.path(), to.path()).unwrap(), 5);
+        assert_eq!(convert(from.path(), to.path(), 1).unwrap(), 5);
         let index: TraceIndex = serde_json::from_slice(
             &std::fs::read(to.path().join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
         )
@@ -239,13 +244,13 @@ mod tests {
     fn unlisted_and_missing_files_are_errors_that_say_what_to_do() {
         let from = tempfile::tempdir().unwrap();
         let to = tempfile::tempdir().unwrap();
-        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("sites.txt") && e.contains("one per line"), "{e}");
         std::fs::write(from.path().join("sites.txt"), "a.out\n").unwrap();
-        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("step0.safetensors"), "{e}");
         step(from.path(), 0, &["a.out", "c.out"]);
-        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("`c.out` is not in sites.txt"), "{e}");
         // A FIFO in place of the site list is refused at once, not waited on.
         let fifo = tempfile::tempdir().unwrap();
@@ -254,7 +259,7 @@ mod tests {
             .status()
             .is_ok_and(|s| s.success());
         if made {
-            let e = convert(fifo.path(), to.path()).unwrap_err().to_string();
+            let e = convert(fifo.path(), to.path(), 1).unwrap_err().to_string();
             assert!(e.contains("sites.txt"), "{e}");
         }
     }
@@ -272,7 +277,7 @@ mod tests {
             0,
             &["a.out", "grad.n@0", "grad.n@1", "grad.n@2", "grad.n@3"],
         );
-        assert_eq!(convert(from.path(), to.path()).unwrap(), 5);
+        assert_eq!(convert(from.path(), to.path(), 1).unwrap(), 5);
         let index: TraceIndex = serde_json::from_slice(
             &std::fs::read(to.path().join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
         )
@@ -286,13 +291,13 @@ mod tests {
         assert!(index.entries[0].over.is_empty());
 
         step(from.path(), 0, &["a.out", "grad.n@0", "grad.n@2"]);
-        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("numbered from 0 with no gap"), "{e}");
         std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n@tensor\n").unwrap();
-        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("dp, tp"), "{e}");
         std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n\n").unwrap();
-        let e = convert(from.path(), to.path()).unwrap_err().to_string();
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("`grad.n@0` is not in sites.txt"), "{e}");
     }
 }

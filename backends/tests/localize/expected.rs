@@ -129,7 +129,11 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
     ),
     // Each microbatch's loss scaled by its own count, a factor no axis explains: the
     // computation of the loss's gradient is wrong.
-    ("microbatch-local-loss-normalization", &["computation"]),
+    // (or, where each block's factor fits, each block scaled by its own).
+    (
+        "microbatch-local-loss-normalization",
+        &["computation", "block-scaled"],
+    ),
     // Every sequence's load-balance weight over dp times the sequences: scaled.
     ("moe-aux-loss-scaled-by-dp", &["scaled:dp", "scaled"]),
     // Each rank's per-token weights scaled by its own share of its sequences' real tokens (or
@@ -141,6 +145,7 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
             "one-shard:tp",
             "one-shard:cp",
             "one-block",
+            "block-scaled:dp",
             "scaled:tp",
             "scaled:cp",
             "scaled",
@@ -152,6 +157,7 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
             "one-shard:tp",
             "one-shard:cp",
             "one-block",
+            "block-scaled:dp",
             "scaled:tp",
             "scaled:cp",
             "scaled",

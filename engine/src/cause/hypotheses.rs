@@ -2,7 +2,9 @@
 //! the first diverging value (`Evidence::fits`), `None` otherwise.
 
 use super::fit::{self, rel};
-use super::placement::{computation, one_block, one_shard, permuted, reduced, shifted};
+use super::placement::{
+    block_scaled, computation, one_block, one_shard, permuted, reduced, shifted,
+};
 use super::shares::parts;
 use super::{cause, Axes, Cause, Evidence, Kind};
 
@@ -15,6 +17,7 @@ pub const ALL: &[Hypothesis] = &[
     partial_norm,
     parts,
     other_step,
+    block_scaled,
     scaled,
     reduced,
     one_block,

@@ -69,6 +69,9 @@ pub enum Kind {
     OneCopy,
     /// One row block (a replica's microbatch) differs while the others match.
     OneBlock,
+    /// Each row block (a replica's microbatch) is the reference's times its own factor: a
+    /// normalizer counted per replica (a per-rank mean) where the global one belongs.
+    BlockScaled,
     /// One shard (a block along a dimension) differs while the others match.
     OneShard,
     /// The reference's value at another step.
@@ -96,6 +99,7 @@ impl Kind {
             Kind::PartScaled => "part-scaled",
             Kind::OneCopy => "one-copy",
             Kind::OneBlock => "one-block",
+            Kind::BlockScaled => "block-scaled",
             Kind::OneShard => "one-shard",
             Kind::OtherStep => "other-step",
             Kind::Reduced => "reduced",

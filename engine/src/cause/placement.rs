@@ -59,6 +59,64 @@ fn odd_blocks(e: &Evidence<'_>, rb: &[Values], cb: &[Values]) -> Vec<(usize, Opt
         .collect()
 }
 
+/// Each row block (a data-parallel replica's rows, or its microbatch's) is the reference's
+/// times a factor of its own, the factors differing: each replica normalized by what it alone
+/// holds (a loss averaged over its own tokens — a per-rank mean — where the global count
+/// belongs). Claimed only where one factor for the whole value fits clearly worse: an even
+/// split of the tokens is a plain scale ([`super::hypotheses`]' `scaled`).
+pub fn block_scaled(e: &Evidence<'_>, _: &Axes) -> Option<Cause> {
+    let (rb, cb) = (e.reference.blocks(0, e.blocks)?, e.run.blocks(0, e.blocks)?);
+    let fits: Vec<(f64, f64)> = rb
+        .iter()
+        .zip(&cb)
+        .map(|(r, c)| fit::scale(&c.data, &r.data))
+        .collect();
+    if fits.iter().any(|(k, _)| !k.is_finite()) {
+        return None;
+    }
+    let rr: f64 = e.reference.data.iter().map(|v| v * v).sum();
+    // Each block's residual is relative to its own reference block: back to absolute squares.
+    let residual = rb
+        .iter()
+        .zip(&fits)
+        .map(|(r, (_, res))| res * res * r.data.iter().map(|v| v * v).sum::<f64>())
+        .sum::<f64>()
+        .sqrt()
+        / rr.sqrt();
+    let (lo, hi) = fits
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (k, _)| {
+            (lo.min(*k), hi.max(*k))
+        });
+    let (_, one) = fit::scale(&e.run.data, &e.reference.data);
+    // Every block moved, by factors that differ: a block left as it was is one block's
+    // difference (`one_block`: a rank's own epsilon, a microbatch sent twice).
+    let distinct = (hi - lo) > 1e-3 * hi.abs().max(lo.abs())
+        && fits.iter().all(|(k, _)| (k - 1.0).abs() > 1e-3);
+    if !e.fits(residual) || !distinct || residual > 0.25 * one || lo <= 0.0 {
+        return None;
+    }
+    let m = e.microbatches.max(1);
+    let what = if m > 1 {
+        "replica's microbatch"
+    } else {
+        "data-parallel replica"
+    };
+    let factors: Vec<String> = fits.iter().map(|(k, _)| format!("{k:.4}")).collect();
+    cause(
+        Kind::BlockScaled,
+        Some("dp".into()),
+        format!(
+            "each {what}'s rows of {} are the reference's × a factor of their own ({}): \
+             normalized by what each holds — a loss averaged over each rank's own tokens (a \
+             per-rank mean) where the global count belongs",
+            e.site,
+            factors.join(", ")
+        ),
+        residual,
+    )
+}
+
 /// Some row blocks (a replica's microbatches) differ while the others match.
 pub fn one_block(e: &Evidence<'_>, _: &Axes) -> Option<Cause> {
     let (rb, cb) = (e.reference.blocks(0, e.blocks)?, e.run.blocks(0, e.blocks)?);

@@ -19,7 +19,8 @@ class Tracer:
     DTensors by `full_tensor()`, plain local tensors by their `layouts` entry (a glob on the
     site name → `"shard:D"`: concatenated along dim D over the mesh's `tp` dim; `"replicate"`,
     the default: the local copy), then the batch rows of the `dp` mesh dim concatenated along
-    dim 0. Writes `sites.txt` (the first traced step's order) and `step{N}.safetensors`.
+    dim 0 — except for `"global"`: the same value on every rank, with no batch rows (rotary
+    embeddings' cos/sin for one position row). Writes `sites.txt` (the first traced step's order) and `step{N}.safetensors`.
 
     `steps`: the 0-based step indices to trace (meshparity's traces are of the first steps);
     `modules`: globs of module names to hook (default: every module with no children).
@@ -142,8 +143,10 @@ class Tracer:
             if layout.startswith("shard:"):
                 if tp is not None:
                     x = _gather(x, tp, int(layout.split(":")[1]))
+            elif layout == "global":
+                rows_whole = True
             elif layout != "replicate":
-                raise ValueError(f"layout of {name}: shard:D or replicate, not {layout!r}")
+                raise ValueError(f"layout of {name}: shard:D, replicate or global, not {layout!r}")
         batch_valued = not (name.startswith("grad.") or name in self.scalars or rows_whole)
         dp = self._group(self.dp) if batch_valued else None
         if dp is not None:
@@ -185,6 +188,12 @@ class Tracer:
 
         mesh = x.device_mesh
         want = sorted(dist.get_process_group_ranks(group))
+        # A DTensor over ranks that include no other rank of `group` (FSDP's shard mesh under
+        # HF TP, which leaves a norm's weight a plain per-tp-rank tensor): whole over its own
+        # mesh, this rank's copy over `group`.
+        spanned = set(mesh.mesh.flatten().tolist())
+        if spanned & set(want) == {dist.get_rank()}:
+            return x.full_tensor()
         dims = [i for i in range(mesh.ndim)
                 if sorted(dist.get_process_group_ranks(mesh.get_group(i))) == want]
         if len(dims) != 1 or not x.placements[dims[0]].is_replicate():

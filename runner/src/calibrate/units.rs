@@ -165,7 +165,7 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
                 None => spec
                     .engine_of(&unit.model_config)
                     .and_then(|e| e.mutation(mutation))
-                    .is_none_or(|m| m.applies_to(config, &training)),
+                    .is_none_or(|m| m.applies_to(&unit.model, config, &training)),
             };
             if applies && !mesh.mutations.contains(mutation) {
                 mesh.mutations.push(mutation.clone());

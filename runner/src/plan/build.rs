@@ -249,7 +249,7 @@ impl Plan {
             Some(engine) => engine
                 .mutations
                 .iter()
-                .filter(|m| m.applies_to(&mesh, training))
+                .filter(|m| m.applies_to(model_name, &mesh, training))
                 .map(|m| m.name.value.clone())
                 .collect(),
             None => spec

@@ -115,7 +115,7 @@ impl Plan {
             for m in engine
                 .mutations
                 .iter()
-                .filter(|m| m.applies_to(&mesh, training))
+                .filter(|m| m.applies_to(model_name, &mesh, training))
             {
                 let mutation = m.name.value.clone();
                 let identity = Identity::Mutation {

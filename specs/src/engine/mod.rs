@@ -26,6 +26,7 @@ pub const KEYS: &[&str] = &[
     "args",
     "shell",
     "env",
+    "defaults",
     "cwd",
     "artifacts",
     "mutations",
@@ -41,6 +42,9 @@ pub struct EngineDef {
     /// Run `program` (and the args) through `sh -c`, values shell-quoted.
     pub shell: bool,
     pub env: Vec<(String, Located<String>)>,
+    /// `defaults`: values the templates may name that a model need not set (a model's own key,
+    /// or a value meshparity sets, wins).
+    pub defaults: Vec<(String, Located<String>)>,
     /// Working directory (template), relative to the file that defines the engine.
     pub cwd: Option<Located<String>>,
     pub artifacts: ArtifactMap,
@@ -95,6 +99,7 @@ impl EngineDef {
         let args = t.strings(cx, "args").map(|a| a.value).unwrap_or_default();
         let shell = t.bool(cx, "shell").is_some_and(|b| b.value);
         let env = string_table(cx, &mut t, "env");
+        let defaults = string_table(cx, &mut t, "defaults");
         let cwd = t.string(cx, "cwd");
         let artifacts = t
             .get("artifacts")
@@ -116,6 +121,7 @@ impl EngineDef {
             args,
             shell,
             env,
+            defaults,
             cwd,
             artifacts,
             mutations,

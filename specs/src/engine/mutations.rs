@@ -7,7 +7,7 @@ use crate::diagnostic::Diagnostic;
 use crate::mutation::Needs;
 use crate::source::Located;
 
-pub const MUTATION_KEYS: &[&str] = &["args", "env", "needs", "site"];
+pub const MUTATION_KEYS: &[&str] = &["args", "env", "models", "needs", "site"];
 
 /// A bug the user's program can inject, and how to ask it to.
 #[derive(Clone, Debug)]
@@ -22,12 +22,11 @@ pub struct EngineMutation {
     /// Where the program injects it: a glob on traced site names (`grad.*_norm.weight`), which
     /// a localized mutation's first divergence is checked against ("localized as injected").
     pub site: Option<Located<String>>,
+    /// `models`: globs on the spec's model names the bug exists for (empty: every model).
+    pub models: Vec<Located<String>>,
 }
 
 impl EngineMutation {
-    /// Whether the bug exists on `mesh` under `training`: a bug of the resumption (`needs =
-    /// ["resume"]`) only on a `[[resume]]` pair's mesh, every other bug only elsewhere (the
-    /// catalog's rule, [`crate::Mutation::applies_to`]).
     /// Whether localization's first diverging `site` is where the program injects the bug
     /// (`None`: the declaration names no site).
     pub fn injected_at(&self, site: &str) -> Option<bool> {
@@ -36,8 +35,23 @@ impl EngineMutation {
             .map(|g| crate::catalog::glob(&g.value, site))
     }
 
-    pub fn applies_to(&self, mesh: &crate::MeshConfig, training: &crate::Training) -> bool {
-        training.resume.is_some() == self.needs.contains(&Needs::Resume)
+    /// Whether the bug exists for `model` (a spec's model name) on `mesh` under `training`:
+    /// only for the models `models` names (a bug one architecture can have), a bug of the
+    /// resumption (`needs = ["resume"]`) only on a `[[resume]]` pair's mesh, every other bug
+    /// only elsewhere (the catalog's rule, [`crate::Mutation::applies_to`]).
+    pub fn applies_to(
+        &self,
+        model: &str,
+        mesh: &crate::MeshConfig,
+        training: &crate::Training,
+    ) -> bool {
+        let for_model = self.models.is_empty()
+            || self
+                .models
+                .iter()
+                .any(|g| crate::catalog::glob(&g.value, model));
+        for_model
+            && training.resume.is_some() == self.needs.contains(&Needs::Resume)
             && self.needs.iter().all(|n| match n {
                 Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
                 n => n.holds(mesh),
@@ -68,6 +82,7 @@ pub(super) fn mutations(
             env: Vec::new(),
             needs: vec![Needs::MultiRank],
             site: None,
+            models: Vec::new(),
         };
         if v.get_ref().as_array().is_some() {
             m.args = words(cx, v, &here);
@@ -77,6 +92,10 @@ pub(super) fn mutations(
             }
             m.env = string_table(cx, &mut mt, "env");
             m.site = mt.string(cx, "site");
+            m.models = mt
+                .strings(cx, "models")
+                .map(|v| v.value)
+                .unwrap_or_default();
             if let Some(needs) = mt.strings(cx, "needs") {
                 m.needs = needs
                     .value

@@ -22,6 +22,9 @@ pub(super) struct Engine {
     pub(super) shell: Option<bool>,
     /// Extra environment (templates).
     pub(super) env: Option<IndexMap<String, String>>,
+    /// Values the templates may name that a model need not set (`architecture = "llama"`): a
+    /// model's own key of that name, or a value meshparity sets, wins.
+    pub(super) defaults: Option<IndexMap<String, String>>,
     /// Working directory (a template), relative to this file (default: this file's directory).
     pub(super) cwd: Option<String>,
     /// Where the program writes each artifact, relative to `{{out_dir}}`.
@@ -162,4 +165,7 @@ pub(super) struct EngineMutationTable {
     /// Where the program injects the bug: a glob on its traced site names (`grad.*norm*`),
     /// which localization's first divergence is checked against.
     pub(super) site: Option<String>,
+    /// The models the bug exists for: globs on the spec's model names (default: every model
+    /// of this engine), for a bug only one architecture can have.
+    pub(super) models: Option<Vec<String>>,
 }

@@ -1,0 +1,68 @@
+"""Bug switches (`--bug NAME`): Hugging Face users' real mistakes with transformers' own TP and
+FSDP2, replayed on its distributed path. Each is code on the parallel path — a no-op at world
+size 1 — and says what it replays:
+
+    loss-per-rank-mean   each data-parallel rank's loss is the mean over its own counted
+                         tokens and FSDP averages the ranks' gradients: the mean of per-rank
+                         means, not the global mean — transformers' default before
+                         `average_tokens_across_devices` (huggingface/transformers PR #34373;
+                         the gradient-accumulation normalization of huggingface/blog PR #2414)
+    kv-gather-output     the k/v projections overridden in `tp_plan` to gather their output
+                         (`colwise_gather_output`) while q stays head-sharded: each rank's query
+                         heads attend to the first kv heads of the whole, GQA groups mispaired
+    norm-grad-twice      the norms overridden in `tp_plan` to all-reduce their gradient
+                         (`replicated_with_grad_allreduce`) where it is already whole on every
+                         tp rank (no sequence parallelism): the gradient summed tp times
+    qk-norm-unreduced    Qwen3's per-head q/k norms overridden to `replicate`: the gradient of
+                         each rank's heads is never summed over tp, every rank keeps its own share
+                         (the all-reduce transformers' `replicated_with_grad_allreduce` exists for)
+    clip-local-norm      `torch.nn.utils.clip_grad_norm_` over each rank's local shards: the
+                         norm of the local gradients clips (pytorch#170862, DeepSpeed#7718)
+    init-per-rank-seed   each rank draws the initial weights from seed + rank and loads its own
+                         draw (torchtitan PR #1363's class of bug)
+"""
+
+import torch
+import torch.distributed as dist
+
+BUGS = [
+    "loss-per-rank-mean",
+    "kv-gather-output",
+    "norm-grad-twice",
+    "qk-norm-unreduced",
+    "clip-local-norm",
+    "init-per-rank-seed",
+]
+
+
+def init_seed(bug, seed):
+    if bug == "init-per-rank-seed" and dist.is_initialized():
+        return seed + dist.get_rank()
+    return seed
+
+
+def tp_overrides(bug, config):
+    """The `tp_plan` overrides (DistributedConfig's, keyed as the model's plan is) a bug makes."""
+    layer = "model.layers.*."
+    if bug == "kv-gather-output":
+        return {layer + "self_attn.k_proj": "colwise_gather_output",
+                layer + "self_attn.v_proj": "colwise_gather_output"}
+    if bug == "norm-grad-twice":
+        return {layer + "input_layernorm": "replicated_with_grad_allreduce",
+                layer + "post_attention_layernorm": "replicated_with_grad_allreduce"}
+    if bug == "qk-norm-unreduced":
+        if getattr(config, "model_type", "") not in ("qwen3", "qwen3_moe"):
+            raise ValueError(f"qk-norm-unreduced is a Qwen3 bug; this model is "
+                             f"{config.model_type} (declare it for the Qwen3 models only)")
+        return {layer + "self_attn.q_norm": "replicate", layer + "self_attn.k_norm": "replicate"}
+    return {}
+
+
+def local_norm(parameters):
+    """The norm `clip_grad_norm_` takes of each rank's own shards (the bug's)."""
+    grads = []
+    for p in parameters:
+        if p.grad is not None:
+            g = p.grad
+            grads.append(g.to_local() if hasattr(g, "to_local") else g)
+    return torch.stack([g.double().pow(2).sum() for g in grads]).sum().sqrt()
