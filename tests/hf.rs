@@ -110,25 +110,14 @@ fn transformers_tp_and_fsdp_pass_and_their_bugs_are_caught_where_injected() {
             .sum();
         assert!(compared > 0, "{} compared nothing", j["name"]);
     }
-    // Where localization put a bug: (step, site, localized as injected, cause).
-    let located = |job: &str| -> (u64, String, bool, String) {
+    // Caught, and where localization put the bug: (step, site, localized as injected, cause).
+    let located = |job: &str| {
         let j = jobs
             .iter()
             .find(|j| j["name"].as_str().unwrap().ends_with(job))
             .unwrap_or_else(|| panic!("no job for {job}"));
         assert_eq!(j["detail"]["caught"], true, "{j}");
-        let l = &j["detail"]["localization"];
-        let cause = &l["cause"];
-        let label = match cause["axis"].as_str() {
-            Some(a) => format!("{}:{a}", cause["kind"].as_str().unwrap_or("?")),
-            None => cause["kind"].as_str().unwrap_or("?").to_owned(),
-        };
-        (
-            l["first"]["step"].as_u64().unwrap_or(u64::MAX),
-            l["first"]["site"].as_str().unwrap_or("").to_owned(),
-            j["detail"]["localized_as_injected"] == true,
-            label,
-        )
+        common::located(jobs, job)
     };
     // Qwen3's per-head norms overridden to `replicate`: each TP rank's copy of the norm's
     // gradient is its own heads' share (the traces write each tp rank's copy).

@@ -114,25 +114,7 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
         (by, j["summary"].as_str().unwrap().to_owned())
     };
     let oracle = "oracle".to_owned();
-    // Where localization put a mutation job's bug: (step, site, localized as injected, cause).
-    let located = |job: &str| -> (u64, String, bool, String) {
-        let j = jobs
-            .iter()
-            .find(|j| j["name"].as_str().unwrap().ends_with(job))
-            .unwrap();
-        let l = &j["detail"]["localization"];
-        let cause = &l["cause"];
-        let label = match cause["axis"].as_str() {
-            Some(a) => format!("{}:{a}", cause["kind"].as_str().unwrap_or("?")),
-            None => cause["kind"].as_str().unwrap_or("?").to_owned(),
-        };
-        (
-            l["first"]["step"].as_u64().unwrap_or(u64::MAX),
-            l["first"]["site"].as_str().unwrap_or("").to_owned(),
-            j["detail"]["localized_as_injected"] == true,
-            label,
-        )
-    };
+    let located = |job: &str| common::located(jobs, job);
     // The norm gradient's TP all-reduce skipped in FSDP's own code, on both backends (on the
     // DTensor path a hook on the sharded parameter had missed it; calibration found that):
     // localized to the first norm's gradient, each TP rank's copy its own share.

@@ -112,3 +112,24 @@ pub fn commit_all(dir: &std::path::Path) {
         );
     }
 }
+
+/// Where localization put the bug of the job whose name ends with `job`: (step, site, localized
+/// as injected, cause as `kind` or `kind:axis`), from a run's results.json jobs.
+pub fn located(jobs: &[serde_json::Value], job: &str) -> (u64, String, bool, String) {
+    let j = jobs
+        .iter()
+        .find(|j| j["name"].as_str().unwrap().ends_with(job))
+        .unwrap_or_else(|| panic!("no job for {job}"));
+    let l = &j["detail"]["localization"];
+    let cause = &l["cause"];
+    let label = match cause["axis"].as_str() {
+        Some(a) => format!("{}:{a}", cause["kind"].as_str().unwrap_or("?")),
+        None => cause["kind"].as_str().unwrap_or("?").to_owned(),
+    };
+    (
+        l["first"]["step"].as_u64().unwrap_or(u64::MAX),
+        l["first"]["site"].as_str().unwrap_or("").to_owned(),
+        j["detail"]["localized_as_injected"] == true,
+        label,
+    )
+}

@@ -22,7 +22,6 @@ size 1 — and says what it replays:
                          draw (torchtitan PR #1363's class of bug)
 """
 
-import torch
 import torch.distributed as dist
 
 BUGS = [
@@ -56,13 +55,3 @@ def tp_overrides(bug, config):
                              f"{config.model_type} (declare it for the Qwen3 models only)")
         return {layer + "self_attn.q_norm": "replicate", layer + "self_attn.k_norm": "replicate"}
     return {}
-
-
-def local_norm(parameters):
-    """The norm `clip_grad_norm_` takes of each rank's own shards (the bug's)."""
-    grads = []
-    for p in parameters:
-        if p.grad is not None:
-            g = p.grad
-            grads.append(g.to_local() if hasattr(g, "to_local") else g)
-    return torch.stack([g.double().pow(2).sum() for g in grads]).sum().sqrt()

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from ..torch import Tracer, Writer, clip_grads, grad_norm
+from ..torch.norm import local_clip
 from ..torch.data import IGNORE_INDEX, global_batch, rows
 from . import bugs, layout, model as models
 
@@ -63,8 +64,10 @@ def sum_gradients(model):
 
 
 def parameters(model):
-    """(name, parameter) as world size 1 names them (FSDP2 keeps the module names)."""
-    return [(n.replace("_fsdp_wrapped_module.", ""), p) for n, p in model.named_parameters()]
+    """(name, parameter) as world size 1 names them: FSDP2's `fully_shard` and transformers' TP
+    keep the module names, so `named_parameters()` as it is (the Writer's `grads()` uses the
+    same)."""
+    return list(model.named_parameters())
 
 
 def optimizer(run, model):
@@ -122,13 +125,9 @@ class Run:
         self.opt = optimizer(run, self.model)
         self.schedule = scheduler(run, self.opt)
 
-    def whole(self, grads=False):
-        out = {}
-        for name, p in parameters(self.model):
-            t = p.grad if grads else p
-            if t is not None:
-                out[name] = t
-        return out
+    def whole(self):
+        """The parameters by name (the Writer makes each whole)."""
+        return dict(parameters(self.model))
 
     def roundtrip(self, seed_checkpoint):
         """The seed checkpoint loaded into another instance of this layout, saved with
@@ -169,11 +168,7 @@ class Run:
             self.writer.grads(self.model, "before_clip")
         params = [p for _, p in parameters(self.model)]
         if run.clip_grad_norm > 0 and run.bug == "clip-local-norm":
-            norm = bugs.local_norm(params)
-            coeff = torch.clamp(run.clip_grad_norm / (norm + 1e-6), max=1.0)
-            for p in params:
-                if p.grad is not None:
-                    p.grad.mul_(coeff.item())
+            norm = local_clip(params, run.clip_grad_norm)
         elif run.clip_grad_norm > 0:
             norm = clip_grads(params, run.clip_grad_norm)
         else:

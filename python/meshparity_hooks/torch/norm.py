@@ -31,3 +31,20 @@ def clip_grads(parameters, max_norm):
     for p in parameters:
         p.grad.mul_(coeff.to(p.grad.dtype).item())
     return norm
+
+
+def local_clip(parameters, max_norm):
+    """A bug, for the adapters' switches to replay: clipping by the norm of this rank's own
+    gradient shards — what `clip_grad_norm_` returns under FSDP2 or ZeRO when the sum of squares
+    is not reduced (pytorch#170862, DeepSpeed#7718). Clips the local gradients in place and
+    returns that local norm."""
+    grads = []
+    for p in parameters:
+        if p.grad is not None:
+            g = p.grad
+            grads.append(g.to_local() if hasattr(g, "to_local") else g)
+    norm = torch.stack([g.double().pow(2).sum() for g in grads]).sum().sqrt()
+    coeff = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coeff.to(g.dtype))
+    return norm.float()

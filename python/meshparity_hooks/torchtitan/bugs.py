@@ -20,7 +20,6 @@ world size 1 — and names the report it replays:
                              torchtitan's spmd_types backend)
 """
 
-import torch
 import torch.distributed as dist
 
 BUGS = [
@@ -58,17 +57,9 @@ def install(trainer, bug):
 
 def _local_clip(parameters, max_norm, *args, **kwargs):
     """`clip_grad_norm_` over each rank's own shards: the norm of the local gradients."""
-    grads = []
-    for p in parameters:
-        if p.grad is None:
-            continue
-        g = p.grad
-        grads.append(g.to_local() if hasattr(g, "to_local") else g)
-    norm = torch.stack([g.double().pow(2).sum() for g in grads]).sum().sqrt()
-    coeff = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coeff.to(g.dtype))
-    return norm.float()
+    from ..torch.norm import local_clip
+
+    return local_clip(parameters, max_norm)
 
 
 def _local_normalization(trainer):
