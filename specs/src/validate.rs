@@ -12,6 +12,7 @@ pub fn validate(spec: &Spec, diags: &mut Diagnostics) {
     check_extends(spec, diags);
     check_meshes(spec, diags);
     check_engines(spec, diags);
+    check_mutation_models(spec, diags);
     let cells = expand(spec, diags);
     for (name, loc) in &spec.mutations.written {
         let applies = cells.iter().any(|c| {
@@ -151,4 +152,54 @@ fn check_engines(spec: &Spec, diags: &mut Diagnostics) {
             );
         }
     }
+}
+
+/// An engine mutation's `models` glob that matches none of the spec's models but is a near miss
+/// of one (`qwne3*` beside `qwen3-moe`) is a typo that would silently run the bug nowhere. A
+/// glob far from every name stays quiet: an engine file included by several specs (hf.toml)
+/// names bugs for models some of them do not have.
+fn check_mutation_models(spec: &Spec, diags: &mut Diagnostics) {
+    let names: Vec<&str> = spec.models.keys().map(String::as_str).collect();
+    for (engine, def) in &spec.engines {
+        for m in &def.mutations {
+            for g in &m.models {
+                if names.iter().any(|n| crate::catalog::glob(&g.value, n)) {
+                    continue;
+                }
+                let Some(near) = near_miss(&g.value, &names) else {
+                    continue;
+                };
+                diags.push(
+                    Diagnostic::warning(
+                        &g.loc,
+                        format!(
+                            "`models` glob `{}` of engines.{engine}.mutations.{} matches no model",
+                            g.value, m.name.value
+                        ),
+                    )
+                    .help(format!(
+                        "did you mean model `{near}`? As written the bug runs for no model"
+                    )),
+                );
+            }
+        }
+    }
+}
+
+/// The model whose name (cut to the glob's literal length where the glob ends in `*`) is within
+/// a typo of the glob's literal text; globs shorter than three letters never count.
+fn near_miss<'a>(glob: &str, names: &[&'a str]) -> Option<&'a str> {
+    let literal: String = glob.chars().filter(|&c| c != '*').collect();
+    let open = glob.ends_with('*');
+    if literal.chars().count() < 3 {
+        return None; // `m*` is one letter from every name: no evidence of a typo
+    }
+    names.iter().copied().find(|n| {
+        let cut: String = if open {
+            n.chars().take(literal.chars().count()).collect()
+        } else {
+            (*n).to_owned()
+        };
+        suggest::closest(&literal, [cut.as_str()]).is_some()
+    })
 }

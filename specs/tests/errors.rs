@@ -539,3 +539,51 @@ fn document_padding_is_refused_where_it_cannot_cut_documents() {
     let packing = loaded.spec.run.training.packing.expect("packed");
     assert_eq!(packing.pad_to, Some(8));
 }
+
+/// An engine mutation's `models` glob one typo away from a model (`qwne3*`) warns where it is
+/// written, naming the model; a glob far from every model (an included engine file's bug for
+/// models this spec does not have) and a glob that matches stay quiet.
+#[test]
+fn a_mutation_models_glob_that_misses_by_a_typo_warns() {
+    let spec = |glob: &str| {
+        format!(
+            "[run]\nbatch = 2\n[engines.p]\nkind = \"command\"\nprogram = \"true\"\n\
+             artifacts = {{ curve = \"m.jsonl\" }}\n\
+             mutations = {{ bug = {{ args = [\"--bug\"], models = [\"{glob}\"] }} }}\n\
+             [models.qwen3-moe]\nengine = \"p\"\n[models.llama]\nengine = \"p\"\n\
+             [meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"curve\"]\n"
+        )
+    };
+    let warnings = |glob: &str| -> Vec<String> {
+        meshparity_specs::load_text(Path::new("m.toml"), spec(glob), &meshparity_specs::Disk)
+            .unwrap()
+            .warnings
+            .iter()
+            .map(|d| format!("{d} ({})", d.help.clone().unwrap_or_default()))
+            .filter(|w| w.contains("`models` glob"))
+            .collect()
+    };
+    let typo = warnings("qwne3*");
+    assert_eq!(typo.len(), 1, "{typo:?}");
+    assert!(
+        typo[0].starts_with(
+            "m.toml:7:51: `models` glob `qwne3*` of engines.p.mutations.bug matches no model"
+        ),
+        "{typo:?}"
+    );
+    let bare = warnings("lama");
+    assert_eq!(
+        bare.len(),
+        1,
+        "a glob without `*` one letter short of a model warns: {bare:?}"
+    );
+    assert!(bare[0].contains("did you mean model `llama`"), "{bare:?}");
+    assert!(
+        warnings("gpt*").is_empty(),
+        "a glob far from every model stays quiet"
+    );
+    assert!(
+        warnings("qwen3*").is_empty(),
+        "a glob that matches stays quiet"
+    );
+}

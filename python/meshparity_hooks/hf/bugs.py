@@ -24,6 +24,8 @@ size 1 — and says what it replays:
 
 import torch.distributed as dist
 
+from .model import ConfigError
+
 BUGS = [
     "loss-per-rank-mean",
     "kv-gather-output",
@@ -51,7 +53,8 @@ def tp_overrides(bug, config):
                 layer + "post_attention_layernorm": "replicated_with_grad_allreduce"}
     if bug == "qk-norm-unreduced":
         if getattr(config, "model_type", "") not in ("qwen3", "qwen3_moe"):
-            raise ValueError(f"qk-norm-unreduced is a Qwen3 bug; this model is "
-                             f"{config.model_type} (declare it for the Qwen3 models only)")
+            raise ConfigError(f"qk-norm-unreduced is a Qwen3 bug (per-head q/k norms); this "
+                              f"model is {getattr(config, 'model_type', '?')}: give the "
+                              f"mutation `models = [\"qwen3*\"]` in the spec")
         return {layer + "self_attn.q_norm": "replicate", layer + "self_attn.k_norm": "replicate"}
     return {}
