@@ -91,11 +91,89 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
     }
     // Every dense mutation in the catalog that applies to the quickstart's meshes.
     assert_eq!(mutations.len(), 27, "{mutations:?}");
+    // One worker process served every job, one after another (the one GPU slot): one device
+    // setup for all 53.
+    let served: Vec<(u64, u32)> = jobs.iter().map(|j| served_by(&dir, j)).collect();
+    let pids: std::collections::BTreeSet<u32> = served.iter().map(|s| s.1).collect();
+    assert_eq!(pids.len(), 1, "{served:?}");
+    let mut counts: Vec<u64> = served.iter().map(|s| s.0).collect();
+    counts.sort();
+    assert_eq!(counts, (1..=53).collect::<Vec<u64>>());
     // The JUnit and HTML reports name the adapter too.
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="device" value="gpu""#));
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains(name));
+}
+
+/// `(K, PID)` of the line "served: job K of worker process PID" in the job's last attempt's
+/// stdout.log (its directory relative to the run directory `run` where it is under it).
+fn served_by(run: &Path, job: &Value) -> (u64, u32) {
+    let dir = job["attempts"].as_array().unwrap().last().unwrap()["dir"]
+        .as_str()
+        .unwrap();
+    let log = std::fs::read_to_string(run.join(dir).join("stdout.log")).unwrap();
+    let line = log
+        .lines()
+        .find_map(|l| l.strip_prefix("served: job "))
+        .unwrap_or_else(|| panic!("{} was not served: {log}", job["name"]));
+    let (k, pid) = line.split_once(" of worker process ").unwrap();
+    (k.parse().unwrap(), pid.parse().unwrap())
+}
+
+/// A job that crashes its serving worker fails alone, as in a worker of its own: its attempt
+/// records the abort, the retry and every job after it run in a new worker process.
+#[test]
+fn a_job_that_crashes_its_serving_worker_is_retried_in_a_new_one() {
+    first_gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("crash.toml");
+    std::fs::write(
+        &spec,
+        "[run]\nsteps = 2\nbatch = 4\n[models.m]\ndevice = \"gpu\"\nlayers = 1\nhidden = 32\n\
+         heads = 4\nffn = 48\nvocab = 64\nseq_len = 8\n[meshes.tp2]\ntp = 2\n\
+         [[matrix]]\nlevels = [\"forward\", \"oracle\"]\n",
+    )
+    .unwrap();
+    let out = meshparity()
+        .env("MESHPARITY_TEST_FAULT", "*tp2/train=crash-once")
+        .arg("run")
+        .arg(&spec)
+        .args([
+            "-f",
+            "not level=mutation",
+            "--retries",
+            "1",
+            "--no-progress",
+        ])
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    let r: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("run/results.json")).unwrap())
+            .unwrap();
+    let jobs = r["jobs"].as_array().unwrap();
+    let train = jobs.iter().find(|j| j["kind"] == "train").unwrap();
+    assert_eq!(train["status"], "flaky", "{train}");
+    let first = &train["attempts"][0];
+    assert_eq!(first["status"], "error", "{first}");
+    assert_eq!(first["exit"], "signal 6", "{first}");
+    // The reference before the crash in one worker; the retry and the levels after it in another.
+    let reference = jobs.iter().find(|j| j["kind"] == "reference").unwrap();
+    let run = dir.path().join("run");
+    let (_, before) = served_by(&run, reference);
+    let (k, after) = served_by(&run, train);
+    assert_ne!(before, after);
+    assert_eq!(k, 1, "the retry is its new worker's first job");
+    for j in jobs
+        .iter()
+        .filter(|j| j["kind"] == "forward" || j["kind"] == "oracle")
+    {
+        assert_eq!(served_by(&run, j).1, after, "{j}");
+    }
 }
 
 #[test]

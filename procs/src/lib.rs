@@ -17,6 +17,8 @@
 //! ([`kill_descendants`]) before it reads the program's last output, so the job is judged when
 //! the program exits.
 
+pub mod stdio;
+
 use std::collections::HashMap;
 
 /// The signal the kernel sends a worker when the runner that started it dies.

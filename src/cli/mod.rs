@@ -10,6 +10,7 @@ mod plan;
 mod report;
 mod run;
 mod schema;
+mod serve;
 mod shell;
 mod validate;
 mod worker;
@@ -75,6 +76,10 @@ enum Command {
     /// Run one job in this process (what `run` launches for each job).
     #[command(hide = true)]
     Worker(worker::Args),
+    /// Run job after job in this process, as the runner asks on stdin (its GPU jobs: one device
+    /// setup for all of them).
+    #[command(hide = true)]
+    Serve(serve::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -91,6 +96,7 @@ pub fn main() -> ExitCode {
         Command::Completions(args) => shell::completions(&args),
         Command::Man => shell::man(),
         Command::Worker(args) => worker::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     ExitCode::from(code)
 }

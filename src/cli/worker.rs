@@ -65,10 +65,19 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> u8 {
+    set_up(args.grace);
+    // One job per process: its heap is the job's, so its memory figure is measured.
+    meshparity_engine::heap::enable();
+    job(args)
+}
+
+/// What a worker process does once, before its first job: it dies with the runner (ending what
+/// it started, `grace` seconds after SIGTERM), and a panic ends with one line the runner quotes.
+pub fn set_up(grace: f64) {
     let parent = std::env::var(worker::PARENT_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok());
-    let grace = std::time::Duration::try_from_secs_f64(args.grace).unwrap_or_default();
+    let grace = std::time::Duration::try_from_secs_f64(grace).unwrap_or_default();
     meshparity_procs::guard(parent, grace);
     // After the default report (and any backtrace), one line the runner can quote.
     let default = std::panic::take_hook();
@@ -86,12 +95,14 @@ pub fn run(args: &Args) -> u8 {
             .unwrap_or_default();
         eprintln!("error: the job panicked{at}: {msg}");
     }));
+}
+
+/// Run the job `args` names; the worker's exit code for it.
+pub fn job(args: &Args) -> u8 {
     let Some(job) = JobId::parse(&args.job) else {
         eprintln!("error: `{}` is not a job id (16 hex digits)", args.job);
         return exit::SPEC_ERROR;
     };
-    // One job per process: its heap is the job's, so its memory figure is measured.
-    meshparity_engine::heap::enable();
     let wa = WorkerArgs {
         spec: args.spec.clone(),
         job,

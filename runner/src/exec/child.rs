@@ -81,28 +81,15 @@ pub async fn run(
     mut cancel: watch::Receiver<u8>,
 ) -> Finished {
     let start = Instant::now();
-    let stdout = dir.join("stdout.log");
-    let stderr = dir.join("stderr.log");
     let finished = |ending| Finished {
         ending,
         seconds: start.elapsed().as_secs_f64(),
         stdout: dir.join("stdout.log"),
         stderr: dir.join("stderr.log"),
     };
-    let files = std::fs::create_dir_all(dir).and_then(|_| {
-        Ok((
-            std::fs::File::create(&stdout)?,
-            std::fs::File::create(&stderr)?,
-        ))
-    });
-    let (out, err) = match files {
+    let (out, err) = match create_logs(dir) {
         Ok(f) => f,
-        Err(e) => {
-            return finished(Ending::SpawnFailed(format!(
-                "creating logs in {}: {e}",
-                dir.display()
-            )))
-        }
+        Err(e) => return finished(Ending::SpawnFailed(e)),
     };
     let mut cmd = Command::new(exe);
     cmd.args(args)
@@ -166,19 +153,35 @@ pub async fn run(
         signal_group(g, libc::SIGKILL);
     }
     drop(_live);
-    let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-    meshparity_procs::end_strays(&|p| live.contains(&p));
+    end_strays();
     finished(ending)
 }
 
+/// End what ended attempts left behind, live workers (and idle serving ones) spared.
+pub(super) fn end_strays() {
+    let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+    meshparity_procs::end_strays(&|p| live.contains(&p));
+}
+
+/// `dir/stdout.log` and `dir/stderr.log`, new and empty: an attempt's logs.
+pub(super) fn create_logs(dir: &Path) -> Result<(std::fs::File, std::fs::File), String> {
+    let files = std::fs::create_dir_all(dir).and_then(|_| {
+        Ok((
+            std::fs::File::create(dir.join("stdout.log"))?,
+            std::fs::File::create(dir.join("stderr.log"))?,
+        ))
+    });
+    files.map_err(|e| format!("creating logs in {}: {e}", dir.display()))
+}
+
 /// Workers running now, by pid: spared when what an ended attempt left behind is killed.
-static LIVE: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+pub(super) static LIVE: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 /// A worker in [`LIVE`] while this lives.
-struct Live(i32);
+pub(super) struct Live(i32);
 
 impl Live {
-    fn new(pid: i32) -> Self {
+    pub(super) fn new(pid: i32) -> Self {
         if let Ok(mut l) = LIVE.lock() {
             l.push(pid);
         }
@@ -194,7 +197,7 @@ impl Drop for Live {
     }
 }
 
-fn signal_group(pgid: i32, sig: i32) {
+pub(super) fn signal_group(pgid: i32, sig: i32) {
     // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
     unsafe {
         libc::kill(-pgid, sig);
@@ -202,7 +205,7 @@ fn signal_group(pgid: i32, sig: i32) {
 }
 
 /// SIGTERM to the group, SIGKILL after `grace` if it is still there.
-async fn end_group(child: &mut Child, pgid: Option<i32>, grace: Duration) {
+pub(super) async fn end_group(child: &mut Child, pgid: Option<i32>, grace: Duration) {
     let Some(g) = pgid else { return };
     if grace.is_zero() {
         signal_group(g, libc::SIGKILL);
@@ -216,7 +219,7 @@ async fn end_group(child: &mut Child, pgid: Option<i32>, grace: Duration) {
 }
 
 /// As `end_group`, but a second cancellation during the grace period kills at once.
-async fn end_group_watching(
+pub(super) async fn end_group_watching(
     child: &mut Child,
     pgid: Option<i32>,
     grace: Duration,

@@ -321,6 +321,7 @@ impl Run<'_> {
             cpus,
             gpus,
             own_ranks,
+            served: executor::served(job),
         };
         self.states[i] = State::Running;
         self.running.insert(i);

@@ -1,4 +1,5 @@
-//! The local executor: each attempt a child process group on this machine (see `child.rs`).
+//! The local executor: each attempt a child process group on this machine (see `child.rs`), or,
+//! for a GPU job of the built-in engine, a request to a worker that serves many (`served.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -6,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
+use super::served::Served;
 use super::{Done, Executor, Launch};
 use crate::exec::child;
 
@@ -14,6 +16,7 @@ pub struct Local {
     pub grace: Duration,
     pub cancel: watch::Receiver<u8>,
     pub done: UnboundedSender<Done>,
+    pub served: Served,
 }
 
 impl Executor for Local {
@@ -25,11 +28,16 @@ impl Executor for Local {
             self.done.clone(),
         );
         // Spawned on the runtime's one thread, which the workers' parent-death signal is tied to.
+        let served = l.served.then(|| self.served.clone());
         tokio::spawn(async move {
-            let finished = child::run(&exe, &l.args, &l.dir, l.timeout, grace, cancel).await;
+            let (index, attempt) = (l.index, l.attempt);
+            let finished = match served {
+                Some(s) => s.run(l, cancel).await,
+                None => child::run(&exe, &l.args, &l.dir, l.timeout, grace, cancel).await,
+            };
             let _ = done.send(Done {
-                index: l.index,
-                attempt: l.attempt,
+                index,
+                attempt,
                 finished,
             });
         });

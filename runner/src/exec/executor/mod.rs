@@ -3,10 +3,12 @@
 //! same worker command (`meshparity worker …`), so a job means the same thing everywhere.
 //!
 //! - `local.rs` — a child process group on this machine;
+//! - `served.rs` — on this machine, a GPU job in a worker that serves many (one device setup);
 //! - `slurm/` — a Slurm batch job: submitted with `sbatch`, watched with `squeue`/`sacct`,
 //!   cancelled with `scancel`.
 
 pub mod local;
+pub mod served;
 pub mod slurm;
 
 use std::path::PathBuf;
@@ -37,6 +39,9 @@ pub struct Launch {
     /// Ranks of a program that launches its own (a command engine's): a cluster may give it one
     /// task per rank instead (`[executor] tasks = "per-rank"`, for `srun` inside the job).
     pub own_ranks: Option<usize>,
+    /// Whether a worker that serves many jobs may run it ([`served`]); the local executor then
+    /// does.
+    pub served: bool,
 }
 
 /// An attempt's end.
@@ -77,6 +82,7 @@ pub fn open(
 ) -> Box<dyn Executor> {
     match kind {
         ExecutorKind::Local => Box::new(local::Local {
+            served: served::Served::new(exe.clone(), grace),
             exe,
             grace,
             cancel,
@@ -86,6 +92,22 @@ pub fn open(
             Box::new(slurm::Slurm::start(config.clone(), exe, cancel, done))
         }
     }
+}
+
+/// Whether `job` may run in a worker that serves many: a GPU job of the built-in engine, whose
+/// device setup and kernel compilation are most of its time. CPU jobs keep a process each (their
+/// compute threads are sized per job), and a user's program is its own process anyway.
+/// `MESHPARITY_SERVE=0` gives every job a process of its own again (the bench's baseline, or a
+/// suspicion that jobs interfere).
+pub fn served(job: &Job) -> bool {
+    !job.device.is_cpu() && job.model_config.engine.is_none() && serving_on()
+}
+
+/// The environment switch [`served`] reads.
+pub const SERVE_ENV: &str = "MESHPARITY_SERVE";
+
+fn serving_on() -> bool {
+    std::env::var(SERVE_ENV).map_or(true, |v| v != "0")
 }
 
 /// CPUs and GPUs a cluster job asks for: the built-in engine simulates every rank in one

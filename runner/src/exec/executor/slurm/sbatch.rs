@@ -160,6 +160,7 @@ mod tests {
             cpus: 2,
             gpus: 0,
             own_ranks: None,
+            served: false,
         };
         let env = [
             ("NCCL_DEBUG".to_owned(), "WARN".to_owned()),
@@ -203,6 +204,7 @@ mod tests {
         // A program on 4 GPUs that runs its ranks with srun: four tasks of one GPU each.
         let program = Launch {
             own_ranks: Some(4),
+            served: false,
             cpus: 1,
             gpus: 4,
             ..l
