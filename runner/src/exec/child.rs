@@ -175,7 +175,7 @@ pub(super) fn create_logs(dir: &Path) -> Result<(std::fs::File, std::fs::File), 
 }
 
 /// Workers running now, by pid: spared when what an ended attempt left behind is killed.
-pub(super) static LIVE: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+static LIVE: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 /// A worker in [`LIVE`] while this lives.
 pub(super) struct Live(i32);

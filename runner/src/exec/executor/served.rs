@@ -1,8 +1,8 @@
 //! Served attempts: a GPU job of the built-in engine runs in a long-lived worker process
 //! (`meshparity serve`) that keeps its device, burn's compute client and the kernels it compiled
 //! across jobs. In a process of its own each job paid the device's setup and every kernel's
-//! compilation again: ~5 s a job on an H200, ~4 s on Mesa's software adapter, where the
-//! quickstart's jobs compute in well under a second.
+//! compilation again: ~5 s a job on an H200; on Mesa's software adapter the quickstart's
+//! dp2·tp2·pp2 cells took 322 s that way and 203 s served (docs/backend.md).
 //!
 //! Isolation holds where it matters: one job runs in a server at a time, in its own logs; a job
 //! that panics or crashes ends its server (the exit status is the attempt's, as for a worker of
