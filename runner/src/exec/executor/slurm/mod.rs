@@ -9,6 +9,13 @@
 //! directory that already names a Slurm job (a runner killed with -9, then `--resume`) adopts
 //! that job instead of submitting it again.
 //!
+//! Two things do not wait for the cluster's own clocks. A job whose exit code has appeared is
+//! asked about at once (a [`TICK`] later, not a `poll`): most checks end in under a second, and
+//! waiting half a second for each one's end halved a run's throughput. And a job's `--timeout`
+//! is the runner's, counted from when `squeue` first shows it running and enforced with
+//! `scancel`: Slurm keeps time limits in whole minutes and checks them every 30 s, so a 5 s
+//! limit ended after 60–90 s; `--time` stays as the cluster's backstop for a runner that died.
+//!
 //! - `sbatch.rs` — the batch script and the submission;
 //! - `state.rs` — job states from `squeue`/`sacct`, and what each means.
 
@@ -25,6 +32,14 @@ use tokio::sync::watch;
 use super::{Done, Executor, Launch};
 use crate::exec::child::{Ending, Finished};
 use state::JobState;
+
+/// How often the task looks for exit codes and overdue jobs between `squeue` polls: a stat per
+/// live job, cheap beside a call to the controller.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Live jobs whose exit-code files are looked for every [`TICK`]; past this many (a big sweep
+/// on a shared file system), only at each `squeue` poll.
+const WATCHED_FILES: usize = 64;
 
 /// How jobs are submitted: `[executor]` in the spec, or `--executor slurm` and its flags.
 #[derive(Clone, Debug, PartialEq)]
@@ -135,6 +150,11 @@ struct Live {
     launch: Launch,
     since: Instant,
     state: JobState,
+    /// When `squeue` first showed it running: its timeout counts from there, not from a
+    /// queue's wait.
+    started: Option<Instant>,
+    /// Cancelled by this runner for running past its timeout: its CANCELLED is a timeout.
+    overdue: bool,
 }
 
 struct Task {
@@ -157,6 +177,7 @@ impl Task {
         mut cancel: watch::Receiver<u8>,
     ) {
         let mut open = true;
+        let mut last_poll = Instant::now();
         loop {
             tokio::select! {
                 c = commands.recv(), if open => match c {
@@ -170,7 +191,7 @@ impl Task {
                         self.cancel_all().await;
                     }
                 }
-                _ = tokio::time::sleep(self.config.poll) => {}
+                _ = tokio::time::sleep(TICK.min(self.config.poll)) => {}
             }
             while let Ok(c) = commands.try_recv() {
                 match c {
@@ -179,7 +200,11 @@ impl Task {
                 }
             }
             self.submit_queued().await;
-            self.poll().await;
+            if last_poll.elapsed() >= self.config.poll || self.some_exited() {
+                self.poll().await;
+                last_poll = Instant::now();
+            }
+            self.cancel_overdue().await;
             if !open && self.queue.is_empty() && self.live.is_empty() {
                 return;
             }
@@ -204,6 +229,8 @@ impl Task {
                             launch: l,
                             since,
                             state: JobState::Pending,
+                            started: None,
+                            overdue: false,
                         },
                     );
                 }
@@ -223,13 +250,47 @@ impl Task {
             let Some(s) = states.get(&id) else { continue };
             let live = self.live.get_mut(&id).expect("polled ids are live");
             live.state = s.clone();
+            if *s == JobState::Running && live.started.is_none() {
+                live.started = Some(Instant::now());
+            }
             if !s.is_terminal() {
                 continue;
             }
             let live = self.live.remove(&id).expect("polled ids are live");
             let ours = self.cancelled || self.withdrawn.contains(&id);
-            let ending = state::ending(&id, s, &live.launch.dir, ours);
+            let ending = match state::ending(&id, s, &live.launch.dir, ours) {
+                Ending::Cancelled | Ending::Infra(_) if live.overdue => Ending::TimedOut,
+                ending => ending,
+            };
             self.finish(live.launch, live.since, ending);
+        }
+    }
+
+    /// Whether a live job not yet known to have ended has left its exit code: then it is
+    /// ending now, and `squeue` is asked without waiting for the next poll.
+    fn some_exited(&self) -> bool {
+        self.live.len() <= WATCHED_FILES
+            && self
+                .live
+                .values()
+                .any(|l| !l.state.is_terminal() && l.launch.dir.join(sbatch::EXIT_FILE).exists())
+    }
+
+    /// `scancel` every job running past its timeout (once; its end arrives through `poll`).
+    async fn cancel_overdue(&mut self) {
+        let overdue: Vec<String> = self
+            .live
+            .iter_mut()
+            .filter(|(_, l)| {
+                !l.overdue && l.started.is_some_and(|t| t.elapsed() > l.launch.timeout)
+            })
+            .map(|(id, l)| {
+                l.overdue = true;
+                id.clone()
+            })
+            .collect();
+        if !overdue.is_empty() {
+            state::scancel(&overdue).await;
         }
     }
 
