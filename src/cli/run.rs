@@ -24,10 +24,12 @@ pub struct Args {
     spec: PathBuf,
     #[command(flatten)]
     select: super::SelectArgs,
-    /// Concurrent slots (default: CPU cores). A job simulating many ranks takes several.
+    /// Concurrent slots (default: CPU cores; on Slurm, the executor's `max_pending`). A job
+    /// simulating many ranks takes several.
     #[arg(long, short = 'j')]
     jobs: Option<usize>,
-    /// Jobs running at once on each GPU (GPU jobs do not take CPU slots).
+    /// Jobs running at once on each GPU (GPU jobs do not take CPU slots; on Slurm the cluster
+    /// places GPU jobs).
     #[arg(long, default_value_t = 1, value_name = "N")]
     gpu_slots: usize,
     /// Retry infrastructure errors (crash, timeout, spawn failure) up to N times; a job that
@@ -360,16 +362,21 @@ fn options(
     timeouts: Timeouts,
     (tries, basis, spec_copy): (Option<PathBuf>, exec::fingerprint::Basis, Option<PathBuf>),
 ) -> RunOptions {
+    // On Slurm the cluster schedules: what is in flight is bounded by `max_pending`, not by
+    // this machine's cores or GPUs (at `-j` = cores, a two-core login node kept two CPUs' worth
+    // of jobs on the whole cluster, one 8-rank job at a time).
+    let cores = || std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (slots, gpu_slots) = match &executor {
+        ExecutorKind::Slurm(c) => (args.jobs.unwrap_or(c.max_pending), c.max_pending),
+        ExecutorKind::Local => (args.jobs.unwrap_or_else(cores), args.gpu_slots),
+    };
     RunOptions {
         exe,
         spec: absolute(&args.spec),
         run_dir: absolute(&run_dir.path),
         cache_dir: absolute(&output.join("cache")),
-        slots: args
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .max(1),
-        gpu_slots: args.gpu_slots.max(1),
+        slots: slots.max(1),
+        gpu_slots: gpu_slots.max(1),
         device: args.select.device,
         retries: args.retries,
         max_fail: if args.fail_fast {
