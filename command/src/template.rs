@@ -222,17 +222,9 @@ impl Renderer {
     }
 }
 
-/// A shell word: as is when it is plain, else single-quoted.
-pub fn shell_quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_./-=:,@+".contains(&b));
-    if plain {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
+/// A shell word: as is when it is plain, else single-quoted — the one quoting every reproduce
+/// line and batch script uses (a copy of it lived here).
+pub use meshparity_engine::compare_line::quote as shell_quote;
 
 #[cfg(test)]
 mod tests {

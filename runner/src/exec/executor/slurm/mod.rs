@@ -273,7 +273,7 @@ impl Task {
             && self
                 .live
                 .values()
-                .any(|l| !l.state.is_terminal() && l.launch.dir.join(sbatch::EXIT_FILE).exists())
+                .any(|l| !l.state.is_terminal() && l.launch.dir.join(state::EXIT_FILE).exists())
     }
 
     /// `scancel` every job running past its timeout (once; its end arrives through `poll`).

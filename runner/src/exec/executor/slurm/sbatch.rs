@@ -10,13 +10,12 @@ use std::path::Path;
 use meshparity_engine::judge::quote;
 use tokio::process::Command;
 
-use super::{state, SlurmConfig};
+use super::state::{self, EXIT_FILE};
+use super::SlurmConfig;
 use crate::exec::executor::Launch;
 
 /// The attempt's Slurm job id, in its directory.
 pub const JOB_FILE: &str = "slurm-job";
-/// The worker's exit code, written by the batch script.
-pub const EXIT_FILE: &str = "exit-code";
 const SCRIPT: &str = "job.sh";
 
 /// The id of the job running `l`: one a previous runner submitted for this very attempt (still

@@ -7,8 +7,11 @@ use std::process::ExitStatus;
 
 use tokio::process::Command;
 
-use super::sbatch::EXIT_FILE;
 use crate::exec::child::Ending;
+
+/// The worker's exit code, written by the batch script into the attempt directory and read here
+/// when the job ends.
+pub const EXIT_FILE: &str = "exit-code";
 
 /// Ids per `squeue`/`sacct`/`scancel` call, to keep command lines short.
 const CHUNK: usize = 200;
