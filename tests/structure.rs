@@ -24,7 +24,6 @@ const CRATES: &[&str] = &[
 /// or a module joining one of these, fails the test.
 const KNOWN: &[&str] = &[
     "backends: train::mesh train::ranks train::state",
-    "command: cause process",
     "command: resume states",
     "compare: align tensors",
     "compare: scan::avx2 scan::blocks",

@@ -8,8 +8,6 @@
 
 use std::path::Path;
 
-use crate::process::tail;
-
 /// Lines quoted of the first error lines, of one traceback, and of the log's end.
 const FIRST_ERRORS: usize = 5;
 const TRACEBACK: usize = 60;
@@ -171,6 +169,19 @@ fn error_files(lines: &[&str]) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// The last `n` lines of a log ([`meshparity_files::tail`]), or a note that there were none.
+pub fn tail(path: &Path, n: usize) -> String {
+    let lines = meshparity_files::tail(path, n);
+    if lines.is_empty() {
+        return "  (no output)".into();
+    }
+    lines
+        .iter()
+        .map(|l| format!("  | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

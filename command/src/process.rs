@@ -241,19 +241,6 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     })
 }
 
-/// The last `n` lines of a log ([`meshparity_files::tail`]), or a note that there were none.
-pub fn tail(path: &Path, n: usize) -> String {
-    let lines = meshparity_files::tail(path, n);
-    if lines.is_empty() {
-        return "  (no output)".into();
-    }
-    lines
-        .iter()
-        .map(|l| format!("  | {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
