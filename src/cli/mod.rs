@@ -4,6 +4,7 @@ mod calibrate;
 mod ci;
 mod compare;
 mod compare_profile;
+mod executor;
 mod list;
 mod outcome;
 mod plan;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use meshparity_reports::{JobRecord, RunResults, FORMAT_VERSION};
-use meshparity_runner::exec::executor::{slurm::SlurmConfig, ExecutorKind};
+use meshparity_runner::exec::executor::ExecutorKind;
 use meshparity_runner::exec::run_dir::RunDir;
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
 use meshparity_runner::{say, Plan};
@@ -118,63 +118,8 @@ pub struct Args {
     /// Plain lines instead of a live progress bar.
     #[arg(long)]
     no_progress: bool,
-    /// Where jobs run: `local` processes (default) or one `slurm` batch job each; overrides
-    /// `[executor] kind`.
-    #[arg(long, value_name = "KIND", value_parser = ["local", "slurm"])]
-    executor: Option<String>,
-    /// Slurm partition (overrides `[executor] partition`).
-    #[arg(long, value_name = "NAME")]
-    slurm_partition: Option<String>,
-    /// Slurm account (overrides `[executor] account`).
-    #[arg(long, value_name = "NAME")]
-    slurm_account: Option<String>,
-    /// Slurm QOS (overrides `[executor] qos`).
-    #[arg(long, value_name = "NAME")]
-    slurm_qos: Option<String>,
-    /// A further `sbatch` argument (repeatable; added to `[executor] sbatch_args`).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
-    sbatch_arg: Vec<String>,
-}
-
-/// The executor the spec's `[executor]` and the command line ask for, or why it cannot be used.
-fn executor(args: &Args, spec: &meshparity_specs::Spec) -> Result<ExecutorKind, String> {
-    let def = &spec.executor;
-    let slurm = match args.executor.as_deref() {
-        Some(kind) => kind == "slurm",
-        None => def.kind == meshparity_specs::ExecutorKindName::Slurm,
-    };
-    if !slurm {
-        return Ok(ExecutorKind::Local);
-    }
-    let probe = std::process::Command::new("sbatch")
-        .arg("--version")
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        return Err(
-            "the slurm executor needs Slurm's client commands (sbatch, squeue, scancel) on this \
-             machine's PATH; none was found"
-                .into(),
-        );
-    }
-    let pick = |cli: &Option<String>, spec: &Option<String>| cli.clone().or_else(|| spec.clone());
-    let defaults = SlurmConfig::default();
-    Ok(ExecutorKind::Slurm(SlurmConfig {
-        partition: pick(&args.slurm_partition, &def.partition),
-        account: pick(&args.slurm_account, &def.account),
-        qos: pick(&args.slurm_qos, &def.qos),
-        sbatch_args: def
-            .sbatch_args
-            .iter()
-            .chain(&args.sbatch_arg)
-            .cloned()
-            .collect(),
-        env: def.env.clone(),
-        task_per_rank: def.tasks == meshparity_specs::executor::Tasks::PerRank,
-        max_pending: def.max_pending.map_or(defaults.max_pending, |n| n as usize),
-        poll: def
-            .poll_seconds
-            .map_or(defaults.poll, |s| Duration::from_secs(s.into())),
-    }))
+    #[command(flatten)]
+    executor: super::executor::ExecutorArgs,
 }
 
 pub fn run(args: &Args) -> u8 {
@@ -232,7 +177,7 @@ fn checked(args: &Args) -> Result<u8, u8> {
         (&job.model_config, job.device)
     });
     let adapters = exec::meta::engines(&crate::engines::Builtin, spec, jobs).map_err(spec_error)?;
-    let executor = executor(args, spec).map_err(spec_error)?;
+    let executor = args.executor.kind(spec).map_err(spec_error)?;
     let output = PathBuf::from(&spec.run.output);
     let (run_dir, previous, spec_copy) = claim(args, spec, &output)?;
     if let ExecutorKind::Slurm(_) = &executor {

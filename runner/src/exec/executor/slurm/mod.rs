@@ -11,7 +11,7 @@
 //!
 //! Two things do not wait for the cluster's own clocks. A job whose exit code has appeared is
 //! asked about at once (a [`TICK`] later, not a `poll`): most checks end in under a second, and
-//! waiting half a second for each one's end halved a run's throughput. And a job's `--timeout`
+//! each one's end was seen up to a poll (half a second) late. And a job's `--timeout`
 //! is the runner's, counted from when `squeue` first shows it running and enforced with
 //! `scancel`: Slurm keeps time limits in whole minutes and checks them every 30 s, so a 5 s
 //! limit ended after 60–90 s; `--time` stays as the cluster's backstop for a runner that died.
