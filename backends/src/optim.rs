@@ -10,15 +10,10 @@
 use burn::tensor::{DType, FloatDType, Tensor};
 use indexmap::IndexMap;
 use meshparity_specs::run::{Optimizer as Kind, Training};
-use meshparity_specs::schedule::decays;
 
-/// AdamW constants (PyTorch defaults but for weight decay, kept small so it acts).
-pub const BETA1: f64 = 0.9;
-pub const BETA2: f64 = 0.999;
-pub const EPS: f64 = 1e-8;
-/// AdamW's decay of every parameter where `[run] weight_decay` is unset (the engine's fixed
-/// behaviour before the key existed).
-pub const WEIGHT_DECAY: f64 = 0.01;
+/// World size 1's constants and decay groups, which the judge's replay of a mesh's step uses
+/// too (`meshparity_engine::optimizer`).
+pub use meshparity_engine::optimizer::{BETA1, BETA2, EPS, WEIGHT_DECAY};
 
 /// One rank's (or the oracle's) optimizer and its state.
 pub struct Optimizer {
@@ -192,14 +187,13 @@ impl Optimizer {
         }
     }
 
-    /// The decoupled weight decay of parameter `name`: `[run] weight_decay` on matrices (norms
-    /// and biases exempt); unset, AdamW's [`WEIGHT_DECAY`] on every parameter and none for SGD.
+    /// The decoupled weight decay of parameter `name`: its group's
+    /// (`meshparity_engine::optimizer::decay`), or `[run] weight_decay` on every parameter once
+    /// the exemptions are lost.
     fn decay(&self, name: &str) -> f64 {
-        match (self.training.weight_decay, self.kind) {
-            (Some(wd), _) if decays(name) || self.exemptions_lost => wd,
-            (Some(_), _) => 0.0,
-            (None, Kind::Adamw) => WEIGHT_DECAY,
-            (None, Kind::Sgd) => 0.0,
+        match self.training.weight_decay {
+            Some(wd) if self.exemptions_lost => wd,
+            _ => meshparity_engine::optimizer::decay(&self.training, name),
         }
     }
 }

@@ -43,6 +43,10 @@ pub mod files {
     pub const UPDATES: &str = "updates.safetensors";
     /// The reference's updates, beside the candidate's in a judge's directory.
     pub const REFERENCE_UPDATES: &str = "reference-updates.safetensors";
+    /// A mesh run's last oracle step as its optimizer took it — the gradients, and the state
+    /// before and after — merged to world-size-1 names, which the oracle level replays with
+    /// world size 1's optimizer ([`crate::optimizer::replay`]).
+    pub const OPTIMIZER_STEP: &str = "optimizer-step.safetensors";
     /// Per-site traces for localization ([`crate::locate`]), and their order.
     pub const TRACE: &str = "trace.safetensors";
     pub const TRACE_INDEX: &str = "trace.json";

@@ -42,6 +42,8 @@ pub enum JudgeError {
     /// are missing or empty. Never a pass, whatever the two sides agree on.
     #[error("too little to judge {level}: {why}")]
     TooLittle { level: Level, why: String },
+    #[error(transparent)]
+    Replay(#[from] crate::optimizer::replay::ReplayError),
     #[error("the {0} level is not judged from artifacts yet")]
     Unsupported(Level),
 }
@@ -110,6 +112,9 @@ impl Judge<'_> {
                 // A resumed run's states at its checkpoint and after `oracle_steps`.
                 if run.artifacts.iter().any(|a| a == files::RESUME_SAVED) {
                     sides.states(&mut c)?;
+                }
+                if run.has(files::OPTIMIZER_STEP) {
+                    c.push(sides.optimizer_step()?);
                 }
                 c
             }
@@ -391,6 +396,29 @@ impl Sides<'_> {
             )?);
         }
         Ok(())
+    }
+
+    /// The run's last oracle step replayed with world size 1's optimizer
+    /// ([`crate::optimizer::replay`]): the run's own file, no reference side.
+    fn optimizer_step(&self) -> Result<Comparison, JudgeError> {
+        let what = crate::optimizer::replay::WHAT;
+        let file = files::OPTIMIZER_STEP;
+        if let Some(why) = self.run.unmerged.get(file) {
+            return Ok(unmerged(what, self.run.world_size, why));
+        }
+        if let Some(why) = self.run.unmerged.get(files::WEIGHTS) {
+            return Ok(unmerged(what, self.run.world_size, why));
+        }
+        for f in [file, files::WEIGHTS] {
+            self.run.require(self.judge.run, f, self.level.as_str())?;
+            verify_file(self.judge.run, self.run, f)?;
+        }
+        Ok(crate::optimizer::replay::judge(
+            &self.judge.run.join(file),
+            &self.judge.run.join(files::WEIGHTS),
+            self.judge.training,
+            self.judge.dtype,
+        )?)
     }
 
     /// Weight updates (weights after k steps − seed) of both runs ([`crate::derived`]). A

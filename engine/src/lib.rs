@@ -14,6 +14,7 @@
 //! - [`routing`] — the routing level: per-token expert sets against the reference's;
 //! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`update`] — weight updates, what the oracle level compares;
+//! - [`optimizer`] — world size 1's optimizer, and a mesh's step replayed with it on the host;
 //! - [`derived`] — what a judge derives (updates, a resumed state's view), compared in memory;
 //! - [`vacuity`] — a level passes only against a reference that computes and trains;
 //! - [`conformance`] — the suite every engine must pass;
@@ -36,6 +37,7 @@ pub mod heap;
 pub mod judge;
 pub mod locate;
 pub mod mutation;
+pub mod optimizer;
 pub mod outcome;
 pub mod replay;
 pub mod repro;

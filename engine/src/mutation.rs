@@ -59,7 +59,9 @@ impl MutationOutcome {
     /// per-tensor gate names the tensor ([`crate::gate_site`]).
     pub fn localized(&mut self, l: Localization, engine: &dyn crate::Engine) {
         let caught = self.caught_by.first();
-        let l = l.or_gate(self.levels.iter().find(|o| Some(&o.level) == caught));
+        let l = l
+            .or_gate(self.levels.iter().find(|o| Some(&o.level) == caught))
+            .or_replay(&self.levels);
         self.localized_as_injected = l.first.as_ref().and_then(|s| {
             engine.injected_at(&self.mutation, &s.site).or_else(|| {
                 meshparity_specs::catalog::find(&self.mutation).map(|m| m.site_matches(&s.site))

@@ -268,6 +268,7 @@ fn join(a: Record, b: Record) -> Record {
         load_balance: cat(a.load_balance, b.load_balance),
         grad_norms: cat(a.grad_norms, b.grad_norms),
         weights: b.weights.or(a.weights),
+        optimizer_step: b.optimizer_step.or(a.optimizer_step),
         collectives: a.collectives + b.collectives,
         altered,
         anomalies,

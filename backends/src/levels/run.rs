@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use meshparity_engine::optimizer::replay;
 use meshparity_engine::{checkpoint, files, Length, Manifest};
 use meshparity_specs::MeshConfig;
 
@@ -140,6 +141,9 @@ pub(super) fn write_record(
         let to = (out, files::WEIGHTS);
         merged(plans.weights, w, to, written, manifest, |_| {})?;
     }
+    if let Some(o) = &rec.optimizer_step {
+        write_optimizer_step(plans.weights, o, out, written, manifest)?;
+    }
     // The logits and loss of a run whose TP ranks computed different losses stand for none
     // of them: the forward level reports the disagreement, as a merge of unequal replicas.
     if let Some(why) = rec.divergent.first() {
@@ -158,6 +162,37 @@ pub(super) fn write_record(
     manifest.altered.extend(rec.altered);
     manifest.anomalies = rec.anomalies;
     Ok(())
+}
+
+/// The oracle's last update as the mesh's optimizers took it, merged to world-size-1 names
+/// ([`files::OPTIMIZER_STEP`]); replicas that disagree are recorded in the manifest.
+fn write_optimizer_step(
+    plan: &ShardingPlan,
+    o: &train::OptimizerStep,
+    out: &Path,
+    written: &mut Vec<String>,
+    manifest: &mut Manifest,
+) -> Result<(), LevelError> {
+    let merged = (|| {
+        Ok::<_, crate::sharding::MergeError>((
+            plan.merge(&o.grads)?,
+            train::state::merge(plan, &o.before)?,
+            train::state::merge(plan, &o.after)?,
+        ))
+    })();
+    match merged {
+        Ok((grads, before, after)) => {
+            let step = replay::entries(o.step, &grads, &before, &after);
+            save(out, files::OPTIMIZER_STEP, &step, written)
+        }
+        Err(e) => {
+            let why = e.to_string();
+            manifest
+                .unmerged
+                .insert(files::OPTIMIZER_STEP.to_owned(), why);
+            Ok(())
+        }
+    }
 }
 
 /// Merge per-rank tensors, `add` what goes beside them, and save them as `file`; replicas that

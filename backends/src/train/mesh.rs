@@ -159,6 +159,7 @@ pub fn segment(
     let mut grad_norms = Vec::new();
     let mut first: Option<(HostTensor, Vec<Shards>, Vec<f64>)> = None;
     let mut weights = None;
+    let mut optimizer_step = None;
     let mut states = Vec::new();
     // The most a step's heap grew over what it started with: its activations, gradients and
     // temporaries at their peak (measured where the process counts: a worker's one job).
@@ -234,6 +235,15 @@ pub fn segment(
             break;
         }
         grad_norms.push(*rank_norms.last().expect("a backward step has norms"));
+        // The oracle's last update is recorded as the optimizer takes it, for the judge to
+        // replay with world size 1's optimizer: the state before, the gradients, the state after.
+        let replayed = (step + 1 == len.weights_after).then(|| {
+            let whole = ranks.whole(&grads, true);
+            (
+                state::host_state(&ranks, cursor),
+                host_ranks(&ranks.params, &whole),
+            )
+        });
         let held = ranks.update(&mut comm, &grads);
         // Each rank moves its own copy of the bias by the all-reduced load.
         for (p, load) in held.iter_mut().zip(&loads) {
@@ -252,6 +262,14 @@ pub fn segment(
             weights = Some(ranks.weights());
         }
         let done = step as u32 + 1;
+        if let Some((before, grads)) = replayed {
+            optimizer_step = Some(super::OptimizerStep {
+                step: u64::from(done),
+                grads,
+                before,
+                after: state::host_state(&ranks, cursor),
+            });
+        }
         if span.keep.contains(&done) {
             states.push((done, state::host_state(&ranks, cursor)));
         }
@@ -288,6 +306,7 @@ pub fn segment(
         unsharded_stale,
         activation_bytes: activation_bytes.map(|b| b as u64),
         states,
+        optimizer_step,
     };
     Ok(Segment {
         record: Some(record),

@@ -71,6 +71,21 @@ pub struct Record {
     /// The whole training state after each step asked for (the oracle: its training's
     /// `states_at`; a mesh run: its span's `keep`), per rank, as a checkpoint holds it.
     pub states: Vec<(u32, Vec<Shards>)>,
+    /// A mesh run's last oracle step as its optimizer took it (`None` for the oracle).
+    pub optimizer_step: Option<OptimizerStep>,
+}
+
+/// One update as a mesh's optimizers took it, per rank: what the oracle level replays with
+/// world size 1's optimizer (`meshparity_engine::optimizer::replay`).
+#[derive(Clone, Debug)]
+pub struct OptimizerStep {
+    /// The update's number, 1-based.
+    pub step: u64,
+    /// The gradients each rank's optimizer took, whole (gathered from a ZeRO mesh's shards).
+    pub grads: Vec<Shards>,
+    /// Each rank's training state before and after the update, as a checkpoint holds it.
+    pub before: Vec<Shards>,
+    pub after: Vec<Shards>,
 }
 
 pub use meshparity_engine::Length;
@@ -218,6 +233,7 @@ pub fn oracle(
                 unsharded_stale: None,
                 activation_bytes: None,
                 states: Vec::new(),
+                optimizer_step: None,
             });
         }
         opt.step(&mut params, &grads);

@@ -22,6 +22,7 @@ use crate::tensor::HostTensor;
 mod naming;
 mod trace;
 
+pub use naming::step_and_path;
 use naming::{path_of, site};
 use trace::read_trace;
 pub use trace::{write_trace, TraceEntry, TraceError, TraceIndex};
@@ -163,6 +164,19 @@ impl Localization {
                 .site_limit
                 .map(|l| format!(" beyond relative L2 {l:e}"))
                 .unwrap_or_default();
+            let over = self.site_limit.and_then(|l| {
+                self.sites
+                    .iter()
+                    .find(|r| r.relative_l2 > l || r.relative_l2.is_nan())
+            });
+            if let Some(row) = over {
+                return format!(
+                    "first divergence: {} ({}: {} {:.3e} > {:e}); the trace's first site over \
+                     its limit, {} (relative L2 {:.1e}), is its consequence or the model's \
+                     noise: the difference starts below what the trace resolves",
+                    s.site, s.what, s.metric, s.value, s.limit, row.key, row.relative_l2
+                );
+            }
             return format!(
                 "first divergence: {} ({}: {} {:.3e} > {:e}); no traced site diverged{limit} \
                  ({} values compared): the difference is below what the trace resolves",

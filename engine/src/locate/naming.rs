@@ -13,6 +13,16 @@ pub(super) fn path_of(key: &str) -> &str {
         .map_or(key, |(_, p)| p)
 }
 
+/// A trace key's step and site path: `s1.layers.0.out@1` → `(1, "layers.0.out")` (step 0
+/// where the key has none).
+pub fn step_and_path(key: &str) -> (usize, &str) {
+    let key = key.rsplit_once('@').map_or(key, |(k, _)| k);
+    key.strip_prefix('s')
+        .and_then(|s| s.split_once('.'))
+        .and_then(|(n, p)| Some((n.parse().ok()?, p)))
+        .unwrap_or((0, key))
+}
+
 pub(super) fn site(
     e: &TraceEntry,
     microbatches: usize,
