@@ -413,12 +413,15 @@ impl Sides<'_> {
             self.run.require(self.judge.run, f, self.level.as_str())?;
             verify_file(self.judge.run, self.run, f)?;
         }
-        Ok(crate::optimizer::replay::judge(
-            &self.judge.run.join(file),
+        let path = self.judge.run.join(file);
+        let replayed = crate::optimizer::replay::replay(
+            &path,
             &self.judge.run.join(files::WEIGHTS),
             self.judge.training,
             self.judge.dtype,
-        )?)
+        )?;
+        let shown = path.display().to_string();
+        Ok(Comparison::replayed(self.judge.training, &shown, &replayed))
     }
 
     /// Weight updates (weights after k steps − seed) of both runs ([`crate::derived`]). A

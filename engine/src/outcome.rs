@@ -2,10 +2,11 @@
 
 use meshparity_compare::render::sci;
 use meshparity_compare::report::{CurveReport, TensorReport, Verdict};
-use meshparity_specs::Level;
+use meshparity_specs::{Level, Training};
 use serde::{Deserialize, Serialize};
 
 use crate::gate::{self, Gate};
+use crate::optimizer::replay::{self, Replayed};
 
 /// One comparison's verdict and what it compared.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -36,6 +37,47 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// The optimizer step replayed ([`crate::optimizer::replay`]) from the run's file `file`:
+    /// one gate per weight and moment, the worst one over its limit named.
+    pub fn replayed(training: &Training, file: &str, r: &Replayed) -> Self {
+        let gates: Vec<Gate> = r
+            .readings
+            .iter()
+            .map(|(subject, value)| Gate {
+                scope: replay::WHAT.to_owned(),
+                ..Gate::new(subject.clone(), replay::METRIC, *value, replay::LIMIT)
+            })
+            .collect();
+        let failure = gates
+            .iter()
+            .filter(|g| g.failed())
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+            .map(|g| {
+                format!(
+                    "`{}` after update {} is {} units of round-off (limit {}) from world size \
+                     1's {} applied to the run's own gradients and state: the optimizer's step, \
+                     not the model, differs",
+                    g.subject,
+                    r.step,
+                    sci(g.value),
+                    sci(g.limit),
+                    replay::kind(training)
+                )
+            });
+        Self {
+            what: replay::WHAT.to_owned(),
+            reference: format!("world size 1's {} replayed", replay::kind(training)),
+            candidate: file.to_owned(),
+            passed: failure.is_none(),
+            compared: gates.len() as u64,
+            failure,
+            gates,
+            reproduce: String::new(),
+            report: serde_json::Value::Null,
+            notes: Vec::new(),
+        }
+    }
+
     pub fn tensors(what: &str, r: &TensorReport) -> Self {
         let failure = r
             .problems
@@ -240,5 +282,43 @@ impl Outcome {
     /// The gate of any comparison that came closest to its limit (or furthest past it).
     pub fn closest(&self) -> Option<&Gate> {
         gate::closest(self.comparisons.iter().flat_map(|c| &c.gates))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each reading is a gate at the replay's limit; the worst one over it is named, with the
+    /// update and the optimizer.
+    #[test]
+    fn a_replayed_step_names_its_worst_tensor_over_the_limit() {
+        let training: Training = serde_json::from_value(serde_json::json!({
+            "seed": 1, "steps": 4, "oracle_steps": 2, "batch": 8, "optimizer": "adamw", "lr": 1e-3,
+        }))
+        .unwrap();
+        let r = Replayed {
+            step: 2,
+            readings: vec![
+                ("embed.weight".into(), 0.5),
+                ("norm.weight".into(), 840.0),
+                ("optim.exp_avg.norm.weight".into(), 9.0),
+            ],
+        };
+        let c = Comparison::replayed(&training, "optimizer-step.safetensors", &r);
+        assert!(!c.passed);
+        assert_eq!(c.compared, 3);
+        assert!(c.gates.iter().all(|g| g.scope == replay::WHAT));
+        let why = c.failure.unwrap();
+        assert!(
+            why.starts_with("`norm.weight` after update 2 is 8.4"),
+            "{why}"
+        );
+        assert!(why.contains("AdamW"), "{why}");
+        let ok = Replayed {
+            step: 2,
+            readings: vec![("embed.weight".into(), 0.5)],
+        };
+        assert!(Comparison::replayed(&training, "f", &ok).passed);
     }
 }

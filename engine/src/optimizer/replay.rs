@@ -23,14 +23,11 @@
 use std::path::Path;
 
 use meshparity_compare::agreement::decode;
-use meshparity_compare::render::sci;
 use meshparity_compare::TensorDtype;
 use meshparity_specs::{DType, Optimizer, Training};
 
 use super::{update, ParamState};
 use crate::checkpoint;
-use crate::gate::Gate;
-use crate::outcome::Comparison;
 use crate::tensor::{HostTensor, Shards};
 
 /// What the comparison is called in outcomes and reports.
@@ -68,15 +65,25 @@ pub fn epsilon(dtype: DType) -> f64 {
     }
 }
 
-/// Judge the recorded step in `path` of a run that trained with `training` in `dtype`, whose
+/// The recorded step replayed: its update number and each tensor's distance from the replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replayed {
+    /// The update replayed, 1-based.
+    pub step: u64,
+    /// A weight (`NAME`) or moment (`optim.exp_avg.NAME`, `optim.exp_avg_sq.NAME`) and its
+    /// [`METRIC`] reading, in the file's order.
+    pub readings: Vec<(String, f64)>,
+}
+
+/// Replay the recorded step in `path` of a run that trained with `training` in `dtype`, whose
 /// weights after it are in `weights`: update `step` must be the oracle level's last
 /// (`training.oracle_steps`).
-pub fn judge(
+pub fn replay(
     path: &Path,
     weights: &Path,
     training: &Training,
     dtype: DType,
-) -> Result<Comparison, ReplayError> {
+) -> Result<Replayed, ReplayError> {
     let file = path.display().to_string();
     let malformed = |why: String| ReplayError::Malformed {
         file: file.clone(),
@@ -99,7 +106,7 @@ pub fn judge(
         )));
     }
     let eps = epsilon(dtype);
-    let mut gates = Vec::new();
+    let mut readings = Vec::new();
     for name in t.keys().filter_map(|n| n.strip_prefix("grad.")) {
         let values = |key: String| -> Result<Option<Vec<f64>>, ReplayError> {
             t.get(&key)
@@ -141,7 +148,10 @@ pub fn judge(
         let want = update(training, name, step as u32, &before, &grad);
         let step_norm = norm(want.weights.iter().zip(&before.weights).map(|(a, b)| a - b));
         let scale = eps * (norm(want.weights.iter().copied()) + step_norm);
-        gates.push(gate(name, &after.weights, &want.weights, scale));
+        readings.push((
+            name.to_owned(),
+            reading(&after.weights, &want.weights, scale),
+        ));
         if training.optimizer == Optimizer::Adamw {
             let (Some((m, v)), Some((wm, wv))) = (&after.moments, &want.moments) else {
                 return Err(malformed(format!(
@@ -150,45 +160,24 @@ pub fn judge(
             };
             for (prefix, got, want) in [(EXP_AVG, m, wm), (EXP_AVG_SQ, v, wv)] {
                 let scale = eps * norm(want.iter().copied());
-                gates.push(gate(&format!("{prefix}{name}"), got, want, scale));
+                readings.push((format!("{prefix}{name}"), reading(got, want, scale)));
             }
         }
     }
-    if gates.is_empty() {
+    if readings.is_empty() {
         return Err(malformed(
             "no `grad.*` tensor: nothing to replay".to_owned(),
         ));
     }
-    for g in &mut gates {
-        g.scope = WHAT.to_owned();
+    Ok(Replayed { step, readings })
+}
+
+/// The optimizer's name in words.
+pub fn kind(training: &Training) -> &'static str {
+    match training.optimizer {
+        Optimizer::Sgd => "SGD",
+        Optimizer::Adamw => "AdamW",
     }
-    let failure = gates
-        .iter()
-        .filter(|g| g.failed())
-        .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
-        .map(|g| {
-            format!(
-                "`{}` after update {step} is {} units of round-off (limit {}) from world size \
-                 1's {} applied to the run's own gradients and state: the optimizer's step, not \
-                 the model, differs",
-                g.subject,
-                sci(g.value),
-                sci(g.limit),
-                kind(training)
-            )
-        });
-    Ok(Comparison {
-        what: WHAT.to_owned(),
-        reference: format!("world size 1's {} replayed", kind(training)),
-        candidate: file,
-        passed: failure.is_none(),
-        compared: gates.len() as u64,
-        failure,
-        gates,
-        reproduce: String::new(),
-        report: serde_json::Value::Null,
-        notes: Vec::new(),
-    })
 }
 
 /// A gate's subject as a trace names the value: `param.NAME` for weights, `adam.NAME.m` and
@@ -214,17 +203,16 @@ pub fn param_of_site(site: &str) -> &str {
         .unwrap_or(site)
 }
 
-/// The gate of one tensor: `got` against `want`, in units of `scale`.
-fn gate(subject: &str, got: &[f64], want: &[f64], scale: f64) -> Gate {
+/// `got`'s distance from `want`, in units of `scale`.
+fn reading(got: &[f64], want: &[f64], scale: f64) -> f64 {
     let off = norm(got.iter().zip(want).map(|(a, b)| a - b));
-    let value = if off == 0.0 {
+    if off == 0.0 {
         0.0
     } else if scale == 0.0 {
         f64::INFINITY
     } else {
         off / scale
-    };
-    Gate::new(subject.to_owned(), METRIC, value, LIMIT)
+    }
 }
 
 fn norm(values: impl Iterator<Item = f64>) -> f64 {
@@ -279,13 +267,6 @@ pub fn entries(step: u64, grads: &Shards, before: &Shards, after: &Shards) -> Sh
         state_of(name, after, "after", false, &mut out);
     }
     out
-}
-
-fn kind(training: &Training) -> &'static str {
-    match training.optimizer {
-        Optimizer::Sgd => "SGD",
-        Optimizer::Adamw => "AdamW",
-    }
 }
 
 #[cfg(test)]
