@@ -293,10 +293,7 @@ mod tests {
     /// update and the optimizer.
     #[test]
     fn a_replayed_step_names_its_worst_tensor_over_the_limit() {
-        let training: Training = serde_json::from_value(serde_json::json!({
-            "seed": 1, "steps": 4, "oracle_steps": 2, "batch": 8, "optimizer": "adamw", "lr": 1e-3,
-        }))
-        .unwrap();
+        let training = crate::optimizer::training(meshparity_specs::Optimizer::Adamw, None);
         let r = Replayed {
             step: 2,
             readings: vec![

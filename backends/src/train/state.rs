@@ -22,8 +22,7 @@ use crate::llama::is_buffer;
 use crate::optim::{half, OptState};
 use crate::sharding::{MergeError, ShardingPlan, Shards};
 
-pub const EXP_AVG: &str = "optim.exp_avg.";
-pub const EXP_AVG_SQ: &str = "optim.exp_avg_sq.";
+pub use meshparity_engine::optimizer::{EXP_AVG, EXP_AVG_SQ};
 pub const STEP: &str = "optim.step";
 pub const SCHEDULE: &str = "optim.schedule_step";
 pub const DATA: &str = "data.position";

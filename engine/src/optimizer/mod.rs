@@ -10,6 +10,11 @@ use meshparity_specs::Training;
 
 pub mod replay;
 
+/// Where a checkpoint's state keeps a parameter's AdamW moments: `optim.exp_avg.NAME` and
+/// `optim.exp_avg_sq.NAME` (the burn engine's state and the recorded step alike).
+pub const EXP_AVG: &str = "optim.exp_avg.";
+pub const EXP_AVG_SQ: &str = "optim.exp_avg_sq.";
+
 /// AdamW constants (PyTorch defaults but for weight decay, kept small so it acts).
 pub const BETA1: f64 = 0.9;
 pub const BETA2: f64 = 0.999;
@@ -86,27 +91,14 @@ pub fn update(
     }
 }
 
-/// A training for the tests: 4 steps, the oracle's 2, lr 1e-3.
+/// A training for the tests: 4 steps, the oracle's 2, lr 1e-3, every optional key unset.
 #[cfg(test)]
 pub(crate) fn training(optimizer: Kind, weight_decay: Option<f64>) -> Training {
-    Training {
-        seed: 1,
-        steps: 4,
-        oracle_steps: 2,
-        batch: 8,
-        optimizer,
-        lr: 1e-3,
-        clip_grad_norm: None,
-        weight_decay,
-        schedule: None,
-        label_smoothing: None,
-        z_loss: None,
-        dropout: None,
-        recompute: None,
-        packing: None,
-        resume: None,
-        states_at: Vec::new(),
-    }
+    serde_json::from_value(serde_json::json!({
+        "seed": 1, "steps": 4, "oracle_steps": 2, "batch": 8, "optimizer": optimizer,
+        "lr": 1e-3, "weight_decay": weight_decay,
+    }))
+    .expect("a training")
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use meshparity_compare::agreement::decode;
 use meshparity_compare::TensorDtype;
 use meshparity_specs::{DType, Optimizer, Training};
 
-use super::{update, ParamState};
+use super::{update, ParamState, EXP_AVG, EXP_AVG_SQ};
 use crate::checkpoint;
 use crate::tensor::{HostTensor, Shards};
 
@@ -40,9 +40,6 @@ pub const METRIC: &str = "replay_ulps";
 /// wrong decay group moves a norm weight by lr·wd of itself, ≥ 84 units at lr 1e-3 and decay
 /// 0.01. Measured: docs/verdicts.md ("The optimizer replayed").
 pub const LIMIT: f64 = 8.0;
-/// Where the state of a parameter's moments lives, under `before.`/`after.`.
-const EXP_AVG: &str = "optim.exp_avg.";
-const EXP_AVG_SQ: &str = "optim.exp_avg_sq.";
 
 /// A parameter's AdamW moments (first, second), element by element.
 type Moments = (Vec<f64>, Vec<f64>);
@@ -105,64 +102,9 @@ pub fn replay(
             training.oracle_steps
         )));
     }
-    let eps = epsilon(dtype);
     let mut readings = Vec::new();
     for name in t.keys().filter_map(|n| n.strip_prefix("grad.")) {
-        let values = |key: String| -> Result<Option<Vec<f64>>, ReplayError> {
-            t.get(&key)
-                .map(|h| {
-                    floats(h).ok_or_else(|| malformed(format!("`{key}` is not a float tensor")))
-                })
-                .transpose()
-        };
-        let need = |key: String| -> Result<Vec<f64>, ReplayError> {
-            values(key.clone())?.ok_or_else(|| malformed(format!("`{key}` is missing")))
-        };
-        let grad = need(format!("grad.{name}"))?;
-        let moments = |side: &str| -> Result<Option<Moments>, ReplayError> {
-            let m = values(format!("{side}.{EXP_AVG}{name}"))?;
-            let v = values(format!("{side}.{EXP_AVG_SQ}{name}"))?;
-            Ok(m.zip(v))
-        };
-        let before = ParamState {
-            weights: need(format!("before.{name}"))?,
-            moments: moments("before")?,
-        };
-        let after = ParamState {
-            weights: need(format!("after.{name}"))?,
-            moments: moments("after")?,
-        };
-        if training.optimizer == Optimizer::Adamw && step > 1 && before.moments.is_none() {
-            return Err(malformed(format!(
-                "`before.{EXP_AVG}{name}` or `before.{EXP_AVG_SQ}{name}` is missing: AdamW \
-                 holds moments from the first update on"
-            )));
-        }
-        let lens = [before.weights.len(), after.weights.len()];
-        if lens.iter().any(|&n| n != grad.len()) {
-            return Err(malformed(format!(
-                "`{name}`: {} gradient elements against {lens:?} weights before and after",
-                grad.len()
-            )));
-        }
-        let want = update(training, name, step as u32, &before, &grad);
-        let step_norm = norm(want.weights.iter().zip(&before.weights).map(|(a, b)| a - b));
-        let scale = eps * (norm(want.weights.iter().copied()) + step_norm);
-        readings.push((
-            name.to_owned(),
-            reading(&after.weights, &want.weights, scale),
-        ));
-        if training.optimizer == Optimizer::Adamw {
-            let (Some((m, v)), Some((wm, wv))) = (&after.moments, &want.moments) else {
-                return Err(malformed(format!(
-                    "`{name}`: AdamW's moments after the step are missing"
-                )));
-            };
-            for (prefix, got, want) in [(EXP_AVG, m, wm), (EXP_AVG_SQ, v, wv)] {
-                let scale = eps * norm(want.iter().copied());
-                readings.push((format!("{prefix}{name}"), reading(got, want, scale)));
-            }
-        }
+        readings.extend(replay_param(&t, name, step, training, dtype).map_err(malformed)?);
     }
     if readings.is_empty() {
         return Err(malformed(
@@ -170,6 +112,75 @@ pub fn replay(
         ));
     }
     Ok(Replayed { step, readings })
+}
+
+/// One parameter's readings: its weights and, under AdamW, its two moments; `Err` says what
+/// of the file is wrong.
+fn replay_param(
+    t: &Shards,
+    name: &str,
+    step: u64,
+    training: &Training,
+    dtype: DType,
+) -> Result<Vec<(String, f64)>, String> {
+    let values = |key: String| -> Result<Option<Vec<f64>>, String> {
+        t.get(&key)
+            .map(|h| floats(h).ok_or_else(|| format!("`{key}` is not a float tensor")))
+            .transpose()
+    };
+    let need = |key: String| values(key.clone())?.ok_or_else(|| format!("`{key}` is missing"));
+    let grad = need(format!("grad.{name}"))?;
+    let n = grad.len();
+    let moments = |side: &str| -> Result<Option<Moments>, String> {
+        let m = values(format!("{side}.{EXP_AVG}{name}"))?;
+        let v = values(format!("{side}.{EXP_AVG_SQ}{name}"))?;
+        Ok(m.zip(v))
+    };
+    let before = ParamState {
+        weights: need(format!("before.{name}"))?,
+        moments: moments("before")?,
+    };
+    let after = ParamState {
+        weights: need(format!("after.{name}"))?,
+        moments: moments("after")?,
+    };
+    let adamw = training.optimizer == Optimizer::Adamw;
+    if adamw && step > 1 && before.moments.is_none() {
+        return Err(format!(
+            "`before.{EXP_AVG}{name}` or `before.{EXP_AVG_SQ}{name}` is missing: AdamW holds \
+             moments from the first update on"
+        ));
+    }
+    // Every element must line up: a shorter tensor would be compared on its prefix only.
+    let mut lens = vec![before.weights.len(), after.weights.len()];
+    for (m, v) in [&before.moments, &after.moments].into_iter().flatten() {
+        lens.extend([m.len(), v.len()]);
+    }
+    if lens.iter().any(|&l| l != n) {
+        return Err(format!(
+            "`{name}`: {n} gradient elements against {lens:?} in its weights and moments"
+        ));
+    }
+    let eps = epsilon(dtype);
+    let want = update(training, name, step as u32, &before, &grad);
+    let moved = norm(want.weights.iter().zip(&before.weights).map(|(a, b)| a - b));
+    let scale = eps * (norm(want.weights.iter().copied()) + moved);
+    let mut out = vec![(
+        name.to_owned(),
+        reading(&after.weights, &want.weights, scale),
+    )];
+    if adamw {
+        let (Some((m, v)), Some((wm, wv))) = (&after.moments, &want.moments) else {
+            return Err(format!(
+                "`{name}`: AdamW's moments after the step are missing"
+            ));
+        };
+        for (prefix, got, want) in [(EXP_AVG, m, wm), (EXP_AVG_SQ, v, wv)] {
+            let scale = eps * norm(want.iter().copied());
+            out.push((format!("{prefix}{name}"), reading(got, want, scale)));
+        }
+    }
+    Ok(out)
 }
 
 /// The optimizer's name in words.
