@@ -124,7 +124,10 @@ fn a_step_file_that_is_not_the_oracles_last_or_is_incomplete_is_an_error() {
     m.bytes.truncate(m.bytes.len() / 2);
     m.shape = vec![m.shape[0] / 2];
     let e = judged(&t, &short).unwrap_err().to_string();
-    assert!(e.contains("64 gradient elements against [64, 64, 64, 64, 32, 64]"), "{e}");
+    assert!(
+        e.contains("64 gradient elements against [64, 64, 64, 64, 32, 64]"),
+        "{e}"
+    );
     file.0.shift_remove("before.optim.exp_avg.norm.weight");
     file.1 = step_file(&t, |n| decay(&t, n)).1;
     let e = judged(&t, &file).unwrap_err().to_string();
