@@ -1,4 +1,4 @@
-//! The burn engine passes the engine conformance suite (`meshparity_engine::conformance`): its
+//! The burn engine passes the engine conformance suite (`meshparity_judge::conformance`): its
 //! reference and mesh runs write the artifact contract, correct meshes pass every level under
 //! the built-in limits, every mutation it offers is caught where it applies, a missing
 //! artifact is an error, and reruns are bit-identical. The model, training and limits are the
@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 
 use meshparity_backends::Backend;
-use meshparity_engine::conformance::{suite, Setup};
 use meshparity_engine::Engine;
+use meshparity_judge::conformance::{suite, Setup};
 use meshparity_specs::tolerance::BUILTIN;
 use meshparity_specs::{DType, Level};
 

@@ -12,8 +12,8 @@ use expected::EXPECTED;
 use meshparity_backends::levels;
 use meshparity_backends::parallel::Fault;
 use meshparity_backends::train::{self, Length, Probe, Replay};
-use meshparity_engine::cause::{Axes, Cause};
-use meshparity_engine::locate::{limit, locate};
+use meshparity_judge::cause::{Axes, Cause};
+use meshparity_judge::locate::{limit, locate};
 use meshparity_specs::catalog::{Phase, CATALOG};
 use meshparity_specs::{
     DType as SpecDType, DropPolicy, MeshConfig, ModelConfig, Optimizer, Training,

@@ -224,7 +224,7 @@ impl Renderer {
 
 /// A shell word: as is when it is plain, else single-quoted — the one quoting every reproduce
 /// line and batch script uses (a copy of it lived here).
-pub use meshparity_engine::compare_line::quote as shell_quote;
+pub use meshparity_engine::shell::quote as shell_quote;
 
 #[cfg(test)]
 mod tests {

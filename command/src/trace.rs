@@ -1,5 +1,5 @@
 //! A user's per-site traces → the trace artifact that localization reads
-//! (`meshparity_engine::locate`).
+//! (`meshparity_judge::locate`).
 //!
 //! Asked to trace (`{{trace_dir}}` set), the program writes into that directory:
 //! - `sites.txt`: the names of the values it traced (`embed.out`, `layers.3.mlp.out`,
@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
-use meshparity_engine::locate::{write_trace, TraceEntry};
+use meshparity_engine::trace::{write_trace, TraceEntry};
 use meshparity_engine::{HostTensor, TraceIndex};
 
 /// Why a program's traces could not be read.

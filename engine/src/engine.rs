@@ -1,8 +1,8 @@
 //! The seam between meshparity and whatever computes: an [`Engine`] runs one training (the
 //! world-size-1 reference, or a mesh, with or without an injected mutation) and writes the
 //! artifact contract ([`crate::artifact`]) into a directory. Everything after that (judging
-//! levels, mutations' expected failure, reports) is the engine-independent code of this crate,
-//! so every engine is held to the same checks.
+//! levels, mutations' expected failure, reports) is `meshparity-judge`'s, engine-independent, so
+//! every engine is held to the same checks.
 
 use std::path::Path;
 
@@ -152,7 +152,7 @@ pub trait Engine {
     /// Whether a run trains only as long as its levels need ([`RunRequest::length`]), so a
     /// shorter run is cheaper. A user's program runs its own step count whatever is asked, so
     /// the command engine says no and a mutation is judged on one whole run
-    /// ([`crate::check_until_caught`]).
+    /// (`meshparity_judge::check_until_caught`).
     fn runs_to_length(&self) -> bool {
         false
     }
@@ -174,7 +174,7 @@ pub trait Engine {
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError>;
 
     /// Per-site traces of `req` (the world-size-1 reference when `req.mesh` is `None`) into
-    /// `req.out` ([`crate::locate`]), for localizing a failure. `false`: this engine cannot
+    /// `req.out` ([`crate::trace`]), for localizing a failure. `false`: this engine cannot
     /// trace.
     fn trace(&self, _req: &RunRequest<'_>) -> Result<bool, EngineError> {
         Ok(false)

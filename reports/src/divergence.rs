@@ -1,4 +1,4 @@
-//! A job's localization as the HTML report shows it ([`meshparity_engine::locate`]).
+//! A job's localization as the HTML report shows it ([`meshparity_judge::locate`]).
 
 use serde::Serialize;
 
@@ -21,7 +21,7 @@ pub struct DivergenceView {
 /// Values of the per-site table shown before the divergence.
 const SITES_SHOWN: usize = 8;
 
-pub(crate) fn divergence(l: &meshparity_engine::Localization) -> DivergenceView {
+pub(crate) fn divergence(l: &meshparity_judge::Localization) -> DivergenceView {
     let before = l.sites[l.sites.len().saturating_sub(SITES_SHOWN)..]
         .iter()
         .map(|s| {

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use meshparity_engine::Finding;
+use meshparity_judge::Finding;
 use quick_junit::{
     NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
 };

@@ -1,6 +1,6 @@
 //! The result model: one `RunResults` per run, one `JobRecord` per planned job.
 
-use meshparity_engine::Finding;
+use meshparity_judge::Finding;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on incompatible changes of `results.json`.

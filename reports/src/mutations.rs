@@ -3,7 +3,7 @@
 //! however many meshes and seeds ran it, so a release sweep's summary stays short.
 
 use indexmap::IndexMap;
-use meshparity_engine::Finding;
+use meshparity_judge::Finding;
 
 use crate::model::RunResults;
 

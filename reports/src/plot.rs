@@ -1,7 +1,7 @@
 //! A curve level's loss curves as SVG polylines for the HTML report: the oracle's and the
 //! mesh's on one axis, and their per-step relative difference on a log axis of its own.
 
-use meshparity_engine::Losses;
+use meshparity_judge::Losses;
 use serde::Serialize;
 
 /// Two loss curves as SVG polylines, and their per-step relative difference on a log axis of

@@ -2,7 +2,7 @@
 //! lays out and handlebars escapes every string from a job.
 
 use indexmap::IndexMap;
-use meshparity_engine::Comparison;
+use meshparity_judge::Comparison;
 
 use crate::plot::{plot, Plot};
 use serde::Serialize;

@@ -270,14 +270,14 @@ fn report(results: &RunResults, dir: &Path, spec: &meshparity_specs::Spec) -> Re
     if results.meta.interrupted {
         say!(
             "interrupted: continue with `meshparity run {} --resume {}` (what passed is kept)",
-            meshparity_engine::judge::quote(&results.meta.spec),
-            meshparity_engine::judge::quote(&dir.display().to_string())
+            meshparity_judge::judge::quote(&results.meta.spec),
+            meshparity_judge::judge::quote(&dir.display().to_string())
         );
     }
     if results.jobs.iter().any(|j| !j.status.passed()) {
         say!(
             "reproduce lines are relative to the run directory: cd {} first",
-            meshparity_engine::judge::quote(&dir.display().to_string())
+            meshparity_judge::judge::quote(&dir.display().to_string())
         );
     }
     Ok(code(results))

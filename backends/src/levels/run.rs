@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use meshparity_engine::optimizer::replay;
+use meshparity_engine::optimizer::step;
 use meshparity_engine::{checkpoint, files, Length, Manifest};
 use meshparity_specs::MeshConfig;
 
@@ -182,7 +182,7 @@ fn write_optimizer_step(
     })();
     match merged {
         Ok((grads, before, after)) => {
-            let step = replay::entries(o.step, &grads, &before, &after);
+            let step = step::entries(o.step, &grads, &before, &after);
             save(out, files::OPTIMIZER_STEP, &step, written)
         }
         Err(e) => {

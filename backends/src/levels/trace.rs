@@ -1,11 +1,11 @@
 //! A traced run's artifact: the per-site values ([`crate::parallel::trace`]) as
-//! `trace.safetensors` and their order as `trace.json`, for [`meshparity_engine::locate`].
+//! `trace.safetensors` and their order as `trace.json`, for `meshparity_judge::locate`.
 
 use std::path::Path;
 
 use indexmap::IndexMap;
 use meshparity_compare::TensorDtype;
-use meshparity_engine::locate::{write_trace, TraceEntry, TraceIndex};
+use meshparity_engine::trace::{write_trace, TraceEntry, TraceIndex};
 use meshparity_engine::{HostTensor, TraceError};
 
 use crate::parallel::trace::Entry;

@@ -76,7 +76,7 @@ pub struct Record {
 }
 
 /// One update as a mesh's optimizers took it, per rank: what the oracle level replays with
-/// world size 1's optimizer (`meshparity_engine::optimizer::replay`).
+/// world size 1's optimizer (`meshparity_judge::optimizer_step`).
 #[derive(Clone, Debug)]
 pub struct OptimizerStep {
     /// The update's number, 1-based.

@@ -2,13 +2,13 @@
 //! its decay groups and its learning-rate schedule. One source of these rules for every engine
 //! that implements them (the burn engine's `optim.rs` takes its constants and decay groups from
 //! here) and for the judge that replays a mesh's optimizer step on the host in f64
-//! ([`replay`]), so a sharded optimizer's bug is an exact check whatever the model's dtype.
+//! (`meshparity_judge::optimizer_step`; the file it reads is [`step`]'s), so a sharded optimizer's bug is an exact check whatever the model's dtype.
 
 use meshparity_specs::run::Optimizer as Kind;
 use meshparity_specs::schedule::decays;
 use meshparity_specs::Training;
 
-pub mod replay;
+pub mod step;
 
 /// Where a checkpoint's state keeps a parameter's AdamW moments: `optim.exp_avg.NAME` and
 /// `optim.exp_avg_sq.NAME` (the burn engine's state and the recorded step alike).
@@ -91,19 +91,18 @@ pub fn update(
     }
 }
 
-/// A training for the tests: 4 steps, the oracle's 2, lr 1e-3, every optional key unset.
-#[cfg(test)]
-pub(crate) fn training(optimizer: Kind, weight_decay: Option<f64>) -> Training {
-    serde_json::from_value(serde_json::json!({
-        "seed": 1, "steps": 4, "oracle_steps": 2, "batch": 8, "optimizer": optimizer,
-        "lr": 1e-3, "weight_decay": weight_decay,
-    }))
-    .expect("a training")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A training for the tests: 4 steps, the oracle's 2, lr 1e-3, every optional key unset.
+    fn training(optimizer: Kind, weight_decay: Option<f64>) -> Training {
+        serde_json::from_value(serde_json::json!({
+            "seed": 1, "steps": 4, "oracle_steps": 2, "batch": 8, "optimizer": optimizer,
+            "lr": 1e-3, "weight_decay": weight_decay,
+        }))
+        .expect("a training")
+    }
 
     /// AdamW's first update moves each weight by lr against its gradient's sign (m̂/√v̂ = ±1),
     /// after decaying it; an exempt norm weight is not decayed; SGD keeps no moments.

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use meshparity_engine::Finding;
+use meshparity_judge::Finding;
 use meshparity_reports::{Attempt, JobRecord, RunMeta, RunResults, Status, FORMAT_VERSION};
 use serde_json::json;
 

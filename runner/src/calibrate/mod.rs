@@ -98,7 +98,7 @@ pub struct Options {
     /// Localize every mutation run (the detection table's site column).
     pub localize: bool,
     /// Judge each mutation run only up to the stage that catches it
-    /// ([`meshparity_engine::check_until_caught`]): most runs then train one or two steps, and
+    /// ([`meshparity_judge::check_until_caught`]): most runs then train one or two steps, and
     /// a margin is that of the levels judged, not of every level.
     pub first_catch: bool,
     /// CPU slots (`-j`, default the cores): work items run at once within them, one of a user's

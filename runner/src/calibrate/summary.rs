@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use meshparity_engine::gate::closest;
-use meshparity_engine::Gate;
+use meshparity_judge::gate::closest;
+use meshparity_judge::Gate;
 use meshparity_reports::calibration::{
     Calibration, Headroom, Margin, Reading, SampleError, Suggestion, CALIBRATION_FORMAT, THIN,
 };

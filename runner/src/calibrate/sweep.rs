@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use meshparity_engine::{
-    check, check_until_caught_sharing, FirstStages, Gate, Outcome, ReferenceTrace, RunRequest,
+use meshparity_engine::RunRequest;
+use meshparity_judge::{
+    check, check_until_caught_sharing, FirstStages, Gate, Outcome, ReferenceTrace,
 };
 use meshparity_specs::{DType, Level, Spec};
 use rayon::prelude::*;
@@ -329,17 +330,17 @@ fn mutations_of(mesh: &MeshUnit, what: Runs) -> impl Iterator<Item = &str> {
 pub fn locate_mutation(
     engine: &dyn meshparity_engine::Engine,
     req: &RunRequest<'_>,
-    o: &meshparity_engine::MutationOutcome,
+    o: &meshparity_judge::MutationOutcome,
     reference: &ReferenceTrace,
     trace: &Path,
-) -> Result<Option<meshparity_engine::Localization>, meshparity_engine::EngineError> {
+) -> Result<Option<meshparity_judge::Localization>, meshparity_engine::EngineError> {
     let checkpoint = match meshparity_specs::catalog::find(&o.mutation) {
         Some(m) => m.phase == meshparity_specs::catalog::Phase::Checkpoint,
         None => o.caught_by.first() == Some(&Level::Roundtrip),
     };
     if checkpoint {
         let roundtrip = o.levels.iter().find(|l| l.level == Level::Roundtrip);
-        return Ok(roundtrip.and_then(meshparity_engine::checkpoint_site));
+        return Ok(roundtrip.and_then(meshparity_judge::checkpoint_site));
     }
     reference.localize(engine, req, trace)
 }

@@ -4,7 +4,7 @@
 //! A failed check's reproduce line named `OUTPUT/cache/reference-…/forward.safetensors`: the
 //! shared cache, outside `--run-dir`, which is what CI uploads. A developer who downloaded the
 //! run directory could rerun nothing. Now, once a job is judged, every file its cited
-//! comparisons name ([`meshparity_engine::Finding::cited`]) that lies outside the run directory
+//! comparisons name ([`meshparity_judge::Finding::cited`]) that lies outside the run directory
 //! is hard-linked (copied across filesystems, within [`COPY_BUDGET`] per run) into the job's
 //! `evidence/`, and the record's paths — summary, reproduce lines, comparisons, repro — are
 //! rewritten relative to the run directory: pasted there, in any copy of it, they work.
@@ -35,7 +35,7 @@ impl Evidence {
         let Some(detail) = &record.detail else {
             return;
         };
-        if matches!(detail, meshparity_engine::Finding::Artifacts(_)) {
+        if matches!(detail, meshparity_judge::Finding::Artifacts(_)) {
             return;
         }
         let mut moved: BTreeMap<String, String> = BTreeMap::new();
@@ -105,11 +105,11 @@ impl Evidence {
     }
 }
 
-fn repro_of(f: &meshparity_engine::Finding) -> Option<&meshparity_engine::Repro> {
+fn repro_of(f: &meshparity_judge::Finding) -> Option<&meshparity_judge::Repro> {
     match f {
-        meshparity_engine::Finding::Level(o) => o.repro.as_ref(),
-        meshparity_engine::Finding::Mutation(m) => m.repro.as_ref(),
-        meshparity_engine::Finding::Artifacts(_) => None,
+        meshparity_judge::Finding::Level(o) => o.repro.as_ref(),
+        meshparity_judge::Finding::Mutation(m) => m.repro.as_ref(),
+        meshparity_judge::Finding::Artifacts(_) => None,
     }
 }
 

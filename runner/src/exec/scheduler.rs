@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use meshparity_engine::judge::quote;
+use meshparity_judge::judge::quote;
 use meshparity_reports::{Attempt, JobRecord, Status};
 use petgraph::graph::NodeIndex;
 use tokio::sync::{mpsc, watch};

@@ -136,7 +136,7 @@ fn drop_torn_line(file: &File) -> std::io::Result<()> {
 /// check of the resumed run failing with "run that job first", on every retry.
 pub fn still_usable(r: &JobRecord) -> bool {
     match &r.detail {
-        Some(meshparity_engine::Finding::Artifacts(a)) => Path::new(&a.artifacts)
+        Some(meshparity_judge::Finding::Artifacts(a)) => Path::new(&a.artifacts)
             .join(crate::worker::RESULT_FILE)
             .is_file(),
         _ => true,

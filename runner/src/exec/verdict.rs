@@ -12,7 +12,7 @@ use crate::worker::{WorkerResult, RESULT_FILE};
 pub struct Verdict {
     pub status: Status,
     pub summary: String,
-    pub detail: Option<meshparity_engine::Finding>,
+    pub detail: Option<meshparity_judge::Finding>,
     pub cached: bool,
     /// The adapter the worker computed on.
     pub adapter: String,

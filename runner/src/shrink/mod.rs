@@ -21,8 +21,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-pub use meshparity_engine::Repro;
-use meshparity_engine::{check, Engine, ReferenceTrace, RunRequest};
+use meshparity_engine::{Engine, RunRequest};
+pub use meshparity_judge::Repro;
+use meshparity_judge::{check, ReferenceTrace};
 use meshparity_specs::tolerance::BUILTIN;
 use meshparity_specs::{catalog, DType, Level, Limits, MeshConfig, ModelConfig, Training};
 
@@ -381,7 +382,7 @@ pub fn write(dir: &Path, shrunk: &Shrunk, t: &Target<'_>) -> std::io::Result<Rep
     let absolute = path.canonicalize()?;
     let command = format!(
         "meshparity run {}",
-        meshparity_engine::judge::quote(&absolute.display().to_string())
+        meshparity_judge::judge::quote(&absolute.display().to_string())
     );
     std::fs::write(dir.join("command"), format!("{command}\n"))?;
     Ok(Repro {

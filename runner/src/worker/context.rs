@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use meshparity_engine::finding::Artifacts;
-use meshparity_engine::{Engine, Finding, Judge, RunRequest};
+use meshparity_engine::{Engine, RunRequest};
+use meshparity_judge::finding::Artifacts;
+use meshparity_judge::{Finding, Judge};
 use meshparity_reports::Status;
 use meshparity_specs::{Level, Limits};
 use petgraph::graph::NodeIndex;
@@ -215,7 +216,7 @@ impl Context<'_> {
 
     /// Train the mesh with the bug injected and judge it at the levels of its cell, in stages
     /// of growing run length up to the first that catches it
-    /// ([`meshparity_engine::check_until_caught`]): the job's verdict is the whole run's (the
+    /// ([`meshparity_judge::check_until_caught`]): the job's verdict is the whole run's (the
     /// conformance suite holds engines to that), and most bugs are caught after one step.
     pub fn mutation(&self, mutation: &str) -> Result<WorkerResult, WorkerError> {
         let reference = self.reference_dir()?;
@@ -227,7 +228,7 @@ impl Context<'_> {
             reference: Some(&reference),
             ..self.request(&names, &run)
         };
-        let checked = meshparity_engine::check_until_caught(
+        let checked = meshparity_judge::check_until_caught(
             self.engine,
             &req,
             &levels,
@@ -238,8 +239,8 @@ impl Context<'_> {
         let trace = self.args.out.join("trace");
         let shared = self.shared_trace_dir(&reference);
         let traced = match &shared {
-            Some(dir) if dir.is_dir() => meshparity_engine::ReferenceTrace::made(dir.clone()),
-            _ => meshparity_engine::ReferenceTrace::new(trace.join("reference")),
+            Some(dir) if dir.is_dir() => meshparity_judge::ReferenceTrace::made(dir.clone()),
+            _ => meshparity_judge::ReferenceTrace::new(trace.join("reference")),
         };
         let found = locate_mutation(self.engine, &req, &o, &traced, &trace.join("run"));
         let found = found.unwrap_or_else(|e| {
@@ -304,15 +305,15 @@ impl Context<'_> {
     fn localize(
         &self,
         level: Level,
-        o: &meshparity_engine::Outcome,
-    ) -> Result<Option<meshparity_engine::Localization>, WorkerError> {
+        o: &meshparity_judge::Outcome,
+    ) -> Result<Option<meshparity_judge::Localization>, WorkerError> {
         if level == Level::Roundtrip {
-            return Ok(meshparity_engine::checkpoint_site(o));
+            return Ok(meshparity_judge::checkpoint_site(o));
         }
         let levels = [level];
         let dir = self.args.out.join("trace");
         let req = self.request(&levels, &dir);
-        Ok(meshparity_engine::localize(self.engine, &req, &dir)?)
+        Ok(meshparity_judge::localize(self.engine, &req, &dir)?)
     }
 
     /// What this job is judged against: the world-size-1 reference, or with variants the

@@ -21,7 +21,8 @@ mod threads;
 
 use std::path::{Path, PathBuf};
 
-use meshparity_engine::{CheckError, EngineError, Finding, JudgeError};
+use meshparity_engine::EngineError;
+use meshparity_judge::{CheckError, Finding, JudgeError};
 use meshparity_reports::Status;
 use meshparity_specs::Device;
 use serde::{Deserialize, Serialize};

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use meshparity_engine::Finding;
+use meshparity_judge::Finding;
 
 /// The name prefix of a reference trace the run's mutation jobs share, in its scratch directory.
 pub(super) const SHARED_TRACE: &str = "trace-";
@@ -103,7 +103,7 @@ pub(crate) fn cited(finding: &Finding) -> HashSet<PathBuf> {
     out
 }
 
-/// The words of a command line as `meshparity_engine::judge::quote` writes them: plain words,
+/// The words of a command line as `meshparity_judge::judge::quote` writes them: plain words,
 /// or single-quoted with `'\''` for a quote inside.
 pub(crate) fn words(line: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -146,7 +146,7 @@ mod tests {
         let a = "/tmp/it's here/a.safetensors";
         let line = format!(
             "meshparity compare {} /x/b.safetensors --mode rel",
-            meshparity_engine::judge::quote(a)
+            meshparity_judge::judge::quote(a)
         );
         assert_eq!(
             words(&line),
@@ -198,7 +198,7 @@ mod tests {
         );
         // A passing comparison's files are not cited by any report.
         let passed = comparison(&out.join("run/weights.safetensors"), true, String::new());
-        let outcome: meshparity_engine::Outcome = serde_json::from_value(serde_json::json!({
+        let outcome: meshparity_judge::Outcome = serde_json::from_value(serde_json::json!({
             "level": "oracle", "passed": false, "comparisons": [passed, failed], "seconds": 0.0,
             "collectives": 0, "altered": [], "anomalies": []
         }))

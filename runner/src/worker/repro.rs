@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use meshparity_engine::{Engine, Repro};
+use meshparity_engine::Engine;
+use meshparity_judge::Repro;
 use meshparity_specs::Level;
 
 use crate::plan::Job;

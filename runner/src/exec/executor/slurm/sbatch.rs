@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use meshparity_engine::judge::quote;
+use meshparity_judge::judge::quote;
 use tokio::process::Command;
 
 use super::state::{self, EXIT_FILE};
