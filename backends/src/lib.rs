@@ -12,7 +12,8 @@
 //! - [`levels`] — the reference's and a mesh run's artifacts (the engine contract);
 //! - [`support`] — what this engine computes, asked before anything runs;
 //! - [`memory`] — how much memory a run needs, refused up front when the machine has less;
-//! - [`device`] — the CPU and the machine's GPU adapters, and which burn device each is.
+//! - [`device`] — the CPU and the machine's GPU adapters, and which burn device each is;
+//! - [`backend`] — the burn engine as the rest of meshparity sees it: an `Engine` on a device.
 
 pub mod backend;
 pub mod data;

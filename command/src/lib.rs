@@ -10,13 +10,17 @@
 //! - `trace.rs` — the program's per-site traces → the trace artifact (localization);
 //! - `resume.rs` — a `[[resume]]` pair's run: the program saves on one mesh, resumes on another;
 //! - `states.rs` — the reference's state where pairs save, from its own saving run;
-//! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex.
+//! - `merged.rs` — the merged state a program writes, read back, and the file helpers both share;
+//! - `log.rs` — loss curves from Megatron/torchtitan/pithtrain logs or a user regex;
+//! - [`cause`] — what a failed program's output says went wrong, for the job's error;
+//! - [`digests`] — replica digests: each rank's hash and norm of every parameter it holds.
 
 pub mod cause;
 pub mod checkout;
 pub mod collect;
 pub mod digests;
 pub mod log;
+mod merged;
 pub mod output;
 pub mod process;
 mod resume;

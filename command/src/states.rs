@@ -19,7 +19,8 @@ use std::path::Path;
 use meshparity_engine::{checkpoint, files, EngineError, Manifest, RunRequest};
 use meshparity_specs::template::Piece;
 
-use crate::{process, resume, CommandEngine};
+use crate::merged;
+use crate::{process, CommandEngine};
 
 /// Keep the reference's state at each step the spec's pairs judge in `out` (its artifact
 /// directory) and list it in `manifest`. Returns whether any was kept.
@@ -43,7 +44,7 @@ pub(crate) fn keep(
     for &k in &steps {
         let dir = out.join(format!("saving-at-step{k}"));
         let state_dir = dir.join(files::RESUME_CHECKPOINT);
-        resume::create(&state_dir)?;
+        merged::create(&state_dir)?;
         let part = RunRequest { out: &dir, ..*req };
         let (at, into) = if k < last {
             ("save_at", "save_dir")
@@ -70,10 +71,10 @@ pub(crate) fn take(
     argv: &str,
     to: &Path,
 ) -> Result<(), EngineError> {
-    let state = resume::merged(&engine.def.artifacts, dir, value, argv)
-        .map_err(|e| resume::fail(engine, e))?;
-    let bytes = checkpoint::encode(&state).map_err(|e| resume::fail(engine, e))?;
-    resume::put(to, &bytes)?;
+    let state = merged::merged(&engine.def.artifacts, dir, value, argv)
+        .map_err(|e| merged::fail(engine, e))?;
+    let bytes = checkpoint::encode(&state).map_err(|e| merged::fail(engine, e))?;
+    merged::put(to, &bytes)?;
     std::fs::remove_dir_all(dir)
         .map_err(|e| EngineError::Run(format!("removing {}: {e}", dir.display())))
 }

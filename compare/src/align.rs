@@ -9,38 +9,18 @@ use std::collections::HashMap;
 use crate::agreement::decode;
 use crate::checkpoint::Checkpoint;
 use crate::dtype::TensorDtype;
-use crate::report::{Problem, ProblemKind};
+pub use crate::options::Rename;
+use crate::options::TensorOptions;
+use crate::report::{problem, Problem, ProblemKind};
 use crate::safetensors::TensorView;
-use crate::tensors::{problem, Pair, TensorOptions};
+use crate::tolerance::TensorLimits;
 
-/// `FROM=TO`: candidate names starting with FROM are compared as TO followed by the rest.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rename {
-    pub from: String,
-    pub to: String,
-}
-
-impl Rename {
-    pub fn parse(s: &str) -> Result<Rename, String> {
-        let (from, to) = s
-            .split_once('=')
-            .ok_or_else(|| format!("`{s}`: a rename is FROM=TO (e.g. `model.=` drops `model.`)"))?;
-        if from.is_empty() && to.is_empty() {
-            return Err(format!("`{s}`: FROM and TO are both empty"));
-        }
-        Ok(Rename {
-            from: from.to_owned(),
-            to: to.to_owned(),
-        })
-    }
-
-    /// `name` as the reference would call it (the first rule that applies), if one does.
-    pub fn apply(rules: &[Rename], name: &str) -> Option<String> {
-        rules.iter().find_map(|r| {
-            name.strip_prefix(&r.from)
-                .map(|rest| format!("{}{rest}", r.to))
-        })
-    }
+/// One tensor of each side, to be compared under `limits`.
+pub(crate) struct Pair<'a> {
+    pub name: &'a str,
+    pub a: TensorView<'a>,
+    pub b: TensorView<'a>,
+    pub limits: TensorLimits,
 }
 
 /// The dtype a `--cast` names: a float dtype.

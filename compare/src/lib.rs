@@ -7,7 +7,8 @@
 //! per-tensor glob overrides, layer averaging). Comparing nothing is an error, never a match.
 //!
 //! Files: `safetensors/` (format), `checkpoint.rs` (single/sharded), `scan.rs` (the kernel),
-//! `metrics.rs`, `agreement.rs` (logits, routing), `tolerance.rs`, `tensors.rs`, `align.rs`
+//! `metrics.rs`, `agreement.rs` (logits, routing), `tolerance.rs`, `options.rs` (what a
+//! comparison is asked), `tensors.rs`, `align.rs`
 //! (`--rename`, `--cast`), `curve/` (reading, comparing), `report.rs` (data), `render.rs` (text).
 
 pub mod agreement;
@@ -17,6 +18,7 @@ pub mod curve;
 pub mod dtype;
 pub mod error;
 pub mod metrics;
+pub mod options;
 pub mod render;
 pub mod report;
 pub mod safetensors;

@@ -172,3 +172,12 @@ pub struct CurveReport {
     pub notes: Vec<String>,
     pub metrics: Vec<MetricResult>,
 }
+
+/// A problem with the tensor `name`.
+pub(crate) fn problem(kind: ProblemKind, name: &str, message: String) -> Problem {
+    Problem {
+        kind,
+        name: Some(name.to_owned()),
+        message,
+    }
+}

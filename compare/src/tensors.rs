@@ -4,60 +4,24 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 
 use crate::agreement;
-use crate::align::{line_up, with_casts, Lined, Rename};
+use crate::align::{line_up, with_casts, Lined, Pair};
 use crate::checkpoint::Checkpoint;
-use crate::dtype::TensorDtype;
 use crate::error::InputError;
 use crate::metrics::{unravel, TensorMetrics};
+pub use crate::options::{globs, TensorOptions};
 use crate::report::{
-    Failure, LayerResult, Problem, ProblemKind, TensorCounts, TensorReport, TensorResult, Verdict,
-    FORMAT_VERSION,
+    problem, Failure, LayerResult, Problem, ProblemKind, TensorCounts, TensorReport, TensorResult,
+    Verdict, FORMAT_VERSION,
 };
-use crate::safetensors::TensorView;
 use crate::scan::{self, Stats};
-use crate::tolerance::{self, TensorLimits, Tolerance};
+use crate::tolerance;
 
 /// Elements per parallel work item: big enough to amortize scheduling, small enough that one
 /// huge embedding table still spreads over every core.
 const CHUNK: usize = 1 << 18;
-
-pub struct TensorOptions {
-    pub tolerance: Tolerance,
-    /// Tensors compared as logits (top-1 / top-k over the last dimension).
-    pub logits: GlobSet,
-    /// Integer tensors compared as MoE top-k routing (expert-set overlap per token).
-    pub routing: GlobSet,
-    /// Candidate names renamed by prefix before matching (`--rename`).
-    pub rename: Vec<Rename>,
-    /// Tensors whose float dtypes differ are compared in this dtype (`--cast`).
-    pub cast: Option<TensorDtype>,
-}
-
-impl Default for TensorOptions {
-    fn default() -> Self {
-        Self {
-            tolerance: Tolerance::default(),
-            logits: globs(&["*logits*"]),
-            routing: globs(&["*routing*", "*expert_ids*", "*topk_ids*"]),
-            rename: Vec::new(),
-            cast: None,
-        }
-    }
-}
-
-pub fn globs<S: AsRef<str>>(patterns: &[S]) -> GlobSet {
-    let mut b = GlobSetBuilder::new();
-    for p in patterns {
-        if let Ok(g) = Glob::new(p.as_ref()) {
-            b.add(g);
-        }
-    }
-    b.build().unwrap_or_else(|_| GlobSet::empty())
-}
 
 /// The layer index in a parameter name: the first all-digit dotted segment
 /// (`model.layers.3.mlp.up.weight` → 3).
@@ -76,14 +40,6 @@ pub fn compare_checkpoints(
     let a = Checkpoint::open(reference)?;
     let b = Checkpoint::open(candidate)?;
     compare(&a, &b, opts)
-}
-
-/// One tensor of each side, to be compared under `limits`.
-pub(crate) struct Pair<'a> {
-    pub name: &'a str,
-    pub a: TensorView<'a>,
-    pub b: TensorView<'a>,
-    pub limits: TensorLimits,
 }
 
 pub fn compare(
@@ -203,14 +159,6 @@ fn list_problems(problems: &[Problem]) -> String {
         lines.push(format!("  ... and {} more", problems.len() - 20));
     }
     lines.join("\n")
-}
-
-pub(crate) fn problem(kind: ProblemKind, name: &str, message: String) -> Problem {
-    Problem {
-        kind,
-        name: Some(name.to_owned()),
-        message,
-    }
 }
 
 /// Every pair split into chunks, scanned in parallel, merged back per tensor.

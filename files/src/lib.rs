@@ -7,6 +7,15 @@
 //! ([`write_atomic`]), a run directory is held by one process at a time ([`Lock`]), and short-lived files can live
 //! in memory ([`MemoryDir`]). Text read from outside is shown on a terminal through
 //! [`text::escaped`], which shows control characters instead of obeying them.
+//!
+//! Modules:
+//!
+//! - `atomic` — replacing a file so that readers see the old content or the new, never a torn one;
+//! - `create` — creating a file where someone else's program may have planted a link;
+//! - `flush` — one flush to disk for everything a process wrote, instead of one per file;
+//! - `inside` — paths a file names, resolved inside the directory it speaks for;
+//! - `lock` — one process at a time in a run directory;
+//! - `tail` — the last lines of a log, read from its end.
 
 mod atomic;
 mod create;

@@ -16,6 +16,10 @@
 //! the program it runs exits, the worker kills whatever the program left behind
 //! ([`kill_descendants`]) before it reads the program's last output, so the job is judged when
 //! the program exits.
+//!
+//! Modules:
+//!
+//! - [`stdio`] — a serving worker's standard streams: its protocol on descriptors of its own.
 
 pub mod stdio;
 

@@ -9,7 +9,10 @@
 //! - `markdown.rs` — a summary for CI step summaries and PR comments;
 //! - `merge.rs` — shards' results merged into one run;
 //! - `write.rs` — atomic writes, so a reader never sees half a report;
-//! - `chars.rs` — characters XML and HTML cannot carry, replaced.
+//! - `chars.rs` — characters XML and HTML cannot carry, replaced;
+//! - [`mutations`] — what caught each mutation, per injected bug;
+//! - [`notes`] — the run's notes: what comparisons left out or could not decide;
+//! - [`performance`] — performance figures side by side, never gated.
 //!
 //! The runner builds a [`RunResults`]; every report format is a pure function of it, so
 //! `meshparity report results.json` can re-render any of them later.

@@ -9,7 +9,8 @@
 //! - `worker.rs` — one job in this process, the unit a process (or cluster node) runs;
 //! - `testing.rs` — fault injection for the runner's own tests, compiled only with the
 //!   `test-faults` feature (the workspace's dev-dependencies turn it on; a build users run never
-//!   has it).
+//!   has it);
+//! - [`shrink`] — `run --shrink`: the smallest configuration that still fails the same level.
 
 pub mod calibrate;
 pub mod engines;

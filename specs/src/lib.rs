@@ -9,6 +9,37 @@
 //! Loading passes: parse (recovering from TOML syntax errors) → decode each file by hand
 //! ([`decode`], so one pass reports all unknown keys and type errors) → merge includes →
 //! [`validate`] (divisibility, level support, tolerances, names) via [`expand`].
+//!
+//! Modules:
+//!
+//! - [`catalog`] — the mutation catalog;
+//! - [`device`] — where a job computes;
+//! - [`diagnostic`] — problems found in a spec, each tied to the place that has to change;
+//! - [`document`] — one spec file decoded into its elements, before includes are merged;
+//! - [`dtype`] — floating-point formats a model can run in;
+//! - [`engine`] — `[engines.NAME]`: a user's own training program as an engine;
+//! - [`engine_checks`] — what a command engine's values may hold, checked when the spec is
+//!   validated;
+//! - [`engine_shrink`] — `[engines.NAME.shrink]`: which of a command engine's values shrink
+//!   may lower;
+//! - [`executor`] — `[executor]`: where a run's jobs execute (local processes, Slurm);
+//! - [`family`] — built-in model families and what each can be checked for;
+//! - [`features`] — the production features of `[run]` (issue 36);
+//! - [`fit`] — whether a mesh's degrees divide a model's shapes;
+//! - [`log_pattern`] — how a command engine reads a loss curve from its program's log
+//!   (`artifacts.log`);
+//! - [`mesh`] — `[meshes.NAME]`: a parallel layout;
+//! - [`moe`] — the `moe` family's router and capacity options;
+//! - [`mutation`] — `[mutations]`: which catalogued bugs a spec injects;
+//! - [`performance`] — which metrics of a curve are performance figures;
+//! - [`resume`] — `[[resume]]`: a checkpoint saved on one mesh and resumed on another;
+//! - [`run`] — `[run]`: settings shared by every job of a spec;
+//! - [`schedule`] — `[run]`'s learning-rate schedule and weight decay;
+//! - [`schema`] — JSON Schema of the spec format, for editors (taplo / Even Better TOML, Tombi);
+//! - [`suggest`] — "Did you mean" suggestions for misspelt keys and names;
+//! - [`template`] — the template language of a command engine's `program`, `args`, `env` and
+//!   `cwd`;
+//! - [`variant`] — `[variants.NAME]`: versions of a user's program judged against each other.
 
 pub mod catalog;
 pub mod decode;

@@ -1,6 +1,6 @@
 //! AVX2 + FMA versions of the block reductions (x86_64 only; chosen at run time).
 
-use super::blocks::{BlockSums, BLOCK};
+use super::sums::{BlockSums, BLOCK};
 
 /// The body of the AVX2 reductions over one block; `$load` yields (x, y, lanes whose bits differ).
 macro_rules! avx2_block {

@@ -3,27 +3,10 @@
 
 use super::element::{Element, Fused};
 use super::stats::Stats;
+use super::sums::{BlockSums, BLOCK};
 
-/// Elements per block: decoded into stack arrays, reduced branch-free.
-pub(super) const BLOCK: usize = 256;
 /// Independent accumulators per sum, so additions pipeline and vectorize.
 const LANES: usize = 4;
-
-/// Branch-free reductions of one block (zero-padded to `BLOCK`). Counts are kept in f64 lanes
-/// (exact below 2^53) so that every operation is a plain vector op.
-#[derive(Default)]
-pub(super) struct BlockSums {
-    /// Σ|d|, Σ|r|, Σd², Σr², Σc², Σr·c.
-    pub(super) sums: [f64; 6],
-    pub(super) nonzero_ref: f64,
-    pub(super) nonzero_cand: f64,
-    pub(super) mismatched: f64,
-    pub(super) max_abs: f64,
-    /// Elements whose relative error may beat `max_rel` (revisited exactly).
-    pub(super) rel_hits: f64,
-    /// Largest ULP distance in the block, when the kernel computed it (f32 on AVX2).
-    pub(super) max_ulp: Option<u64>,
-}
 
 #[inline(always)]
 fn reduce(xa: &[f64; BLOCK], xb: &[f64; BLOCK], atol: f64, rtol: f64, max_rel: f64) -> BlockSums {

@@ -14,6 +14,7 @@ mod blocks;
 mod element;
 mod scalar;
 mod stats;
+mod sums;
 #[cfg(test)]
 mod tests;
 
