@@ -18,6 +18,14 @@ pub fn xml_safe(text: String) -> String {
         .collect()
 }
 
+/// Characters a page should not carry: control characters other than newline and tab (ANSI
+/// escapes start with one).
+pub(crate) fn clean(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::view::clean;
+use crate::chars::clean;
 
 /// A localization as the HTML shows it: the site path highlighted, and the last values
 /// compared up to it (all are in results.json).

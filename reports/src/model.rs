@@ -135,6 +135,12 @@ pub struct JobRecord {
     pub detail: Option<Finding>,
 }
 
+/// The HTML report's anchor of `job` (`report.html#job-ID`), which the Markdown summary and
+/// the notes link to.
+pub fn anchor(job: &JobRecord) -> String {
+    format!("job-{}", job.id)
+}
+
 /// What the run was.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RunMeta {

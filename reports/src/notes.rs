@@ -36,7 +36,7 @@ pub fn notes(results: &RunResults) -> Vec<Note> {
                         text: text.clone(),
                         jobs: 1,
                         first_job: job.name.clone(),
-                        anchor: crate::view::anchor(job),
+                        anchor: crate::model::anchor(job),
                     });
             }
         }

@@ -35,7 +35,7 @@ pub fn rows(results: &RunResults) -> Vec<PerfRow> {
                 };
                 out.push(PerfRow {
                     job: job.name.clone(),
-                    anchor: crate::view::anchor(job),
+                    anchor: crate::model::anchor(job),
                     metric: m["name"].as_str().unwrap_or("").to_owned(),
                     reference: r,
                     candidate: x,

@@ -7,8 +7,10 @@ use meshparity_judge::Comparison;
 use crate::plot::{plot, Plot};
 use serde::Serialize;
 
+use crate::chars::clean;
 use crate::divergence::{divergence, DivergenceView};
 use crate::junit::compared;
+pub use crate::model::anchor;
 
 use crate::model::{JobRecord, RunMeta, RunResults, Status};
 
@@ -147,14 +149,6 @@ fn sci(x: Option<f64>) -> String {
     }
 }
 
-/// Characters a page should not carry: control characters other than newline and tab (ANSI
-/// escapes start with one).
-pub(crate) fn clean(s: &str) -> String {
-    s.chars()
-        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
-        .collect()
-}
-
 fn clean_meta(m: &RunMeta) -> RunMeta {
     RunMeta {
         spec: clean(&m.spec),
@@ -183,10 +177,6 @@ fn once_each(lines: &[String]) -> Vec<String> {
         .into_iter()
         .map(|(l, n)| if n > 1 { format!("{l} (×{n})") } else { l })
         .collect()
-}
-
-pub fn anchor(job: &JobRecord) -> String {
-    format!("job-{}", job.id)
 }
 
 fn comparison(c: &Comparison) -> ComparisonView {

@@ -6,8 +6,10 @@
 //! - `engines.rs` — the engines the binary hands in (the runner links none);
 //! - `plan/` — spec → job DAG, selection;
 //! - `exec/` — scheduling, processes, result store, progress;
-//! - `worker.rs` — one job in this process, the unit a process (or cluster node) runs;
-//! - `testing.rs` — fault injection for the runner's own tests, compiled only with the
+//! - `fingerprint.rs` — what a record was judged under (the build, the spec's part of a job),
+//!   which `--resume` and the worker's cache keys hold it to;
+//! - `worker/` — one job in this process, the unit a process (or cluster node) runs; its
+//!   `faults.rs` is fault injection for the runner's own tests, compiled only with the
 //!   `test-faults` feature (the workspace's dev-dependencies turn it on; a build users run never
 //!   has it);
 //! - [`shrink`] — `run --shrink`: the smallest configuration that still fails the same level.
@@ -15,10 +17,9 @@
 pub mod calibrate;
 pub mod engines;
 pub mod exec;
+pub mod fingerprint;
 pub mod plan;
 pub mod shrink;
-#[cfg(feature = "test-faults")]
-pub mod testing;
 pub mod worker;
 
 pub use engines::{Engines, Target};

@@ -198,7 +198,7 @@ fn checked(args: &Args) -> Result<u8, u8> {
         _ => None,
     };
     let tries = memory.as_ref().map(|m| m.path().to_owned());
-    let basis = exec::fingerprint::Basis::of(spec);
+    let basis = meshparity_runner::fingerprint::Basis::of(spec);
     // A user's program lives beside its spec, not in the run directory: its jobs rerun from the
     // spec where it lies.
     let spec_copy = (spec.engines.is_empty() && spec.variants.is_empty()).then_some(spec_copy);
@@ -305,7 +305,11 @@ fn options(
     exe: PathBuf,
     executor: ExecutorKind,
     timeouts: Timeouts,
-    (tries, basis, spec_copy): (Option<PathBuf>, exec::fingerprint::Basis, Option<PathBuf>),
+    (tries, basis, spec_copy): (
+        Option<PathBuf>,
+        meshparity_runner::fingerprint::Basis,
+        Option<PathBuf>,
+    ),
 ) -> RunOptions {
     // On Slurm the cluster schedules: what is in flight is bounded by `max_pending`, not by
     // this machine's cores or GPUs (at `-j` = cores, a two-core login node kept two CPUs' worth

@@ -10,7 +10,6 @@
 //! - `worker_argv.rs` — the worker's command line for one attempt;
 //! - `verdict.rs` — what an attempt's ending means;
 //! - `store.rs` — `results.jsonl`, appended as jobs finish, read by `--resume`;
-//! - `fingerprint.rs` — what a record was judged under, which `--resume` holds it to;
 //! - `run_dir.rs` — run directories: unique, locked, tied to their spec, one run each;
 //! - `evidence.rs` — what a judged job cites brought under the run directory, paths relative;
 //! - `progress.rs` — live bar or plain lines;
@@ -21,7 +20,6 @@ pub mod child;
 pub mod console;
 pub mod evidence;
 pub mod executor;
-pub mod fingerprint;
 pub mod meta;
 pub mod options;
 pub mod progress;

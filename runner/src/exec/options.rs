@@ -44,7 +44,7 @@ pub struct RunOptions {
     /// How finished jobs' lines look (colour, whole summaries).
     pub lines: super::progress::LineStyle,
     /// What every job's fingerprint shares (the binary, a user program's files).
-    pub basis: super::fingerprint::Basis,
+    pub basis: crate::fingerprint::Basis,
     /// The run directory's copy of the spec, relative to it (`spec/NAME.toml`): what every
     /// job's reproduce line runs, so it works from the run directory alone. `None`: the spec
     /// as given.

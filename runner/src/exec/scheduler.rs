@@ -121,7 +121,7 @@ pub async fn execute(
             }
         }
     }
-    let mut fingerprints = super::fingerprint::Fingerprints::new(plan, opts.basis.clone());
+    let mut fingerprints = crate::fingerprint::Fingerprints::new(plan, opts.basis.clone());
     let prints: Vec<String> = order.iter().map(|n| fingerprints.of(*n)).collect();
     let mut run = Run {
         plan,

@@ -13,6 +13,8 @@
 
 mod context;
 mod dedupe;
+#[cfg(feature = "test-faults")]
+mod faults;
 mod pages;
 mod partial;
 mod prune;
@@ -170,7 +172,7 @@ pub fn artifact_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
     let mut h = blake3::Hasher::new();
     h.update(job.id.to_string().as_bytes());
     h.update(adapter.as_bytes());
-    h.update(crate::exec::fingerprint::build_identity().as_bytes());
+    h.update(crate::fingerprint::build_identity().as_bytes());
     let kind = match job.kind {
         JobKind::Reference => "reference",
         _ => "run",
@@ -200,7 +202,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         return Err(WorkerError::UnknownJob(args.job));
     }
     #[cfg(feature = "test-faults")]
-    crate::testing::inject(args, &job.name)?;
+    faults::inject(args, &job.name)?;
     threads::size_pool(args.threads);
     // A user's program would inherit the setting; every other job computes in this process.
     if job.model_config.engine.is_none() || matches!(job.kind, JobKind::Check { .. }) {

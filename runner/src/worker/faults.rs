@@ -13,7 +13,7 @@
 
 use globset::Glob;
 
-use crate::worker::{WorkerArgs, WorkerError};
+use super::{WorkerArgs, WorkerError};
 
 pub const ENV: &str = "MESHPARITY_TEST_FAULT";
 
@@ -53,7 +53,7 @@ pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
                 }
             }
             "noop" => {
-                let r = crate::worker::WorkerResult {
+                let r = super::WorkerResult {
                     status: meshparity_reports::Status::Passed,
                     summary: "no-op (test fault)".into(),
                     seconds: 0.0,
@@ -63,7 +63,7 @@ pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
                     shrink_seconds: 0.0,
                 };
                 let _ = std::fs::create_dir_all(&args.out);
-                let path = args.out.join(crate::worker::RESULT_FILE);
+                let path = args.out.join(super::RESULT_FILE);
                 let _ = std::fs::write(path, serde_json::to_vec(&r).expect("results serialize"));
                 std::process::exit(0);
             }
