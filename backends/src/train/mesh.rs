@@ -1,13 +1,12 @@
 //! A training run on a mesh: every rank's parameters and optimizer, a step of the mesh's
 //! executor at a time, sharded (ZeRO) or not, recording what the check levels compare.
 
-use burn::tensor::{DType, Device, Tensor};
-use indexmap::IndexMap;
+use burn::tensor::{DType, Device};
 use meshparity_engine::heap;
 use meshparity_specs::{MeshConfig, ModelConfig, Training};
 
 use super::ranks::Ranks;
-use super::state;
+use super::state::{self, host_ranks};
 use super::{
     batch, logits_host, seed_checkpoint, update_bias, Length, Record, Replay, Routing, RunError,
 };
@@ -239,10 +238,7 @@ pub fn segment(
         // replay with world size 1's optimizer: the state before, the gradients, the state after.
         let replayed = (step + 1 == len.weights_after).then(|| {
             let whole = ranks.whole(&grads, true);
-            (
-                state::host_state(&ranks, cursor),
-                host_ranks(&ranks.params, &whole),
-            )
+            (ranks.host_state(cursor), host_ranks(&ranks.params, &whole))
         });
         let held = ranks.update(&mut comm, &grads);
         // Each rank moves its own copy of the bias by the all-reduced load.
@@ -267,15 +263,15 @@ pub fn segment(
                 step: u64::from(done),
                 grads,
                 before,
-                after: state::host_state(&ranks, cursor),
+                after: ranks.host_state(cursor),
             });
         }
         if span.keep.contains(&done) {
-            states.push((done, state::host_state(&ranks, cursor)));
+            states.push((done, ranks.host_state(cursor)));
         }
     }
     let state = match span.save {
-        true => Some(state::host_state(&ranks, cursor)),
+        true => Some(ranks.host_state(cursor)),
         false => None,
     };
     let Some((logits, grads, rank_norms)) = first else {
@@ -355,25 +351,6 @@ fn assemble_routing(
         }
     }
     out
-}
-
-/// Per-rank tensors as host shards, with the logical shapes of the rank's parameters.
-pub(super) fn host_ranks(
-    params: &[IndexMap<String, Tensor<2>>],
-    tensors: &[IndexMap<String, Tensor<2>>],
-) -> Vec<Shards> {
-    params
-        .iter()
-        .zip(tensors)
-        .map(|(p, ts)| {
-            ts.iter()
-                .map(|(n, t)| {
-                    let shape = state::logical_shape(n, &p[n].dims());
-                    (n.clone(), HostTensor::from_param(t, &shape))
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// The catalogued bug (facebookresearch/detr#544): every rank seeds its initialization with

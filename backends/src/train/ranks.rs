@@ -6,8 +6,7 @@ use burn::tensor::Tensor;
 use indexmap::IndexMap;
 use meshparity_specs::Training;
 
-use super::mesh::host_ranks;
-use super::state::{Cursor, RankState};
+use super::state::{host_ranks, logical_shape, to_host, Cursor, RankState};
 use crate::optim::{OptState, Optimizer};
 use crate::parallel::fault::ForeignState;
 use crate::parallel::zero::{self, Sharded};
@@ -26,6 +25,13 @@ pub(super) struct Ranks<'a> {
 }
 
 impl<'a> Ranks<'a> {
+    /// Every rank's state as host tensors, each with its logical shape.
+    pub(super) fn host_state(&self, cursor: Cursor) -> Vec<Shards> {
+        let shape = |n: &str, t: &Tensor<2>| logical_shape(n, &t.dims());
+        let states = self.state(cursor);
+        states.iter().map(|s| to_host(s, &shape)).collect()
+    }
+
     pub fn new(
         params: Vec<IndexMap<String, Tensor<2>>>,
         training: &Training,

@@ -15,7 +15,6 @@ use burn::tensor::{DType, Device, Tensor};
 use indexmap::IndexMap;
 use meshparity_compare::TensorDtype;
 
-use super::ranks::Ranks;
 use super::RunError;
 use crate::host::{HostTensor, Param};
 use crate::llama::is_buffer;
@@ -287,11 +286,23 @@ pub(super) fn restore(
     Ok((params, Some(opts), cursor.unwrap_or_default()))
 }
 
-/// Every rank's state as host tensors, each with its logical shape.
-pub(super) fn host_state(ranks: &Ranks<'_>, cursor: Cursor) -> Vec<Shards> {
-    let shape = |n: &str, t: &Tensor<2>| logical_shape(n, &t.dims());
-    let states = ranks.state(cursor);
-    states.iter().map(|s| to_host(s, &shape)).collect()
+/// Per-rank tensors as host shards, with the logical shapes of the rank's parameters.
+pub(super) fn host_ranks(
+    params: &[IndexMap<String, Tensor<2>>],
+    tensors: &[IndexMap<String, Tensor<2>>],
+) -> Vec<Shards> {
+    params
+        .iter()
+        .zip(tensors)
+        .map(|(p, ts)| {
+            ts.iter()
+                .map(|(n, t)| {
+                    let shape = logical_shape(n, &p[n].dims());
+                    (n.clone(), HostTensor::from_param(t, &shape))
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The shape a checkpoint gives a rank's [r, c] parameter tensor: norm weights and buffers are
