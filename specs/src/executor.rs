@@ -82,10 +82,10 @@ impl ExecutorDef {
                 .strings(cx, "sbatch_args")
                 .map(|v| v.value.into_iter().map(|s| s.value).collect())
                 .unwrap_or_default(),
-            env: crate::engine::string_table(cx, &mut t, "env")
+            env: crate::env::string_table(cx, &mut t, "env")
                 .into_iter()
                 .map(|(k, v)| {
-                    crate::engine_checks::env_key(cx, &k, &v, true);
+                    crate::env::env_key(cx, &k, &v, true);
                     (k, v.value)
                 })
                 .collect(),

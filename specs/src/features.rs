@@ -6,7 +6,6 @@ use serde::Serialize;
 
 use crate::decode::{Ctx, Keyword, Table};
 use crate::diagnostic::Diagnostic;
-use crate::run::Training;
 use crate::source::Located;
 
 /// Activation recompute (Megatron's `--recompute-granularity`): what the backward re-runs from
@@ -65,21 +64,27 @@ pub struct Dropout {
     pub hidden: f64,
 }
 
-/// Reads the features' keys of `[run]` into `training`; returns `pad_documents_to` where it
-/// was written.
-pub(crate) fn read(
-    cx: &mut Ctx<'_>,
-    t: &mut Table<'_, '_>,
-    training: &mut Training,
-) -> Option<Located<u32>> {
-    training.label_smoothing = fraction(
+/// The features' values of one `[run]` table, for its `Training`.
+pub(crate) struct Features {
+    pub label_smoothing: Option<f64>,
+    pub z_loss: Option<f64>,
+    pub dropout: Option<Dropout>,
+    pub recompute: Option<Recompute>,
+    pub packing: Option<Packing>,
+    /// `pad_documents_to`, where it was written (for its location in later checks).
+    pub padding: Option<Located<u32>>,
+}
+
+/// Reads the features' keys of `[run]`.
+pub(crate) fn read(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>) -> Features {
+    let label_smoothing = fraction(
         cx,
         t,
         "label_smoothing",
         "the label itself would weigh nothing",
         "give ε in [0, 1), as torch and Megatron take it (0.1 is usual)",
     );
-    training.z_loss = fraction(
+    let z_loss = fraction(
         cx,
         t,
         "z_loss",
@@ -90,20 +95,27 @@ pub(crate) fn read(
     let usual = "give a probability in [0, 1), as Megatron's --attention-dropout and --hidden-dropout (0.1 is usual)";
     let attention = fraction(cx, t, "attention_dropout", dropped, usual);
     let hidden = fraction(cx, t, "hidden_dropout", dropped, usual);
-    training.dropout = (attention.is_some() || hidden.is_some()).then(|| Dropout {
+    let dropout = (attention.is_some() || hidden.is_some()).then(|| Dropout {
         attention: attention.unwrap_or(0.0),
         hidden: hidden.unwrap_or(0.0),
     });
-    training.recompute = t.keyword::<Recompute>(cx, "recompute").map(|r| r.value);
+    let recompute = t.keyword::<Recompute>(cx, "recompute").map(|r| r.value);
     let documents = t.bool(cx, "packed_sequences").is_some_and(|b| b.value);
     let prompts = t.bool(cx, "mask_prompts").is_some_and(|b| b.value);
     let padding = document_padding(cx, t, documents);
-    training.packing = (documents || prompts).then_some(Packing {
+    let packing = (documents || prompts).then_some(Packing {
         documents,
         prompts,
         pad_to: padding.as_ref().map(|p| p.value),
     });
-    padding
+    Features {
+        label_smoothing,
+        z_loss,
+        dropout,
+        recompute,
+        packing,
+        padding,
+    }
 }
 
 /// `pad_documents_to`: at least 2, and only with `packed_sequences` (there are no documents

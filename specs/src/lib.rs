@@ -18,8 +18,7 @@
 //! - [`document`] — one spec file decoded into its elements, before includes are merged;
 //! - [`dtype`] — floating-point formats a model can run in;
 //! - [`engine`] — `[engines.NAME]`: a user's own training program as an engine;
-//! - [`engine_checks`] — what a command engine's values may hold, checked when the spec is
-//!   validated;
+//! - [`env`] — environment tables of an engine or executor: string values, variable names;
 //! - [`engine_shrink`] — `[engines.NAME.shrink]`: which of a command engine's values shrink
 //!   may lower;
 //! - [`executor`] — `[executor]`: where a run's jobs execute (local processes, Slurm);
@@ -31,6 +30,7 @@
 //! - [`mesh`] — `[meshes.NAME]`: a parallel layout;
 //! - [`moe`] — the `moe` family's router and capacity options;
 //! - [`mutation`] — `[mutations]`: which catalogued bugs a spec injects;
+//! - [`names`] — the names a spec gives its tables, checked once for every kind;
 //! - [`performance`] — which metrics of a curve are performance figures;
 //! - [`resume`] — `[[resume]]`: a checkpoint saved on one mesh and resumed on another;
 //! - [`run`] — `[run]`: settings shared by every job of a spec;
@@ -48,8 +48,8 @@ pub mod diagnostic;
 pub mod document;
 pub mod dtype;
 pub mod engine;
-pub mod engine_checks;
 pub mod engine_shrink;
+pub mod env;
 pub mod executor;
 pub mod expand;
 pub mod family;
@@ -63,6 +63,7 @@ pub mod mesh;
 pub mod model;
 pub mod moe;
 pub mod mutation;
+pub mod names;
 pub mod performance;
 pub mod resume;
 pub mod run;

@@ -38,7 +38,7 @@ macro_rules! mesh_axes {
             $(pub $key: Located<$ty>,)*
             pub loc: Loc,
             /// A `[[resume]]` pair's mesh: where its run started ([`crate::resume`]).
-            pub resume: Option<crate::resume::ResumeFrom>,
+            pub resume: Option<ResumeFrom>,
         }
 
         impl Mesh {
@@ -454,4 +454,14 @@ mod tests {
         assert_eq!(m.rank(c(0, 0, 1, 0)), 4);
         assert_eq!(m.rank(c(0, 0, 0, 1)), 8);
     }
+}
+
+/// Where a resumed run started: the mesh that trained its first `at` steps and saved them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub struct ResumeFrom {
+    /// The `from` mesh's name, for messages.
+    pub mesh: String,
+    pub config: MeshConfig,
+    /// Steps trained before the checkpoint (the first step the target trains is `at`).
+    pub at: u32,
 }

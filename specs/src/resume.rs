@@ -8,11 +8,10 @@
 //! models, dtypes and tolerances, at the levels a resumption changes (roundtrip, curve, oracle).
 
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
 
 use crate::decode::{Ctx, Table};
 use crate::diagnostic::{Diagnostic, Diagnostics};
-use crate::mesh::{Mesh, MeshConfig};
+use crate::mesh::Mesh;
 use crate::run::Training;
 use crate::source::{Loc, Located};
 use crate::suggest;
@@ -22,15 +21,7 @@ pub const KEYS: &[&str] = &["from", "to", "at"];
 /// The name that means world size 1 in a pair, unless the spec defines a mesh of that name.
 pub const WORLD1: &str = "world1";
 
-/// Where a resumed run started: the mesh that trained its first `at` steps and saved them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ResumeFrom {
-    /// The `from` mesh's name, for messages.
-    pub mesh: String,
-    pub config: MeshConfig,
-    /// Steps trained before the checkpoint (the first step the target trains is `at`).
-    pub at: u32,
-}
+pub use crate::mesh::ResumeFrom;
 
 type Names = Located<Vec<Located<String>>>;
 
@@ -111,10 +102,10 @@ pub fn meshes(
                     continue;
                 };
                 let n = name(&f.value, &t.value, at.value);
-                if crate::document::MAX_NAME < n.len() {
+                if crate::names::MAX_NAME < n.len() {
                     diags.push(
                         Diagnostic::error(&pair.loc, format!("the pair's mesh name `{n}` is {} bytes long", n.len()))
-                            .help(format!("mesh names of a pair are at most {} bytes in all; shorten the meshes' names", crate::document::MAX_NAME)),
+                            .help(format!("mesh names of a pair are at most {} bytes in all; shorten the meshes' names", crate::names::MAX_NAME)),
                     );
                     continue;
                 }
@@ -134,13 +125,18 @@ pub fn meshes(
 
 /// The pairs' meshes that join a `[[matrix]]` entry selecting `meshes`: those resumed from one
 /// of them, and those resumed from world size 1 (every entry has it).
-pub(crate) fn joining<'s>(spec: &'s crate::Spec, meshes: &[&'s Mesh]) -> Vec<&'s Mesh> {
-    spec.resumed
+/// `resumed` are the spec's pairs' meshes, `defined` its `[meshes]`.
+pub(crate) fn joining<'s>(
+    resumed: &'s IndexMap<String, Mesh>,
+    defined: &IndexMap<String, Mesh>,
+    meshes: &[&'s Mesh],
+) -> Vec<&'s Mesh> {
+    resumed
         .values()
         .filter(|r| {
             let Some(from) = &r.resume else { return false };
             meshes.iter().any(|m| m.name.value == from.mesh)
-                || (from.mesh == WORLD1 && !spec.meshes.contains_key(WORLD1))
+                || (from.mesh == WORLD1 && !defined.contains_key(WORLD1))
         })
         .collect()
 }

@@ -103,7 +103,7 @@ pub struct Training {
     /// mesh, saves, and this mesh resumes from the checkpoint. `None` elsewhere, and absent
     /// from the serialized form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume: Option<crate::resume::ResumeFrom>,
+    pub resume: Option<crate::mesh::ResumeFrom>,
     /// Steps after which a reference keeps its whole training state (weights as the optimizer
     /// holds them, moments, counters): the `[[resume]]` pairs' checkpoint steps and
     /// `oracle_steps`, which a pair's saved and final states are judged against. Set on the
@@ -181,7 +181,7 @@ impl RunSettings {
         let mut run = Self::defaults(t.loc.clone());
         run.name = t
             .string(cx, "name")
-            .filter(|n| crate::document::check_name(cx, "run", n))
+            .filter(|n| crate::names::check_name(cx, "run", n))
             .map(|n| n.value);
         if let Some(s) = t.u64(cx, "seed") {
             run.training.seed = s.value;
@@ -246,7 +246,13 @@ impl RunSettings {
             }
         }
         run.training.weight_decay = t.limit(cx, "weight_decay").map(|w| w.value);
-        run.padding = crate::features::read(cx, &mut t, &mut run.training);
+        let features = crate::features::read(cx, &mut t);
+        run.training.label_smoothing = features.label_smoothing;
+        run.training.z_loss = features.z_loss;
+        run.training.dropout = features.dropout;
+        run.training.recompute = features.recompute;
+        run.training.packing = features.packing;
+        run.padding = features.padding;
         run.training.schedule = schedule(cx, &mut t, &run.training);
         if let Some(o) = t.string(cx, "output") {
             run.output = o.value;

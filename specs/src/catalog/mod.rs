@@ -7,7 +7,91 @@
 //! harness keeps sensitivity mutations its checks must fail on. [`Mutation::classes`] maps each
 //! entry to theirs; [`NOT_APPLICABLE`] lists the classes no entry covers, and why.
 
-use crate::mutation::Needs;
+/// A property a mesh must have for a mutation to apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    Dp,
+    Tp,
+    Sp,
+    Pp,
+    Microbatches,
+    MultiRank,
+    /// Three or more ranks: "several ranks but not all" needs them.
+    ThreeRanks,
+    Ep,
+    Cp,
+    /// A model with routed experts (the `moe` family).
+    Experts,
+    /// A model whose MLP is one tensor-parallel SwiGLU (the `llama` family).
+    DenseMlp,
+    /// Sequences split over ranks: SP (with TP) or CP.
+    SplitSequences,
+    /// More than one replica of each expert shard (expert-data-parallel size > 1).
+    Edp,
+    /// Expert-data-parallel groups that are not the dense data-parallel groups (ep·etp ≠ tp).
+    ExpertGroups,
+    /// More than one rank per pipeline stage (replicas of a stage's replicated state).
+    StageRanks,
+    /// A moe model with a capacity factor (tokens may be dropped).
+    Capacity,
+    /// A moe model with the score-correction bias.
+    ExpertBias,
+    /// A moe model whose load-balance loss is normalized per token
+    /// (`aux_loss_normalization = "token"`).
+    TokenAux,
+    /// Parameters split over ranks (tp, pp, ep or etp > 1): a rank's own gradients are not
+    /// the whole model's.
+    ModelParallel,
+    /// TP ranks holding whole copies of the experts (tp > 1, experts not split: ep·etp = 1).
+    TpReplicatedExperts,
+    /// Sharded data parallelism with more than one rank per shard group (zero ≥ 1).
+    Sharded,
+    /// A rank's own gradients are not the whole model's: parameters split over ranks, or
+    /// gradients sharded over the data-parallel group (a norm of the local gradients differs).
+    SplitGradients,
+    /// ZeRO stage 1 (sharded optimizer state; gradients reduce-scattered once per step).
+    Zero1,
+    /// ZeRO stage 2 (gradients reduce-scattered per microbatch).
+    Zero2,
+    /// ZeRO stage 3 (FSDP: parameters sharded, unsharded before each step).
+    Zero3,
+    /// A model whose embedding is its output head (`tie_embeddings = true`).
+    TiedEmbeddings,
+    /// A learning rate that changes over the run (`warmup_steps` or `lr_decay`).
+    LrSchedule,
+    /// The AdamW optimizer (state to corrupt: its moments).
+    Adamw,
+    /// Weight decay set in `[run]` (`weight_decay`), with norms and biases exempt.
+    WeightDecay,
+    /// The interleaved pipeline schedule: several model chunks per pipeline rank.
+    Interleaved,
+    /// Label smoothing set in `[run]` (`label_smoothing`).
+    LabelSmoothing,
+    /// A vocabulary not divisible by tp, padded to a multiple of it.
+    PaddedVocab,
+    /// Tensor parallelism without sequence parallelism: the residual stream is replicated over
+    /// each TP group.
+    TpWithoutSp,
+    /// Dropout on the attention probabilities (`attention_dropout`).
+    AttentionDropout,
+    /// Dropout on the residual branches (`hidden_dropout`).
+    HiddenDropout,
+    /// Activation recompute (`recompute`).
+    Recompute,
+    /// Several documents packed per row (`packed_sequences`).
+    PackedSequences,
+    /// Packed documents padded for context parallelism's per-document chunks
+    /// (`pad_documents_to`, TransformerEngine's THD layout).
+    PaddedDocuments,
+    /// Dropout of either kind (`attention_dropout` or `hidden_dropout`).
+    Dropout,
+    /// A `[[resume]]` pair's mesh: the run saves a checkpoint and resumes from it. Bugs of the
+    /// resumption apply only there, and every other bug only elsewhere (the plain meshes check
+    /// it already).
+    Resume,
+    /// A `[[resume]]` pair whose `from` mesh splits tensors over tp (its saved shards do).
+    ResumeFromTp,
+}
 
 /// Which bug, for the engine that injects it. Names live only in [`CATALOG`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,11 +8,13 @@
 //! keys...). Without `shell = true` the
 //! rendered words are an argv, never parsed by a shell, so no spec value can inject a command.
 
-use crate::decode::{kind_of, Ctx, Table};
+use crate::decode::{Ctx, Table};
 use crate::diagnostic::Diagnostic;
+use crate::env::string_table;
 use crate::source::{Loc, Located};
 
 mod artifacts;
+mod checks;
 mod mutations;
 
 use artifacts::artifact_map;
@@ -129,7 +131,7 @@ impl EngineDef {
             shrink,
             loc,
         };
-        crate::engine_checks::check(cx, &def);
+        checks::check(cx, &def);
         Some(def)
     }
 }
@@ -166,37 +168,4 @@ fn trace_mode(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, engine: &str, traces: boo
             false
         }
     }
-}
-
-/// A table of string values (`env`).
-pub(crate) fn string_table(
-    cx: &mut Ctx<'_>,
-    t: &mut Table<'_, '_>,
-    key: &'static str,
-) -> Vec<(String, Located<String>)> {
-    let path = format!("{}.{key}", t.path);
-    let Some(v) = t.get(key) else {
-        return Vec::new();
-    };
-    let Some(mut table) = Table::from_value(cx, v, path.clone()) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (k, v) in table.entries() {
-        match v.get_ref().as_str() {
-            Some(s) => out.push((
-                k.get_ref().to_string(),
-                Located::new(s.to_owned(), cx.loc(v)),
-            )),
-            None => cx.error(Diagnostic::error(
-                &cx.loc(v),
-                format!(
-                    "`{path}.{}` must be a string, found {}",
-                    k.get_ref(),
-                    kind_of(v.get_ref())
-                ),
-            )),
-        }
-    }
-    out
 }

@@ -1,9 +1,9 @@
 //! `[engines.NAME.mutations]`: the bugs a user's program can inject, how to ask it to, and on
 //! which meshes each exists.
 
-use super::string_table;
 use crate::decode::{kind_of, Ctx, Table};
 use crate::diagnostic::Diagnostic;
+use crate::env::string_table;
 use crate::mutation::Needs;
 use crate::source::Located;
 

@@ -136,7 +136,7 @@ impl<'s> Expansion<'s, '_> {
         let errors_before = self.diags.error_count();
         let models = self.resolve(&entry.models, &spec.models, "model");
         let mut meshes = self.resolve(&entry.meshes, &spec.meshes, "mesh");
-        meshes.extend(crate::resume::joining(spec, &meshes));
+        meshes.extend(crate::resume::joining(&spec.resumed, &spec.meshes, &meshes));
         let Ok(named) = self.tolerance_name(entry) else {
             return;
         };

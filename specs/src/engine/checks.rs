@@ -7,9 +7,10 @@
 //! an artifact path that reads a file the program never wrote. Each is refused here, at its
 //! file:line:column.
 
+use super::EngineDef;
 use crate::decode::Ctx;
 use crate::diagnostic::Diagnostic;
-use crate::engine::EngineDef;
+use crate::env::env_key;
 use crate::source::{Loc, Located};
 use crate::template;
 
@@ -75,33 +76,6 @@ fn template_value(cx: &mut Ctx<'_>, t: &Located<String>, shell: bool) {
                 "insert values as {{name}}; `meshparity validate` lists the names a template \
                  may use when one is unknown",
             ),
-        );
-    }
-}
-
-/// An environment variable's name: never empty, `=` or NUL; `shell_name` (a batch script
-/// exports it) also letters, digits and `_`, not starting with a digit.
-pub(crate) fn env_key(cx: &mut Ctx<'_>, key: &str, value: &Located<String>, shell_name: bool) {
-    let identifier = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let why = if key.is_empty() {
-        Some("is empty")
-    } else if key.contains('=') {
-        Some("holds `=`")
-    } else if key.contains('\0') {
-        Some("holds a NUL byte")
-    } else if shell_name && !identifier {
-        Some("is not a shell variable name")
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        cx.error(
-            Diagnostic::error(
-                &value.loc,
-                format!("environment variable name `{}` {why}", key.escape_debug()),
-            )
-            .help("a variable name is letters, digits and `_`, e.g. XLA_FLAGS"),
         );
     }
 }
