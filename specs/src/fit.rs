@@ -19,31 +19,63 @@ pub struct Misfit {
 }
 
 pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
-    let mut out = Vec::new();
     if model.engine.is_some() {
         // A user's program has its own shapes and refuses its own misfits.
-        return out;
+        return Vec::new();
     }
-    let mut rule =
-        |ok: bool, message: String, help, mesh_loc: &Loc, other_loc: &Loc, other_what| {
-            if !ok {
-                out.push(Misfit {
-                    message,
-                    help,
-                    mesh_loc: mesh_loc.clone(),
-                    other_loc: other_loc.clone(),
-                    other_what,
-                });
-            }
-        };
+    let mut r = Rules::default();
+    tensor_parallel(&mut r, model, mesh);
+    sequence_parallel(&mut r, model, mesh);
+    pipeline(&mut r, model, mesh);
+    context_parallel(&mut r, model, mesh, run);
+    experts(&mut r, model, mesh);
+    batch(&mut r, mesh, run);
+    r.out
+}
+
+/// The broken rules found so far.
+#[derive(Default)]
+struct Rules {
+    out: Vec<Misfit>,
+}
+
+impl Rules {
+    /// Unless `ok`: the rule `message` (with `help`) is broken, at the mesh's value and the
+    /// model's or run's (`other_what`).
+    fn rule(
+        &mut self,
+        ok: bool,
+        message: String,
+        help: &'static str,
+        mesh_loc: &Loc,
+        other_loc: &Loc,
+        other_what: &'static str,
+    ) {
+        if !ok {
+            self.out.push(Misfit {
+                message,
+                help,
+                mesh_loc: mesh_loc.clone(),
+                other_loc: other_loc.clone(),
+                other_what,
+            });
+        }
+    }
+}
+
+fn divides(n: u32, d: u32) -> bool {
+    n.is_multiple_of(d)
+}
+
+/// Heads, kv heads and the MLPs split evenly over tp.
+fn tensor_parallel(r: &mut Rules, model: &Model, mesh: &Mesh) {
     let tp = mesh.tp.value;
-    let divides = |n: u32, d: u32| n.is_multiple_of(d);
     for (what, field) in [
         ("heads", &model.heads),
         ("kv_heads", &model.kv_heads),
         ("ffn", &model.ffn),
     ] {
-        rule(
+        r.rule(
             divides(field.value, tp),
             format!("{what} ({}) is not divisible by tp ({tp})", field.value),
             "tensor parallelism splits heads and the MLP evenly across tp ranks (a vocabulary is padded instead)",
@@ -54,7 +86,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
     }
     // The shared expert is a tensor-parallel MLP like the dense one.
     if let Some(shared) = &model.shared_expert_ffn {
-        rule(
+        r.rule(
             divides(shared.value, tp),
             format!(
                 "shared_expert_ffn ({}) is not divisible by tp ({tp})",
@@ -66,6 +98,11 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
+}
+
+/// Under SP each cp rank's part of the sequence splits over tp.
+fn sequence_parallel(r: &mut Rules, model: &Model, mesh: &Mesh) {
+    let tp = mesh.tp.value;
     let cp = mesh.cp.value;
     if mesh.sp.value {
         let (shards, of) = if cp > 1 {
@@ -73,7 +110,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         } else {
             (tp, format!("tp ({tp})"))
         };
-        rule(
+        r.rule(
             divides(model.seq_len.value, shards),
             format!(
                 "seq_len ({}) is not divisible by {of} under sequence parallelism",
@@ -85,6 +122,10 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
+}
+
+/// Layers split evenly over the pipeline's (virtual) stages.
+fn pipeline(r: &mut Rules, model: &Model, mesh: &Mesh) {
     // Under the interleaved schedule the layers split over pp·virtual_stages chunks.
     let (pp, virtual_pp) = (mesh.pp.value, mesh.config().virtual_pp());
     let (over, help, at) = if virtual_pp == pp {
@@ -107,7 +148,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             },
         )
     };
-    rule(
+    r.rule(
         divides(model.layers.value, virtual_pp),
         format!("layers ({}) is not divisible by {over}", model.layers.value),
         help,
@@ -115,8 +156,13 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         &model.layers.loc,
         "model",
     );
+}
+
+/// CP's 2·cp chunks of every sequence, and of every padded document.
+fn context_parallel(r: &mut Rules, model: &Model, mesh: &Mesh, run: &RunSettings) {
+    let cp = mesh.cp.value;
     let chunks = if cp > 1 { 2 * cp } else { 1 };
-    rule(
+    r.rule(
         divides(model.seq_len.value, chunks),
         format!(
             "seq_len ({}) is not divisible by 2 × cp ({chunks})",
@@ -130,7 +176,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
     // The THD layout cuts each padded document into 2·cp chunks: every document boundary and
     // the row's end must fall on the padding's multiple, and the multiple on 2·cp.
     if let Some(pad) = &run.padding {
-        rule(
+        r.rule(
             divides(pad.value, chunks),
             format!(
                 "pad_documents_to ({}) is not divisible by 2 × cp ({chunks})",
@@ -141,7 +187,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             &pad.loc,
             "run",
         );
-        rule(
+        r.rule(
             divides(model.seq_len.value, pad.value),
             format!(
                 "seq_len ({}) is not divisible by pad_documents_to ({})",
@@ -153,9 +199,14 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             "model",
         );
     }
+}
+
+/// Experts over ep, each expert's MLP over etp; expert parallelism only for the moe family.
+fn experts(r: &mut Rules, model: &Model, mesh: &Mesh) {
+    let tp = mesh.tp.value;
     match (&model.experts, model.family.value) {
         (Some(experts), Family::Moe) => {
-            rule(
+            r.rule(
                 divides(experts.value, mesh.ep.value),
                 format!(
                     "experts ({}) is not divisible by ep ({})",
@@ -166,7 +217,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
                 &experts.loc,
                 "model",
             );
-            rule(
+            r.rule(
                 mesh.ep.value * mesh.etp.value == 1 || tp == 1 || mesh.sp.value,
                 format!(
                     "expert parallelism (ep·etp = {}) with tp = {tp} needs sequence parallelism",
@@ -177,7 +228,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
                 &model.family.loc,
                 "model",
             );
-            rule(
+            r.rule(
                 divides(model.ffn.value, mesh.etp.value),
                 format!(
                     "ffn ({}) is not divisible by etp ({})",
@@ -191,7 +242,7 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         }
         _ => {
             for (what, d) in [("ep", &mesh.ep), ("etp", &mesh.etp)] {
-                rule(
+                r.rule(
                     d.value == 1,
                     format!(
                         "{what} = {} needs experts, but model family is `{}`",
@@ -206,8 +257,12 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
             }
         }
     }
+}
+
+/// The batch in equal microbatches on every dp rank.
+fn batch(r: &mut Rules, mesh: &Mesh, run: &RunSettings) {
     let per_step = u64::from(mesh.dp.value) * u64::from(mesh.microbatches.value);
-    rule(
+    r.rule(
         u64::from(run.batch.value) % per_step == 0,
         format!(
             "batch ({}) is not divisible by dp·microbatches ({}·{} = {per_step})",
@@ -222,5 +277,4 @@ pub fn check(model: &Model, mesh: &Mesh, run: &RunSettings) -> Vec<Misfit> {
         &run.batch.loc,
         "run",
     );
-    out
 }
