@@ -91,118 +91,20 @@ pub fn compare_curves(
     opts: &CurveOptions,
 ) -> Result<CurveReport, InputError> {
     let mode = opts.limits.mode.unwrap_or(CurveMode::Rel);
-    let a = read_curve_keyed(reference, &opts.step_key)?;
-    let b = read_curve_keyed(candidate, &opts.step_key)?;
-    let b2 = match (&opts.baseline2, mode) {
-        (Some(p), _) => Some(read_curve_keyed(p, &opts.step_key)?),
-        (None, CurveMode::NoiseFloor) => {
-            return Err(InputError::Usage(
-                "the noise-floor mode needs a second baseline run (--baseline2 FILE)".into(),
-            ))
-        }
-        (None, _) => None,
-    };
-    let mut problems: Vec<Problem> = a.problems.iter().chain(&b.problems).cloned().collect();
-    if let Some(b2) = &b2 {
-        problems.extend(b2.problems.iter().cloned());
-    }
-    let missing: Vec<u64> = a
-        .steps
-        .keys()
-        .filter(|s| !b.steps.contains_key(s))
-        .copied()
+    let (a, b, b2) = read_all(reference, candidate, opts, mode)?;
+    let mut problems: Vec<Problem> = [&a, &b]
+        .into_iter()
+        .chain(b2.as_ref())
+        .flat_map(|c| c.problems.iter().cloned())
         .collect();
-    let extra: Vec<u64> = b
-        .steps
-        .keys()
-        .filter(|s| !a.steps.contains_key(s))
-        .copied()
-        .collect();
-    if !missing.is_empty() {
-        problems.push(Problem {
-            kind: ProblemKind::MissingSteps,
-            name: None,
-            message: format!("the candidate lacks step(s) {}", step_list(&missing)),
-        });
-    }
-    if !extra.is_empty() {
-        problems.push(Problem {
-            kind: ProblemKind::ExtraSteps,
-            name: None,
-            message: format!(
-                "the candidate has step(s) the reference lacks: {}",
-                step_list(&extra)
-            ),
-        });
-    }
-    let common: Vec<u64> = a
-        .steps
-        .keys()
-        .filter(|s| b.steps.contains_key(s))
-        .copied()
-        .collect();
-    // Sets in first-seen order: a list searched per key was quadratic in the metrics of a line
-    // (100,000 metrics took 36 s).
-    let mut names: indexmap::IndexSet<&String> = indexmap::IndexSet::new();
-    for values in a.steps.values() {
-        names.extend(values.keys());
-    }
+    let common = common_steps(&a, &b, &mut problems);
     let mut notes = Vec::new();
-    let mut only_candidate: indexmap::IndexSet<&String> = indexmap::IndexSet::new();
-    for values in b.steps.values() {
-        only_candidate.extend(values.keys().filter(|k| !names.contains(k)));
-    }
-    if !only_candidate.is_empty() {
-        let list: Vec<String> = only_candidate.iter().map(|k| format!("`{k}`")).collect();
-        notes.push(format!(
-            "the candidate logs metric(s) the reference lacks, not compared: {}",
-            list.join(", ")
-        ));
-    }
     let mut metrics = Vec::new();
     let mut points = 0;
-    for name in names {
-        let steps: Vec<u64> = common
-            .iter()
-            .filter(|s| a.steps[*s].contains_key(name))
-            .copied()
-            .collect();
-        let lacking: Vec<u64> = steps
-            .iter()
-            .filter(|s| !b.steps[*s].contains_key(name))
-            .copied()
-            .collect();
-        if !lacking.is_empty() {
-            problems.push(Problem {
-                kind: ProblemKind::MissingMetric,
-                name: Some(name.clone()),
-                message: format!(
-                    "the candidate has no `{name}` at step(s) {}",
-                    step_list(&lacking)
-                ),
-            });
+    for name in metric_names(&a, &b, &mut notes) {
+        let Some(steps) = metric_steps(name, &common, (&a, &b), &mut problems) else {
             continue;
-        }
-        // The other way round: a step the reference logged without this metric would
-        // otherwise simply not be compared.
-        let unreferenced: Vec<u64> = common
-            .iter()
-            .filter(|s| !a.steps[*s].contains_key(name) && b.steps[*s].contains_key(name))
-            .copied()
-            .collect();
-        if !unreferenced.is_empty() {
-            problems.push(Problem {
-                kind: ProblemKind::MissingMetric,
-                name: Some(name.clone()),
-                message: format!(
-                    "the reference has no `{name}` at step(s) {}, which the candidate logs",
-                    step_list(&unreferenced)
-                ),
-            });
-        }
-        if steps.is_empty() {
-            continue;
-        }
+        };
         points += steps.len();
         let gated = opts.gate_performance || !is_performance(name);
         metrics.push(metric(
@@ -215,24 +117,7 @@ pub fn compare_curves(
             (&mut problems, &mut notes),
         ));
     }
-    if metrics.is_empty() {
-        return Err(InputError::NothingCompared(format!(
-            "no step has a metric in both curves (reference {} steps, candidate {})",
-            a.steps.len(),
-            b.steps.len()
-        )));
-    }
-    if problems.is_empty() && !metrics.iter().any(|m| m.gated) {
-        return Err(InputError::NothingGated(format!(
-            "every metric in both curves is a performance figure ({}), and those are not gated; \
-             pass --gate-performance to gate them",
-            metrics
-                .iter()
-                .map(|m| format!("`{}`", m.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
+    something_gated(&metrics, &problems, (&a, &b))?;
     let counts = CurveCounts {
         steps_compared: common.len(),
         metrics_compared: metrics.len(),
@@ -268,6 +153,159 @@ pub fn compare_curves(
     })
 }
 
+/// The reference's, the candidate's and (where given, and the noise-floor mode needs it) the
+/// second baseline's curves.
+fn read_all(
+    reference: &Path,
+    candidate: &Path,
+    opts: &CurveOptions,
+    mode: CurveMode,
+) -> Result<(Curve, Curve, Option<Curve>), InputError> {
+    let a = read_curve_keyed(reference, &opts.step_key)?;
+    let b = read_curve_keyed(candidate, &opts.step_key)?;
+    let b2 = match (&opts.baseline2, mode) {
+        (Some(p), _) => Some(read_curve_keyed(p, &opts.step_key)?),
+        (None, CurveMode::NoiseFloor) => {
+            return Err(InputError::Usage(
+                "the noise-floor mode needs a second baseline run (--baseline2 FILE)".into(),
+            ))
+        }
+        (None, _) => None,
+    };
+    Ok((a, b, b2))
+}
+
+/// The steps both curves hold; a step only one holds is a problem.
+fn common_steps(a: &Curve, b: &Curve, problems: &mut Vec<Problem>) -> Vec<u64> {
+    let only = |x: &Curve, y: &Curve| -> Vec<u64> {
+        x.steps
+            .keys()
+            .filter(|s| !y.steps.contains_key(s))
+            .copied()
+            .collect()
+    };
+    let (missing, extra) = (only(a, b), only(b, a));
+    if !missing.is_empty() {
+        problems.push(Problem {
+            kind: ProblemKind::MissingSteps,
+            name: None,
+            message: format!("the candidate lacks step(s) {}", step_list(&missing)),
+        });
+    }
+    if !extra.is_empty() {
+        problems.push(Problem {
+            kind: ProblemKind::ExtraSteps,
+            name: None,
+            message: format!(
+                "the candidate has step(s) the reference lacks: {}",
+                step_list(&extra)
+            ),
+        });
+    }
+    a.steps
+        .keys()
+        .filter(|s| b.steps.contains_key(s))
+        .copied()
+        .collect()
+}
+
+/// The reference's metrics in first-seen order; the candidate's others are a note.
+fn metric_names<'c>(a: &'c Curve, b: &'c Curve, notes: &mut Vec<String>) -> Vec<&'c String> {
+    // Sets in first-seen order: a list searched per key was quadratic in the metrics of a line
+    // (100,000 metrics took 36 s).
+    let mut names: indexmap::IndexSet<&String> = indexmap::IndexSet::new();
+    for values in a.steps.values() {
+        names.extend(values.keys());
+    }
+    let mut only_candidate: indexmap::IndexSet<&String> = indexmap::IndexSet::new();
+    for values in b.steps.values() {
+        only_candidate.extend(values.keys().filter(|k| !names.contains(k)));
+    }
+    if !only_candidate.is_empty() {
+        let list: Vec<String> = only_candidate.iter().map(|k| format!("`{k}`")).collect();
+        notes.push(format!(
+            "the candidate logs metric(s) the reference lacks, not compared: {}",
+            list.join(", ")
+        ));
+    }
+    names.into_iter().collect()
+}
+
+/// The common steps where the reference logs `name`, or `None` where the candidate lacks it at
+/// one of them (a problem); a step where only the candidate logs it is a problem too.
+fn metric_steps(
+    name: &String,
+    common: &[u64],
+    (a, b): (&Curve, &Curve),
+    problems: &mut Vec<Problem>,
+) -> Option<Vec<u64>> {
+    let steps: Vec<u64> = common
+        .iter()
+        .filter(|s| a.steps[*s].contains_key(name))
+        .copied()
+        .collect();
+    let lacking: Vec<u64> = steps
+        .iter()
+        .filter(|s| !b.steps[*s].contains_key(name))
+        .copied()
+        .collect();
+    if !lacking.is_empty() {
+        problems.push(Problem {
+            kind: ProblemKind::MissingMetric,
+            name: Some(name.clone()),
+            message: format!(
+                "the candidate has no `{name}` at step(s) {}",
+                step_list(&lacking)
+            ),
+        });
+        return None;
+    }
+    // The other way round: a step the reference logged without this metric would otherwise
+    // simply not be compared.
+    let unreferenced: Vec<u64> = common
+        .iter()
+        .filter(|s| !a.steps[*s].contains_key(name) && b.steps[*s].contains_key(name))
+        .copied()
+        .collect();
+    if !unreferenced.is_empty() {
+        problems.push(Problem {
+            kind: ProblemKind::MissingMetric,
+            name: Some(name.clone()),
+            message: format!(
+                "the reference has no `{name}` at step(s) {}, which the candidate logs",
+                step_list(&unreferenced)
+            ),
+        });
+    }
+    (!steps.is_empty()).then_some(steps)
+}
+
+/// Comparing nothing, or gating nothing, is an error, never a match.
+fn something_gated(
+    metrics: &[MetricResult],
+    problems: &[Problem],
+    (a, b): (&Curve, &Curve),
+) -> Result<(), InputError> {
+    if metrics.is_empty() {
+        return Err(InputError::NothingCompared(format!(
+            "no step has a metric in both curves (reference {} steps, candidate {})",
+            a.steps.len(),
+            b.steps.len()
+        )));
+    }
+    if problems.is_empty() && !metrics.iter().any(|m| m.gated) {
+        return Err(InputError::NothingGated(format!(
+            "every metric in both curves is a performance figure ({}), and those are not gated; \
+             pass --gate-performance to gate them",
+            metrics
+                .iter()
+                .map(|m| format!("`{}`", m.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(())
+}
 fn metric(
     name: &str,
     steps: &[u64],
