@@ -4,13 +4,14 @@
 //! it. Writes `calibration.json` and `calibration.html` into `--out`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use meshparity_reports::{calibration, files};
+use meshparity_reports::calibration::{self, Calibration};
+use meshparity_reports::{files, RunResults};
 use meshparity_runner::calibrate::{self, Config, Options};
 use meshparity_runner::Plan;
-use meshparity_specs::{DType, Keyword, Optimizer};
+use meshparity_specs::{DType, Keyword, Optimizer, Spec};
 
 use super::{load_spec, SelectArgs};
 use crate::exit;
@@ -93,50 +94,42 @@ fn parse_lr(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: &Args) -> u8 {
-    let Some(loaded) = load_spec(&args.spec, args.select.device) else {
-        return exit::SPEC_ERROR;
-    };
-    let filter = match args.select.filter() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::SPEC_ERROR;
-        }
-    };
-    if !(args.timeout > 0.0 && args.timeout <= meshparity_runner::exec::options::MAX_SECONDS) {
-        eprintln!(
-            "error: --timeout must be a number of seconds above 0 and at most {} (30 days)",
-            meshparity_runner::exec::options::MAX_SECONDS
-        );
-        return exit::SPEC_ERROR;
+    match calibrate_spec(args) {
+        Ok(code) | Err(code) => code,
     }
-    if !(1..=MAX_SEEDS).contains(&args.seeds) {
-        eprintln!("error: --seeds must be between 1 and {MAX_SEEDS}");
-        return exit::SPEC_ERROR;
-    }
+}
+
+/// The whole command; `Err` is an exit code reached before the end.
+fn calibrate_spec(args: &Args) -> Result<u8, u8> {
+    let loaded = load_spec(&args.spec, args.select.device).ok_or(exit::SPEC_ERROR)?;
+    let filter = args.select.filter().map_err(|e| {
+        eprintln!("error: {e}");
+        exit::SPEC_ERROR
+    })?;
+    check_limits(args)?;
     // The run whose report gains the section is read first: a typo must not cost the sweep.
     let run = match &args.report {
         Some(dir) => match super::report::read(&dir.join(files::RESULTS)) {
             Ok(r) => Some((dir, r)),
             Err(e) => {
                 eprintln!("error: --report: {e}");
-                return exit::SPEC_ERROR;
+                return Err(exit::SPEC_ERROR);
             }
         },
         None => None,
     };
     let spec = &loaded.spec;
     if args.select.check_size(spec).is_err() {
-        return exit::SPEC_ERROR;
+        return Err(exit::SPEC_ERROR);
     }
     let plan = Plan::build(spec);
     let selection = plan.select(&filter, args.select.partition);
     if selection.is_empty() {
         eprintln!("error: the filters select no job");
-        return exit::NOTHING_SELECTED;
+        return Err(exit::NOTHING_SELECTED);
     }
     if !super::supported(&args.spec, &loaded, Some((&plan, &selection))) {
-        return exit::SPEC_ERROR;
+        return Err(exit::SPEC_ERROR);
     }
     let configs = Config::product(&args.dtype, &args.optimizer, &args.lr);
     let mut units = Vec::new();
@@ -146,7 +139,7 @@ pub fn run(args: &Args) -> u8 {
             Ok(u) => units.push(u),
             Err(e) => {
                 eprintln!("error: {e}");
-                return exit::SPEC_ERROR;
+                return Err(exit::SPEC_ERROR);
             }
         }
     }
@@ -156,12 +149,60 @@ pub fn run(args: &Args) -> u8 {
             "error: --first-seed {first_seed} + --seeds {} passes the largest seed",
             args.seeds
         );
-        return exit::SPEC_ERROR;
+        return Err(exit::SPEC_ERROR);
     }
-    let opts = Options {
+    let opts = options(args, first_seed, configs.clone());
+    let start = Instant::now();
+    let samples = sweep(spec, &units, &opts, args, start)?;
+    let _ = std::fs::remove_dir_all(&opts.scratch);
+    let report = calibrate::summarize(
+        &spec.name(),
+        &configs,
+        &opts,
+        &samples,
+        start.elapsed().as_secs_f64(),
+    );
+    let json = write(args, &report, run.as_ref().map(|(d, r)| (d.as_path(), r)))?;
+    if args.json {
+        println!("{}", String::from_utf8_lossy(&json));
+    } else {
+        print!("{}", calibration::text(&report));
+        println!(
+            "wrote {} and calibration.html",
+            args.out.join("calibration.json").display()
+        );
+    }
+    Ok(if !report.errors.is_empty() {
+        exit::INFRA_ERROR
+    } else if report.clean() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
+}
+
+/// `--timeout` and `--seeds` within their bounds.
+fn check_limits(args: &Args) -> Result<(), u8> {
+    if !(args.timeout > 0.0 && args.timeout <= meshparity_runner::exec::options::MAX_SECONDS) {
+        eprintln!(
+            "error: --timeout must be a number of seconds above 0 and at most {} (30 days)",
+            meshparity_runner::exec::options::MAX_SECONDS
+        );
+        return Err(exit::SPEC_ERROR);
+    }
+    if !(1..=MAX_SEEDS).contains(&args.seeds) {
+        eprintln!("error: --seeds must be between 1 and {MAX_SEEDS}");
+        return Err(exit::SPEC_ERROR);
+    }
+    Ok(())
+}
+
+/// The sweep's options from the flags.
+fn options(args: &Args, first_seed: u64, configs: Vec<Config>) -> Options {
+    Options {
         seeds: args.seeds,
         first_seed,
-        configs: configs.clone(),
+        configs,
         // Absolute: a command engine runs its program in its own directory, and the paths it is
         // given (the seed checkpoint) must name the same files from there.
         scratch: std::path::absolute(args.out.join("scratch"))
@@ -175,8 +216,17 @@ pub fn run(args: &Args) -> u8 {
             .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
             .max(1),
-    };
-    let start = Instant::now();
+    }
+}
+
+/// Every (configuration, unit, seed), with progress on stderr.
+fn sweep(
+    spec: &Spec,
+    units: &[Vec<calibrate::Unit>],
+    opts: &Options,
+    args: &Args,
+    start: Instant,
+) -> Result<Vec<calibrate::Sample>, u8> {
     // On a terminal one line redrawn in place; in a CI log or a pipe one line per finished seed
     // run with the time so far, so a long sweep shows it is moving.
     let tty = std::io::stderr().is_terminal();
@@ -199,61 +249,43 @@ pub fn run(args: &Args) -> u8 {
     meshparity_command::process::set_time_limit(Some(std::time::Duration::from_secs_f64(
         args.timeout,
     )));
-    let swept = calibrate::sweep(spec, &units, &opts, &crate::engines::Builtin, &progress);
+    let swept = calibrate::sweep(spec, units, opts, &crate::engines::Builtin, &progress);
     meshparity_command::process::set_time_limit(None);
     meshparity_command::output::forward_to_stderr(forwarded);
-    let samples = match swept {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::INFRA_ERROR;
-        }
-    };
     if tty && !args.json {
         eprintln!();
     }
-    let _ = std::fs::remove_dir_all(&opts.scratch);
-    let report = calibrate::summarize(
-        &spec.name(),
-        &configs,
-        &opts,
-        &samples,
-        start.elapsed().as_secs_f64(),
-    );
-    let json = serde_json::to_vec_pretty(&report).expect("calibration serializes");
+    swept.map_err(|e| {
+        eprintln!("error: {e}");
+        exit::INFRA_ERROR
+    })
+}
+
+/// calibration.json and calibration.html, and the section in `--report`'s run; the JSON.
+fn write(
+    args: &Args,
+    report: &Calibration,
+    run: Option<(&Path, &RunResults)>,
+) -> Result<Vec<u8>, u8> {
+    let json = serde_json::to_vec_pretty(report).expect("calibration serializes");
     for (name, bytes) in [
         ("calibration.json", json.clone()),
-        ("calibration.html", calibration::html(&report).into_bytes()),
+        ("calibration.html", calibration::html(report).into_bytes()),
     ] {
         let path = args.out.join(name);
         if let Err(e) = meshparity_reports::write::atomic(&path, &bytes) {
             eprintln!("error: writing {}: {e}", path.display());
-            return exit::INFRA_ERROR;
+            return Err(exit::INFRA_ERROR);
         }
     }
-    if let Some((dir, results)) = &run {
+    if let Some((dir, results)) = run {
         let path = dir.join(files::HTML);
-        let page = meshparity_reports::html::html_with_calibration(results, &report);
+        let page = meshparity_reports::html::html_with_calibration(results, report);
         if let Err(e) = meshparity_reports::write::atomic(&path, page.as_bytes()) {
             eprintln!("error: writing {}: {e}", path.display());
-            return exit::INFRA_ERROR;
+            return Err(exit::INFRA_ERROR);
         }
         eprintln!("added the calibration to {}", path.display());
     }
-    if args.json {
-        println!("{}", String::from_utf8_lossy(&json));
-    } else {
-        print!("{}", calibration::text(&report));
-        println!(
-            "wrote {} and calibration.html",
-            args.out.join("calibration.json").display()
-        );
-    }
-    if !report.errors.is_empty() {
-        exit::INFRA_ERROR
-    } else if report.clean() {
-        exit::OK
-    } else {
-        exit::CHECK_FAILED
-    }
+    Ok(json)
 }
