@@ -20,8 +20,23 @@ pub struct TemplateError {
 }
 
 /// Every value a template may name, as text.
+/// A job's template values, by name.
+type Values = BTreeMap<String, String>;
+
 pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String, String> {
-    let mut v = BTreeMap::new();
+    let mut v = Values::new();
+    mesh_values(&mut v, req);
+    training_values(&mut v, req);
+    feature_values(&mut v, req.training);
+    schedule_values(&mut v, req.training);
+    run_values(&mut v, req, out, base);
+    later_values(&mut v, base);
+    model_values(&mut v, req.model);
+    v
+}
+
+/// The mesh's degrees and schedule.
+fn mesh_values(v: &mut Values, req: &RunRequest<'_>) {
     let mut put = |k: &str, x: String| {
         v.insert(k.to_owned(), x);
     };
@@ -42,6 +57,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     // Model chunks per pipeline rank: 1 unless the schedule is interleaved.
     put("virtual_stages", m.chunks().to_string());
     put("world_size", m.world_size().to_string());
+}
+
+/// `[run]`'s seed, lengths, batch, learning rate, clipping and decay.
+fn training_values(v: &mut Values, req: &RunRequest<'_>) {
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
     let t = req.training;
     put("seed", t.seed.to_string());
     put("steps", t.steps.to_string());
@@ -68,6 +90,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
         "weight_decay",
         format!("{}", t.weight_decay.unwrap_or(0.01)),
     );
+}
+
+/// The production features; each a no-op value where the run sets none.
+fn feature_values(v: &mut Values, t: &meshparity_specs::Training) {
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
     // torch's `label_smoothing`; 0 when the run sets none.
     put(
         "label_smoothing",
@@ -99,6 +128,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("mask_prompts", packing.prompts.to_string());
     // The documents' padding multiple; 1 when they are not padded.
     put("pad_documents_to", packing.pad_to.unwrap_or(1).to_string());
+}
+
+/// The learning-rate schedule and the optimizer.
+fn schedule_values(v: &mut Values, t: &meshparity_specs::Training) {
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
     let s = t
         .schedule
         .unwrap_or(meshparity_specs::schedule::LrSchedule {
@@ -110,6 +146,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     put("lr_decay", s.decay.name().to_owned());
     put("min_lr", format!("{}", s.min_lr));
     put("optimizer", t.optimizer.name().to_owned());
+}
+
+/// The job's dtype, directories, mutation and the checkpoint it converts.
+fn run_values(v: &mut Values, req: &RunRequest<'_>, out: &Path, base: &Path) {
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
     put("dtype", req.dtype.to_string());
     put("out_dir", out.display().to_string());
     put("spec_dir", base.display().to_string());
@@ -127,6 +170,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
             .map(|r| r.join(meshparity_engine::files::SEED).display().to_string())
             .unwrap_or_default(),
     );
+}
+
+/// Values only some runs fill (traces, `[[resume]]` pairs, variants): empty here.
+fn later_values(v: &mut Values, base: &Path) {
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
     // Where to write per-site traces: empty unless meshparity asks for them (localization).
     put("trace_dir", String::new());
     // A `[[resume]]` pair's run (docs/engines.md): after step `save_at`, save the checkpoint
@@ -143,7 +193,13 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     // Outside `[variants]`: no variant, and the program's own directory.
     put("variant", "none".to_owned());
     put("variant_dir", base.display().to_string());
-    let model = req.model;
+}
+
+/// The model's shapes, and its engine's own parameters.
+fn model_values(v: &mut Values, model: &meshparity_specs::ModelConfig) {
+    let mut put = |k: &str, x: String| {
+        v.insert(k.to_owned(), x);
+    };
     for (k, x) in [
         ("layers", model.layers),
         ("hidden", model.hidden),
@@ -166,7 +222,6 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     for (k, x) in &model.params {
         put(k, x.clone());
     }
-    v
 }
 
 /// Renders templates over one job's values.
