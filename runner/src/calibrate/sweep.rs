@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use meshparity_engine::RunRequest;
+use meshparity_engine::{Engine, RunRequest};
 use meshparity_judge::{
     check, check_until_caught_sharing, FirstStages, Gate, Outcome, ReferenceTrace,
 };
-use meshparity_specs::{DType, Level, Spec};
+use meshparity_specs::{DType, Level, ModelConfig, Spec};
 use rayon::prelude::*;
 
 use super::units::{MeshUnit, Unit};
@@ -150,6 +150,31 @@ pub fn sweep(
 /// A unit of one configuration in a work item: (configuration index, unit index, unit).
 type Member<'a> = (usize, usize, &'a Unit);
 
+impl Sample {
+    /// Run `mutation` (`None`: the correct mesh) of `unit` on `mesh`, not judged yet.
+    fn blank(
+        config: usize,
+        seed: u64,
+        unit: &Unit,
+        mesh: &MeshUnit,
+        mutation: Option<&str>,
+    ) -> Sample {
+        Sample {
+            config,
+            seed,
+            model: unit.model.clone(),
+            dtype: unit.dtype,
+            mesh: mesh.name.clone(),
+            mutation: mutation.map(str::to_owned),
+            levels: Vec::new(),
+            injected: false,
+            error: None,
+            site: None,
+            as_injected: None,
+        }
+    }
+}
+
 /// The CPU slots a work item takes: a user's program's ranks are processes of their own, one
 /// slot each (its widest mesh's); the built-in engine's ranks share the pool's threads.
 fn weight(group: &[Member]) -> usize {
@@ -180,58 +205,24 @@ fn run_unit(
 ) -> Vec<Sample> {
     let mut training = unit.training.clone();
     training.seed = seed;
-    let sample = |mesh: &MeshUnit, mutation: Option<&str>| Sample {
-        config,
-        seed,
-        model: unit.model.clone(),
-        dtype: unit.dtype,
-        mesh: mesh.name.clone(),
-        mutation: mutation.map(str::to_owned),
-        levels: Vec::new(),
-        injected: false,
-        error: None,
-        site: None,
-        as_injected: None,
-    };
+    let sample =
+        |mesh: &MeshUnit, mutation: Option<&str>| Sample::blank(config, seed, unit, mesh, mutation);
+    // Every run of the unit, failed with `error` (its engine or reference could not be had).
     let every = |error: String| -> Vec<Sample> {
-        unit.meshes
-            .iter()
-            .flat_map(|m| {
-                let runs = std::iter::once(None).chain(mutations_of(m, what).map(Some));
-                runs.map(|mutation| Sample {
+        let mut out = Vec::new();
+        for m in &unit.meshes {
+            for mutation in std::iter::once(None).chain(mutations_of(m, what).map(Some)) {
+                out.push(Sample {
                     error: Some(error.clone()),
                     ..sample(m, mutation)
-                })
-                .collect::<Vec<_>>()
-            })
-            .collect()
-    };
-    let target = crate::engines::Target {
-        spec: Some(spec),
-        model: &unit.model_config,
-        device: unit.device,
-        variant: None,
-        cache: dir,
-    };
-    let engine = match engines.open(&target) {
-        Ok(e) => e,
-        Err(e) => return every(e),
-    };
-    // The model's reference may run on another engine (`reference = "NAME"`).
-    let reference_config = spec
-        .models
-        .get(&unit.model)
-        .map_or_else(|| unit.model_config.clone(), |m| m.reference_config());
-    let oracle = if reference_config.engine == unit.model_config.engine {
-        None
-    } else {
-        match engines.open(&crate::engines::Target {
-            model: &reference_config,
-            ..target
-        }) {
-            Ok(e) => Some(e),
-            Err(e) => return every(e),
+                });
+            }
         }
+        out
+    };
+    let (engine, oracle, reference_config) = match open_engines(spec, engines, unit, dir) {
+        Ok(opened) => opened,
+        Err(e) => return every(e),
     };
     let reference = dir.join("reference");
     let req = RunRequest {
@@ -268,52 +259,117 @@ fn run_unit(
                 ..req
             };
             let mut s = sample(mesh, mutation);
-            // A mutation run stops at its first catch; a correct run is judged at every level.
-            let judged = match mutation {
-                Some(_) if what.first_catch => check_until_caught_sharing(
-                    engine.as_ref(),
-                    &req,
-                    &mesh.levels,
-                    &reference,
-                    &here,
-                    shared,
-                ),
-                _ => check(engine.as_ref(), &req, &mesh.levels, &reference, &here),
+            let on = Judged {
+                engine: engine.as_ref(),
+                mesh,
+                reference: &reference,
+                here: &here,
+                traced: &traced,
             };
-            match judged {
-                Ok(c) => {
-                    s.levels = c.outcomes.iter().map(LevelSample::of).collect();
-                    // In the order a mutation job's stages judge them (shortest run first), so
-                    // the first failing level is the one `run` reports as catching the bug.
-                    s.levels.sort_by_key(|l| {
-                        let length = RunRequest {
-                            levels: &[l.level],
-                            ..req
-                        }
-                        .length();
-                        (length.steps, l.level)
-                    });
-                    s.injected = !c.manifest.altered.is_empty();
-                    if let Some(m) = mutation.filter(|_| what.localize) {
-                        let mut o = c.mutation(m);
-                        let trace = here.join("trace");
-                        match locate_mutation(engine.as_ref(), &req, &o, &traced, &trace) {
-                            Ok(Some(l)) => o.localized(l, engine.as_ref()),
-                            Ok(None) => {}
-                            Err(e) => s.error = Some(format!("localizing: {e}")),
-                        }
-                        s.site = o.localization.and_then(|l| l.first).map(|f| f.site);
-                        s.as_injected = o.localized_as_injected;
-                    }
-                }
-                Err(e) => s.error = Some(e.to_string()),
-            }
+            on.judge(&req, what, shared, &mut s);
             // Judged: its artifacts and traces go now, so scratch holds one run at a time.
             let _ = std::fs::remove_dir_all(&here);
             out.push(s);
         }
     }
     out
+}
+
+/// Where one run of a unit's mesh is judged.
+struct Judged<'a> {
+    engine: &'a dyn Engine,
+    mesh: &'a MeshUnit,
+    reference: &'a Path,
+    here: &'a Path,
+    traced: &'a ReferenceTrace,
+}
+
+impl Judged<'_> {
+    /// Run `req` and judge it into `s`: a mutation run stops at its first catch (where `what`
+    /// says so) and is localized where asked; a correct run is judged at every level.
+    fn judge(&self, req: &RunRequest<'_>, what: Runs, shared: &mut FirstStages, s: &mut Sample) {
+        let judged = match req.mutation {
+            Some(_) if what.first_catch => check_until_caught_sharing(
+                self.engine,
+                req,
+                &self.mesh.levels,
+                self.reference,
+                self.here,
+                shared,
+            ),
+            _ => check(
+                self.engine,
+                req,
+                &self.mesh.levels,
+                self.reference,
+                self.here,
+            ),
+        };
+        let c = match judged {
+            Ok(c) => c,
+            Err(e) => {
+                s.error = Some(e.to_string());
+                return;
+            }
+        };
+        s.levels = c.outcomes.iter().map(LevelSample::of).collect();
+        // In the order a mutation job's stages judge them (shortest run first), so the first
+        // failing level is the one `run` reports as catching the bug.
+        s.levels.sort_by_key(|l| {
+            let length = RunRequest {
+                levels: &[l.level],
+                ..*req
+            }
+            .length();
+            (length.steps, l.level)
+        });
+        s.injected = !c.manifest.altered.is_empty();
+        if let Some(m) = req.mutation.filter(|_| what.localize) {
+            let mut o = c.mutation(m);
+            let trace = self.here.join("trace");
+            match locate_mutation(self.engine, req, &o, self.traced, &trace) {
+                Ok(Some(l)) => o.localized(l, self.engine),
+                Ok(None) => {}
+                Err(e) => s.error = Some(format!("localizing: {e}")),
+            }
+            s.site = o.localization.and_then(|l| l.first).map(|f| f.site);
+            s.as_injected = o.localized_as_injected;
+        }
+    }
+}
+
+/// A unit's engine, its reference's where that is another (`reference = "NAME"`), and the
+/// reference's model.
+type Opened = (Box<dyn Engine>, Option<Box<dyn Engine>>, ModelConfig);
+
+/// The engines and reference model of `unit`.
+fn open_engines(
+    spec: &Spec,
+    engines: &dyn Engines,
+    unit: &Unit,
+    dir: &Path,
+) -> Result<Opened, String> {
+    let target = crate::engines::Target {
+        spec: Some(spec),
+        model: &unit.model_config,
+        device: unit.device,
+        variant: None,
+        cache: dir,
+    };
+    let engine = engines.open(&target)?;
+    let reference_config = spec
+        .models
+        .get(&unit.model)
+        .map_or_else(|| unit.model_config.clone(), |m| m.reference_config());
+    let oracle = if reference_config.engine == unit.model_config.engine {
+        None
+    } else {
+        Some(engines.open(&crate::engines::Target {
+            model: &reference_config,
+            ..target
+        })?)
+    };
+    Ok((engine, oracle, reference_config))
 }
 
 fn mutations_of(mesh: &MeshUnit, what: Runs) -> impl Iterator<Item = &str> {
