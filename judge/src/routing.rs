@@ -27,8 +27,8 @@ use serde::Serialize;
 
 use crate::gate::Gate;
 use crate::outcome::Comparison;
-use meshparity_engine::checkpoint;
 use meshparity_engine::routing::{floats, ints};
+use meshparity_engine::{checkpoint, Shards};
 
 /// R3's threshold: at most 1% of tokens routed differently.
 pub const DEFAULT_MISMATCH: f64 = 1e-2;
@@ -120,118 +120,201 @@ fn margin(scores: &[f64], k: usize) -> f64 {
 
 /// Compare two routing artifacts; tokens within `tie` of a tie are reported apart.
 pub fn compare(reference: &Path, candidate: &Path, tie: f64) -> Result<RoutingReport, InputError> {
-    let a = checkpoint::load(reference)?;
-    let b = checkpoint::load(candidate)?;
-    let missing = |side: &Path, name: &str| InputError::Other {
-        path: side.to_path_buf(),
-        reason: format!("routing artifact without `{name}`"),
+    let sides = Sides {
+        a: checkpoint::load(reference)?,
+        b: checkpoint::load(candidate)?,
+        reference,
+        candidate,
     };
-    let real_t = a.get("real").ok_or_else(|| missing(reference, "real"))?;
+    let real_t = sides
+        .a
+        .get("real")
+        .ok_or_else(|| sides.missing(true, "real"))?;
     let seq = real_t.shape.last().copied().unwrap_or(1).max(1);
     let real = ints(reference, "real", real_t)?;
-    let rows = real.len() / seq;
-    let microbatch: Vec<usize> = match b.get("microbatch") {
-        Some(t) => {
-            let m = ints(candidate, "microbatch", t)?;
-            if m.len() != rows || m.iter().any(|&x| x < 0) {
-                return Err(InputError::Other {
-                    path: candidate.to_path_buf(),
-                    reason: format!(
-                        "`microbatch` holds {} entries; it needs one non-negative microbatch \
-                         index per row ({rows})",
-                        m.len()
-                    ),
-                });
-            }
-            m.into_iter().map(|x| x as usize).collect()
-        }
-        None => vec![0; rows],
-    };
+    let microbatch = microbatches(&sides, real.len() / seq)?;
     let groups = microbatch.iter().max().map_or(1, |m| m + 1);
-    let mut micro: Vec<MicrobatchRouting> = (0..groups)
-        .map(|m| MicrobatchRouting {
-            microbatch: m,
-            ..MicrobatchRouting::default()
-        })
-        .collect();
-    let mut report = RoutingReport {
-        layers: 0,
-        tokens: real.iter().filter(|&&r| r != 0).count(),
-        checked: 0,
-        mismatches: 0,
-        mismatch: 0.0,
-        tie_margin: tie,
-        near_ties: 0,
-        near_tie_mismatches: 0,
+    let mut tally = Tally {
+        report: RoutingReport {
+            layers: 0,
+            tokens: real.iter().filter(|&&r| r != 0).count(),
+            checked: 0,
+            mismatches: 0,
+            mismatch: 0.0,
+            tie_margin: tie,
+            near_ties: 0,
+            near_tie_mismatches: 0,
+            overlap: 0.0,
+            scores_mean_abs_pct: 0.0,
+            steps: 1,
+            microbatches: Vec::new(),
+            first: Vec::new(),
+        },
+        micro: (0..groups)
+            .map(|m| MicrobatchRouting {
+                microbatch: m,
+                ..MicrobatchRouting::default()
+            })
+            .collect(),
         overlap: 0.0,
-        scores_mean_abs_pct: 0.0,
-        steps: 1,
-        microbatches: Vec::new(),
-        first: Vec::new(),
+        diff: 0.0,
+        mag: 0.0,
     };
-    let (mut overlap, mut diff, mut mag) = (0.0, 0.0, 0.0);
     for layer in 0.. {
+        let Some(l) = sides.layer(layer, real.len())? else {
+            break;
+        };
+        tally.layer(layer, &l, &real, (seq, &microbatch));
+    }
+    Ok(tally.finish())
+}
+
+/// The two routing artifacts, and where each was read from.
+struct Sides<'p> {
+    a: Shards,
+    b: Shards,
+    reference: &'p Path,
+    candidate: &'p Path,
+}
+
+/// One layer's choices (`k` per token) and scores (`e` per token) on both sides.
+struct Layer {
+    k: usize,
+    e: usize,
+    ea: Vec<i64>,
+    eb: Vec<i64>,
+    sa: Vec<f64>,
+    sb: Vec<f64>,
+}
+
+impl Sides<'_> {
+    fn missing(&self, reference: bool, name: &str) -> InputError {
+        let side = if reference {
+            self.reference
+        } else {
+            self.candidate
+        };
+        InputError::Other {
+            path: side.to_path_buf(),
+            reason: format!("routing artifact without `{name}`"),
+        }
+    }
+
+    /// Layer `layer` of both sides over `tokens` tokens; `None` past the reference's last.
+    fn layer(&self, layer: usize, tokens: usize) -> Result<Option<Layer>, InputError> {
         let experts = format!("layers.{layer}.experts");
-        let Some(ra) = a.get(&experts) else { break };
-        let rb = b
+        let Some(ra) = self.a.get(&experts) else {
+            return Ok(None);
+        };
+        let rb = self
+            .b
             .get(&experts)
-            .ok_or_else(|| missing(candidate, &experts))?;
+            .ok_or_else(|| self.missing(false, &experts))?;
         let k = *ra.shape.last().unwrap_or(&1);
         let (ea, eb) = (
-            ints(reference, &experts, ra)?,
-            ints(candidate, &experts, rb)?,
+            ints(self.reference, &experts, ra)?,
+            ints(self.candidate, &experts, rb)?,
         );
-        if k == 0 || ea.len() != eb.len() || eb.len() != real.len() * k {
+        if k == 0 || ea.len() != eb.len() || eb.len() != tokens * k {
             return Err(InputError::Other {
-                path: candidate.to_path_buf(),
+                path: self.candidate.to_path_buf(),
                 reason: format!(
-                    "`{experts}` holds {} choices, the reference {} ({} tokens × k = {k})",
+                    "`{experts}` holds {} choices, the reference {} ({tokens} tokens × k = {k})",
                     eb.len(),
                     ea.len(),
-                    real.len()
                 ),
             });
         }
         let scores = format!("layers.{layer}.scores");
-        let (sa, sb) = (
-            floats(
-                reference,
-                &scores,
-                a.get(&scores).ok_or_else(|| missing(reference, &scores))?,
-            )?,
-            floats(
-                candidate,
-                &scores,
-                b.get(&scores).ok_or_else(|| missing(candidate, &scores))?,
-            )?,
-        );
-        let e = sa.len() / real.len().max(1);
-        if e < k || sa.len() != real.len() * e {
+        let got = |reference: bool| -> Result<Vec<f64>, InputError> {
+            let (side, path) = if reference {
+                (&self.a, self.reference)
+            } else {
+                (&self.b, self.candidate)
+            };
+            let t = side
+                .get(&scores)
+                .ok_or_else(|| self.missing(reference, &scores))?;
+            floats(path, &scores, t)
+        };
+        let (sa, sb) = (got(true)?, got(false)?);
+        let e = sa.len() / tokens.max(1);
+        if e < k || sa.len() != tokens * e {
             return Err(InputError::Other {
-                path: reference.to_path_buf(),
+                path: self.reference.to_path_buf(),
                 reason: format!(
-                    "`{scores}` holds {} scores: not {} tokens × at least k = {k} experts",
+                    "`{scores}` holds {} scores: not {tokens} tokens × at least k = {k} experts",
                     sa.len(),
-                    real.len()
                 ),
             });
         }
+        Ok(Some(Layer {
+            k,
+            e,
+            ea,
+            eb,
+            sa,
+            sb,
+        }))
+    }
+}
+
+/// Each row's microbatch, as the candidate says (one non-negative index per row), or all 0.
+fn microbatches(sides: &Sides<'_>, rows: usize) -> Result<Vec<usize>, InputError> {
+    let Some(t) = sides.b.get("microbatch") else {
+        return Ok(vec![0; rows]);
+    };
+    let m = ints(sides.candidate, "microbatch", t)?;
+    if m.len() != rows || m.iter().any(|&x| x < 0) {
+        return Err(InputError::Other {
+            path: sides.candidate.to_path_buf(),
+            reason: format!(
+                "`microbatch` holds {} entries; it needs one non-negative microbatch index per \
+                 row ({rows})",
+                m.len()
+            ),
+        });
+    }
+    Ok(m.into_iter().map(|x| x as usize).collect())
+}
+
+/// The report as layers are counted into it, with its running sums.
+struct Tally {
+    report: RoutingReport,
+    micro: Vec<MicrobatchRouting>,
+    overlap: f64,
+    diff: f64,
+    mag: f64,
+}
+
+impl Tally {
+    /// Count layer `layer`'s decided tokens (those of `real`, rows `seq` long, each row in its
+    /// microbatch): near-ties apart, mismatches per microbatch, the first few listed.
+    fn layer(
+        &mut self,
+        layer: usize,
+        l: &Layer,
+        real: &[i64],
+        (seq, microbatch): (usize, &[usize]),
+    ) {
+        let (k, e) = (l.k, l.e);
+        let report = &mut self.report;
         for (t, _) in real.iter().enumerate().filter(|(_, &r)| r != 0) {
-            let x: BTreeSet<i64> = ea[t * k..(t + 1) * k].iter().copied().collect();
-            let y: BTreeSet<i64> = eb[t * k..(t + 1) * k].iter().copied().collect();
-            let (sx, sy) = (&sa[t * e..(t + 1) * e], sb.get(t * e..(t + 1) * e));
+            let x: BTreeSet<i64> = l.ea[t * k..(t + 1) * k].iter().copied().collect();
+            let y: BTreeSet<i64> = l.eb[t * k..(t + 1) * k].iter().copied().collect();
+            let (sx, sy) = (&l.sa[t * e..(t + 1) * e], l.sb.get(t * e..(t + 1) * e));
             for (j, a) in sx.iter().enumerate() {
-                diff += (a - sy.map_or(f64::NAN, |y| y[j])).abs();
-                mag += a.abs();
+                self.diff += (a - sy.map_or(f64::NAN, |y| y[j])).abs();
+                self.mag += a.abs();
             }
-            if margin(sx, k) <= tie {
+            if margin(sx, k) <= report.tie_margin {
                 report.near_ties += 1;
                 report.near_tie_mismatches += usize::from(x != y);
                 continue;
             }
-            overlap += x.intersection(&y).count() as f64 / k as f64;
+            self.overlap += x.intersection(&y).count() as f64 / k as f64;
             report.checked += 1;
-            let mb = &mut micro[microbatch[t / seq]];
+            let mb = &mut self.micro[microbatch[t / seq]];
             mb.checked += 1;
             if x != y {
                 report.mismatches += 1;
@@ -241,24 +324,34 @@ pub fn compare(reference: &Path, candidate: &Path, tie: f64) -> Result<RoutingRe
                         layer,
                         row: t / seq,
                         position: t % seq,
-                        reference: ea[t * k..(t + 1) * k].to_vec(),
-                        candidate: eb[t * k..(t + 1) * k].to_vec(),
+                        reference: l.ea[t * k..(t + 1) * k].to_vec(),
+                        candidate: l.eb[t * k..(t + 1) * k].to_vec(),
                     });
                 }
             }
         }
         report.layers += 1;
     }
-    for m in &mut micro {
-        m.mismatch = m.mismatches as f64 / m.checked.max(1) as f64;
+
+    fn finish(self) -> RoutingReport {
+        let Tally {
+            mut report,
+            mut micro,
+            overlap,
+            diff,
+            mag,
+        } = self;
+        for m in &mut micro {
+            m.mismatch = m.mismatches as f64 / m.checked.max(1) as f64;
+        }
+        report.microbatches = micro;
+        if report.checked > 0 {
+            report.mismatch = report.mismatches as f64 / report.checked as f64;
+            report.overlap = overlap / report.checked as f64;
+            report.scores_mean_abs_pct = 100.0 * diff / mag.max(f64::MIN_POSITIVE);
+        }
+        report
     }
-    report.microbatches = micro;
-    if report.checked > 0 {
-        report.mismatch = report.mismatches as f64 / report.checked as f64;
-        report.overlap = overlap / report.checked as f64;
-        report.scores_mean_abs_pct = 100.0 * diff / mag.max(f64::MIN_POSITIVE);
-    }
-    Ok(report)
 }
 
 impl RoutingReport {
