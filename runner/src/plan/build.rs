@@ -6,6 +6,7 @@ use meshparity_specs::{Cell, DType, Device, Level, MeshConfig, ModelConfig, Spec
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
 
+use super::cell_key::CellKey;
 use super::job::{Job, JobId, JobKind};
 
 /// The job DAG of a spec. Nodes are in plan order: every job after its dependencies.
@@ -163,72 +164,34 @@ impl Plan {
         training: &Training,
         spec: &Spec,
     ) {
-        let model_name = cell.model.name.value.as_str();
-        let mesh_name = cell.mesh.name.value.as_str();
-        let mesh = cell.mesh.config();
-        let prefix = format!("{model_name}@{}/{mesh_name}", cell.dtype);
-        let tag = match &training.resume {
-            None => mesh.tag(cell.dtype),
-            Some(r) => format!(
-                "{}-resumed-from-{}-at{}",
-                mesh.tag(cell.dtype),
-                r.mesh,
-                r.at
-            ),
-        };
-        let base = |id, name, kind| Job {
-            id,
-            name,
-            kind,
-            models: vec![model_name.to_owned()],
-            mesh: Some(mesh_name.to_owned()),
-            mesh_tag: Some(tag.clone()),
-            dtype: cell.dtype,
-            // A resumed run holds its first mesh's ranks, then its second's.
-            world_size: mesh.world_size().max(
-                training
-                    .resume
-                    .as_ref()
-                    .map_or(1, |r| r.config.world_size()),
-            ),
-            model_config: model_config.clone(),
-            mesh_config: Some(mesh),
-            tolerance: None,
-            limits: None,
-            training: training.clone(),
-            device: cell.device,
-            variant: None,
-            repeat: 1,
+        let key = CellKey::new(cell, model_config, training);
+        // A resumed run is tagged with where it resumed from, and holds its first mesh's ranks,
+        // then its second's.
+        let base = |id, name, kind| {
+            let mut job = key.job(id, name, kind);
+            if let Some(r) = &training.resume {
+                job.mesh_tag = Some(format!(
+                    "{}-resumed-from-{}-at{}",
+                    key.mesh.tag(cell.dtype),
+                    r.mesh,
+                    r.at
+                ));
+                job.world_size = job.world_size.max(r.config.world_size());
+            }
+            job
         };
         let levels: Vec<Level> = cell.levels.iter().map(|l| l.level).collect();
-        let id = JobId::of(&Identity::Train {
-            model_name,
-            model: model_config,
-            mesh_name,
-            mesh: &mesh,
-            dtype: cell.dtype,
-            levels: &levels,
-            training,
-            device: cell.device,
-        });
+        let id = JobId::of(&key.train(&levels));
         let kind = JobKind::Train {
             levels: levels.clone(),
         };
         let waits = trains_on_reference(model_config, spec);
         let train_deps: &[NodeIndex] = if waits { &[reference] } else { &[] };
+        let prefix = &key.prefix;
         let train = self.add(base(id, format!("{prefix}/train"), kind), train_deps);
         let mut prev = train;
         for l in &cell.levels {
-            let id = JobId::of(&Identity::Check {
-                model_name,
-                model: model_config,
-                mesh_name,
-                mesh: &mesh,
-                dtype: cell.dtype,
-                level: l.level,
-                training,
-                device: cell.device,
-            });
+            let id = JobId::of(&key.check(l.level));
             let mut job = base(
                 id,
                 format!("{prefix}/{}", l.level),
@@ -243,34 +206,8 @@ impl Plan {
         if !cell.mutations {
             return;
         }
-        // A user's program injects the bugs its engine declares; the built-in engine, the
-        // catalog's selected ones.
-        let names: Vec<String> = match spec.engine_of(model_config) {
-            Some(engine) => engine
-                .mutations
-                .iter()
-                .filter(|m| m.applies_to(model_name, &mesh, training))
-                .map(|m| m.name.value.clone())
-                .collect(),
-            None => spec
-                .mutations
-                .selected
-                .iter()
-                .filter(|m| m.applies_to(model_config, &mesh, training))
-                .map(|m| m.name.to_owned())
-                .collect(),
-        };
-        for name in names {
-            let id = JobId::of(&Identity::Mutation {
-                model_name,
-                model: model_config,
-                mesh_name,
-                mesh: &mesh,
-                dtype: cell.dtype,
-                mutation: &name,
-                training,
-                device: cell.device,
-            });
+        for name in mutation_names(spec, &key) {
+            let id = JobId::of(&key.mutation(&name));
             let job_name = format!("{prefix}/mutation[{name}]");
             let kind = JobKind::Mutation {
                 mutation: name,
@@ -316,4 +253,24 @@ impl Plan {
 /// reference's plus a mesh's); its levels still wait for both.
 fn trains_on_reference(model: &ModelConfig, spec: &Spec) -> bool {
     spec.engine_of(model).is_some() || model.replays_routing()
+}
+
+/// The bugs a cell's mutation jobs inject: those its engine declares for a user's program, the
+/// catalog's selected ones for the built-in engine; each where it applies.
+fn mutation_names(spec: &Spec, key: &CellKey<'_>) -> Vec<String> {
+    match spec.engine_of(key.model) {
+        Some(engine) => engine
+            .mutations
+            .iter()
+            .filter(|m| m.applies_to(key.model_name, &key.mesh, key.training))
+            .map(|m| m.name.value.clone())
+            .collect(),
+        None => spec
+            .mutations
+            .selected
+            .iter()
+            .filter(|m| m.applies_to(key.model, &key.mesh, key.training))
+            .map(|m| m.name.to_owned())
+            .collect(),
+    }
 }

@@ -17,6 +17,7 @@
 //! and to the families that support it; the planner chains it automatically.
 
 mod build;
+mod cell_key;
 mod filter;
 mod job;
 pub mod job_file;

@@ -6,7 +6,8 @@
 use meshparity_specs::{Cell, Level, ModelConfig, Spec, Training};
 use petgraph::graph::NodeIndex;
 
-use super::build::{Identity, Plan};
+use super::build::Plan;
+use super::cell_key::CellKey;
 use super::job::{Job, JobId, JobKind};
 
 impl Plan {
@@ -17,10 +18,7 @@ impl Plan {
         training: &Training,
         spec: &Spec,
     ) {
-        let model_name = cell.model.name.value.as_str();
-        let mesh_name = cell.mesh.name.value.as_str();
-        let mesh = cell.mesh.config();
-        let prefix = format!("{model_name}@{}/{mesh_name}", cell.dtype);
+        let key = CellKey::new(cell, model_config, training);
         // A checkpoint roundtrip has no meaning between two versions of a program.
         let levels: Vec<Level> = cell
             .levels
@@ -29,23 +27,11 @@ impl Plan {
             .filter(|l| *l != Level::Roundtrip)
             .collect();
         let job = |id, name, kind, variant: &str, repeat| Job {
-            id,
-            name,
-            kind,
-            models: vec![model_name.to_owned()],
-            mesh: Some(mesh_name.to_owned()),
-            mesh_tag: Some(mesh.tag(cell.dtype)),
-            dtype: cell.dtype,
-            world_size: mesh.world_size(),
-            model_config: model_config.clone(),
-            mesh_config: Some(mesh),
-            tolerance: None,
-            limits: None,
-            training: training.clone(),
-            device: cell.device,
             variant: Some(variant.to_owned()),
             repeat,
+            ..key.job(id, name, kind)
         };
+        let prefix = &key.prefix;
         let mut baseline: Vec<NodeIndex> = Vec::new();
         for (i, variant) in spec.variants.values().enumerate() {
             let name = variant.name.value.as_str();
@@ -53,17 +39,7 @@ impl Plan {
             let repeats = if i == 0 { variant.repeats } else { 1 };
             let mut trains = Vec::new();
             for repeat in 1..=repeats {
-                let identity = Identity::Train {
-                    model_name,
-                    model: model_config,
-                    mesh_name,
-                    mesh: &mesh,
-                    dtype: cell.dtype,
-                    levels: &levels,
-                    training,
-                    device: cell.device,
-                };
-                let id = JobId::of(&(identity, name, git, repeat));
+                let id = JobId::of(&(key.train(&levels), name, git, repeat));
                 let suffix = if repeat > 1 {
                     format!("#{repeat}")
                 } else {
@@ -87,17 +63,7 @@ impl Plan {
             }
             let mut prev = trains[0];
             for l in cell.levels.iter().filter(|l| levels.contains(&l.level)) {
-                let identity = Identity::Check {
-                    model_name,
-                    model: model_config,
-                    mesh_name,
-                    mesh: &mesh,
-                    dtype: cell.dtype,
-                    level: l.level,
-                    training,
-                    device: cell.device,
-                };
-                let id = JobId::of(&(identity, name, git));
+                let id = JobId::of(&(key.check(l.level), name, git));
                 let kind = JobKind::Check { level: l.level };
                 let mut j = job(id, format!("{prefix}/{name}/{}", l.level), kind, name, 1);
                 j.tolerance = Some(l.table.to_owned());
@@ -115,20 +81,10 @@ impl Plan {
             for m in engine
                 .mutations
                 .iter()
-                .filter(|m| m.applies_to(model_name, &mesh, training))
+                .filter(|m| m.applies_to(key.model_name, &key.mesh, training))
             {
                 let mutation = m.name.value.clone();
-                let identity = Identity::Mutation {
-                    model_name,
-                    model: model_config,
-                    mesh_name,
-                    mesh: &mesh,
-                    dtype: cell.dtype,
-                    mutation: &mutation,
-                    training,
-                    device: cell.device,
-                };
-                let id = JobId::of(&(identity, name, git));
+                let id = JobId::of(&(key.mutation(&mutation), name, git));
                 let job_name = format!("{prefix}/{name}/mutation[{mutation}]");
                 let kind = JobKind::Mutation {
                     mutation,
