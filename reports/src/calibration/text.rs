@@ -20,6 +20,16 @@ pub fn text(c: &Calibration) -> String {
         out,
         "\nheadroom: the correct mesh's reading closest to its limit (limit / worst; `!` under 10×)"
     );
+    headroom(&mut out, c);
+    margins(&mut out, c);
+    suggestions(&mut out, c);
+    power(&mut out, c);
+    totals(&mut out, c);
+    out
+}
+
+/// The correct meshes' closest readings to their limits.
+fn headroom(out: &mut String, c: &Calibration) {
     let mut rows = vec![row(&[
         "config",
         "model",
@@ -42,7 +52,11 @@ pub fn text(c: &Calibration) -> String {
             flag(h.headroom, h.thin),
         ]);
     }
-    table(&mut out, &rows);
+    table(out, &rows);
+}
+
+/// Each bug's weakest seed.
+fn margins(out: &mut String, c: &Calibration) {
     if !c.margins.is_empty() {
         let _ = writeln!(
             out,
@@ -72,8 +86,12 @@ pub fn text(c: &Calibration) -> String {
                 localized(m),
             ]);
         }
-        table(&mut out, &rows);
+        table(out, &rows);
     }
+}
+
+/// Limits between the worst correct reading and the weakest bug.
+fn suggestions(out: &mut String, c: &Calibration) {
     if !c.suggestions.is_empty() {
         let _ = writeln!(
             out,
@@ -100,8 +118,12 @@ pub fn text(c: &Calibration) -> String {
                     .map_or_else(|| "keep (no bug measured)".into(), short),
             ]);
         }
-        table(&mut out, &rows);
+        table(out, &rows);
     }
+}
+
+/// The smallest perturbation each level catches.
+fn power(out: &mut String, c: &Calibration) {
     if !c.power.is_empty() {
         let p = super::power::table(c);
         let _ = writeln!(
@@ -111,11 +133,15 @@ pub fn text(c: &Calibration) -> String {
         );
         let mut rows = vec![p.headers];
         rows.extend(p.rows);
-        table(&mut out, &rows);
+        table(out, &rows);
         for h in &p.headlines {
             let _ = writeln!(out, "  {h}");
         }
     }
+}
+
+/// The errors, then the sweep in one line.
+fn totals(out: &mut String, c: &Calibration) {
     for e in &c.errors {
         let what = e.mutation.as_deref().unwrap_or("correct");
         let _ = writeln!(
@@ -139,7 +165,6 @@ pub fn text(c: &Calibration) -> String {
         c.mislocalized(),
         c.errors.len()
     );
-    out
 }
 
 fn row(cells: &[&str]) -> Vec<String> {
