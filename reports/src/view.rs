@@ -313,45 +313,7 @@ fn item(job: &JobRecord) -> Item {
 
 pub fn page(results: &RunResults) -> Page {
     let condense = results.jobs.len() > CONDENSE_OVER;
-    let order = Status::ALL;
-    let mut meshes: Vec<String> = Vec::new();
-    let mut rows: IndexMap<String, IndexMap<String, Vec<Item>>> = IndexMap::new();
-    let mut references = Vec::new();
-    for job in &results.jobs {
-        let Some(mesh) = &job.mesh else {
-            references.push(item(job));
-            continue;
-        };
-        if !meshes.contains(mesh) {
-            meshes.push(mesh.clone());
-        }
-        rows.entry(format!("{}@{}", job.model, job.dtype))
-            .or_default()
-            .entry(mesh.clone())
-            .or_default()
-            .push(item(job));
-    }
-    let grid = rows
-        .into_iter()
-        .map(|(label, mut cells)| Row {
-            label: clean(&label),
-            cells: meshes
-                .iter()
-                .map(|m| {
-                    let items = cells.swap_remove(m).unwrap_or_default();
-                    Cell {
-                        mesh: clean(m),
-                        items: if condense { counted(items) } else { items },
-                    }
-                })
-                .collect(),
-        })
-        .collect();
-    let references = if condense {
-        counted(references)
-    } else {
-        references
-    };
+    let (meshes, grid, references) = matrix(results, condense);
     // Condensed, the failures have their own section: the list below holds the other jobs that
     // did not pass (skipped, not run), not the failures again.
     let shown = |j: &&JobRecord| !condense || !(j.status.passed() || failed(j));
@@ -394,7 +356,7 @@ pub fn page(results: &RunResults) -> Page {
     Page {
         title: clean(&format!("meshparity — {}", results.meta.spec_name)),
         meta: clean_meta(&results.meta),
-        counts: order
+        counts: Status::ALL
             .iter()
             .map(|s| Count {
                 status: s.as_str(),
@@ -412,26 +374,80 @@ pub fn page(results: &RunResults) -> Page {
         run_seconds: format!("{:.1}", results.meta.seconds),
         condensed,
         performance_on_cpu: results.meta.device.starts_with("cpu"),
-        notes: crate::notes::notes(results)
-            .into_iter()
-            .map(|n| crate::notes::Note {
-                text: clean(&n.text),
-                first_job: clean(&n.first_job),
-                ..n
-            })
-            .collect(),
-        performance: crate::performance::rows(results)
-            .into_iter()
-            .map(|r| PerfView {
-                job: clean(&r.job),
-                anchor: r.anchor,
-                metric: clean(&r.metric),
-                reference: figure(r.reference),
-                candidate: figure(r.candidate),
-                ratio: r.ratio.map_or_else(|| "—".into(), |x| format!("{x:.3}×")),
-            })
-            .collect(),
+        notes: notes(results),
+        performance: performance(results),
     }
+}
+
+/// The matrix: meshes in first-seen order, a row per model@dtype with a cell per mesh, and the
+/// reference jobs (no mesh) apart; cells and references counted by status when `condense`.
+fn matrix(results: &RunResults, condense: bool) -> (Vec<String>, Vec<Row>, Vec<Item>) {
+    let mut meshes: Vec<String> = Vec::new();
+    let mut rows: IndexMap<String, IndexMap<String, Vec<Item>>> = IndexMap::new();
+    let mut references = Vec::new();
+    for job in &results.jobs {
+        let Some(mesh) = &job.mesh else {
+            references.push(item(job));
+            continue;
+        };
+        if !meshes.contains(mesh) {
+            meshes.push(mesh.clone());
+        }
+        rows.entry(format!("{}@{}", job.model, job.dtype))
+            .or_default()
+            .entry(mesh.clone())
+            .or_default()
+            .push(item(job));
+    }
+    let grid = rows
+        .into_iter()
+        .map(|(label, mut cells)| Row {
+            label: clean(&label),
+            cells: meshes
+                .iter()
+                .map(|m| {
+                    let items = cells.swap_remove(m).unwrap_or_default();
+                    Cell {
+                        mesh: clean(m),
+                        items: if condense { counted(items) } else { items },
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    let references = if condense {
+        counted(references)
+    } else {
+        references
+    };
+    (meshes, grid, references)
+}
+
+/// The run's notes, their text cleaned for the page.
+fn notes(results: &RunResults) -> Vec<crate::notes::Note> {
+    crate::notes::notes(results)
+        .into_iter()
+        .map(|n| crate::notes::Note {
+            text: clean(&n.text),
+            first_job: clean(&n.first_job),
+            ..n
+        })
+        .collect()
+}
+
+/// The performance figures side by side.
+fn performance(results: &RunResults) -> Vec<PerfView> {
+    crate::performance::rows(results)
+        .into_iter()
+        .map(|r| PerfView {
+            job: clean(&r.job),
+            anchor: r.anchor,
+            metric: clean(&r.metric),
+            reference: figure(r.reference),
+            candidate: figure(r.candidate),
+            ratio: r.ratio.map_or_else(|| "—".into(), |x| format!("{x:.3}×")),
+        })
+        .collect()
 }
 
 /// A performance figure: four significant digits.
