@@ -122,65 +122,7 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
         .iter()
         .filter_map(|p| p.name.as_deref())
         .collect();
-    if !shown.is_empty() {
-        let w = shown.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
-        let _ = writeln!(out, "\n{} tensors, worst first:", shown.len());
-        let _ = writeln!(
-            out,
-            "  {:<w$}  {:<5} {:>10} {:>12} {:>10} {:>12} {:>12}  STATUS",
-            "TENSOR", "DTYPE", "MAX_ABS", "MAX_REL_ELEM", "REL_L2", "COSINE", "ALLCLOSE"
-        );
-        for r in shown {
-            let m = &r.metrics;
-            let status = if structural.contains(&r.name.as_str()) {
-                "FAIL (structural problem above)".to_owned()
-            } else if r.passed {
-                if m.bit_exact {
-                    "ok (bit-exact)".to_owned()
-                } else {
-                    "ok".to_owned()
-                }
-            } else {
-                let f: Vec<String> = r
-                    .failures
-                    .iter()
-                    .map(|f| match f.metric.as_str() {
-                        "allclose" => format!(
-                            "allclose: {} element(s) outside atol={} + rtol={}·|ref|",
-                            f.value,
-                            sci(r.limits.atol),
-                            sci(r.limits.rtol)
-                        ),
-                        "bit_exact" => format!("not bit-exact: {} element(s) differ", f.value),
-                        _ => {
-                            let layer = f
-                                .layer
-                                .map_or(String::new(), |l| format!("layer {l} mean "));
-                            let op = if f.bound == "min" { "<" } else { ">" };
-                            format!("{layer}{} {} {op} {}", f.metric, sci(f.value), sci(f.limit))
-                        }
-                    })
-                    .collect();
-                format!("FAIL {}", f.join("; "))
-            };
-            let _ = writeln!(
-                out,
-                "  {:<w$}  {:<5} {:>10} {:>12} {:>10} {:>12.9} {:>12}  {status}",
-                r.name,
-                r.dtype,
-                sci(m.max_abs),
-                sci(m.max_rel),
-                sci(m.relative_l2),
-                m.cosine,
-                format!("{}/{}", m.allclose.mismatched, m.elements),
-            );
-            if !r.passed {
-                if let Some(i) = &m.max_abs_index {
-                    let _ = writeln!(out, "  {:<w$}  worst element at {i:?}", "");
-                }
-            }
-        }
-    }
+    worst_first(&mut out, &shown, &structural);
     if !report.tensors.is_empty() {
         let _ = writeln!(
             out,
@@ -211,6 +153,72 @@ pub fn tensors(report: &TensorReport, worst: usize) -> String {
         c.elements_compared
     );
     out
+}
+
+/// The tensors shown, worst first, a row each (and a failing one's worst element).
+fn worst_first(out: &mut String, shown: &[&TensorResult], structural: &[&str]) {
+    if shown.is_empty() {
+        return;
+    }
+    let w = shown.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
+    let _ = writeln!(out, "\n{} tensors, worst first:", shown.len());
+    let _ = writeln!(
+        out,
+        "  {:<w$}  {:<5} {:>10} {:>12} {:>10} {:>12} {:>12}  STATUS",
+        "TENSOR", "DTYPE", "MAX_ABS", "MAX_REL_ELEM", "REL_L2", "COSINE", "ALLCLOSE"
+    );
+    for r in shown {
+        let m = &r.metrics;
+        let status = status(r, structural.contains(&r.name.as_str()));
+        let _ = writeln!(
+            out,
+            "  {:<w$}  {:<5} {:>10} {:>12} {:>10} {:>12.9} {:>12}  {status}",
+            r.name,
+            r.dtype,
+            sci(m.max_abs),
+            sci(m.max_rel),
+            sci(m.relative_l2),
+            m.cosine,
+            format!("{}/{}", m.allclose.mismatched, m.elements),
+        );
+        if !r.passed {
+            if let Some(i) = &m.max_abs_index {
+                let _ = writeln!(out, "  {:<w$}  worst element at {i:?}", "");
+            }
+        }
+    }
+}
+
+/// A tensor's status column: ok (bit-exact or not), or each failure with its limit.
+fn status(r: &TensorResult, structural: bool) -> String {
+    let m = &r.metrics;
+    if structural {
+        return "FAIL (structural problem above)".to_owned();
+    }
+    if r.passed {
+        return if m.bit_exact { "ok (bit-exact)" } else { "ok" }.to_owned();
+    }
+    let f: Vec<String> = r
+        .failures
+        .iter()
+        .map(|f| match f.metric.as_str() {
+            "allclose" => format!(
+                "allclose: {} element(s) outside atol={} + rtol={}·|ref|",
+                f.value,
+                sci(r.limits.atol),
+                sci(r.limits.rtol)
+            ),
+            "bit_exact" => format!("not bit-exact: {} element(s) differ", f.value),
+            _ => {
+                let layer = f
+                    .layer
+                    .map_or(String::new(), |l| format!("layer {l} mean "));
+                let op = if f.bound == "min" { "<" } else { ">" };
+                format!("{layer}{} {} {op} {}", f.metric, sci(f.value), sci(f.limit))
+            }
+        })
+        .collect();
+    format!("FAIL {}", f.join("; "))
 }
 
 pub fn curves(report: &CurveReport) -> String {
