@@ -352,68 +352,7 @@ fn metric(
     };
     if mode == CurveMode::NoiseFloor {
         if let Some(b2) = b2 {
-            let both: Vec<u64> = steps
-                .iter()
-                .filter(|s| b2.steps.get(s).is_some_and(|v| v.contains_key(name)))
-                .copied()
-                .collect();
-            if both.len() < steps.len() {
-                problems.push(Problem {
-                    kind: ProblemKind::MissingMetric,
-                    name: Some(name.to_owned()),
-                    message: format!(
-                        "the second baseline lacks `{name}` at {} step(s)",
-                        steps.len() - both.len()
-                    ),
-                });
-            }
-            let n = both.len().max(1) as f64;
-            let envelope = both
-                .iter()
-                .map(|s| (a.steps[s][name] - b2.steps[s][name]).abs())
-                .sum::<f64>()
-                / n;
-            let signal = both
-                .iter()
-                .map(|s| (a.steps[s][name] - b.steps[s][name]).abs())
-                .sum::<f64>()
-                / n;
-            result.envelope = Some(envelope);
-            result.signal = Some(signal);
-            if envelope == 0.0 {
-                // Bit-identical baselines (a deterministic program): a ratio over a zero floor
-                // would fail on any round-off. Judge per step against `rel` instead, and say so.
-                let rel_limit = limit(limits, "rel", ZERO_FLOOR_REL);
-                result.failing_steps = steps
-                    .iter()
-                    .filter(|&&s| rel(a.steps[&s][name], b.steps[&s][name]) > rel_limit)
-                    .copied()
-                    .collect();
-                notes.push(format!(
-                    "`{name}`: the two baseline runs are bit-identical (a deterministic program), \
-                     so the noise floor is zero; judged per step by rel ≤ {rel_limit:e} instead"
-                ));
-                if !result.failing_steps.is_empty() {
-                    result.verdict = Verdict::Mismatch;
-                }
-                return if gated {
-                    result
-                } else {
-                    MetricResult {
-                        verdict: Verdict::Match,
-                        ..result
-                    }
-                };
-            }
-            let ratio = signal / envelope;
-            result.ratio = Some(ratio);
-            result.verdict = if ratio >= limit(limits, "fail", 5.0) {
-                Verdict::Mismatch
-            } else if ratio >= limit(limits, "investigate", 3.0) {
-                Verdict::Investigate
-            } else {
-                Verdict::Match
-            };
+            noise_floor(&mut result, steps, (a, b, b2), limits, (problems, notes));
         }
     } else if result.failing_steps.len() as f64 > limit(limits, "allowed_failing_steps", 0.0) {
         result.verdict = Verdict::Mismatch;
@@ -422,4 +361,72 @@ fn metric(
         result.verdict = Verdict::Match;
     }
     result
+}
+
+/// The noise-floor judgement of `result`'s metric over `steps`: the candidate's mean distance
+/// from the reference against the two baselines' (their envelope), or, where the baselines are
+/// bit-identical, each step's `rel` (and a note saying so).
+fn noise_floor(
+    result: &mut MetricResult,
+    steps: &[u64],
+    (a, b, b2): (&Curve, &Curve, &Curve),
+    limits: &Limits,
+    (problems, notes): (&mut Vec<Problem>, &mut Vec<String>),
+) {
+    let name = result.name.as_str();
+    let both: Vec<u64> = steps
+        .iter()
+        .filter(|s| b2.steps.get(s).is_some_and(|v| v.contains_key(name)))
+        .copied()
+        .collect();
+    if both.len() < steps.len() {
+        problems.push(Problem {
+            kind: ProblemKind::MissingMetric,
+            name: Some(name.to_owned()),
+            message: format!(
+                "the second baseline lacks `{name}` at {} step(s)",
+                steps.len() - both.len()
+            ),
+        });
+    }
+    let n = both.len().max(1) as f64;
+    let envelope = both
+        .iter()
+        .map(|s| (a.steps[s][name] - b2.steps[s][name]).abs())
+        .sum::<f64>()
+        / n;
+    let signal = both
+        .iter()
+        .map(|s| (a.steps[s][name] - b.steps[s][name]).abs())
+        .sum::<f64>()
+        / n;
+    result.envelope = Some(envelope);
+    result.signal = Some(signal);
+    if envelope == 0.0 {
+        // Bit-identical baselines (a deterministic program): a ratio over a zero floor
+        // would fail on any round-off. Judge per step against `rel` instead, and say so.
+        let rel_limit = limit(limits, "rel", ZERO_FLOOR_REL);
+        result.failing_steps = steps
+            .iter()
+            .filter(|&&s| rel(a.steps[&s][name], b.steps[&s][name]) > rel_limit)
+            .copied()
+            .collect();
+        notes.push(format!(
+            "`{name}`: the two baseline runs are bit-identical (a deterministic program), \
+             so the noise floor is zero; judged per step by rel ≤ {rel_limit:e} instead"
+        ));
+        if !result.failing_steps.is_empty() {
+            result.verdict = Verdict::Mismatch;
+        }
+        return;
+    }
+    let ratio = signal / envelope;
+    result.ratio = Some(ratio);
+    result.verdict = if ratio >= limit(limits, "fail", 5.0) {
+        Verdict::Mismatch
+    } else if ratio >= limit(limits, "investigate", 3.0) {
+        Verdict::Investigate
+    } else {
+        Verdict::Match
+    };
 }
