@@ -9,7 +9,7 @@ use meshparity_reports::{JobRecord, RunResults, FORMAT_VERSION};
 use meshparity_runner::exec::executor::ExecutorKind;
 use meshparity_runner::exec::run_dir::RunDir;
 use meshparity_runner::exec::{self, store, RunOptions, Timeouts};
-use meshparity_runner::{say, Plan};
+use meshparity_runner::{say, Plan, Selection};
 
 use super::outcome::{code, summary};
 use crate::exit;
@@ -210,8 +210,36 @@ fn checked(args: &Args) -> Result<u8, u8> {
         timeouts,
         (tries, basis, spec_copy),
     );
+    let ran = Ran {
+        adapters: &adapters,
+        run_dir,
+        previous,
+    };
+    execute(args, spec, (&plan, &selection), &opts, ran)
+}
+
+/// What a run starts from: the devices found, its claimed directory, the records it resumes.
+struct Ran<'a> {
+    adapters: &'a [meshparity_engine::Description],
+    run_dir: RunDir,
+    previous: HashMap<String, JobRecord>,
+}
+
+/// Run the selected jobs, then write and show the reports; the exit code.
+fn execute(
+    args: &Args,
+    spec: &meshparity_specs::Spec,
+    (plan, selection): (&Plan, &Selection),
+    opts: &RunOptions,
+    ran: Ran<'_>,
+) -> Result<u8, u8> {
+    let Ran {
+        adapters,
+        run_dir,
+        previous,
+    } = ran;
     let mut meta = exec::meta::collect(
-        &adapters,
+        adapters,
         &args.spec,
         &spec.name(),
         spec.run.training.seed,
@@ -227,8 +255,8 @@ fn checked(args: &Args) -> Result<u8, u8> {
         args.spec.display(),
         opts.run_dir.display()
     );
-    let execution = exec::block_on(exec::execute(&plan, &selection, &opts, previous, live))
-        .map_err(|e| {
+    let execution =
+        exec::block_on(exec::execute(plan, selection, opts, previous, live)).map_err(|e| {
             say!("error: writing results in {}: {e}", opts.run_dir.display());
             exit::INFRA_ERROR
         })?;
