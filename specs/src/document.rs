@@ -109,53 +109,22 @@ impl Document {
             "tolerances",
             "tolerance table",
             |cx, name, table| {
-                if name.value == BUILTIN || name.value == BUILTIN_GPU {
-                    cx.error(
-                        Diagnostic::error(
-                            &name.loc,
-                            format!("`{}` is the name of a built-in tolerance table", name.value),
-                        )
-                        .help(format!(
-                            "pick another name; `extends = \"{}\"` starts from its limits",
-                            name.value
-                        )),
-                    );
-                } else if let Some(tt) = ToleranceTable::decode(cx, name, table) {
+                if let Some(tt) = tolerance_table(cx, name, table) {
                     doc.tolerances.push(tt);
                 }
             },
         );
         if let Some(v) = t.get("matrix") {
             doc.top_level_only.push(("[[matrix]]", cx.loc(v)));
-            match v.get_ref() {
-                DeValue::Array(entries) => {
-                    for (i, e) in entries.iter().enumerate() {
-                        if let Some(et) = Table::from_value(cx, e, format!("matrix[{i}]")) {
-                            doc.matrix.push(MatrixEntry::decode(cx, i + 1, et));
-                        }
-                    }
-                }
-                _ => cx.error(
-                    Diagnostic::error(&cx.loc(v), "`matrix` must be an array of tables")
-                        .help("write each entry as a `[[matrix]]` section"),
-                ),
-            }
+            array_of_tables(cx, v, "matrix", "entry", |cx, i, et| {
+                doc.matrix.push(MatrixEntry::decode(cx, i + 1, et));
+            });
         }
         if let Some(v) = t.get("resume") {
             doc.top_level_only.push(("[[resume]]", cx.loc(v)));
-            match v.get_ref() {
-                DeValue::Array(entries) => {
-                    for (i, e) in entries.iter().enumerate() {
-                        if let Some(et) = Table::from_value(cx, e, format!("resume[{i}]")) {
-                            doc.resume.push(crate::resume::ResumePair::decode(cx, et));
-                        }
-                    }
-                }
-                _ => cx.error(
-                    Diagnostic::error(&cx.loc(v), "`resume` must be an array of tables")
-                        .help("write each pair as a `[[resume]]` section"),
-                ),
-            }
+            array_of_tables(cx, v, "resume", "pair", |cx, _, et| {
+                doc.resume.push(crate::resume::ResumePair::decode(cx, et));
+            });
         }
         if let Some(v) = t.get("executor") {
             doc.top_level_only.push(("[executor]", cx.loc(v)));
@@ -171,6 +140,51 @@ impl Document {
         }
         t.finish(cx);
         doc
+    }
+}
+
+/// A `[tolerances.NAME]` table, unless it takes a built-in table's name.
+fn tolerance_table(
+    cx: &mut Ctx<'_>,
+    name: Located<String>,
+    table: Table<'_, '_>,
+) -> Option<ToleranceTable> {
+    if name.value == BUILTIN || name.value == BUILTIN_GPU {
+        cx.error(
+            Diagnostic::error(
+                &name.loc,
+                format!("`{}` is the name of a built-in tolerance table", name.value),
+            )
+            .help(format!(
+                "pick another name; `extends = \"{}\"` starts from its limits",
+                name.value
+            )),
+        );
+        return None;
+    }
+    ToleranceTable::decode(cx, name, table)
+}
+
+/// The `[[key]]` sections in `v`, each (with its index) handed to `each`; `key` as anything but
+/// an array of tables is an error saying how to write each `what`.
+fn array_of_tables<'a, 'i>(
+    cx: &mut Ctx<'_>,
+    v: &'a toml::Spanned<DeValue<'i>>,
+    key: &str,
+    what: &str,
+    mut each: impl FnMut(&mut Ctx<'_>, usize, Table<'a, 'i>),
+) {
+    let DeValue::Array(entries) = v.get_ref() else {
+        cx.error(
+            Diagnostic::error(&cx.loc(v), format!("`{key}` must be an array of tables"))
+                .help(format!("write each {what} as a `[[{key}]]` section")),
+        );
+        return;
+    };
+    for (i, e) in entries.iter().enumerate() {
+        if let Some(et) = Table::from_value(cx, e, format!("{key}[{i}]")) {
+            each(cx, i, et);
+        }
     }
 }
 
