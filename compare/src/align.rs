@@ -177,39 +177,20 @@ pub(crate) fn line_up<'a>(a: &'a Checkpoint, b: &'a Checkpoint, opts: &TensorOpt
                 continue;
             }
         }
-        if va.dtype != vb.dtype {
-            problems.push(problem(
-                ProblemKind::DtypeMismatch,
-                name,
-                format!(
-                    "`{name}`: dtype {} in the reference, {} in the candidate",
-                    va.dtype, vb.dtype
-                ),
-            ));
-        } else if va.shape != vb.shape {
-            problems.push(problem(
-                ProblemKind::ShapeMismatch,
-                name,
-                format!(
-                    "`{name}`: shape {:?} in the reference, {:?} in the candidate{}",
-                    va.shape,
-                    vb.shape,
-                    shape_hint(va.shape, vb.shape)
-                        .map(|h| format!(": {h}"))
-                        .unwrap_or_default()
-                ),
-            ));
-        } else {
-            let limits = opts.tolerance.for_tensor(name, va.dtype);
-            pairs.push((
-                index,
-                Pair {
-                    name,
-                    a: va,
-                    b: vb,
-                    limits,
-                },
-            ));
+        match mismatch(name, &va, &vb) {
+            Some(p) => problems.push(p),
+            None => {
+                let limits = opts.tolerance.for_tensor(name, va.dtype);
+                pairs.push((
+                    index,
+                    Pair {
+                        name,
+                        a: va,
+                        b: vb,
+                        limits,
+                    },
+                ));
+            }
         }
     }
     let mut extra: Vec<&str> = candidate
@@ -231,6 +212,35 @@ pub(crate) fn line_up<'a>(a: &'a Checkpoint, b: &'a Checkpoint, opts: &TensorOpt
         problems,
         notes,
     }
+}
+
+/// Why tensors `name` of the two sides cannot be compared element by element: a dtype or a
+/// shape that differs (with a hint at how the shapes relate).
+fn mismatch(name: &str, va: &TensorView<'_>, vb: &TensorView<'_>) -> Option<Problem> {
+    if va.dtype != vb.dtype {
+        return Some(problem(
+            ProblemKind::DtypeMismatch,
+            name,
+            format!(
+                "`{name}`: dtype {} in the reference, {} in the candidate",
+                va.dtype, vb.dtype
+            ),
+        ));
+    }
+    (va.shape != vb.shape).then(|| {
+        problem(
+            ProblemKind::ShapeMismatch,
+            name,
+            format!(
+                "`{name}`: shape {:?} in the reference, {:?} in the candidate{}",
+                va.shape,
+                vb.shape,
+                shape_hint(va.shape, vb.shape)
+                    .map(|h| format!(": {h}"))
+                    .unwrap_or_default()
+            ),
+        )
+    })
 }
 
 /// The pairs to compare in reference order, the `--cast` ones viewing `casts`' bytes.
