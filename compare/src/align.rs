@@ -193,25 +193,33 @@ pub(crate) fn line_up<'a>(a: &'a Checkpoint, b: &'a Checkpoint, opts: &TensorOpt
             }
         }
     }
-    let mut extra: Vec<&str> = candidate
-        .iter()
-        .filter(|(mapped, _)| !a.contains(mapped))
-        .map(|(_, original)| *original)
-        .collect();
-    extra.sort();
-    for name in extra {
-        problems.push(problem(
-            ProblemKind::Extra,
-            name,
-            format!("`{name}` is in the candidate but not in the reference"),
-        ));
-    }
+    problems.extend(extras(a, &candidate));
     Lined {
         pairs,
         casts,
         problems,
         notes,
     }
+}
+
+/// The candidate's tensors the reference lacks (by their renamed names), sorted.
+fn extras(a: &Checkpoint, candidate: &HashMap<String, &str>) -> Vec<Problem> {
+    let mut extra: Vec<&str> = candidate
+        .iter()
+        .filter(|(mapped, _)| !a.contains(mapped))
+        .map(|(_, original)| *original)
+        .collect();
+    extra.sort();
+    extra
+        .into_iter()
+        .map(|name| {
+            problem(
+                ProblemKind::Extra,
+                name,
+                format!("`{name}` is in the candidate but not in the reference"),
+            )
+        })
+        .collect()
 }
 
 /// Why tensors `name` of the two sides cannot be compared element by element: a dtype or a
