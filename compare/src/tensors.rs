@@ -54,53 +54,9 @@ pub fn compare(
         mut notes,
     } = line_up(a, b, opts);
     let pairs = with_casts(pairs, &casts, opts, &mut notes);
-    if pairs.is_empty() {
-        return Err(InputError::NothingCompared(format!(
-            "no tensor has the same name, dtype and shape in both checkpoints (reference {} tensors, candidate {}); {} structural problem(s):\n{}",
-            a.len(),
-            b.len(),
-            problems.len(),
-            list_problems(&problems)
-        )));
-    }
-    // Tensors of no elements agree with anything: a comparison of only those compared nothing.
-    if pairs.iter().all(|p| p.a.is_empty()) {
-        return Err(InputError::NothingCompared(format!(
-            "every tensor both checkpoints hold has no elements ({} tensor(s): {})",
-            pairs.len(),
-            pairs
-                .iter()
-                .take(5)
-                .map(|p| format!("`{}` {:?}", p.name, p.a.shape))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
+    something_compared(&pairs, &problems, (a, b))?;
     let stats = scan_all(&pairs);
-    let k = tolerance::top_k(&opts.tolerance);
-    let mut results: Vec<TensorResult> = pairs
-        .par_iter()
-        .zip(stats.par_iter())
-        .map(|(p, s)| {
-            let mut m = TensorMetrics::from_stats(s, p.a.shape, p.limits.atol, p.limits.rtol);
-            if opts.logits.is_match(p.name) {
-                m.logits = agreement::logits(p.a.dtype, p.a.shape, p.a.bytes, p.b.bytes, k);
-            }
-            if opts.routing.is_match(p.name) {
-                m.routing = agreement::routing(p.a.dtype, p.a.shape, p.a.bytes, p.b.bytes);
-            }
-            TensorResult {
-                name: p.name.to_owned(),
-                dtype: p.a.dtype.to_string(),
-                shape: p.a.shape.to_vec(),
-                layer: layer_of(p.name),
-                failures: Vec::new(),
-                passed: true,
-                metrics: m,
-                limits: p.limits.clone(),
-            }
-        })
-        .collect();
+    let mut results = measure(&pairs, &stats, opts);
     for (r, s) in results.iter().zip(&stats) {
         structural_from_scan(r, s, &mut problems);
     }
@@ -146,6 +102,66 @@ pub fn compare(
         tensors: results,
         layers,
     })
+}
+
+/// Comparing nothing is an error: no tensor the two sides share, or only empty ones.
+fn something_compared(
+    pairs: &[Pair<'_>],
+    problems: &[Problem],
+    (a, b): (&Checkpoint, &Checkpoint),
+) -> Result<(), InputError> {
+    if pairs.is_empty() {
+        return Err(InputError::NothingCompared(format!(
+            "no tensor has the same name, dtype and shape in both checkpoints (reference {} tensors, candidate {}); {} structural problem(s):\n{}",
+            a.len(),
+            b.len(),
+            problems.len(),
+            list_problems(problems)
+        )));
+    }
+    // Tensors of no elements agree with anything: a comparison of only those compared nothing.
+    if pairs.iter().all(|p| p.a.is_empty()) {
+        return Err(InputError::NothingCompared(format!(
+            "every tensor both checkpoints hold has no elements ({} tensor(s): {})",
+            pairs.len(),
+            pairs
+                .iter()
+                .take(5)
+                .map(|p| format!("`{}` {:?}", p.name, p.a.shape))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Each pair's metrics from its scan (and its logits' or routing's agreement where the options
+/// name it), not yet gated.
+fn measure(pairs: &[Pair<'_>], stats: &[Stats], opts: &TensorOptions) -> Vec<TensorResult> {
+    let k = tolerance::top_k(&opts.tolerance);
+    pairs
+        .par_iter()
+        .zip(stats.par_iter())
+        .map(|(p, s)| {
+            let mut m = TensorMetrics::from_stats(s, p.a.shape, p.limits.atol, p.limits.rtol);
+            if opts.logits.is_match(p.name) {
+                m.logits = agreement::logits(p.a.dtype, p.a.shape, p.a.bytes, p.b.bytes, k);
+            }
+            if opts.routing.is_match(p.name) {
+                m.routing = agreement::routing(p.a.dtype, p.a.shape, p.a.bytes, p.b.bytes);
+            }
+            TensorResult {
+                name: p.name.to_owned(),
+                dtype: p.a.dtype.to_string(),
+                shape: p.a.shape.to_vec(),
+                layer: layer_of(p.name),
+                failures: Vec::new(),
+                passed: true,
+                metrics: m,
+                limits: p.limits.clone(),
+            }
+        })
+        .collect()
 }
 
 /// Up to 20 problems, one per line, and how many more there are.
