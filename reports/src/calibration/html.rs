@@ -109,64 +109,9 @@ pub(crate) fn view(c: &Calibration) -> View {
             c.seconds
         ),
         clean: c.clean(),
-        headroom: c
-            .headroom
-            .iter()
-            .map(|h| {
-                vec![
-                    cell(&h.config),
-                    cell(format!("{}@{}", h.model, h.dtype)),
-                    cell(&h.mesh),
-                    cell(&h.level),
-                    cell(format!(
-                        "{}/{}",
-                        h.runs - h.failed_seeds.len() as u64,
-                        h.runs
-                    )),
-                    reading(h.worst.as_ref()),
-                    graded(h.headroom, h.thin),
-                ]
-            })
-            .collect(),
-        margins: c
-            .margins
-            .iter()
-            .map(|m| {
-                vec![
-                    cell(&m.config),
-                    cell(format!("{}@{}", m.model, m.dtype)),
-                    cell(&m.mesh),
-                    cell(&m.mutation),
-                    cell(format!("{}/{}", m.caught, m.runs)),
-                    cell(m.first_level.clone().unwrap_or_else(|| "-".into())),
-                    reading(m.weakest.as_ref()),
-                    graded(m.margin, m.thin),
-                    cell(super::text::localized(m)),
-                    cell(m.classes.join("; ")),
-                ]
-            })
-            .collect(),
-        suggestions: c
-            .suggestions
-            .iter()
-            .map(|s| {
-                vec![
-                    cell(&s.config),
-                    cell(format!("{} {}", s.dtype, s.level)),
-                    cell(format!("{} ({})", s.metric, s.bound)),
-                    Cell {
-                        text: short(s.current),
-                        class: if s.thin { "thin" } else { "" },
-                    },
-                    cell(short(s.worst_correct)),
-                    cell(s.weakest_bug.map_or_else(|| "-".into(), short)),
-                    cell(
-                        s.suggested
-                            .map_or_else(|| "keep (no bug measured)".into(), short),
-                    ),
-                ]
-            })
-            .collect(),
+        headroom: headroom(c),
+        margins: margins(c),
+        suggestions: suggestions(c),
         errors: c
             .errors
             .iter()
@@ -183,4 +128,71 @@ pub(crate) fn view(c: &Calibration) -> View {
             })
             .collect(),
     }
+}
+
+/// The headroom table's rows.
+fn headroom(c: &Calibration) -> Vec<Vec<Cell>> {
+    c.headroom
+        .iter()
+        .map(|h| {
+            vec![
+                cell(&h.config),
+                cell(format!("{}@{}", h.model, h.dtype)),
+                cell(&h.mesh),
+                cell(&h.level),
+                cell(format!(
+                    "{}/{}",
+                    h.runs - h.failed_seeds.len() as u64,
+                    h.runs
+                )),
+                reading(h.worst.as_ref()),
+                graded(h.headroom, h.thin),
+            ]
+        })
+        .collect()
+}
+
+/// The margin table's rows.
+fn margins(c: &Calibration) -> Vec<Vec<Cell>> {
+    c.margins
+        .iter()
+        .map(|m| {
+            vec![
+                cell(&m.config),
+                cell(format!("{}@{}", m.model, m.dtype)),
+                cell(&m.mesh),
+                cell(&m.mutation),
+                cell(format!("{}/{}", m.caught, m.runs)),
+                cell(m.first_level.clone().unwrap_or_else(|| "-".into())),
+                reading(m.weakest.as_ref()),
+                graded(m.margin, m.thin),
+                cell(super::text::localized(m)),
+                cell(m.classes.join("; ")),
+            ]
+        })
+        .collect()
+}
+
+/// The suggested limits' rows.
+fn suggestions(c: &Calibration) -> Vec<Vec<Cell>> {
+    c.suggestions
+        .iter()
+        .map(|s| {
+            vec![
+                cell(&s.config),
+                cell(format!("{} {}", s.dtype, s.level)),
+                cell(format!("{} ({})", s.metric, s.bound)),
+                Cell {
+                    text: short(s.current),
+                    class: if s.thin { "thin" } else { "" },
+                },
+                cell(short(s.worst_correct)),
+                cell(s.weakest_bug.map_or_else(|| "-".into(), short)),
+                cell(
+                    s.suggested
+                        .map_or_else(|| "keep (no bug measured)".into(), short),
+                ),
+            ]
+        })
+        .collect()
 }
