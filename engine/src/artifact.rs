@@ -29,7 +29,8 @@ pub mod files {
     pub const FORWARD: &str = "forward.safetensors";
     /// One JSON object per step: `{"step": 1, "loss": ...}`.
     pub const CURVE: &str = "curve.jsonl";
-    /// The moe family's first-step routing ([`crate::routing`]; judged by `meshparity_judge::routing`).
+    /// The moe family's first-step routing ([`crate::routing`]; judged by
+    /// `meshparity_judge::routing`).
     pub const ROUTING: &str = "routing.safetensors";
     /// The moe family's top-k experts of every step (`step{S}.layers.{L}`, [B·S, k] i64),
     /// written by the burn engine's reference for its mesh runs to replay.
@@ -45,9 +46,11 @@ pub mod files {
     pub const REFERENCE_UPDATES: &str = "reference-updates.safetensors";
     /// A mesh run's last oracle step as its optimizer took it — the gradients, and the state
     /// before and after — merged to world-size-1 names, which the oracle level replays with
-    /// world size 1's optimizer (`meshparity_judge::optimizer_step`; layout: [`crate::optimizer::step`]).
+    /// world size 1's optimizer (`meshparity_judge::optimizer_step`; layout:
+    /// [`crate::optimizer::step`]).
     pub const OPTIMIZER_STEP: &str = "optimizer-step.safetensors";
-    /// Per-site traces for localization ([`crate::trace`]; compared by `meshparity_judge::locate`), and their order.
+    /// Per-site traces for localization ([`crate::trace`]; compared by
+    /// `meshparity_judge::locate`), and their order.
     pub const TRACE: &str = "trace.safetensors";
     pub const TRACE_INDEX: &str = "trace.json";
     /// Per-rank shard files of the roundtrip level.

@@ -1,7 +1,8 @@
-//! The routing artifact (`routing.safetensors`) a moe engine writes for the `routing` level: per layer `layers.N.experts` ([B·S, k] i64, best
-//! first) and `layers.N.scores` ([B·S, E] f64), and `real` ([B·S] i64: 1 for a token inside
-//! its sequence's length, shaped [B, S]; padding is routed but not checked); optionally
-//! `microbatch` (`[B]` i64: each row's microbatch; without it the batch is one microbatch).
+//! The routing artifact (`routing.safetensors`) a moe engine writes for the `routing` level:
+//! per layer `layers.N.experts` ([B·S, k] i64, best first) and `layers.N.scores` ([B·S, E]
+//! f64), and `real` ([B·S] i64: 1 for a token inside its sequence's length, shaped [B, S];
+//! padding is routed but not checked); optionally `microbatch` (`[B]` i64: each row's
+//! microbatch; without it the batch is one microbatch).
 //! The helpers read and write its integer and float tensors, naming the file and tensor when
 //! one has the wrong dtype.
 

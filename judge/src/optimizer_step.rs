@@ -12,13 +12,13 @@
 //! schedule stepped too often, another shard's state and a misaligned shard are then exact
 //! checks.
 //!
-//! The file (`meshparity_engine::files::OPTIMIZER_STEP`) holds, merged to world-size-1 names, `step` (the
-//! 1-based update replayed, a u64), `grad.NAME` (the gradients the optimizer took, clipped
-//! where the run clips), `before.NAME` (each parameter's weights as the optimizer held them)
-//! and the AdamW moments before and after (`before.optim.exp_avg.NAME`,
-//! `after.optim.exp_avg_sq.NAME`, …; none before the first update, none for SGD). The weights
-//! after the step are the run's `meshparity_engine::files::WEIGHTS`, which hold the oracle's
-//! last step: not written twice.
+//! The file (`meshparity_engine::files::OPTIMIZER_STEP`) holds, merged to world-size-1 names,
+//! `step` (the 1-based update replayed, a u64), `grad.NAME` (the gradients the optimizer took,
+//! clipped where the run clips), `before.NAME` (each parameter's weights as the optimizer held
+//! them) and the AdamW moments before and after (`before.optim.exp_avg.NAME`,
+//! `after.optim.exp_avg_sq.NAME`, …; none before the first update, none for SGD). The weights after
+//! the step are the run's `meshparity_engine::files::WEIGHTS`, which hold the oracle's last step:
+//! not written twice.
 
 use std::path::Path;
 
