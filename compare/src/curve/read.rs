@@ -59,50 +59,7 @@ pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError
             })?
             .as_u64()
             .ok_or_else(|| bad(format!("`{step_key}` must be a non-negative integer")))?;
-        let mut values = IndexMap::new();
-        for (k, v) in obj {
-            if k == step_key {
-                continue;
-            }
-            let x = match v {
-                serde_json::Value::Number(n) => n.as_f64(),
-                serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
-                    s.parse().ok()
-                }
-                // A number written as a string, or no value at all, is a metric the writer
-                // got wrong; skipping it like a label would leave that step unchecked.
-                serde_json::Value::String(s) if s.trim().parse::<f64>().is_ok() => {
-                    curve.problems.push(not_numeric(
-                        path,
-                        k,
-                        step,
-                        lineno,
-                        &format!("the string {v}"),
-                    ));
-                    None
-                }
-                serde_json::Value::Null => {
-                    curve
-                        .problems
-                        .push(not_numeric(path, k, step, lineno, "null"));
-                    None
-                }
-                _ => None, // labels such as "phase": "train" are not metrics
-            };
-            if let Some(x) = x {
-                if !x.is_finite() {
-                    curve.problems.push(Problem {
-                        kind: ProblemKind::NonFinite,
-                        name: Some(k.clone()),
-                        message: format!(
-                            "{}: `{k}` is {x} at step {step} (line {lineno})",
-                            path.display()
-                        ),
-                    });
-                }
-                values.insert(k.clone(), x);
-            }
-        }
+        let values = metrics(obj, step_key, (path, step, lineno), &mut curve.problems);
         if let Some((&last, &at)) = curve.lines.iter().next_back().filter(|(l, _)| **l > step) {
             if !curve.lines.contains_key(&step) {
                 curve.problems.push(Problem {
@@ -131,6 +88,60 @@ pub fn read_curve_keyed(path: &Path, step_key: &str) -> Result<Curve, InputError
         curve.steps.insert(step, values);
     }
     Ok(curve)
+}
+
+/// A line's metrics (every key but the step's): numbers, and `"nan"`/`"inf"` strings; a
+/// number written as a string or a null is a problem, a non-finite value one too (kept); other
+/// values are labels, not metrics.
+fn metrics(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    step_key: &str,
+    (path, step, lineno): (&Path, u64, usize),
+    problems: &mut Vec<Problem>,
+) -> IndexMap<String, f64> {
+    let mut values = IndexMap::new();
+    for (k, v) in obj {
+        if k == step_key {
+            continue;
+        }
+        let x = match v {
+            serde_json::Value::Number(n) => n.as_f64(),
+            serde_json::Value::String(s) if matches!(s.as_str(), "nan" | "inf" | "-inf") => {
+                s.parse().ok()
+            }
+            // A number written as a string, or no value at all, is a metric the writer got
+            // wrong; skipping it like a label would leave that step unchecked.
+            serde_json::Value::String(s) if s.trim().parse::<f64>().is_ok() => {
+                problems.push(not_numeric(
+                    path,
+                    k,
+                    step,
+                    lineno,
+                    &format!("the string {v}"),
+                ));
+                None
+            }
+            serde_json::Value::Null => {
+                problems.push(not_numeric(path, k, step, lineno, "null"));
+                None
+            }
+            _ => None, // labels such as "phase": "train" are not metrics
+        };
+        if let Some(x) = x {
+            if !x.is_finite() {
+                problems.push(Problem {
+                    kind: ProblemKind::NonFinite,
+                    name: Some(k.clone()),
+                    message: format!(
+                        "{}: `{k}` is {x} at step {step} (line {lineno})",
+                        path.display()
+                    ),
+                });
+            }
+            values.insert(k.clone(), x);
+        }
+    }
+    values
 }
 
 fn not_numeric(path: &Path, key: &str, step: u64, line: usize, what: &str) -> Problem {
