@@ -22,64 +22,10 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         }
     }
     out.push_str(&format!("| **total** | **{}** |\n\n", results.jobs.len()));
-    let bad: Vec<_> = results
-        .jobs
-        .iter()
-        .filter(|j| !j.status.passed() && j.status != Status::Skipped)
-        .collect();
-    if !bad.is_empty() {
-        out.push_str("### Not passed\n\n| job | status | why |\n|---|---|---|\n");
-        for j in bad {
-            out.push_str(&format!(
-                "| [{}]({}) | {} | {} |\n",
-                escape(&j.name),
-                link(html, &anchor(j)),
-                j.status.as_str(),
-                escape(&j.summary)
-            ));
-        }
-        out.push('\n');
-    }
-    let notes = crate::notes::notes(results);
-    if !notes.is_empty() {
-        out.push_str("### Notes\n\n");
-        for n in notes {
-            out.push_str(&format!(
-                "- {} ({} job(s), first [{}]({}))\n",
-                escape(&n.text),
-                n.jobs,
-                escape(&n.first_job),
-                link(html, &n.anchor)
-            ));
-        }
-        out.push('\n');
-    }
+    not_passed(&mut out, results, html);
+    notes(&mut out, results, html);
     mutations(&mut out, results);
-    let perf = crate::performance::rows(results);
-    if !perf.is_empty() {
-        out.push_str("### Performance (reported, not gated)\n\n");
-        if results.meta.device.starts_with("cpu") {
-            out.push_str(
-                "On a CPU these ratios say little about a cluster: a mesh's ranks share this \
-                 machine's cores.\n\n",
-            );
-        }
-        out.push_str(
-            "| job | metric | reference | candidate | ratio |\n|---|---|---:|---:|---:|\n",
-        );
-        for r in perf {
-            out.push_str(&format!(
-                "| [{}]({}) | {} | {} | {} | {} |\n",
-                escape(&r.job),
-                link(html, &r.anchor),
-                escape(&r.metric),
-                figure(r.reference),
-                figure(r.candidate),
-                r.ratio.map_or_else(|| "—".into(), |x| format!("{x:.3}×"))
-            ));
-        }
-        out.push('\n');
-    }
+    performance(&mut out, results, html);
     let skipped = results.count(Status::Skipped);
     if skipped > 0 {
         out.push_str(&format!(
@@ -100,6 +46,76 @@ pub fn markdown(results: &RunResults, html: &str) -> String {
         escape(&m.meshparity_version)
     ));
     out
+}
+
+/// The jobs that failed or errored, each linked to its section of the HTML report.
+fn not_passed(out: &mut String, results: &RunResults, html: &str) {
+    let bad: Vec<_> = results
+        .jobs
+        .iter()
+        .filter(|j| !j.status.passed() && j.status != Status::Skipped)
+        .collect();
+    if bad.is_empty() {
+        return;
+    }
+    out.push_str("### Not passed\n\n| job | status | why |\n|---|---|---|\n");
+    for j in bad {
+        out.push_str(&format!(
+            "| [{}]({}) | {} | {} |\n",
+            escape(&j.name),
+            link(html, &anchor(j)),
+            j.status.as_str(),
+            escape(&j.summary)
+        ));
+    }
+    out.push('\n');
+}
+
+/// The run's notes, each with its count and first job.
+fn notes(out: &mut String, results: &RunResults, html: &str) {
+    let notes = crate::notes::notes(results);
+    if notes.is_empty() {
+        return;
+    }
+    out.push_str("### Notes\n\n");
+    for n in notes {
+        out.push_str(&format!(
+            "- {} ({} job(s), first [{}]({}))\n",
+            escape(&n.text),
+            n.jobs,
+            escape(&n.first_job),
+            link(html, &n.anchor)
+        ));
+    }
+    out.push('\n');
+}
+
+/// The performance figures, reported side by side and not gated.
+fn performance(out: &mut String, results: &RunResults, html: &str) {
+    let perf = crate::performance::rows(results);
+    if perf.is_empty() {
+        return;
+    }
+    out.push_str("### Performance (reported, not gated)\n\n");
+    if results.meta.device.starts_with("cpu") {
+        out.push_str(
+            "On a CPU these ratios say little about a cluster: a mesh's ranks share this \
+             machine's cores.\n\n",
+        );
+    }
+    out.push_str("| job | metric | reference | candidate | ratio |\n|---|---|---:|---:|---:|\n");
+    for r in perf {
+        out.push_str(&format!(
+            "| [{}]({}) | {} | {} | {} | {} |\n",
+            escape(&r.job),
+            link(html, &r.anchor),
+            escape(&r.metric),
+            figure(r.reference),
+            figure(r.candidate),
+            r.ratio.map_or_else(|| "—".into(), |x| format!("{x:.3}×"))
+        ));
+    }
+    out.push('\n');
 }
 
 /// The link to a job's section of the HTML report: `HTML#job-…`, or the link as given when
