@@ -2,11 +2,11 @@
 
 use std::collections::HashMap;
 
-use meshparity_specs::{Cell, DType, Device, Level, MeshConfig, ModelConfig, Spec, Training};
+use meshparity_specs::{Cell, Level, ModelConfig, Spec, Training};
 use petgraph::graph::{DiGraph, NodeIndex};
-use serde::Serialize;
 
 use super::cell_key::CellKey;
+use super::identity::Identity;
 use super::job::{Job, JobId, JobKind};
 
 /// The job DAG of a spec. Nodes are in plan order: every job after its dependencies.
@@ -15,54 +15,6 @@ pub struct Plan {
     pub spec_name: String,
     pub graph: DiGraph<Job, ()>,
     by_id: HashMap<JobId, NodeIndex>,
-}
-
-/// What makes two jobs the same job. Model and mesh names are part of a check job (renaming is
-/// a different job to a user); a reference job is named by its configuration alone, so models
-/// that differ only in name share it.
-#[derive(Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub(super) enum Identity<'a> {
-    Reference {
-        model: &'a ModelConfig,
-        dtype: DType,
-        training: &'a Training,
-        #[serde(skip_serializing_if = "Device::is_cpu")]
-        device: Device,
-    },
-    Train {
-        model_name: &'a str,
-        model: &'a ModelConfig,
-        mesh_name: &'a str,
-        mesh: &'a MeshConfig,
-        dtype: DType,
-        levels: &'a [Level],
-        training: &'a Training,
-        #[serde(skip_serializing_if = "Device::is_cpu")]
-        device: Device,
-    },
-    Check {
-        model_name: &'a str,
-        model: &'a ModelConfig,
-        mesh_name: &'a str,
-        mesh: &'a MeshConfig,
-        dtype: DType,
-        level: Level,
-        training: &'a Training,
-        #[serde(skip_serializing_if = "Device::is_cpu")]
-        device: Device,
-    },
-    Mutation {
-        model_name: &'a str,
-        model: &'a ModelConfig,
-        mesh_name: &'a str,
-        mesh: &'a MeshConfig,
-        dtype: DType,
-        mutation: &'a str,
-        training: &'a Training,
-        #[serde(skip_serializing_if = "Device::is_cpu")]
-        device: Device,
-    },
 }
 
 impl Plan {

@@ -4,7 +4,7 @@
 
 use meshparity_specs::{Cell, Level, MeshConfig, ModelConfig, Training};
 
-use super::build::Identity;
+use super::identity::Identity;
 use super::job::{Job, JobId, JobKind};
 
 pub(super) struct CellKey<'c> {

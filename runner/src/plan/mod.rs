@@ -19,6 +19,7 @@
 mod build;
 mod cell_key;
 mod filter;
+mod identity;
 mod job;
 pub mod job_file;
 mod partition;

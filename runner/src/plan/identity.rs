@@ -1,0 +1,53 @@
+//! What a job's id is hashed from: its own module, so the planner and the cells' shared pieces
+//! (`cell_key`) both name it without importing each other.
+
+use meshparity_specs::{DType, Device, Level, MeshConfig, ModelConfig, Training};
+use serde::Serialize;
+
+/// What makes two jobs the same job. Model and mesh names are part of a check job (renaming is
+/// a different job to a user); a reference job is named by its configuration alone, so models
+/// that differ only in name share it.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(super) enum Identity<'a> {
+    Reference {
+        model: &'a ModelConfig,
+        dtype: DType,
+        training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
+    },
+    Train {
+        model_name: &'a str,
+        model: &'a ModelConfig,
+        mesh_name: &'a str,
+        mesh: &'a MeshConfig,
+        dtype: DType,
+        levels: &'a [Level],
+        training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
+    },
+    Check {
+        model_name: &'a str,
+        model: &'a ModelConfig,
+        mesh_name: &'a str,
+        mesh: &'a MeshConfig,
+        dtype: DType,
+        level: Level,
+        training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
+    },
+    Mutation {
+        model_name: &'a str,
+        model: &'a ModelConfig,
+        mesh_name: &'a str,
+        mesh: &'a MeshConfig,
+        dtype: DType,
+        mutation: &'a str,
+        training: &'a Training,
+        #[serde(skip_serializing_if = "Device::is_cpu")]
+        device: Device,
+    },
+}
