@@ -118,24 +118,25 @@ fn sweep(
     };
     let (on, off): (Vec<Config>, Vec<Config>) = configs.into_iter().partition(with_mutations);
     let scratch = tempfile::tempdir().expect("scratch");
+    let options = |configs: &[Config], mutation_seeds: u64| Options {
+        seeds,
+        first_seed: spec.run.training.seed,
+        configs: configs.to_vec(),
+        scratch: scratch.path().to_owned(),
+        mutation_seeds: Some(mutation_seeds),
+        // Localization has its own test (backends/tests/localize.rs, every mutation × mesh ×
+        // dtype); here it would triple the mutation runs' cost.
+        localize: false,
+        // Caught or not is the claim here; a run stops at the stage that catches it.
+        first_catch: true,
+        slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     let run = |configs: &[Config], mutation_seeds: u64| {
         let units: Vec<_> = configs
             .iter()
             .map(|c| calibrate::units(spec, &plan, &selection, c).expect("limits for every dtype"))
             .collect();
-        let opts = Options {
-            seeds,
-            first_seed: spec.run.training.seed,
-            configs: configs.to_vec(),
-            scratch: scratch.path().to_owned(),
-            mutation_seeds: Some(mutation_seeds),
-            // Localization has its own test (backends/tests/localize.rs, every mutation × mesh ×
-            // dtype); here it would triple the mutation runs' cost.
-            localize: false,
-            // Caught or not is the claim here; a run stops at the stage that catches it.
-            first_catch: true,
-            slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
+        let opts = options(configs, mutation_seeds);
         calibrate::sweep(spec, &units, &opts, &Builtin, &|_, _| {}).expect("sweep runs")
     };
     let mut samples = run(&on, mutation_seeds);
@@ -145,16 +146,8 @@ fn sweep(
         s
     }));
     let configs: Vec<Config> = on.into_iter().chain(off).collect();
-    let opts = Options {
-        seeds,
-        first_seed: spec.run.training.seed,
-        configs: configs.clone(),
-        scratch: scratch.path().to_owned(),
-        mutation_seeds: Some(mutation_seeds),
-        localize: false,
-        first_catch: true,
-        slots: 1,
-    };
+    // The summary reads the seeds and the mutation seeds from the options, not the sweep's runs.
+    let opts = options(&configs, mutation_seeds);
     calibrate::summarize(&spec.name(), &configs, &opts, &samples, 0.0)
 }
 
