@@ -7,13 +7,13 @@ use std::path::Path;
 use meshparity_backends::{device, Backend};
 use meshparity_command::{checkout, CommandEngine};
 use meshparity_engine::{Description, Engine, RunRequest};
-use meshparity_runner::{Engines, Plan, Selection, Target};
+use meshparity_runner::{Engines, OpenError, Plan, Selection, Target};
 use meshparity_specs::{Cell, Loaded, ModelConfig, Spec, SpecError};
 
 pub struct Builtin;
 
 impl Engines for Builtin {
-    fn open(&self, t: &Target<'_>) -> Result<Box<dyn Engine>, String> {
+    fn open(&self, t: &Target<'_>) -> Result<Box<dyn Engine>, OpenError> {
         if let Some(def) = engine_def(t.spec, t.model)? {
             let engine = CommandEngine::new(def.clone(), t.device);
             let Some(name) = t.variant else {
@@ -24,26 +24,26 @@ impl Engines for Builtin {
                 .expect("a command engine's spec is loaded")
                 .variants
                 .get(name)
-                .ok_or_else(|| format!("the spec defines no variant `{name}`"))?;
+                .ok_or_else(|| OpenError::NoVariant(name.to_owned()))?;
             let checkout = match &variant.git {
                 Some(rev) => Some(
                     checkout::checkout(name, &def.base_dir(), &rev.value, t.cache)
-                        .map_err(|e| e.to_string())?,
+                        .map_err(OpenError::engine)?,
                 ),
                 None => None,
             };
             return Ok(Box::new(engine.variant(name, checkout)));
         }
         Ok(Box::new(
-            Backend::open(t.device).map_err(|e| e.to_string())?,
+            Backend::open(t.device).map_err(OpenError::engine)?,
         ))
     }
 
-    fn describe(&self, t: &Target<'_>) -> Result<Description, String> {
+    fn describe(&self, t: &Target<'_>) -> Result<Description, OpenError> {
         if let Some(def) = engine_def(t.spec, t.model)? {
             return Ok(CommandEngine::new(def.clone(), t.device).describe());
         }
-        let adapter = device::find(t.device).map_err(|e| e.to_string())?;
+        let adapter = device::find(t.device).map_err(OpenError::engine)?;
         let (engine, device) = meshparity_backends::backend::describe(&adapter);
         Ok(Description {
             engine: engine.to_owned(),
@@ -55,16 +55,15 @@ impl Engines for Builtin {
 fn engine_def<'s>(
     spec: Option<&'s Spec>,
     model: &ModelConfig,
-) -> Result<Option<&'s meshparity_specs::EngineDef>, String> {
+) -> Result<Option<&'s meshparity_specs::EngineDef>, OpenError> {
     let Some(name) = &model.engine else {
         return Ok(None);
     };
-    let spec = spec
-        .ok_or_else(|| format!("engine `{name}` is defined in the spec, which was not loaded"))?;
+    let spec = spec.ok_or_else(|| OpenError::SpecNotLoaded(name.clone()))?;
     spec.engines
         .get(name)
         .map(Some)
-        .ok_or_else(|| format!("the spec defines no engine `{name}`"))
+        .ok_or_else(|| OpenError::NoEngine(name.clone()))
 }
 
 /// The cells of `loaded` that `selection` has mesh jobs in (all of them without one), checked

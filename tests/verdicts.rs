@@ -17,7 +17,7 @@ use meshparity_backends::Backend;
 use meshparity_engine::{Description, Engine};
 use meshparity_reports::calibration::{self, Calibration};
 use meshparity_runner::calibrate::{self, Config, Options};
-use meshparity_runner::{Engines, Filter, Plan, Target};
+use meshparity_runner::{Engines, Filter, OpenError, Plan, Target};
 use meshparity_specs::{DType, Optimizer};
 
 /// The binary's allocator (src/alloc.rs): the sweeps make millions of small tensors, and with
@@ -36,13 +36,13 @@ mod purge;
 struct Builtin;
 
 impl Engines for Builtin {
-    fn open(&self, t: &Target<'_>) -> Result<Box<dyn Engine>, String> {
+    fn open(&self, t: &Target<'_>) -> Result<Box<dyn Engine>, OpenError> {
         Ok(Box::new(
-            Backend::open(t.device).map_err(|e| e.to_string())?,
+            Backend::open(t.device).map_err(OpenError::engine)?,
         ))
     }
 
-    fn describe(&self, t: &Target<'_>) -> Result<Description, String> {
+    fn describe(&self, t: &Target<'_>) -> Result<Description, OpenError> {
         Ok(self.open(t)?.describe())
     }
 }

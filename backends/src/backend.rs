@@ -110,7 +110,7 @@ impl Engine for Backend {
         let setup = self.setup(req)?;
         let len = req.length();
         self.on_device(|| levels::reference(&setup, len, req.out))
-            .map_err(|e| EngineError::Run(e.to_string()))
+            .map_err(EngineError::run)
     }
 
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
@@ -125,7 +125,7 @@ impl Engine for Backend {
                 .on_device(|| {
                     levels::resumed(&setup, mesh, from, len, fault, replay.as_ref(), req.out)
                 })
-                .map_err(|e| EngineError::Run(e.to_string()));
+                .map_err(EngineError::run);
         }
         let roundtrip = match req.reference {
             _ if !req.levels.contains(&Level::Roundtrip) => Roundtrip::No,
@@ -145,7 +145,7 @@ impl Engine for Backend {
                 req.out,
             )
         })
-        .map_err(|e| EngineError::Run(e.to_string()))
+        .map_err(EngineError::run)
     }
 
     /// The first steps on the mesh (or on one rank for the reference), every site traced.
@@ -182,11 +182,31 @@ impl Engine for Backend {
                     setup.burn_dtype(),
                 )
             })
-            .map_err(|e| EngineError::Run(e.to_string()))?;
+            .map_err(EngineError::run)?;
         levels::trace::write(req.out, mesh.microbatches as usize, rec.trace)
-            .map_err(|e| EngineError::Run(e.to_string()))?;
+            .map_err(EngineError::run)?;
         Ok(true)
     }
+}
+
+/// Why the reference's routing cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+enum ReplayError {
+    #[error("reading the routing to replay: {0}")]
+    Read(meshparity_compare::InputError),
+    #[error(
+        "{}: step {step} does not fit the model ({layers} layers × {tokens} tokens × top-{k} of \
+         {experts} experts); delete the cached reference to recompute it",
+        path.display()
+    )]
+    Misfit {
+        path: std::path::PathBuf,
+        step: usize,
+        layers: u32,
+        tokens: usize,
+        k: usize,
+        experts: usize,
+    },
 }
 
 /// The reference's routing, for a moe model's mesh runs and traces to replay (none for dense
@@ -199,8 +219,7 @@ fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
     if !path.is_file() {
         return Ok(None);
     }
-    let replay = replay::read_replay(&path)
-        .map_err(|e| EngineError::Run(format!("reading the routing to replay: {e}")))?;
+    let replay = replay::read_replay(&path).map_err(|e| EngineError::run(ReplayError::Read(e)))?;
     // A replay that does not fit this model would index past its tokens or experts.
     let m = req.model;
     let tokens = req.training.batch as usize * m.seq_len as usize;
@@ -222,12 +241,14 @@ fn replay(req: &RunRequest<'_>) -> Result<Option<train::Replay>, EngineError> {
                         .all(|c| c.len() == k && c.iter().all(|&e| e < experts))
             });
         if !fits {
-            return Err(EngineError::Run(format!(
-                "{}: step {step} does not fit the model ({} layers × {tokens} tokens × top-{k} of \
-                 {experts} experts); delete the cached reference to recompute it",
-                path.display(),
-                m.layers
-            )));
+            return Err(EngineError::run(ReplayError::Misfit {
+                path,
+                step,
+                layers: m.layers,
+                tokens,
+                k,
+                experts,
+            }));
         }
     }
     Ok(Some(replay))

@@ -14,8 +14,43 @@ use std::process::{Command, Stdio};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckoutError {
-    #[error("variant `{variant}`: {message}")]
-    Git { variant: String, message: String },
+    #[error("variant `{variant}`: {source}")]
+    Git { variant: String, source: GitError },
+}
+
+/// A git (or tar) step of making a checkout.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: &'static str,
+        source: std::io::Error,
+    },
+    #[error("`git {args}` in {}: {stderr}", dir.display())]
+    Failed {
+        args: String,
+        dir: PathBuf,
+        stderr: String,
+    },
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`git archive {0}` | tar -x failed")]
+    Archive(String),
+}
+
+impl GitError {
+    fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GitError {
+        let path = path.to_path_buf();
+        move |source| GitError::Io { what, path, source }
+    }
+
+    fn spawn(program: &'static str) -> impl FnOnce(std::io::Error) -> GitError {
+        move |source| GitError::Spawn { program, source }
+    }
 }
 
 /// Where a variant's program lives.
@@ -27,27 +62,26 @@ pub struct Checkout {
     pub base: PathBuf,
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+fn git(dir: &Path, args: &[&str]) -> Result<String, GitError> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
         .args(args)
         .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(GitError::spawn("git"))?;
     if !out.status.success() {
-        return Err(format!(
-            "`git {}` in {}: {}",
-            args.join(" "),
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(GitError::Failed {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// The top of the repository holding `dir` and the commit `rev` names there; what is wrong
 /// otherwise (no repository, no such commit), for `validate` to say at the variant's line.
-pub fn resolve(dir: &Path, rev: &str) -> Result<(PathBuf, String), String> {
+pub fn resolve(dir: &Path, rev: &str) -> Result<(PathBuf, String), GitError> {
     let top = PathBuf::from(git(dir, &["rev-parse", "--show-toplevel"])?);
     let top = std::fs::canonicalize(&top).unwrap_or(top);
     let spec = format!("{rev}^{{commit}}");
@@ -62,19 +96,22 @@ pub fn checkout(
     rev: &str,
     cache: &Path,
 ) -> Result<Checkout, CheckoutError> {
-    let fail = |message: String| CheckoutError::Git {
+    let fail = |source: GitError| CheckoutError::Git {
         variant: variant.to_owned(),
-        message,
+        source,
     };
     let engine_dir = std::fs::canonicalize(engine_dir)
-        .map_err(|e| fail(format!("{}: {e}", engine_dir.display())))?;
+        .map_err(GitError::io("resolving", engine_dir))
+        .map_err(fail)?;
     let (top, sha) = resolve(&engine_dir, rev).map_err(fail)?;
     let rel = engine_dir
         .strip_prefix(&top)
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let root =
-        std::path::absolute(cache.join("checkouts").join(&sha)).map_err(|e| fail(e.to_string()))?;
+    let checkouts = cache.join("checkouts").join(&sha);
+    let root = std::path::absolute(&checkouts)
+        .map_err(GitError::io("resolving", &checkouts))
+        .map_err(fail)?;
     if root.is_dir() && !intact(&root) {
         let aside = meshparity_files::temp_sibling(&root);
         if std::fs::rename(&root, &aside).is_ok() {
@@ -84,14 +121,17 @@ pub fn checkout(
     if !root.is_dir() {
         let tmp = root.with_extension(format!("partial-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
+        std::fs::create_dir_all(&tmp)
+            .map_err(GitError::io("creating", &tmp))
+            .map_err(fail)?;
         let mut archive = Command::new("git")
             .arg("-C")
             .arg(&top)
             .args(["archive", "--format=tar", &sha])
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| fail(format!("cannot run git archive: {e}")))?;
+            .map_err(GitError::spawn("git archive"))
+            .map_err(fail)?;
         let stdout = archive.stdout.take().expect("piped");
         let tar = Command::new("tar")
             .arg("-x")
@@ -99,15 +139,20 @@ pub fn checkout(
             .arg(&tmp)
             .stdin(stdout)
             .status()
-            .map_err(|e| fail(format!("cannot run tar: {e}")))?;
-        let archived = archive.wait().map_err(|e| fail(e.to_string()))?;
+            .map_err(GitError::spawn("tar"))
+            .map_err(fail)?;
+        let archived = archive
+            .wait()
+            .map_err(GitError::spawn("git archive"))
+            .map_err(fail)?;
         if !(tar.success() && archived.success()) {
             let _ = std::fs::remove_dir_all(&tmp);
-            return Err(fail(format!("`git archive {sha}` | tar -x failed")));
+            return Err(fail(GitError::Archive(sha)));
         }
         let seal = serde_json::to_vec(&hashes(&tmp)).expect("hashes serialize");
         meshparity_files::write_atomic(&seal_of(&root), &seal)
-            .map_err(|e| fail(format!("sealing {}: {e}", root.display())))?;
+            .map_err(GitError::io("sealing", &root))
+            .map_err(fail)?;
         if std::fs::rename(&tmp, &root).is_err() {
             // Another job made it meanwhile: theirs is as good.
             let _ = std::fs::remove_dir_all(&tmp);

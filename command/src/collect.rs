@@ -123,11 +123,11 @@ pub fn collect(
         }
         (None, Some(pattern)) => {
             let text = std::fs::read_to_string(out.join(LOG)).unwrap_or_default();
-            let read = log::curve(&text, &log::pattern(&pattern.value)?).map_err(|message| {
+            let read = log::curve(&text, &log::pattern(&pattern.value)?).map_err(|e| {
                 CollectError::Malformed {
                     path: out.join(LOG).display().to_string(),
                     key: "log",
-                    message,
+                    message: e.to_string(),
                     argv: argv.to_owned(),
                 }
             })?;
@@ -154,10 +154,10 @@ pub fn collect(
     let replicas_differ = match &map.digests {
         Some(file) if expect.wants("digests") => {
             let path = found(out, &file.value, "digests", argv)?;
-            crate::digests::disagreement(&path).map_err(|message| CollectError::Malformed {
+            crate::digests::disagreement(&path).map_err(|e| CollectError::Malformed {
                 path: path.display().to_string(),
                 key: "digests",
-                message,
+                message: e.to_string(),
                 argv: argv.to_owned(),
             })?
         }

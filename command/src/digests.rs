@@ -28,33 +28,29 @@ struct Group {
 
 /// Why the digests in `path` say the replicas disagree (`Ok(None)`: every group agrees), or
 /// why the file is unreadable (`Err`).
-pub fn disagreement(path: &Path) -> Result<Option<String>, String> {
+pub fn disagreement(path: &Path) -> Result<Option<String>, DigestsError> {
     // A regular file, bounded: a FIFO or a runaway writer is an error, never a hang.
     let limit = meshparity_files::Limit {
         bytes: 64 << 20,
         what: "a replica digests file",
     };
-    let text = meshparity_files::read_to_string(path, limit).map_err(|e| e.to_string())?;
-    let file: File = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let text = meshparity_files::read_to_string(path, limit)?;
+    let file: File = serde_json::from_str(&text)?;
     if file.version != 1 {
-        return Err(format!(
-            "version {} (this meshparity reads 1)",
-            file.version
-        ));
+        return Err(DigestsError::Version(file.version));
     }
     if file.groups.is_empty() {
-        return Err("no groups: nothing was compared".into());
+        return Err(DigestsError::NoGroups);
     }
     for g in &file.groups {
         let n = g.ranks.len();
         if n == 0 || g.digests.len() != n || g.norms.len() != n {
-            return Err(format!(
-                "`{}`: {} ranks, {} digests, {} norms",
-                g.param,
-                n,
-                g.digests.len(),
-                g.norms.len()
-            ));
+            return Err(DigestsError::Lengths {
+                param: g.param.clone(),
+                ranks: n,
+                digests: g.digests.len(),
+                norms: g.norms.len(),
+            });
         }
         if let Some(i) = (1..n).find(|&i| g.digests[i] != g.digests[0]) {
             return Ok(Some(format!(
@@ -66,6 +62,26 @@ pub fn disagreement(path: &Path) -> Result<Option<String>, String> {
     Ok(None)
 }
 
+/// A replica digests file that cannot be judged.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestsError {
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("version {0} (this meshparity reads 1)")]
+    Version(u32),
+    #[error("no groups: nothing was compared")]
+    NoGroups,
+    #[error("`{param}`: {ranks} ranks, {digests} digests, {norms} norms")]
+    Lengths {
+        param: String,
+        ranks: usize,
+        digests: usize,
+        norms: usize,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,7 +90,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("digests.json");
         std::fs::write(&path, json).unwrap();
-        disagreement(&path)
+        disagreement(&path).map_err(|e| e.to_string())
     }
 
     #[test]

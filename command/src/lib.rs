@@ -116,14 +116,17 @@ impl CommandEngine {
         }
         let r = Renderer::new(values, self.def.shell);
         let name = &self.def.name.value;
-        let t = |e: TemplateError| EngineError::Run(format!("engine `{name}`: {e}"));
+        let t = |e: TemplateError| EngineError::program(name, e);
         let mutation = match req.mutation {
-            Some(m) => Some(self.def.mutation(m).ok_or_else(|| {
-                EngineError::Run(format!(
-                    "engine `{name}` declares no mutation `{m}` (it declares: {})",
-                    self.mutations().join(", ")
-                ))
-            })?),
+            Some(m) => Some(
+                self.def
+                    .mutation(m)
+                    .ok_or_else(|| EngineError::UnknownMutation {
+                        engine: name.clone(),
+                        mutation: m.to_owned(),
+                        declared: self.mutations(),
+                    })?,
+            ),
             None => None,
         };
         let mut words = vec![r.render("program", &self.def.program.value).map_err(t)?];
@@ -215,8 +218,7 @@ impl Engine for CommandEngine {
         if req.training.resume.is_some() {
             return Ok(false);
         }
-        std::fs::create_dir_all(req.out)
-            .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
+        std::fs::create_dir_all(req.out).map_err(EngineError::io("creating", req.out))?;
         if let Some(from) = self.traced_run(req) {
             copy_trace(&from, req.out)?;
             return Ok(true);
@@ -224,9 +226,9 @@ impl Engine for CommandEngine {
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
         let traces = out.join(&dir.value);
         let inv = self.invocation_tracing(req, &out, Some(&traces))?;
-        process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
+        process::run(&inv, &out).map_err(EngineError::run)?;
         trace::convert(&traces, &out, replicas(req))
-            .map_err(|e| EngineError::Run(format!("engine `{}`: {e}", self.def.name.value)))?;
+            .map_err(|e| EngineError::program(&self.def.name.value, e))?;
         Ok(true)
     }
 
@@ -235,18 +237,17 @@ impl Engine for CommandEngine {
             return resume::run(self, req, from);
         }
         let start = Instant::now();
-        std::fs::create_dir_all(req.out)
-            .map_err(|e| EngineError::Run(format!("creating {}: {e}", req.out.display())))?;
+        std::fs::create_dir_all(req.out).map_err(EngineError::io("creating", req.out))?;
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
         let traces = match &self.def.artifacts.trace {
             Some(dir) if self.traces(req) => Some(out.join(&dir.value)),
             _ => None,
         };
         let inv = self.invocation_tracing(req, &out, traces.as_deref())?;
-        process::run(&inv, &out).map_err(|e| EngineError::Run(e.to_string()))?;
+        process::run(&inv, &out).map_err(EngineError::run)?;
         if let Some(traces) = &traces {
             trace::convert(traces, &out, replicas(req))
-                .map_err(|e| EngineError::Run(format!("engine `{}`: {e}", self.def.name.value)))?;
+                .map_err(|e| EngineError::program(&self.def.name.value, e))?;
             let mut traced = self.traced.lock().unwrap_or_else(|e| e.into_inner());
             traced.push((run_key(req), out.clone()));
         }
@@ -254,8 +255,8 @@ impl Engine for CommandEngine {
         let expect = collect::Expect::Whole {
             converts: converts(req),
         };
-        let collected = collect::collect(&self.def.artifacts, &out, &argv, expect)
-            .map_err(|e| EngineError::Run(e.to_string()))?;
+        let collected =
+            collect::collect(&self.def.artifacts, &out, &argv, expect).map_err(EngineError::run)?;
         let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
             .map_or(req.training.steps as usize, |c| c.lines().count());
         let manifest = Manifest {
@@ -328,12 +329,8 @@ fn run_key(req: &RunRequest<'_>) -> String {
 fn copy_trace(from: &Path, to: &Path) -> Result<(), EngineError> {
     use meshparity_engine::files::{TRACE, TRACE_INDEX};
     for name in [TRACE, TRACE_INDEX] {
-        std::fs::copy(from.join(name), to.join(name)).map_err(|e| {
-            EngineError::Run(format!(
-                "copying the trace {}: {e}",
-                from.join(name).display()
-            ))
-        })?;
+        std::fs::copy(from.join(name), to.join(name))
+            .map_err(EngineError::io("copying the trace", &from.join(name)))?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ pub use meshparity_specs::log_pattern::{pattern, LogError, PRESETS};
 /// `(step, loss)` of every matching line, in log order. A step may be logged again with the
 /// same loss (every rank of a torchrun job printing it); again with another loss, or after a
 /// later step, is an error: one rank's value would stand for all, or the log is not one run's.
-pub fn curve(log: &str, re: &Regex) -> Result<Vec<(u64, f64)>, String> {
+pub fn curve(log: &str, re: &Regex) -> Result<Vec<(u64, f64)>, CurveError> {
     let ansi = Regex::new(r"\x1b\[[0-9;]*[A-Za-z]").expect("a valid regex");
     let mut out: Vec<(u64, f64)> = Vec::new();
     // Where each step is in `out`: a search of `out` per line made a log of distinct steps
@@ -31,18 +31,19 @@ pub fn curve(log: &str, re: &Regex) -> Result<Vec<(u64, f64)>, String> {
         match at.get(&step) {
             Some(&(i, _)) if out[i].1.to_bits() == loss.to_bits() => {}
             Some(&(i, first)) => {
-                return Err(format!(
-                    "step {step} is logged with loss {} (line {first}) and {loss} (line \
-                     {lineno}): ranks disagree, or the log holds more than one run",
-                    out[i].1
-                ))
+                return Err(CurveError::Disagree {
+                    step,
+                    first: (out[i].1, first),
+                    again: (loss, lineno),
+                })
             }
             None => {
                 if let Some(&(last, _)) = out.last().filter(|(s, _)| *s > step) {
-                    return Err(format!(
-                        "step {step} (line {lineno}) comes after step {last}; steps must \
-                         increase"
-                    ));
+                    return Err(CurveError::Order {
+                        step,
+                        line: lineno,
+                        last,
+                    });
                 }
                 at.insert(step, (out.len(), lineno));
                 out.push((step, loss));
@@ -50,6 +51,24 @@ pub fn curve(log: &str, re: &Regex) -> Result<Vec<(u64, f64)>, String> {
         }
     }
     Ok(out)
+}
+
+/// A log whose loss lines are not one run's curve.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum CurveError {
+    /// `(loss, line)` of each of the two lines.
+    #[error(
+        "step {step} is logged with loss {} (line {}) and {} (line {}): ranks disagree, or the \
+         log holds more than one run",
+        first.0, first.1, again.0, again.1
+    )]
+    Disagree {
+        step: u64,
+        first: (f64, usize),
+        again: (f64, usize),
+    },
+    #[error("step {step} (line {line}) comes after step {last}; steps must increase")]
+    Order { step: u64, line: usize, last: u64 },
 }
 
 #[cfg(test)]
@@ -82,7 +101,9 @@ mod tests {
             curve("it=1 l=2.5\nit=1 l=2.5", &user).unwrap(),
             vec![(1, 2.5)]
         );
-        let e = curve("it=4 l=1.6\nit=4 l=99.0", &user).unwrap_err();
+        let e = curve("it=4 l=1.6\nit=4 l=99.0", &user)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 1") && e.contains("line 2"), "{e}");
         assert!(curve("it=2 l=1\nit=1 l=1", &user).is_err());
         assert!(pattern(r"it=(\d+)").is_err(), "groups are required");

@@ -42,19 +42,20 @@ pub(crate) enum ResumeError {
 
 /// `dir` and its parents, as a job error.
 pub(crate) fn create(dir: &Path) -> Result<(), EngineError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| EngineError::Run(format!("creating {}: {e}", dir.display())))
+    std::fs::create_dir_all(dir).map_err(EngineError::io("creating", dir))
 }
 
 /// `bytes` into `path`, replacing (not following) a link there.
 pub(crate) fn put(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
-    meshparity_files::write(path, bytes)
-        .map_err(|e| EngineError::Run(format!("writing {}: {e}", path.display())))
+    meshparity_files::write(path, bytes).map_err(EngineError::io("writing", path))
 }
 
 /// A job error of `engine`'s.
-pub(crate) fn fail(engine: &CommandEngine, e: impl std::fmt::Display) -> EngineError {
-    EngineError::Run(format!("engine `{}`: {e}", engine.def.name.value))
+pub(crate) fn fail(
+    engine: &CommandEngine,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> EngineError {
+    EngineError::program(&engine.def.name.value, e)
 }
 
 /// The merged state the program wrote into `dir` (`what`, the template value that named it):

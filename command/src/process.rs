@@ -146,28 +146,8 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     if crate::output::forwarding() {
         eprintln!("meshparity: running {}", inv.display());
     }
-    let mut command = Command::new(&inv.argv[0]);
-    // SAFETY: child_setup makes only async-signal-safe calls, as pre_exec requires.
-    unsafe {
-        command.pre_exec(|| meshparity_procs::child_setup());
-    }
-    let mut running = live();
-    let mut child = command
-        .args(&inv.argv[1..])
-        .envs(inv.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&inv.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| ProcessError::Spawn {
-            argv: inv.display(),
-            cwd: inv.cwd.display().to_string(),
-            source,
-        })?;
+    let mut child = spawn(inv)?;
     let pid = child.id() as i32;
-    running.push(pid);
-    drop(running);
     let pumps: Vec<_> = [
         child
             .stdout
@@ -224,6 +204,41 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
             cause: crate::cause::excerpt(&log_path),
         });
     }
+    judged(inv, status, &log_path)
+}
+
+/// `inv`'s program started in its own setup ([`meshparity_procs::child_setup`]), its output
+/// piped, and counted among the programs this process runs ([`LIVE`]).
+fn spawn(inv: &Invocation) -> Result<std::process::Child, ProcessError> {
+    let mut command = Command::new(&inv.argv[0]);
+    // SAFETY: child_setup makes only async-signal-safe calls, as pre_exec requires.
+    unsafe {
+        command.pre_exec(|| meshparity_procs::child_setup());
+    }
+    let mut running = live();
+    let child = command
+        .args(&inv.argv[1..])
+        .envs(inv.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&inv.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| ProcessError::Spawn {
+            argv: inv.display(),
+            cwd: inv.cwd.display().to_string(),
+            source,
+        })?;
+    running.push(child.id() as i32);
+    Ok(child)
+}
+
+/// A program that exited by itself: `Ok` on success, else how it ended and its log's excerpt.
+fn judged(
+    inv: &Invocation,
+    status: std::process::ExitStatus,
+    log_path: &Path,
+) -> Result<(), ProcessError> {
     if status.success() {
         return Ok(());
     }
@@ -237,7 +252,7 @@ pub fn run(inv: &Invocation, out: &Path) -> Result<(), ProcessError> {
     Err(ProcessError::Failed {
         argv: inv.display(),
         how,
-        cause: crate::cause::excerpt(&log_path),
+        cause: crate::cause::excerpt(log_path),
     })
 }
 

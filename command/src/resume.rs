@@ -95,8 +95,7 @@ pub(crate) fn run(
     }
     for name in a.written.iter().filter(|n| *n != files::CURVE) {
         let from = saving.join(name);
-        let bytes = std::fs::read(&from)
-            .map_err(|e| EngineError::Run(format!("reading {}: {e}", from.display())))?;
+        let bytes = std::fs::read(&from).map_err(EngineError::io("reading", &from))?;
         put(&out.join(name), &bytes)?;
         written.push(name.clone());
     }
@@ -139,7 +138,7 @@ fn part(
     expect: Expect,
 ) -> Result<(Collected, String), EngineError> {
     let inv = engine.invocation_with(req, req.out, set)?;
-    process::run(&inv, req.out).map_err(|e| EngineError::Run(e.to_string()))?;
+    process::run(&inv, req.out).map_err(EngineError::run)?;
     let argv = inv.display();
     let collected = collect::collect(&engine.def.artifacts, req.out, &argv, expect)
         .map_err(|e| fail(engine, e))?;

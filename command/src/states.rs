@@ -53,12 +53,11 @@ pub(crate) fn keep(
         };
         let set = [(at, k.to_string()), (into, state_dir.display().to_string())];
         let inv = engine.invocation_with(&part, &dir, &set)?;
-        process::run(&inv, &dir).map_err(|e| EngineError::Run(e.to_string()))?;
+        process::run(&inv, &dir).map_err(EngineError::run)?;
         let to = out.join(files::state_at(k));
         take(engine, (&state_dir, into), &inv.display(), &to)?;
         manifest.artifacts.push(files::state_at(k));
-        std::fs::remove_dir_all(&dir)
-            .map_err(|e| EngineError::Run(format!("removing {}: {e}", dir.display())))?;
+        std::fs::remove_dir_all(&dir).map_err(EngineError::io("removing", &dir))?;
     }
     Ok(!steps.is_empty())
 }
@@ -75,8 +74,7 @@ pub(crate) fn take(
         .map_err(|e| merged::fail(engine, e))?;
     let bytes = checkpoint::encode(&state).map_err(|e| merged::fail(engine, e))?;
     merged::put(to, &bytes)?;
-    std::fs::remove_dir_all(dir)
-        .map_err(|e| EngineError::Run(format!("removing {}: {e}", dir.display())))
+    std::fs::remove_dir_all(dir).map_err(EngineError::io("removing", dir))
 }
 
 /// Whether the program writes its merged state after a step without stopping

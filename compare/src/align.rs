@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use crate::agreement::decode;
 use crate::checkpoint::Checkpoint;
 use crate::dtype::TensorDtype;
-pub use crate::options::Rename;
 use crate::options::TensorOptions;
+pub use crate::options::{OptionError, Rename};
 use crate::report::{problem, Problem, ProblemKind};
 use crate::safetensors::TensorView;
 use crate::tolerance::TensorLimits;
@@ -24,10 +24,10 @@ pub(crate) struct Pair<'a> {
 }
 
 /// The dtype a `--cast` names: a float dtype.
-pub fn parse_cast(s: &str) -> Result<TensorDtype, String> {
+pub fn parse_cast(s: &str) -> Result<TensorDtype, OptionError> {
     match TensorDtype::parse(&s.to_ascii_uppercase()) {
         Some(d) if d.is_float() => Ok(d),
-        _ => Err(format!("`{s}`: cast to f64, f32, f16 or bf16")),
+        _ => Err(OptionError::Cast(s.to_owned())),
     }
 }
 

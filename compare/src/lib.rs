@@ -26,7 +26,7 @@ pub mod scan;
 pub mod tensors;
 pub mod tolerance;
 
-pub use align::Rename;
+pub use align::{OptionError, Rename};
 pub use checkpoint::Checkpoint;
 pub use curve::{compare_curves, read_curve, CurveOptions};
 pub use dtype::TensorDtype;

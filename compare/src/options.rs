@@ -42,6 +42,17 @@ pub fn globs<S: AsRef<str>>(patterns: &[S]) -> GlobSet {
 }
 
 /// `FROM=TO`: candidate names starting with FROM are compared as TO followed by the rest.
+/// A `compare` option's value that does not parse.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    #[error("`{0}`: a rename is FROM=TO (e.g. `model.=` drops `model.`)")]
+    Rename(String),
+    #[error("`{0}`: FROM and TO are both empty")]
+    EmptyRename(String),
+    #[error("`{0}`: cast to f64, f32, f16 or bf16")]
+    Cast(String),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rename {
     pub from: String,
@@ -49,12 +60,12 @@ pub struct Rename {
 }
 
 impl Rename {
-    pub fn parse(s: &str) -> Result<Rename, String> {
+    pub fn parse(s: &str) -> Result<Rename, OptionError> {
         let (from, to) = s
             .split_once('=')
-            .ok_or_else(|| format!("`{s}`: a rename is FROM=TO (e.g. `model.=` drops `model.`)"))?;
+            .ok_or_else(|| OptionError::Rename(s.to_owned()))?;
         if from.is_empty() && to.is_empty() {
-            return Err(format!("`{s}`: FROM and TO are both empty"));
+            return Err(OptionError::EmptyRename(s.to_owned()));
         }
         Ok(Rename {
             from: from.to_owned(),

@@ -4,7 +4,7 @@
 //! levels, mutations' expected failure, reports) is `meshparity-judge`'s, engine-independent, so
 //! every engine is held to the same checks.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use meshparity_specs::{DType, Level, MeshConfig, ModelConfig, Training, Unsupported};
 
@@ -124,8 +124,63 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Artifact(#[from] ArtifactError),
-    #[error("{0}")]
-    Run(String),
+    /// A file or directory the engine needed could not be made, read or written.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What was being done: `creating`, `writing`, `copying the trace` …
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A mutation the engine does not declare.
+    #[error("engine `{engine}` declares no mutation `{mutation}` (it declares: {})", declared.join(", "))]
+    UnknownMutation {
+        engine: String,
+        mutation: String,
+        declared: Vec<String>,
+    },
+    /// The named engine's program, or what it wrote, failed; the engine's own error is the
+    /// source.
+    #[error("engine `{engine}`: {source}")]
+    Program {
+        engine: String,
+        #[source]
+        source: Source,
+    },
+    /// The computation failed; the engine's own error type is the source (the burn engine's
+    /// `LevelError`, a localization's `LocateError`).
+    #[error(transparent)]
+    Run(Source),
+}
+
+/// An engine's own error, kept typed behind [`EngineError`] (a `String` does not convert: say
+/// what failed with a type).
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl EngineError {
+    /// `e` as the computation's failure.
+    pub fn run(e: impl std::error::Error + Send + Sync + 'static) -> EngineError {
+        EngineError::Run(Box::new(e))
+    }
+
+    /// `action` on `path` failed (for `map_err`).
+    pub fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EngineError {
+        let path = path.to_path_buf();
+        move |source| EngineError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+
+    /// `engine`'s program or its output failed with `e`.
+    pub fn program(engine: &str, e: impl std::error::Error + Send + Sync + 'static) -> EngineError {
+        EngineError::Program {
+            engine: engine.to_owned(),
+            source: Box::new(e),
+        }
+    }
 }
 
 /// Something that trains a model on a mesh and writes the artifact contract.

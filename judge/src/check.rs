@@ -158,7 +158,7 @@ fn localize_against(
     let axes = req.mesh.map(Axes::of).unwrap_or_default();
     locate(reference, run, req.dtype, &axes)
         .map(Some)
-        .map_err(|e| EngineError::Run(format!("localizing: {e}")))
+        .map_err(EngineError::run)
 }
 
 /// A roundtrip failure's localization: the checkpoint, at the first tensor that differs (the

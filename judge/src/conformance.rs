@@ -52,28 +52,9 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
         reference: None,
         out: &reference,
     };
-    let manifest = match engine.reference(&req) {
-        Ok(m) => m,
+    match engine.reference(&req) {
+        Ok(manifest) => failures.extend(reference_conforms(&manifest, &reference)),
         Err(e) => return vec![format!("reference: {e}")],
-    };
-    match Manifest::read(&reference) {
-        Ok(read) if read == manifest => {}
-        Ok(_) => failures.push("reference: manifest.json differs from the one returned".into()),
-        Err(e) => failures.push(format!("reference: {e}")),
-    }
-    if manifest.world_size != 1 {
-        failures.push(format!("reference: world size {}", manifest.world_size));
-    }
-    for file in [
-        files::SEED,
-        files::FORWARD,
-        files::CURVE,
-        files::GRADS,
-        files::WEIGHTS,
-    ] {
-        if let Err(e) = manifest.require(&reference, file, "any") {
-            failures.push(format!("reference: {e}"));
-        }
     }
     if setup.deterministic {
         failures.extend(rerun(engine, &req, dir));
@@ -110,33 +91,73 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
             let name = name.as_str();
             let applies = meshparity_specs::mutation::find(name)
                 .is_none_or(|m| m.applies_to(setup.model, mesh, setup.training));
-            if !applies {
-                continue;
-            }
-            let out = dir.join(format!("mesh-{i}-{name}"));
-            let req = RunRequest {
-                mutation: Some(name),
-                out: &out,
-                ..req
-            };
-            let judged = dir.join(format!("judged-{i}-{name}"));
-            match check(engine, &req, setup.levels, &reference, &judged) {
-                Ok(c) => {
-                    let m = c.mutation(name);
-                    if !m.caught {
-                        failures.push(format!("{tag}: mutation `{name}`: {}", m.summary()));
-                    }
-                    if engine.runs_to_length() {
-                        let staged = dir.join(format!("staged-{i}-{name}"));
-                        failures.extend(
-                            staged_agrees(engine, &req, setup.levels, &reference, &staged, &m)
-                                .map(|f| format!("{tag}: mutation `{name}`: {f}")),
-                        );
-                    }
-                }
-                Err(e) => failures.push(format!("{tag}: mutation `{name}`: {e}")),
+            if applies {
+                let req = (&req, reference.as_path(), dir);
+                failures.extend(mutation_conforms(engine, setup, req, i, name));
             }
         }
+    }
+    failures
+}
+
+/// The reference's manifest as read back is the one returned, at world size 1, with every
+/// artifact a level needs.
+fn reference_conforms(manifest: &Manifest, reference: &Path) -> Vec<String> {
+    let mut failures = Vec::new();
+    match Manifest::read(reference) {
+        Ok(read) if read == *manifest => {}
+        Ok(_) => failures.push("reference: manifest.json differs from the one returned".into()),
+        Err(e) => failures.push(format!("reference: {e}")),
+    }
+    if manifest.world_size != 1 {
+        failures.push(format!("reference: world size {}", manifest.world_size));
+    }
+    for file in [
+        files::SEED,
+        files::FORWARD,
+        files::CURVE,
+        files::GRADS,
+        files::WEIGHTS,
+    ] {
+        if let Err(e) = manifest.require(reference, file, "any") {
+            failures.push(format!("reference: {e}"));
+        }
+    }
+    failures
+}
+
+/// Mutation `name` on mesh `i` (`req`'s) is caught, and judged in stages as one whole run.
+fn mutation_conforms(
+    engine: &dyn Engine,
+    setup: &Setup<'_>,
+    (req, reference, dir): (&RunRequest<'_>, &Path, &Path),
+    i: usize,
+    name: &str,
+) -> Vec<String> {
+    let tag = req.mesh.map_or_else(String::new, |m| m.tag(setup.dtype));
+    let out = dir.join(format!("mesh-{i}-{name}"));
+    let req = RunRequest {
+        mutation: Some(name),
+        out: &out,
+        ..*req
+    };
+    let judged = dir.join(format!("judged-{i}-{name}"));
+    let mut failures = Vec::new();
+    match check(engine, &req, setup.levels, reference, &judged) {
+        Ok(c) => {
+            let m = c.mutation(name);
+            if !m.caught {
+                failures.push(format!("{tag}: mutation `{name}`: {}", m.summary()));
+            }
+            if engine.runs_to_length() {
+                let staged = dir.join(format!("staged-{i}-{name}"));
+                failures.extend(
+                    staged_agrees(engine, &req, setup.levels, reference, &staged, &m)
+                        .map(|f| format!("{tag}: mutation `{name}`: {f}")),
+                );
+            }
+        }
+        Err(e) => failures.push(format!("{tag}: mutation `{name}`: {e}")),
     }
     failures
 }

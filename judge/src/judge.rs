@@ -61,42 +61,7 @@ impl Judge<'_> {
             level,
             limits: &limits,
         };
-        let mut losses = None;
-        let comparisons = match level {
-            // A resumed run's: the state its second mesh loaded against what its first saved.
-            Level::Roundtrip if run.artifacts.iter().any(|a| a == files::RESUME_SAVED) => {
-                vec![sides.own("resumed state", files::RESUME_SAVED, files::CHECKPOINT)?]
-            }
-            Level::Roundtrip => {
-                vec![sides.tensors("checkpoint", files::SEED, files::CHECKPOINT)?]
-            }
-            Level::Forward => {
-                let c = sides.tensors("logits and loss", files::FORWARD, files::FORWARD)?;
-                sides.holds_logits(&c)?;
-                vec![c]
-            }
-            Level::Curve => {
-                let (c, l) = sides.curve()?;
-                losses = Some(l);
-                vec![c]
-            }
-            Level::Oracle => {
-                let mut c = vec![
-                    sides.tensors("gradients", files::GRADS, files::GRADS)?,
-                    sides.updates()?,
-                ];
-                // A resumed run's states at its checkpoint and after `oracle_steps`.
-                if run.artifacts.iter().any(|a| a == files::RESUME_SAVED) {
-                    sides.states(&mut c)?;
-                }
-                if run.has(files::OPTIMIZER_STEP) {
-                    c.push(sides.optimizer_step()?);
-                }
-                c
-            }
-            Level::Routing => vec![sides.routing()?],
-        };
-        let mut comparisons = comparisons;
+        let (mut comparisons, losses) = sides.comparisons()?;
         if let Some(why) = vacuity(level, self.reference, &reference)? {
             comparisons.push(crate::vacuity::comparison(&why));
         }
@@ -143,6 +108,45 @@ struct Sides<'a> {
 }
 
 impl Sides<'_> {
+    /// The level's comparisons, and the curve level's losses.
+    fn comparisons(&self) -> Result<(Vec<Comparison>, Option<Losses>), JudgeError> {
+        let resumed = self.run.artifacts.iter().any(|a| a == files::RESUME_SAVED);
+        let comparisons = match self.level {
+            // A resumed run's: the state its second mesh loaded against what its first saved.
+            Level::Roundtrip if resumed => {
+                vec![self.own("resumed state", files::RESUME_SAVED, files::CHECKPOINT)?]
+            }
+            Level::Roundtrip => {
+                vec![self.tensors("checkpoint", files::SEED, files::CHECKPOINT)?]
+            }
+            Level::Forward => {
+                let c = self.tensors("logits and loss", files::FORWARD, files::FORWARD)?;
+                self.holds_logits(&c)?;
+                vec![c]
+            }
+            Level::Curve => {
+                let (c, l) = self.curve()?;
+                return Ok((vec![c], Some(l)));
+            }
+            Level::Oracle => {
+                let mut c = vec![
+                    self.tensors("gradients", files::GRADS, files::GRADS)?,
+                    self.updates()?,
+                ];
+                // A resumed run's states at its checkpoint and after `oracle_steps`.
+                if resumed {
+                    self.states(&mut c)?;
+                }
+                if self.run.has(files::OPTIMIZER_STEP) {
+                    c.push(self.optimizer_step()?);
+                }
+                c
+            }
+            Level::Routing => vec![self.routing()?],
+        };
+        Ok((comparisons, None))
+    }
+
     fn tolerance(&self) -> Tolerance {
         Tolerance {
             profile: if self.limits.exact {

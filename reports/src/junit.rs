@@ -18,7 +18,7 @@ use quick_junit::{
     NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
 };
 
-use crate::model::{Attempt, JobRecord, RunResults, Status};
+use crate::model::{Attempt, JobRecord, RunMeta, RunResults, Status};
 
 /// The case's classname and name.
 pub fn case_names(spec: &str, job: &JobRecord) -> (String, String) {
@@ -187,33 +187,7 @@ pub fn junit(results: &RunResults) -> String {
             .extra
             .insert("skipped".into(), skipped.to_string().into());
         for job in jobs {
-            let (class, name) = case_names(&meta.spec_name, job);
-            let mut case = TestCase::new(name, status(job));
-            case.set_classname(class);
-            case.set_time(seconds(job.seconds));
-            case.extra.insert("file".into(), meta.spec.as_str().into());
-            case.add_property(Property::new("job_id", job.id.as_str()));
-            case.add_property(Property::new("world_size", job.world_size.to_string()));
-            case.add_property(Property::new("device", job.device.as_str()));
-            if !job.adapter.is_empty() {
-                case.add_property(Property::new("adapter", job.adapter.as_str()));
-            }
-            if let Some(n) = compared(job) {
-                case.add_property(Property::new("compared", n.to_string()));
-            }
-            if let Some(n) = job.detail.as_ref().and_then(|d| d.collectives()) {
-                case.add_property(Property::new("collectives", n.to_string()));
-            }
-            if let Some(b) = job.detail.as_ref().and_then(|d| d.activation_bytes()) {
-                case.add_property(Property::new("activation_bytes", b.to_string()));
-            }
-            if !job.reproduce.is_empty() {
-                case.add_property(Property::new("reproduce", job.reproduce.as_str()));
-            }
-            if let Some(last) = job.attempts.last().filter(|a| !a.log_tail.is_empty()) {
-                case.set_system_out(last.log_tail.as_str());
-            }
-            suite.add_test_case(case);
+            suite.add_test_case(test_case(meta, job));
         }
         // quick-junit counts skipped cases as disabled too; `skipped` above says it.
         suite.disabled = 0;
@@ -224,6 +198,37 @@ pub fn junit(results: &RunResults) -> String {
             .to_string()
             .expect("a JUnit report serializes to a string"),
     )
+}
+
+/// A job as a JUnit test case: its status, time, properties and the last attempt's log.
+fn test_case(meta: &RunMeta, job: &JobRecord) -> TestCase {
+    let (class, name) = case_names(&meta.spec_name, job);
+    let mut case = TestCase::new(name, status(job));
+    case.set_classname(class);
+    case.set_time(seconds(job.seconds));
+    case.extra.insert("file".into(), meta.spec.as_str().into());
+    case.add_property(Property::new("job_id", job.id.as_str()));
+    case.add_property(Property::new("world_size", job.world_size.to_string()));
+    case.add_property(Property::new("device", job.device.as_str()));
+    if !job.adapter.is_empty() {
+        case.add_property(Property::new("adapter", job.adapter.as_str()));
+    }
+    if let Some(n) = compared(job) {
+        case.add_property(Property::new("compared", n.to_string()));
+    }
+    if let Some(n) = job.detail.as_ref().and_then(|d| d.collectives()) {
+        case.add_property(Property::new("collectives", n.to_string()));
+    }
+    if let Some(b) = job.detail.as_ref().and_then(|d| d.activation_bytes()) {
+        case.add_property(Property::new("activation_bytes", b.to_string()));
+    }
+    if !job.reproduce.is_empty() {
+        case.add_property(Property::new("reproduce", job.reproduce.as_str()));
+    }
+    if let Some(last) = job.attempts.last().filter(|a| !a.log_tail.is_empty()) {
+        case.set_system_out(last.log_tail.as_str());
+    }
+    case
 }
 
 /// Tensors or points a job's comparisons covered.

@@ -24,8 +24,29 @@ pub struct Target<'a> {
 /// The engines this binary offers.
 pub trait Engines: Sync {
     /// The engine for `target`, or why this binary or machine cannot offer it.
-    fn open(&self, target: &Target<'_>) -> Result<Box<dyn Engine>, String>;
+    fn open(&self, target: &Target<'_>) -> Result<Box<dyn Engine>, OpenError>;
 
     /// Engine name and device label (run metadata), without running anything.
-    fn describe(&self, target: &Target<'_>) -> Result<Description, String>;
+    fn describe(&self, target: &Target<'_>) -> Result<Description, OpenError>;
+}
+
+/// Why an engine cannot be opened for a target.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("the spec defines no engine `{0}`")]
+    NoEngine(String),
+    #[error("engine `{0}` is defined in the spec, which was not loaded")]
+    SpecNotLoaded(String),
+    #[error("the spec defines no variant `{0}`")]
+    NoVariant(String),
+    /// The engine's own refusal (no such device, a variant's checkout that failed), kept typed.
+    #[error(transparent)]
+    Engine(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl OpenError {
+    /// The engine crate's error `e` as why it cannot be opened.
+    pub fn engine(e: impl std::error::Error + Send + Sync + 'static) -> OpenError {
+        OpenError::Engine(Box::new(e))
+    }
 }

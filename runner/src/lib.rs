@@ -22,5 +22,5 @@ pub mod plan;
 pub mod shrink;
 pub mod worker;
 
-pub use engines::{Engines, Target};
+pub use engines::{Engines, OpenError, Target};
 pub use plan::{Filter, Job, JobId, JobKind, Partition, Plan, Role, Selection};

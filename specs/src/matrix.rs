@@ -54,6 +54,38 @@ impl Exclude {
             && self.level.as_ref().is_none_or(|l| Some(l.value) == level)
             && self.dtype.as_ref().is_none_or(|d| d.value == dtype)
     }
+
+    /// An `exclude` item (at `path`); `None` (said) for one without keys.
+    fn decode(
+        cx: &mut Ctx<'_>,
+        v: &toml::Spanned<toml::de::DeValue<'_>>,
+        path: &str,
+    ) -> Option<Exclude> {
+        let mut e = Table::from_value(cx, v, path)?;
+        let rule = Exclude {
+            model: e.string(cx, "model"),
+            mesh: e.string(cx, "mesh"),
+            level: e.keyword::<Level>(cx, "level"),
+            dtype: e.keyword::<DType>(cx, "dtype"),
+            loc: e.loc.clone(),
+        };
+        e.finish(cx);
+        if rule.model.is_none()
+            && rule.mesh.is_none()
+            && rule.level.is_none()
+            && rule.dtype.is_none()
+        {
+            cx.error(
+                Diagnostic::error(
+                    &rule.loc,
+                    "an exclude rule without keys would drop every cell",
+                )
+                .help("give at least one of `model`, `mesh`, `level`, `dtype`"),
+            );
+            return None;
+        }
+        Some(rule)
+    }
 }
 
 impl MatrixEntry {
@@ -79,34 +111,9 @@ impl MatrixEntry {
         let dtypes = t.array(cx, "dtypes", keyword::<DType>);
         let tolerance = t.string(cx, "tolerance");
         let mutations = t.bool(cx, "mutations").is_none_or(|b| b.value);
-        let path = t.path.clone();
+        let path = format!("{}.exclude", t.path);
         let exclude = t
-            .array(cx, "exclude", |cx, v| {
-                let mut e = Table::from_value(cx, v, format!("{path}.exclude"))?;
-                let rule = Exclude {
-                    model: e.string(cx, "model"),
-                    mesh: e.string(cx, "mesh"),
-                    level: e.keyword::<Level>(cx, "level"),
-                    dtype: e.keyword::<DType>(cx, "dtype"),
-                    loc: e.loc.clone(),
-                };
-                e.finish(cx);
-                if rule.model.is_none()
-                    && rule.mesh.is_none()
-                    && rule.level.is_none()
-                    && rule.dtype.is_none()
-                {
-                    cx.error(
-                        Diagnostic::error(
-                            &rule.loc,
-                            "an exclude rule without keys would drop every cell",
-                        )
-                        .help("give at least one of `model`, `mesh`, `level`, `dtype`"),
-                    );
-                    return None;
-                }
-                Some(rule)
-            })
+            .array(cx, "exclude", |cx, v| Exclude::decode(cx, v, &path))
             .map(|l| l.value)
             .unwrap_or_default();
         for (key, empty) in [

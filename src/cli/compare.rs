@@ -208,13 +208,13 @@ fn run_inner(args: &Args) -> Result<(String, Verdict), InputError> {
         .iter()
         .map(|r| meshparity_compare::Rename::parse(r))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(InputError::Usage)?;
+        .map_err(|e| InputError::Usage(e.to_string()))?;
     let cast = args
         .cast
         .as_deref()
         .map(meshparity_compare::align::parse_cast)
         .transpose()
-        .map_err(InputError::Usage)?;
+        .map_err(|e| InputError::Usage(e.to_string()))?;
     let opts = TensorOptions {
         tolerance: tol,
         logits: tensors::globs(&args.logits),

@@ -17,7 +17,7 @@ use std::path::Path;
 use burn::tensor::Device;
 use meshparity_compare::InputError;
 use meshparity_engine::{checkpoint, Description, Manifest, Shards};
-use meshparity_specs::{DType, ModelConfig, Training};
+use meshparity_specs::{DType, MeshConfig, ModelConfig, Training};
 
 pub use reference::reference;
 pub use resume::resumed;
@@ -63,6 +63,25 @@ impl Setup<'_> {
             DType::F16 => burn::tensor::DType::F16,
             DType::Bf16 => burn::tensor::DType::BF16,
         }
+    }
+
+    /// `span`'s steps of this setup's model on `mesh` ([`crate::train::segment`]).
+    pub fn segment(
+        &self,
+        mesh: &MeshConfig,
+        span: crate::train::Span<'_>,
+        probe: crate::train::Probe<'_>,
+    ) -> Result<crate::train::Segment, RunError> {
+        let (model, training, device) = (self.model, self.training, self.device);
+        crate::train::segment(
+            model,
+            mesh,
+            training,
+            span,
+            probe,
+            device,
+            self.burn_dtype(),
+        )
     }
 }
 

@@ -42,48 +42,25 @@ pub fn resumed(
     let bug = fault.and_then(Fault::resume);
     let probe = train::Probe {
         fault,
-        trace: false,
         replay,
+        ..Default::default()
     };
-    // The final state (after `oracle_steps`), which the oracle level judges beside the weights,
-    // is kept by whichever mesh trains that step.
-    let last = len.weights_after as u32;
-    let keep: [&[u32]; 2] = match last {
-        0 => [&[], &[]],
-        n if n as usize <= at => [&[last], &[]],
-        _ => [&[], &[last]],
-    };
+    let last = [len.weights_after as u32];
+    let keep = keeps(&last, at);
+    let last = last[0];
     let segment = |mesh: &MeshConfig, start: Start<'_>, steps, save, keep| {
-        let span = Span {
-            len,
-            start,
-            steps,
-            save,
-            keep,
-        };
-        let (model, training) = (setup.model, setup.training);
-        train::segment(
-            model,
-            mesh,
-            training,
-            span,
-            probe,
-            setup.device,
-            setup.burn_dtype(),
-        )
+        setup.segment(mesh, Span::new(len, start, steps, save, keep), probe)
     };
     // The first mesh, to the checkpoint.
     let a = segment(&from.config, Start::Seed, 0..at, true, keep[0])?;
     let held = a.state.expect("a segment asked to save keeps its state");
-    match state::merge(&first, &held) {
-        Ok(full) => save(out, files::RESUME_SAVED, &full, &mut written)?,
-        Err(e) => {
-            let why = format!("the state `{}` saved: {e}", from.mesh);
-            manifest
-                .unmerged
-                .insert(files::RESUME_SAVED.to_owned(), why);
-        }
-    }
+    let mut saved = Saved {
+        out,
+        written: &mut written,
+        manifest: &mut manifest,
+    };
+    let what = format!("the state `{}` saved", from.mesh);
+    saved.merged(&first, &held, files::RESUME_SAVED, &what)?;
     let dir = out.join(files::RESUME_CHECKPOINT);
     save_sharded(&first, held, bug, &dir)?;
     // Read back whole from the index, then loaded by the second mesh.
@@ -91,41 +68,24 @@ pub fn resumed(
     let ranks = state::split(&second, &loaded);
     let b = segment(mesh, Start::State(&ranks), at..at, true, &[])?;
     let state = b.state.expect("a segment asked to save keeps its state");
-    match state::merge(&second, &state) {
-        Ok(full) => save(out, files::CHECKPOINT, &full, &mut written)?,
-        Err(e) => {
-            let why = format!("the state the second mesh loaded: {e}");
-            manifest.unmerged.insert(files::CHECKPOINT.to_owned(), why);
-        }
-    }
+    let what = "the state the second mesh loaded";
+    saved.merged(&second, &state, files::CHECKPOINT, what)?;
     // The second mesh trains on.
-    let mut rec = a
-        .record
-        .ok_or_else(|| RunError::Engine("a resumed run trains its first mesh".to_owned()))?;
-    let mut weights = &first;
-    if len.steps > at {
-        let b = segment(mesh, Start::State(&ranks), at..len.steps, false, keep[1])?;
-        if let Some(next) = b.record {
-            if next.weights.is_some() {
-                weights = &second;
-            }
-            rec = join(rec, next);
-        }
+    let mut rec = a.record.ok_or(RunError::ResumeUntrained)?;
+    let rest = match len.steps > at {
+        true => segment(mesh, Start::State(&ranks), at..len.steps, false, keep[1])?.record,
+        false => None,
+    };
+    // The weights are the second mesh's where it trained to them.
+    let second_weights = rest.as_ref().is_some_and(|r| r.weights.is_some());
+    let weights = if second_weights { &second } else { &first };
+    if let Some(next) = rest {
+        rec = join(rec, next);
     }
     if let Some((step, ranks)) = rec.states.iter().find(|(s, _)| *s == last) {
-        let plan = if *step as usize <= at {
-            &first
-        } else {
-            &second
-        };
-        let file = files::state_at(*step);
-        match state::merge(plan, ranks) {
-            Ok(full) => save(out, &file, &full, &mut written)?,
-            Err(e) => {
-                let why = format!("the state after step {step}: {e}");
-                manifest.unmerged.insert(file, why);
-            }
-        }
+        let plan = [&first, &second][usize::from(*step as usize > at)];
+        let what = format!("the state after step {step}");
+        saved.merged(plan, ranks, &files::state_at(*step), &what)?;
     }
     let plans = Plans {
         grads: &first,
@@ -133,14 +93,52 @@ pub fn resumed(
     };
     write_record(setup, rec, len, plans, out, &mut written, &mut manifest)?;
     if let Some(bug) = bug {
-        manifest
-            .altered
-            .insert(0, format!("resume: {}", bug.as_str()));
+        let said = format!("resume: {}", bug.as_str());
+        manifest.altered.insert(0, said);
     }
     manifest.artifacts = written;
     manifest.seconds = start.elapsed().as_secs_f64();
     manifest.write(out)?;
     Ok(manifest)
+}
+
+/// The steps after which each mesh keeps its state: the final state (after `oracle_steps`,
+/// `last`), which the oracle level judges beside the weights, is kept by whichever mesh trains
+/// that step (none at 0).
+fn keeps(last: &[u32; 1], at: usize) -> [&[u32]; 2] {
+    match last[0] {
+        0 => [&[], &[]],
+        n if n as usize <= at => [last, &[]],
+        _ => [&[], last],
+    }
+}
+
+/// Where a resumed run's whole states go: saved, or why one does not merge in the manifest
+/// (the judge then says it).
+struct Saved<'a> {
+    out: &'a Path,
+    written: &'a mut Vec<String>,
+    manifest: &'a mut Manifest,
+}
+
+impl Saved<'_> {
+    /// `ranks`' state (`what`) merged whole by `plan` and saved as `file`.
+    fn merged(
+        &mut self,
+        plan: &ShardingPlan,
+        ranks: &[Shards],
+        file: &str,
+        what: &str,
+    ) -> Result<(), LevelError> {
+        match state::merge(plan, ranks) {
+            Ok(full) => save(self.out, file, &full, self.written),
+            Err(e) => {
+                let why = format!("{what}: {e}");
+                self.manifest.unmerged.insert(file.to_owned(), why);
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Every rank's state written as the sharded checkpoint (a saver that leaves out the router's
@@ -158,8 +156,12 @@ fn save_sharded(
     }
     let slice = |rank: usize, name: &str| state::slice(plan, rank, name);
     let shape = |name: &str, t: &crate::host::HostTensor| state::full_shape(plan, name, t);
-    sharded::write(dir, &ranks, slice, shape)
-        .map_err(|e| LevelError::Run(RunError::Engine(e.to_string())))
+    sharded::write(dir, &ranks, slice, shape).map_err(|source| {
+        LevelError::Run(RunError::Checkpoint {
+            action: "saving",
+            source,
+        })
+    })
 }
 
 /// The checkpoint in `dir`, whole, as the second mesh's loader makes of it: strict (every
@@ -170,8 +172,10 @@ fn load(
     bug: Option<ResumeFault>,
     setup: &Setup<'_>,
 ) -> Result<Shards, LevelError> {
-    let mut full =
-        sharded::read(dir).map_err(|e| RunError::Engine(format!("loading the checkpoint: {e}")))?;
+    let mut full = sharded::read(dir).map_err(|source| RunError::Checkpoint {
+        action: "loading",
+        source,
+    })?;
     let zero = |full: &mut Shards, names: &[&str]| {
         for name in names {
             if let Some(t) = full.get_mut(*name) {
@@ -199,10 +203,7 @@ fn load(
         None => {}
     }
     if let Some(name) = state::missing(plan, &full) {
-        return Err(RunError::Engine(format!(
-            "loading the checkpoint: it holds no `{name}` (a checkpoint must hold every parameter and buffer)"
-        ))
-        .into());
+        return Err(RunError::Missing(name.to_owned()).into());
     }
     Ok(full)
 }

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::host::{HostTensor, Param};
 use crate::parallel::zero::Sharded;
-use crate::parallel::{trace, Comm, Fault, MeshExec, RouteRecord, StepOutput, Topology};
+use crate::parallel::{trace, Comm, Fault, MeshExec, RouteRecord, Topology};
 use crate::sharding::{ShardingPlan, Shards};
 
 /// What a mesh run injects, replays and records beyond its artifacts.
@@ -50,7 +50,23 @@ pub struct Span<'s> {
     pub keep: &'s [u32],
 }
 
-impl Span<'_> {
+impl<'s> Span<'s> {
+    pub fn new(
+        len: Length,
+        start: Start<'s>,
+        steps: std::ops::Range<usize>,
+        save: bool,
+        keep: &'s [u32],
+    ) -> Self {
+        Span {
+            len,
+            start,
+            steps,
+            save,
+            keep,
+        }
+    }
+
     /// The whole run from the seed.
     pub fn whole(len: Length) -> Self {
         Span {
@@ -83,7 +99,7 @@ pub fn mesh(
     let span = Span::whole(len);
     segment(model, mesh, training, span, probe, device, dtype)?
         .record
-        .ok_or_else(|| RunError::Engine("a run has at least one step".to_owned()))
+        .ok_or(RunError::NoSteps)
 }
 
 /// Steps `span.steps` of a run on a mesh, from the seed or a checkpoint's state.
@@ -98,34 +114,12 @@ pub fn segment(
 ) -> Result<Segment, RunError> {
     let len = span.len;
     let fault = probe.fault;
-    for (what, n) in [
-        ("expert parallelism (ep)", mesh.ep),
-        ("expert tensor parallelism (etp)", mesh.etp),
-    ] {
-        if n > 1 && !model.family.has_experts() {
-            return Err(RunError::Unsupported(format!(
-                "{what} > 1 for the llama family"
-            )));
-        }
-    }
+    supported(model, mesh)?;
     let plan = ShardingPlan::llama(model, mesh);
     let per_dp = mesh.dp > 1 && fault.is_some_and(|f| f.init_seeded_per_dp_rank());
-    let (params, restored, mut cursor) = match span.start {
+    let (params, restored, cursor) = match span.start {
         Start::Seed => {
-            let shards = if per_dp {
-                init_per_dp_rank(&plan, model, training.seed, device, dtype)
-            } else {
-                plan.shard(&seed_checkpoint(model, training.seed, device, dtype))
-            };
-            let params = shards
-                .iter()
-                .map(|shards| {
-                    shards
-                        .iter()
-                        .map(|(n, t)| (n.clone(), t.to_param(device)))
-                        .collect()
-                })
-                .collect();
+            let params = seed_params(&plan, model, training.seed, per_dp, device, dtype);
             (params, None, state::Cursor::default())
         }
         Start::State(ranks) => state::restore(ranks, device, dtype)?,
@@ -135,9 +129,7 @@ pub fn segment(
     if let Some(states) = restored {
         ranks.restore(states);
     }
-    // The first step whose unsharded parameters were not the all-gather of the shards.
-    let mut unsharded_stale = None;
-    let mut exec = MeshExec {
+    let exec = MeshExec {
         model,
         topo,
         device,
@@ -152,27 +144,143 @@ pub fn segment(
     if per_dp {
         comm.event("init", "initial weights drawn per dp rank");
     }
-    let mut traced = Vec::new();
-    let (mut load_balance, mut routing, mut microbatch) = (Vec::new(), Vec::new(), None);
-    let mut losses = Vec::with_capacity(len.steps);
-    let mut grad_norms = Vec::new();
-    let mut first: Option<(HostTensor, Vec<Shards>, Vec<f64>)> = None;
-    let mut weights = None;
-    let mut optimizer_step = None;
-    let mut states = Vec::new();
-    // The most a step's heap grew over what it started with: its activations, gradients and
-    // temporaries at their peak (measured where the process counts: a worker's one job).
-    let mut activation_bytes = None;
+    let mut run = Steps {
+        exec,
+        comm,
+        ranks,
+        cursor,
+        training,
+        gathered: Gathered::default(),
+    };
     for step in span.steps.clone() {
+        if !run.step(step, &span, probe)? {
+            break;
+        }
+    }
+    let state = span.save.then(|| run.ranks.host_state(run.cursor));
+    Ok(Segment {
+        record: run.gathered.record(&run.comm),
+        state,
+    })
+}
+
+/// Expert axes above 1 need a model with experts.
+fn supported(model: &ModelConfig, mesh: &MeshConfig) -> Result<(), RunError> {
+    for (what, n) in [
+        ("expert parallelism (ep)", mesh.ep),
+        ("expert tensor parallelism (etp)", mesh.etp),
+    ] {
+        if n > 1 && !model.family.has_experts() {
+            return Err(RunError::Unsupported(format!(
+                "{what} > 1 for the llama family"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every rank's parameters from the seed checkpoint (each data-parallel rank's own draw under
+/// `per_dp`: [`init_per_dp_rank`]).
+fn seed_params(
+    plan: &ShardingPlan,
+    model: &ModelConfig,
+    seed: u64,
+    per_dp: bool,
+    device: &Device,
+    dtype: DType,
+) -> Vec<indexmap::IndexMap<String, burn::tensor::Tensor<2>>> {
+    let shards = if per_dp {
+        init_per_dp_rank(plan, model, seed, device, dtype)
+    } else {
+        plan.shard(&seed_checkpoint(model, seed, device, dtype))
+    };
+    shards
+        .iter()
+        .map(|shards| {
+            shards
+                .iter()
+                .map(|(n, t)| (n.clone(), t.to_param(device)))
+                .collect()
+        })
+        .collect()
+}
+
+/// A segment's training state between steps.
+struct Steps<'a> {
+    exec: MeshExec<'a>,
+    comm: Comm,
+    ranks: Ranks<'a>,
+    cursor: state::Cursor,
+    training: &'a Training,
+    gathered: Gathered,
+}
+
+impl Steps<'_> {
+    /// Step `step`: its forward, and its backward and update where the run needs them;
+    /// `false` when the segment ends here (a forward-only step).
+    fn step(&mut self, step: usize, span: &Span<'_>, probe: Probe) -> Result<bool, RunError> {
+        let (len, model, training) = (span.len, self.exec.model, self.training);
         let traced_step = probe.trace && step < trace::STEPS;
-        exec.dropout = crate::dropout::Dropout::of(training, cursor.rng as usize);
-        comm.set_tracing(traced_step);
-        let stale = ranks.unshard(&mut comm, step, unsharded_stale.is_none());
-        unsharded_stale = unsharded_stale.or(stale);
-        exec.trace_params(&mut comm, &ranks.params);
+        self.exec.dropout = crate::dropout::Dropout::of(training, self.cursor.rng as usize);
+        self.comm.set_tracing(traced_step);
+        self.before_step(step, probe.fault);
+        // A traced step keeps its backward: localization compares the backward's sites too.
+        self.exec.backward = len.backward_at(step) || (len.backward && traced_step);
+        let base = heap::live();
+        heap::reset_peak();
+        let out = self.exec.step(
+            &mut self.comm,
+            &self.ranks.params,
+            &batch(model, training, self.cursor.data as usize),
+            probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
+        )?;
+        let g = &mut self.gathered;
+        g.trace.extend(trace::merge(step, self.comm.take_records()));
+        g.losses.push(out.loss);
+        if let (Some(peak), Some(base)) = (heap::peak(), base) {
+            let grew = peak.saturating_sub(base);
+            g.activation_bytes = Some(g.activation_bytes.unwrap_or(0).max(grew));
+        }
+        if model.family.has_experts() {
+            g.load_balance.push(out.load_balance);
+            if step == 0 {
+                g.microbatch = Some(microbatches(training.batch as usize, &out.routing));
+                g.routing = assemble_routing(model, training.batch as usize, out.routing);
+            }
+        }
+        self.cursor.data += 1;
+        self.cursor.rng += 1;
+        if g.first.is_none() {
+            let whole = self.ranks.whole(&out.grads, self.exec.backward);
+            g.first = Some((
+                logits_host(out.logits),
+                host_ranks(&self.ranks.params, &whole),
+                out.grad_norms.clone(),
+            ));
+        }
+        if !self.exec.backward {
+            // This step's forward was all that was asked (the first step's forward level, or
+            // the last step's loss): no gradients, no update.
+            return Ok(false);
+        }
+        let norm = *out.grad_norms.last().expect("a backward step has norms");
+        self.gathered.grad_norms.push(norm);
+        self.update(step, span, traced_step, &out.grads, &out.loads);
+        Ok(true)
+    }
+
+    /// What precedes a step's forward: the parameters unsharded (ZeRO-3) and traced, the
+    /// scheduler's extra steps of its catalogued bug, the learning rate each rank will use.
+    fn before_step(&mut self, step: usize, fault: Option<Fault>) {
+        let (comm, ranks) = (&mut self.comm, &mut self.ranks);
+        let first_stale = self.gathered.unsharded_stale.is_none();
+        let stale = ranks.unshard(comm, step, first_stale);
+        self.gathered.unsharded_stale = self.gathered.unsharded_stale.take().or(stale);
+        self.exec.trace_params(comm, &ranks.params);
         // The catalogued bug: the scheduler stepped after every microbatch's backward, before
         // the update.
-        let extra = fault.map_or(0, |f| f.schedule_extra_steps(topo.microbatches()));
+        let microbatches = self.exec.topo.microbatches();
+        let extra = fault.map_or(0, |f| f.schedule_extra_steps(microbatches));
         if extra > 0 {
             comm.event("lr", "scheduler stepped once per microbatch");
             ranks
@@ -186,63 +294,28 @@ pub fn segment(
             data: vec![o.next_lr()],
         });
         comm.trace_values("lr", rates.collect());
-        // A traced step keeps its backward: localization compares the backward's sites too.
-        exec.backward = len.backward_at(step) || (len.backward && traced_step);
-        let base = heap::live();
-        heap::reset_peak();
-        let StepOutput {
-            loss,
-            logits,
-            grads,
-            grad_norms: rank_norms,
-            load_balance: lb,
-            routing: routed,
-            loads,
-        } = exec
-            .step(
-                &mut comm,
-                &ranks.params,
-                &batch(model, training, cursor.data as usize),
-                probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
-            )
-            .map_err(RunError::Engine)?;
-        traced.extend(trace::merge(step, comm.take_records()));
-        losses.push(loss);
-        if let (Some(peak), Some(base)) = (heap::peak(), base) {
-            activation_bytes = Some(activation_bytes.unwrap_or(0).max(peak.saturating_sub(base)));
-        }
-        if model.family.has_experts() {
-            load_balance.push(lb);
-            if step == 0 {
-                microbatch = Some(microbatches(training.batch as usize, &routed));
-                routing = assemble_routing(model, training.batch as usize, routed);
-            }
-        }
-        cursor.data += 1;
-        cursor.rng += 1;
-        if first.is_none() {
-            let whole = ranks.whole(&grads, exec.backward);
-            first = Some((
-                logits_host(logits),
-                host_ranks(&ranks.params, &whole),
-                rank_norms.clone(),
-            ));
-        }
-        if !exec.backward {
-            // This step's forward was all that was asked (the first step's forward level, or
-            // the last step's loss): no gradients, no update.
-            break;
-        }
-        grad_norms.push(*rank_norms.last().expect("a backward step has norms"));
+    }
+
+    /// The update after step `step`'s backward, and what the levels record of it.
+    fn update(
+        &mut self,
+        step: usize,
+        span: &Span<'_>,
+        traced_step: bool,
+        grads: &crate::parallel::zero::Ranks,
+        loads: &[std::collections::BTreeMap<u32, Vec<f64>>],
+    ) {
+        let (len, cursor) = (span.len, self.cursor);
+        let (ranks, comm, g) = (&mut self.ranks, &mut self.comm, &mut self.gathered);
         // The oracle's last update is recorded as the optimizer takes it, for the judge to
         // replay with world size 1's optimizer: the state before, the gradients, the state after.
         let replayed = (step + 1 == len.weights_after).then(|| {
-            let whole = ranks.whole(&grads, true);
+            let whole = ranks.whole(grads, true);
             (ranks.host_state(cursor), host_ranks(&ranks.params, &whole))
         });
-        let held = ranks.update(&mut comm, &grads);
+        let held = ranks.update(comm, grads);
         // Each rank moves its own copy of the bias by the all-reduced load.
-        for (p, load) in held.iter_mut().zip(&loads) {
+        for (p, load) in held.iter_mut().zip(loads) {
             for (&layer, counts) in load {
                 update_bias(p, layer, counts);
             }
@@ -251,15 +324,15 @@ pub fn segment(
             // The optimizer's state after the update: where a wrong state shows, a step
             // before the parameters it moves would (and measurably in bf16, where one
             // update moves a parameter by less than its round-off).
-            exec.trace_moments(&mut comm, &moments);
-            traced.extend(trace::merge(step, comm.take_records()));
+            self.exec.trace_moments(comm, &moments);
+            g.trace.extend(trace::merge(step, comm.take_records()));
         }
         if step + 1 == len.weights_after {
-            weights = Some(ranks.weights());
+            g.weights = Some(ranks.weights());
         }
         let done = step as u32 + 1;
         if let Some((before, grads)) = replayed {
-            optimizer_step = Some(super::OptimizerStep {
+            g.optimizer_step = Some(super::OptimizerStep {
                 step: u64::from(done),
                 grads,
                 before,
@@ -267,47 +340,62 @@ pub fn segment(
             });
         }
         if span.keep.contains(&done) {
-            states.push((done, ranks.host_state(cursor)));
+            g.states.push((done, ranks.host_state(cursor)));
         }
     }
-    let state = match span.save {
-        true => Some(ranks.host_state(cursor)),
-        false => None,
-    };
-    let Some((logits, grads, rank_norms)) = first else {
-        return Ok(Segment {
-            record: None,
-            state,
-        });
-    };
-    let record = Record {
-        logits,
-        losses,
-        load_balance,
-        routing,
-        microbatch,
-        replay: Vec::new(),
-        grads,
-        grad_norms,
-        rank_norms,
-        weights,
-        collectives: comm.calls().len(),
-        altered: comm
-            .altered()
-            .map(|c| format!("{}: {}", c.site, c.altered.unwrap_or("")))
-            .collect(),
-        anomalies: comm.anomalies.clone(),
-        divergent: comm.divergent.clone(),
-        trace: traced,
-        unsharded_stale,
-        activation_bytes: activation_bytes.map(|b| b as u64),
-        states,
-        optimizer_step,
-    };
-    Ok(Segment {
-        record: Some(record),
-        state,
-    })
+}
+
+/// What a segment's steps gather for its record.
+#[derive(Default)]
+struct Gathered {
+    trace: Vec<trace::Entry>,
+    load_balance: Vec<f64>,
+    routing: Vec<Routing>,
+    microbatch: Option<Vec<usize>>,
+    losses: Vec<f64>,
+    grad_norms: Vec<f64>,
+    /// The first step's logits, gradients and per-rank norms.
+    first: Option<(HostTensor, Vec<Shards>, Vec<f64>)>,
+    weights: Option<Vec<Shards>>,
+    optimizer_step: Option<super::OptimizerStep>,
+    states: Vec<(u32, Vec<Shards>)>,
+    /// The most a step's heap grew over what it started with: its activations, gradients and
+    /// temporaries at their peak (measured where the process counts: a worker's one job).
+    activation_bytes: Option<usize>,
+    /// The first step whose unsharded parameters were not the all-gather of the shards.
+    unsharded_stale: Option<String>,
+}
+
+impl Gathered {
+    /// The record of the steps gathered (`None` when none trained), with `comm`'s account of
+    /// the collectives.
+    fn record(self, comm: &Comm) -> Option<Record> {
+        let (logits, grads, rank_norms) = self.first?;
+        Some(Record {
+            logits,
+            losses: self.losses,
+            load_balance: self.load_balance,
+            routing: self.routing,
+            microbatch: self.microbatch,
+            replay: Vec::new(),
+            grads,
+            grad_norms: self.grad_norms,
+            rank_norms,
+            weights: self.weights,
+            collectives: comm.calls().len(),
+            altered: comm
+                .altered()
+                .map(|c| format!("{}: {}", c.site, c.altered.unwrap_or("")))
+                .collect(),
+            anomalies: comm.anomalies.clone(),
+            divergent: comm.divergent.clone(),
+            trace: self.trace,
+            unsharded_stale: self.unsharded_stale,
+            activation_bytes: self.activation_bytes.map(|b| b as u64),
+            states: self.states,
+            optimizer_step: self.optimizer_step,
+        })
+    }
 }
 
 /// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,

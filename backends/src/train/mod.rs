@@ -107,8 +107,27 @@ pub struct Routing {
 pub enum RunError {
     #[error("the burn backend does not simulate {0} yet")]
     Unsupported(String),
-    #[error("{0}")]
-    Engine(String),
+    #[error(transparent)]
+    Schedule(#[from] crate::parallel::schedule::ScheduleError),
+    #[error("a run has at least one step")]
+    NoSteps,
+    #[error("a resumed run trains its first mesh")]
+    ResumeUntrained,
+    #[error("loading rank {rank}'s state: {source}")]
+    State {
+        rank: usize,
+        source: state::StateError,
+    },
+    /// The checkpoint a resumed run saved, or loads.
+    #[error("{action} the checkpoint: {source}")]
+    Checkpoint {
+        action: &'static str,
+        source: meshparity_engine::sharded::ShardedError,
+    },
+    #[error(
+        "loading the checkpoint: it holds no `{0}` (a checkpoint must hold every parameter and buffer)"
+    )]
+    Missing(String),
 }
 
 /// The seed checkpoint every run starts from.
@@ -179,14 +198,7 @@ pub fn oracle(
                 load_balance.push(scalar(aux.load_balance.clone().inner()));
                 replay.push(aux.routing.iter().map(|r| r.decided.clone()).collect());
                 if routing.is_empty() {
-                    routing = aux
-                        .routing
-                        .iter()
-                        .map(|r| Routing {
-                            scores: r.selected.clone(),
-                            choices: r.decided.choices.clone(),
-                        })
-                        .collect();
+                    routing = first_routing(aux);
                 }
                 ce.clone() + aux.load_balance.clone() + aux.z.clone()
             }
@@ -197,44 +209,14 @@ pub fn oracle(
             losses.push(scalar(ce.inner()));
             break;
         }
-        let g = loss.backward();
-        let mut grads: IndexMap<String, Tensor<2>> = leaves
-            .tensors
-            .iter()
-            .filter(|(n, _)| !is_buffer(n))
-            .map(|(n, t)| {
-                (
-                    n.clone(),
-                    t.grad(&g).unwrap_or_else(|| t.clone().inner().zeros_like()),
-                )
-            })
-            .collect();
+        let mut grads = parameter_grads(&leaves, &loss.backward());
         losses.push(scalar(ce.inner()));
         let norm = clip::global_norm(&grads);
         clip::apply(&mut grads, norm, training.clip_grad_norm);
         grad_norms.push(norm);
         if rec.is_none() {
-            rec = Some(Record {
-                logits: logits_host(f.logits.inner()),
-                losses: Vec::new(),
-                load_balance: Vec::new(),
-                routing: Vec::new(),
-                microbatch: None,
-                replay: Vec::new(),
-                grads: vec![to_host(model, &grads)],
-                grad_norms: Vec::new(),
-                rank_norms: vec![norm],
-                weights: None,
-                collectives: 0,
-                altered: Vec::new(),
-                anomalies: Vec::new(),
-                divergent: Vec::new(),
-                trace: Vec::new(),
-                unsharded_stale: None,
-                activation_bytes: None,
-                states: Vec::new(),
-                optimizer_step: None,
-            });
+            let (logits, grads) = (logits_host(f.logits.inner()), to_host(model, &grads));
+            rec = Some(Record::first_step(logits, vec![grads], vec![norm]));
         }
         opt.step(&mut params, &grads);
         if let Some(aux) = f.aux.as_ref().filter(|_| model.moe.expert_bias()) {
@@ -259,6 +241,62 @@ pub fn oracle(
     rec.weights = weights;
     rec.states = states;
     rec
+}
+
+/// Every parameter's gradient in `g` (zeros for one the loss does not reach); buffers have
+/// none.
+fn parameter_grads(leaves: &Params, g: &burn::tensor::Gradients) -> IndexMap<String, Tensor<2>> {
+    leaves
+        .tensors
+        .iter()
+        .filter(|(n, _)| !is_buffer(n))
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                t.grad(g).unwrap_or_else(|| t.clone().inner().zeros_like()),
+            )
+        })
+        .collect()
+}
+
+/// The routing of a moe model's first step, per layer: the selected experts' scores and the
+/// choices.
+fn first_routing(aux: &crate::llama::model::Aux) -> Vec<Routing> {
+    aux.routing
+        .iter()
+        .map(|r| Routing {
+            scores: r.selected.clone(),
+            choices: r.decided.choices.clone(),
+        })
+        .collect()
+}
+
+impl Record {
+    /// The record of a run's first step (its logits, gradients and per-rank norms), every
+    /// later and mesh-only field empty.
+    pub(crate) fn first_step(logits: HostTensor, grads: Vec<Shards>, rank_norms: Vec<f64>) -> Self {
+        Record {
+            logits,
+            losses: Vec::new(),
+            load_balance: Vec::new(),
+            routing: Vec::new(),
+            microbatch: None,
+            replay: Vec::new(),
+            grads,
+            grad_norms: Vec::new(),
+            rank_norms,
+            weights: None,
+            collectives: 0,
+            altered: Vec::new(),
+            anomalies: Vec::new(),
+            divergent: Vec::new(),
+            trace: Vec::new(),
+            unsharded_stale: None,
+            activation_bytes: None,
+            states: Vec::new(),
+            optimizer_step: None,
+        }
+    }
 }
 
 /// The oracle's state after `done` updates, as a world-size-1 checkpoint holds it.

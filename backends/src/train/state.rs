@@ -86,9 +86,18 @@ pub fn counter_of(state: &Shards, name: &str) -> Option<u64> {
     (t.dtype == TensorDtype::U64).then(|| u64::from_le_bytes(bytes))
 }
 
+/// A rank's saved state that cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("`{0}` has one AdamW moment of two in the checkpoint")]
+    OneMoment(String),
+    #[error("the checkpoint has no `{0}` counter")]
+    NoCounter(&'static str),
+}
+
 /// A rank's host state back in memory, on `device`; the parameters in `dtype` (the master
 /// weights of a half-precision model become its optimizer's master copy).
-pub fn from_host(state: &Shards, device: &Device, dtype: DType) -> Result<RankState, String> {
+pub fn from_host(state: &Shards, device: &Device, dtype: DType) -> Result<RankState, StateError> {
     let mut weights = IndexMap::new();
     let mut moments: IndexMap<String, (Option<Tensor<2>>, Option<Tensor<2>>)> = IndexMap::new();
     for (name, t) in state {
@@ -107,14 +116,10 @@ pub fn from_host(state: &Shards, device: &Device, dtype: DType) -> Result<RankSt
         .into_iter()
         .map(|(n, pair)| match pair {
             (Some(m), Some(v)) => Ok((n, (m, v))),
-            _ => Err(format!(
-                "`{n}` has one AdamW moment of two in the checkpoint"
-            )),
+            _ => Err(StateError::OneMoment(n)),
         })
         .collect::<Result<_, _>>()?;
-    let count = |name: &str| {
-        counter_of(state, name).ok_or_else(|| format!("the checkpoint has no `{name}` counter"))
-    };
+    let count = |name: &'static str| counter_of(state, name).ok_or(StateError::NoCounter(name));
     let opt = OptState {
         step: count(STEP)?,
         schedule_step: count(SCHEDULE)?,
@@ -277,8 +282,8 @@ pub(super) fn restore(
     let mut opts = Vec::new();
     let mut cursor = None;
     for (rank, host) in ranks.iter().enumerate() {
-        let s = from_host(host, device, dtype)
-            .map_err(|e| RunError::Engine(format!("loading rank {rank}'s state: {e}")))?;
+        let s =
+            from_host(host, device, dtype).map_err(|source| RunError::State { rank, source })?;
         cursor.get_or_insert(s.cursor);
         params.push(s.weights);
         opts.push((s.opt, master(host, device, dtype)));

@@ -222,7 +222,7 @@ fn run_unit(
     };
     let (engine, oracle, reference_config) = match open_engines(spec, engines, unit, dir) {
         Ok(opened) => opened,
-        Err(e) => return every(e),
+        Err(e) => return every(e.to_string()),
     };
     let reference = dir.join("reference");
     let req = RunRequest {
@@ -348,7 +348,7 @@ fn open_engines(
     engines: &dyn Engines,
     unit: &Unit,
     dir: &Path,
-) -> Result<Opened, String> {
+) -> Result<Opened, crate::engines::OpenError> {
     let target = crate::engines::Target {
         spec: Some(spec),
         model: &unit.model_config,

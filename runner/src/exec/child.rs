@@ -18,16 +18,25 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use crate::exec::launch_error::LaunchError;
+
 /// How a process ended.
 #[derive(Clone, Debug)]
 pub enum Ending {
     Exited(ExitStatus),
     TimedOut,
     Cancelled,
-    SpawnFailed(String),
+    /// Not started, or lost track of (shared: an ending is cloned into the job's record).
+    SpawnFailed(std::sync::Arc<LaunchError>),
     /// Ended by the infrastructure, not by itself: a cluster's node failure, preemption, out
     /// of memory, lost job; with what happened.
     Infra(String),
+}
+
+impl Ending {
+    pub fn spawn_failed(e: LaunchError) -> Ending {
+        Ending::SpawnFailed(std::sync::Arc::new(e))
+    }
 }
 
 /// What ran and how it ended.
@@ -87,26 +96,9 @@ pub async fn run(
         stdout: dir.join("stdout.log"),
         stderr: dir.join("stderr.log"),
     };
-    let (out, err) = match create_logs(dir) {
-        Ok(f) => f,
-        Err(e) => return finished(Ending::SpawnFailed(e)),
-    };
-    let mut cmd = Command::new(exe);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err))
-        .process_group(0)
-        .env(crate::worker::PARENT_ENV, std::process::id().to_string())
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
+    let mut child = match spawn(exe, args, dir) {
         Ok(c) => c,
-        Err(e) => {
-            return finished(Ending::SpawnFailed(format!(
-                "spawning {}: {e}",
-                exe.display()
-            )))
-        }
+        Err(e) => return finished(Ending::spawn_failed(e)),
     };
     let pgid = child.id().map(|p| p as i32);
     let _live = pgid.map(Live::new);
@@ -130,7 +122,9 @@ pub async fn run(
     };
     let ending = match wake {
         Wake::Exited(Ok(s)) => Ending::Exited(s),
-        Wake::Exited(Err(e)) => Ending::SpawnFailed(format!("waiting for the worker: {e}")),
+        Wake::Exited(Err(e)) => {
+            Ending::spawn_failed(LaunchError::process("waiting for the worker")(e))
+        }
         Wake::Timeout => {
             end_group(&mut child, pgid, grace).await;
             Ending::TimedOut
@@ -157,6 +151,21 @@ pub async fn run(
     finished(ending)
 }
 
+/// `exe args` in a process group of its own, its output into `dir`'s new logs.
+fn spawn(exe: &Path, args: &[String], dir: &Path) -> Result<Child, LaunchError> {
+    let (out, err) = create_logs(dir)?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .process_group(0)
+        .env(crate::worker::PARENT_ENV, std::process::id().to_string())
+        .kill_on_drop(true);
+    cmd.spawn()
+        .map_err(LaunchError::process(format!("spawning {}", exe.display())))
+}
+
 /// End what ended attempts left behind, live workers (and idle serving ones) spared.
 pub(super) fn end_strays() {
     let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
@@ -164,14 +173,14 @@ pub(super) fn end_strays() {
 }
 
 /// `dir/stdout.log` and `dir/stderr.log`, new and empty: an attempt's logs.
-pub(super) fn create_logs(dir: &Path) -> Result<(std::fs::File, std::fs::File), String> {
+pub(super) fn create_logs(dir: &Path) -> Result<(std::fs::File, std::fs::File), LaunchError> {
     let files = std::fs::create_dir_all(dir).and_then(|_| {
         Ok((
             std::fs::File::create(dir.join("stdout.log"))?,
             std::fs::File::create(dir.join("stderr.log"))?,
         ))
     });
-    files.map_err(|e| format!("creating logs in {}: {e}", dir.display()))
+    files.map_err(LaunchError::io("creating logs in", dir))
 }
 
 /// Workers running now, by pid: spared when what an ended attempt left behind is killed.

@@ -15,7 +15,7 @@ pub fn engines<'a>(
     engines: &dyn Engines,
     spec: &Spec,
     jobs: impl IntoIterator<Item = (&'a ModelConfig, Device)>,
-) -> Result<Vec<Description>, String> {
+) -> Result<Vec<Description>, crate::engines::OpenError> {
     let mut seen: Vec<Description> = Vec::new();
     for (model, device) in jobs {
         let target = crate::engines::Target {

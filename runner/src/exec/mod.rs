@@ -2,6 +2,7 @@
 //!
 //! - `options.rs` — concurrency, retries, failure limits, time limits;
 //! - `child.rs` — one worker process in its own process group, ended cleanly;
+//! - `launch_error.rs` — why a worker could not be started or followed;
 //! - `executor/` — where attempts run: local processes or Slurm batch jobs;
 //! - `scheduler.rs` — the job state machines and the loop that drives them;
 //! - `ready.rs` — dependency counts: which jobs may start;
@@ -20,6 +21,7 @@ pub mod child;
 pub mod console;
 pub mod evidence;
 pub mod executor;
+pub mod launch_error;
 pub mod meta;
 pub mod options;
 pub mod progress;

@@ -72,10 +72,24 @@ pub fn default_timeout(kind: &str) -> Duration {
     })
 }
 
+/// A `--timeout` item that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum TimeoutError {
+    #[error(
+        "--timeout `{0}`: expected SECONDS or KEY=SECONDS with 0 < SECONDS ≤ {MAX_SECONDS} (30 days)"
+    )]
+    Seconds(String),
+    #[error("--timeout `{item}`: {source}")]
+    Glob {
+        item: String,
+        source: globset::Error,
+    },
+}
+
 impl Timeouts {
     /// `SECS` (every job) or `KEY=SECS` with KEY a level name (`reference`, `oracle`,
     /// `mutation`...) or a glob over job names.
-    pub fn parse(items: &[String]) -> Result<Self, String> {
+    pub fn parse(items: &[String]) -> Result<Self, TimeoutError> {
         let mut t = Timeouts::default();
         for item in items {
             let (key, secs) = match item.rsplit_once('=') {
@@ -86,17 +100,15 @@ impl Timeouts {
                 .parse()
                 .ok()
                 .filter(|s: &f64| *s > 0.0 && *s <= MAX_SECONDS)
-                .ok_or_else(|| {
-                    format!(
-                        "--timeout `{item}`: expected SECONDS or KEY=SECONDS with 0 < SECONDS ≤ \
-                         {MAX_SECONDS} (30 days)"
-                    )
-                })?;
+                .ok_or_else(|| TimeoutError::Seconds(item.clone()))?;
             let d = Duration::from_secs_f64(secs);
             match key {
                 None => t.all = Some(d),
                 Some(k) => {
-                    let glob = Glob::new(k).map_err(|e| format!("--timeout `{item}`: {e}"))?;
+                    let glob = Glob::new(k).map_err(|source| TimeoutError::Glob {
+                        item: item.clone(),
+                        source,
+                    })?;
                     t.rules.push((k.to_owned(), glob.compile_matcher(), d));
                 }
             }

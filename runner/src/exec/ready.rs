@@ -14,7 +14,12 @@
 //! dp2·tp2·pp2 training first took half a second off the 4-mesh hidden-512 run (11 s).
 
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+
+use petgraph::graph::NodeIndex;
+
+use crate::exec::slots::Slots;
+use crate::plan::{JobKind, Plan};
 
 /// A ready job's place in the start order: longest critical path first, then the widest,
 /// then plan order.
@@ -42,6 +47,38 @@ pub struct Ready {
 }
 
 impl Ready {
+    /// The jobs' dependency counts, in `order`: each job's dependencies among the selected jobs,
+    /// its cost and its slot width; with `no_skip`, a check after a failed check still runs (the
+    /// edge only orders them).
+    pub fn of_plan(plan: &Plan, order: &[NodeIndex], slots: &Slots, no_skip: bool) -> Ready {
+        let index: HashMap<NodeIndex, usize> =
+            order.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let deps: Vec<Vec<usize>> = order
+            .iter()
+            .map(|n| {
+                plan.dependencies(*n)
+                    .iter()
+                    .filter_map(|d| index.get(d).copied())
+                    .collect()
+            })
+            .collect();
+        let costs: Vec<u64> = order.iter().map(|n| plan.graph[*n].kind.cost()).collect();
+        let widths: Vec<usize> = order
+            .iter()
+            .map(|n| slots.weight(&plan.graph[*n]))
+            .collect();
+        let mut ready = Ready::new(&deps, &costs, &widths);
+        if no_skip {
+            let is_check = |i: usize| matches!(plan.graph[order[i]].kind, JobKind::Check { .. });
+            for (k, ds) in deps.iter().enumerate() {
+                for &d in ds.iter().filter(|&&d| is_check(d) && is_check(k)) {
+                    ready.order_only(d, k);
+                }
+            }
+        }
+        ready
+    }
+
     /// `deps[i]`: the indices job `i` depends on (within the run); `cost[i]`: job `i`'s rough
     /// cost (any unit, the same for every job); `width[i]`: the slots it takes.
     pub fn new(deps: &[Vec<usize>], cost: &[u64], width: &[usize]) -> Self {

@@ -27,7 +27,6 @@ use super::slots::Slots;
 use super::store::Store;
 use super::verdict::{verdict, Verdict};
 use super::worker_argv;
-use crate::plan::JobKind;
 
 use crate::plan::job_file::{JobFile, JOB_FILE};
 use crate::plan::{Job, Plan, Role, Selection};
@@ -84,16 +83,6 @@ pub async fn execute(
     live_progress: bool,
 ) -> std::io::Result<Execution> {
     let order: Vec<NodeIndex> = selection.jobs.iter().map(|(n, _)| *n).collect();
-    let index: HashMap<NodeIndex, usize> = order.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-    let deps: Vec<Vec<usize>> = order
-        .iter()
-        .map(|n| {
-            plan.dependencies(*n)
-                .iter()
-                .filter_map(|d| index.get(d).copied())
-                .collect()
-        })
-        .collect();
     // What a worker's processes leave behind when it is ended comes back here to be ended too
     // (child.rs).
     meshparity_procs::become_subreaper();
@@ -107,20 +96,7 @@ pub async fn execute(
         done_tx,
     );
     let slots = Slots::new(opts, order.iter().map(|n| plan.graph[*n].device));
-    let costs: Vec<u64> = order.iter().map(|n| plan.graph[*n].kind.cost()).collect();
-    let widths: Vec<usize> = order
-        .iter()
-        .map(|n| slots.weight(&plan.graph[*n]))
-        .collect();
-    let mut ready = Ready::new(&deps, &costs, &widths);
-    if opts.no_skip {
-        let is_check = |i: usize| matches!(plan.graph[order[i]].kind, JobKind::Check { .. });
-        for (k, ds) in deps.iter().enumerate() {
-            for &d in ds.iter().filter(|&&d| is_check(d) && is_check(k)) {
-                ready.order_only(d, k);
-            }
-        }
-    }
+    let ready = Ready::of_plan(plan, &order, &slots, opts.no_skip);
     let mut fingerprints = crate::fingerprint::Fingerprints::new(plan, opts.basis.clone());
     let prints: Vec<String> = order.iter().map(|n| fingerprints.of(*n)).collect();
     let mut run = Run {
@@ -140,67 +116,13 @@ pub async fn execute(
         prints,
         evidence: Default::default(),
     };
-    for i in 0..run.order.len() {
-        let job = &plan.graph[run.order[i]];
-        if let Some(r) = previous
-            .get(&job.id.to_string())
-            .filter(|r| r.status.passed() && r.fingerprint == run.prints[i])
-        {
-            // Already in this run directory's log: carried over, not appended again.
-            run.progress.kept(r);
-            run.ready.carried(i, true);
-            run.states[i] = State::Done(Box::new(r.clone()));
-        }
-    }
+    run.carry_over(&previous);
 
     let signals = tokio::spawn(super::signals::watch(cancel_tx));
-    let mut withdrawn = false;
-    // One receiver for the whole loop: a fresh clone each turn had not seen the interrupt and
-    // woke at once, so the loop spun (and printed its note) until the running jobs ended.
-    let mut rx = cancel_rx.clone();
-    loop {
-        let cancelled = *cancel_rx.borrow() > 0;
-        if !cancelled && !run.stopped() {
-            run.start_ready()?;
-        } else if run.stopped() && !withdrawn {
-            // A cluster's queue still holds what was submitted: take it back.
-            run.executor.withdraw_pending();
-            withdrawn = true;
-        }
-        if run.running.is_empty() {
-            break;
-        }
-        tokio::select! {
-            Some(done) = done_rx.recv() => {
-                run.slots.release(&plan.graph[run.order[done.index]]);
-                let cancelled = *cancel_rx.borrow() > 0;
-                run.attempt_done(done.index, done.attempt, done.finished, cancelled)?;
-            }
-            _ = rx.changed() => {
-                run.progress.note(&format!(
-                    "interrupted: ending running jobs (Ctrl-C again to kill them now); continue \
-                     later with `meshparity run SPEC --resume {}`",
-                    quote(&opts.run_dir.display().to_string())
-                ));
-            }
-        }
-    }
+    run.drive(&cancel_rx, &mut done_rx).await?;
     signals.abort();
     let interrupted = *cancel_rx.borrow() > 0;
-    let reason = if interrupted {
-        "not run: the run was interrupted".to_owned()
-    } else {
-        format!(
-            "not run: stopped after {} failure(s) (--fail-fast / --max-fail)",
-            run.failures
-        )
-    };
-    for i in 0..run.order.len() {
-        if matches!(run.states[i], State::Waiting) {
-            let r = run.record(i, Status::NotRun, reason.clone(), 0.0);
-            run.finish(i, r)?;
-        }
-    }
+    run.not_run(interrupted)?;
     run.progress.finish();
     let log_failure = run.store.failure().map(str::to_owned);
     let records = run
@@ -219,6 +141,82 @@ pub async fn execute(
 }
 
 impl Run<'_> {
+    /// Start jobs as they become ready and take their attempts' endings until none runs: the
+    /// run finished, stopped (failures) or cancelled (`cancel`'s level above 0).
+    async fn drive(
+        &mut self,
+        cancel: &watch::Receiver<u8>,
+        done_rx: &mut mpsc::UnboundedReceiver<Done>,
+    ) -> std::io::Result<()> {
+        let mut withdrawn = false;
+        // One receiver for the whole loop: a fresh clone each turn had not seen the interrupt
+        // and woke at once, so the loop spun (and printed its note) until the running jobs
+        // ended.
+        let mut rx = cancel.clone();
+        loop {
+            let cancelled = *cancel.borrow() > 0;
+            if !cancelled && !self.stopped() {
+                self.start_ready()?;
+            } else if self.stopped() && !withdrawn {
+                // A cluster's queue still holds what was submitted: take it back.
+                self.executor.withdraw_pending();
+                withdrawn = true;
+            }
+            if self.running.is_empty() {
+                return Ok(());
+            }
+            tokio::select! {
+                Some(done) = done_rx.recv() => {
+                    self.slots.release(&self.plan.graph[self.order[done.index]]);
+                    let cancelled = *cancel.borrow() > 0;
+                    self.attempt_done(done.index, done.attempt, done.finished, cancelled)?;
+                }
+                _ = rx.changed() => {
+                    self.progress.note(&format!(
+                        "interrupted: ending running jobs (Ctrl-C again to kill them now); \
+                         continue later with `meshparity run SPEC --resume {}`",
+                        quote(&self.opts.run_dir.display().to_string())
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Jobs that passed in `previous` under the same fingerprint: done, not run again (already
+    /// in this run directory's log: carried over, not appended again).
+    fn carry_over(&mut self, previous: &HashMap<String, JobRecord>) {
+        for i in 0..self.order.len() {
+            let job = &self.plan.graph[self.order[i]];
+            if let Some(r) = previous
+                .get(&job.id.to_string())
+                .filter(|r| r.status.passed() && r.fingerprint == self.prints[i])
+            {
+                self.progress.kept(r);
+                self.ready.carried(i, true);
+                self.states[i] = State::Done(Box::new(r.clone()));
+            }
+        }
+    }
+
+    /// Every job still waiting recorded as not run, and why.
+    fn not_run(&mut self, interrupted: bool) -> std::io::Result<()> {
+        let reason = if interrupted {
+            "not run: the run was interrupted".to_owned()
+        } else {
+            format!(
+                "not run: stopped after {} failure(s) (--fail-fast / --max-fail)",
+                self.failures
+            )
+        };
+        for i in 0..self.order.len() {
+            if matches!(self.states[i], State::Waiting) {
+                let r = self.record(i, Status::NotRun, reason.clone(), 0.0);
+                self.finish(i, r)?;
+            }
+        }
+        Ok(())
+    }
+
     fn job(&self, i: usize) -> &Job {
         &self.plan.graph[self.order[i]]
     }

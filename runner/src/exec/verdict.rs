@@ -56,7 +56,8 @@ pub fn verdict(f: &Finished, dir: &Path, timeout: Duration) -> Verdict {
             Status::Timeout,
             format!("timed out after {}s", timeout.as_secs_f64()),
         ),
-        (Ending::SpawnFailed(e) | Ending::Infra(e), _) => Verdict::infra(Status::Error, e.clone()),
+        (Ending::SpawnFailed(e), _) => Verdict::infra(Status::Error, e.to_string()),
+        (Ending::Infra(e), _) => Verdict::infra(Status::Error, e.clone()),
         (Ending::Cancelled, _) => Verdict::infra(
             Status::NotRun,
             "not run: cancelled while running (interrupted, or the run stopped after failures)"

@@ -69,17 +69,25 @@ impl JobFile {
         (plan, nodes[0])
     }
 
-    pub fn read(path: &Path) -> Result<JobFile, String> {
-        let bytes = meshparity_files::read(path, meshparity_files::Limit::JSON)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let file: JobFile = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{}: not a job file: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<JobFile, JobFileError> {
+        let path_buf = || path.to_path_buf();
+        let bytes =
+            meshparity_files::read(path, meshparity_files::Limit::JSON).map_err(|source| {
+                JobFileError::Read {
+                    path: path_buf(),
+                    source,
+                }
+            })?;
+        let file: JobFile =
+            serde_json::from_slice(&bytes).map_err(|source| JobFileError::Decode {
+                path: path_buf(),
+                source,
+            })?;
         if file.format != FORMAT || file.jobs.is_empty() {
-            return Err(format!(
-                "{}: job file format {} (this meshparity writes {FORMAT})",
-                path.display(),
-                file.format
-            ));
+            return Err(JobFileError::Format {
+                path: path_buf(),
+                format: file.format,
+            });
         }
         Ok(file)
     }
@@ -88,6 +96,23 @@ impl JobFile {
         let bytes = serde_json::to_vec(self).expect("job files serialize");
         meshparity_files::write_replace(path, &bytes)
     }
+}
+
+/// Why a job file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JobFileError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a job file: {source}", path.display())]
+    Decode {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: job file format {format} (this meshparity writes {FORMAT})", path.display())]
+    Format { path: PathBuf, format: u32 },
 }
 
 #[cfg(test)]

@@ -7,22 +7,30 @@
 
 use meshparity_specs::EngineDef;
 
+use super::no_repro::NoRepro;
+
 /// `def` as TOML for a spec in another directory, with `mutation` its only bug (none for a
 /// failed check); `Err` with why when its file cannot be read back (the job then has no repro).
-pub fn table(def: &EngineDef, mutation: Option<&str>) -> Result<String, String> {
+pub fn table(def: &EngineDef, mutation: Option<&str>) -> Result<String, NoRepro> {
     let path = def.loc.path();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let doc: toml::Table = text
-        .parse()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| NoRepro::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let doc: toml::Table = text.parse().map_err(|source| NoRepro::Toml {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let name = &def.name.value;
     let mut engine = doc
         .get("engines")
         .and_then(|e| e.get(name))
         .and_then(toml::Value::as_table)
         .cloned()
-        .ok_or_else(|| format!("{} defines no [engines.{name}]", path.display()))?;
+        .ok_or_else(|| NoRepro::NoTable {
+            path: path.to_path_buf(),
+            name: name.clone(),
+        })?;
     let base = def.base_dir();
     let base = std::path::absolute(&base).unwrap_or(base);
     let base = base.display().to_string();
@@ -48,7 +56,7 @@ pub fn table(def: &EngineDef, mutation: Option<&str>) -> Result<String, String> 
     engines.insert(name.clone(), engine);
     let mut root = toml::Table::new();
     root.insert("engines".into(), toml::Value::Table(engines));
-    toml::to_string(&root).map_err(|e| e.to_string())
+    Ok(toml::to_string(&root)?)
 }
 
 /// Every string of `v` with the defining file's directory in place of its template names.

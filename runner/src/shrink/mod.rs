@@ -8,11 +8,13 @@
 //! - `spec.rs` — a case as the spec file that plans exactly its job;
 //! - `floors.rs`, `engine.rs` — a command engine's: what it lets shrink, and its table in the
 //!   repro spec;
-//! - `policy.rs` — which failing jobs shrink (by default the first of each kind).
+//! - `policy.rs` — which failing jobs shrink (by default the first of each kind);
+//! - `no_repro.rs` — why a failure gets no repro spec.
 
 mod candidates;
 mod engine;
 mod floors;
+pub mod no_repro;
 pub mod policy;
 pub mod spec;
 
@@ -24,8 +26,10 @@ use std::time::{Duration, Instant};
 use meshparity_engine::{Engine, RunRequest};
 pub use meshparity_judge::Repro;
 use meshparity_judge::{check, ReferenceTrace};
+
 use meshparity_specs::tolerance::BUILTIN;
 use meshparity_specs::{catalog, DType, Level, Limits, MeshConfig, ModelConfig, Training};
+use no_repro::NoRepro;
 
 /// What one failing job trains: the model, mesh, training settings and dtype.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,12 +124,9 @@ impl<'a> Target<'a> {
     pub fn command_engine(
         def: &'a meshparity_specs::EngineDef,
         mutation: Option<&str>,
-    ) -> Result<Command<'a>, String> {
+    ) -> Result<Command<'a>, NoRepro> {
         if def.shrink.is_none() {
-            return Err(format!(
-                "engine `{}` names no value that may shrink ([engines.{}.shrink])",
-                def.name.value, def.name.value
-            ));
+            return Err(NoRepro::NothingShrinks(def.name.value.clone()));
         }
         Ok(Command {
             def,

@@ -83,7 +83,7 @@ impl Kind<'_> {
 /// Whether this job shrinks its failure: always without a claims directory, otherwise when it
 /// is the first to claim `kind` (the file holds the claiming job's name). `Err` with the
 /// claimant's name when another job shrinks it.
-pub fn claim(claims: Option<&Path>, kind: &Kind<'_>, job: &str) -> Result<(), String> {
+pub fn claim(claims: Option<&Path>, kind: &Kind<'_>, job: &str) -> Result<(), ClaimedBy> {
     let Some(dir) = claims else {
         return Ok(());
     };
@@ -101,14 +101,18 @@ pub fn claim(claims: Option<&Path>, kind: &Kind<'_>, job: &str) -> Result<(), St
         }
         Err(_) => {
             let by = std::fs::read_to_string(&path).unwrap_or_default();
-            Err(by.trim().to_owned())
+            Err(ClaimedBy(by.trim().to_owned()))
         }
     }
 }
 
+/// Another job shrinks this kind: its name.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ClaimedBy(pub String);
+
 #[cfg(test)]
 mod tests {
-    use super::{claim, Kind};
+    use super::{claim, ClaimedBy, Kind};
 
     #[test]
     fn the_first_job_of_a_kind_claims_it_and_the_rest_learn_who_did() {
@@ -121,7 +125,7 @@ mod tests {
         assert_eq!(claim(Some(&claims), &kind, "job-a"), Ok(()));
         assert_eq!(
             claim(Some(&claims), &kind, "job-b"),
-            Err("job-a".to_owned())
+            Err(ClaimedBy("job-a".to_owned()))
         );
         // Another kind is claimed apart; the name stays inside the directory.
         let other = Kind::Check {

@@ -54,11 +54,53 @@ pub fn spec(
     tolerance: Option<(&Limits, DType)>,
     engine: Option<&str>,
 ) -> String {
-    let t = &case.training;
     let mut out = String::from(
         "# The smallest configuration meshparity found that still fails the same way\n\
          # (`meshparity run --shrink`). Run it with the command in `command`.\n\n[run]\n",
     );
+    run_table(&mut out, case);
+    if let Some(table) = engine {
+        let _ = writeln!(out, "\n{table}");
+    }
+    let _ = writeln!(out, "\n[models.{MODEL}]");
+    fields(&mut out, &case.model, &["engine"]);
+    if let Some(name) = &case.model.engine {
+        let _ = writeln!(out, "engine = {name:?}");
+    }
+    // A command model's own keys, as written: numbers and booleans bare.
+    for (k, v) in &case.model.params {
+        let bare = v.parse::<f64>().is_ok() || v == "true" || v == "false";
+        if bare {
+            let _ = writeln!(out, "{k} = {v}");
+        } else {
+            let _ = writeln!(out, "{k} = {v:?}");
+        }
+    }
+    let _ = writeln!(out, "\n[meshes.{mesh}]");
+    fields(&mut out, &case.mesh, &[]);
+    if let Some((limits, dtype)) = tolerance {
+        let _ = writeln!(
+            out,
+            "\n[tolerances.{TOLERANCE}]\n{}",
+            table_entry(limits, level, dtype)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n[[matrix]]\nmodels = [\"{MODEL}\"]\nmeshes = [\"{mesh}\"]\nlevels = [\"{level}\"]"
+    );
+    if tolerance.is_some() {
+        let _ = writeln!(out, "tolerance = \"{TOLERANCE}\"");
+    }
+    if let Some(m) = mutation {
+        let _ = writeln!(out, "\n[mutations]\nselect = [\"{m}\"]");
+    }
+    out
+}
+
+/// `[run]`'s keys of `case` (the table's header already written).
+fn run_table(out: &mut String, case: &Case) {
+    let t = &case.training;
     let _ = writeln!(out, "name = \"repro\"");
     let _ = writeln!(out, "seed = {}", t.seed);
     let _ = writeln!(out, "dtype = \"{}\"", case.dtype);
@@ -98,43 +140,6 @@ pub fn spec(
         let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());
         let _ = writeln!(out, "min_lr = {:e}", s.min_lr);
     }
-    if let Some(table) = engine {
-        let _ = writeln!(out, "\n{table}");
-    }
-    let _ = writeln!(out, "\n[models.{MODEL}]");
-    fields(&mut out, &case.model, &["engine"]);
-    if let Some(name) = &case.model.engine {
-        let _ = writeln!(out, "engine = {name:?}");
-    }
-    // A command model's own keys, as written: numbers and booleans bare.
-    for (k, v) in &case.model.params {
-        let bare = v.parse::<f64>().is_ok() || v == "true" || v == "false";
-        if bare {
-            let _ = writeln!(out, "{k} = {v}");
-        } else {
-            let _ = writeln!(out, "{k} = {v:?}");
-        }
-    }
-    let _ = writeln!(out, "\n[meshes.{mesh}]");
-    fields(&mut out, &case.mesh, &[]);
-    if let Some((limits, dtype)) = tolerance {
-        let _ = writeln!(
-            out,
-            "\n[tolerances.{TOLERANCE}]\n{}",
-            table_entry(limits, level, dtype)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\n[[matrix]]\nmodels = [\"{MODEL}\"]\nmeshes = [\"{mesh}\"]\nlevels = [\"{level}\"]"
-    );
-    if tolerance.is_some() {
-        let _ = writeln!(out, "tolerance = \"{TOLERANCE}\"");
-    }
-    if let Some(m) = mutation {
-        let _ = writeln!(out, "\n[mutations]\nselect = [\"{m}\"]");
-    }
-    out
 }
 
 /// `level.dtype = { metric = limit, … }` (or `level = "exact"`) for a tolerance table.

@@ -123,13 +123,15 @@ impl WorkerResult {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     #[error("the spec does not load: {0}")]
-    Spec(String),
+    Spec(#[from] meshparity_specs::SpecError),
+    #[error(transparent)]
+    JobFile(#[from] crate::plan::job_file::JobFileError),
     #[error("job {0} is not in this spec's plan (was the spec edited since the run started?)")]
     UnknownJob(JobId),
     #[error("artifacts of `{job}` are missing at {dir}: run that job first")]
     MissingReference { job: String, dir: String },
-    #[error("{0}")]
-    Engine(String),
+    #[error(transparent)]
+    Engine(#[from] crate::engines::OpenError),
     #[error(transparent)]
     Run(#[from] EngineError),
     #[error(transparent)]
@@ -185,7 +187,7 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
     let (plan, node, mut loaded) = match &args.job_file {
         // What the runner planned, without re-planning the spec.
         Some(path) => {
-            let (plan, node) = JobFile::read(path).map_err(WorkerError::Spec)?.plan();
+            let (plan, node) = JobFile::read(path)?.plan();
             (plan, node, None)
         }
         None => {
@@ -261,12 +263,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
 }
 
 fn load(args: &WorkerArgs) -> Result<meshparity_specs::Loaded, WorkerError> {
-    let mut loaded =
-        meshparity_specs::load(&args.spec).map_err(|e| WorkerError::Spec(e.to_string()))?;
+    let mut loaded = meshparity_specs::load(&args.spec)?;
     if let Some(device) = args.device {
-        loaded = loaded
-            .with_device(device)
-            .map_err(|e| WorkerError::Spec(e.to_string()))?;
+        loaded = loaded.with_device(device)?;
     }
     Ok(loaded)
 }

@@ -8,6 +8,7 @@ use meshparity_judge::Repro;
 use meshparity_specs::Level;
 
 use crate::plan::Job;
+use crate::shrink::no_repro::NoRepro;
 use crate::shrink::policy::{self, Kind, Order};
 use crate::shrink::{self, Case, Command, Target};
 use meshparity_specs::Spec;
@@ -45,18 +46,18 @@ fn command<'s>(
     spec: Option<&'s Spec>,
     job: &Job,
     mutation: Option<&str>,
-) -> Result<Option<Command<'s>>, String> {
+) -> Result<Option<Command<'s>>, NoRepro> {
     let Some(name) = &job.model_config.engine else {
         return Ok(None);
     };
-    let spec = spec.ok_or("the spec was not loaded")?;
+    let spec = spec.ok_or(NoRepro::SpecNotLoaded)?;
     let def = spec
         .engines
         .get(name)
-        .ok_or_else(|| format!("the spec defines no engine `{name}`"))?;
+        .ok_or_else(|| NoRepro::NoEngine(name.clone()))?;
     let model = job.models.first().and_then(|m| spec.models.get(m));
     if model.is_some_and(|m| m.reference.is_some()) {
-        return Err("its reference runs on another engine".into());
+        return Err(NoRepro::OtherReference);
     }
     Target::command_engine(def, mutation).map(Some)
 }
@@ -97,7 +98,7 @@ pub(super) fn shrink(
     };
     match policy::claim(order.claims.as_deref(), &kind, &job.name) {
         Ok(()) => Shrunk::Here(search(engine, command, job, out, what, order)),
-        Err(by) => Shrunk::In(by),
+        Err(policy::ClaimedBy(by)) => Shrunk::In(by),
     }
 }
 

@@ -36,27 +36,7 @@ impl<'s> Expansion<'s, '_> {
                 continue;
             }
             if !family.levels().contains(&level) {
-                let supported: Vec<&str> = family.levels().iter().map(|l| l.as_str()).collect();
-                self.once(
-                    format!("level/{}/{level}/{}", model.name.value, entry.index),
-                    || {
-                        Diagnostic::error(
-                            &loc,
-                            format!(
-                                "level `{level}` is not supported by family `{}` (model `{}`)",
-                                family.as_str(),
-                                model.name.value
-                            ),
-                        )
-                        .label("unsupported level")
-                        .help(format!(
-                            "family `{}` supports {}",
-                            family.as_str(),
-                            suggest::quote_list(&supported)
-                        ))
-                        .related("model defined here", &model.name.loc)
-                    },
-                );
+                self.unsupported_level(entry, model, level, &loc);
                 continue;
             }
             if !self.engine_writes(model, mesh, level, &loc, entry.levels.is_some()) {
@@ -79,31 +59,60 @@ impl<'s> Expansion<'s, '_> {
                     defined_in,
                     limits,
                 }),
-                None => {
-                    let at = entry
-                        .tolerance
-                        .as_ref()
-                        .map_or(&entry.loc, |t| &t.loc)
-                        .clone();
-                    let def = self.spec.tolerances.get(table).map(|t| t.loc.clone());
-                    self.once(format!("tol/{table}/{level}/{dtype}"), || {
-                        let d = Diagnostic::error(
-                            &at,
-                            format!("tolerance table `{table}` has no limits for level `{level}` in dtype `{dtype}`"),
-                        )
-                        .label(format!("used for {dtype} here"))
-                        .help(format!(
-                            "add `{level}.{dtype} = {{ ... }}` to [tolerances.{table}], or `extends = \"builtin\"` to start from the defaults"
-                        ));
-                        match def {
-                            Some(l) => d.related("table defined here", &l),
-                            None => d,
-                        }
-                    });
-                }
+                None => self.no_limits(entry, table, level, dtype),
             }
         }
         out
+    }
+
+    /// `level` asked of `model`, whose family does not have it (said once per entry).
+    fn unsupported_level(&mut self, entry: &MatrixEntry, model: &Model, level: Level, loc: &Loc) {
+        let family = model.family.value;
+        let supported: Vec<&str> = family.levels().iter().map(|l| l.as_str()).collect();
+        self.once(
+            format!("level/{}/{level}/{}", model.name.value, entry.index),
+            || {
+                Diagnostic::error(
+                    loc,
+                    format!(
+                        "level `{level}` is not supported by family `{}` (model `{}`)",
+                        family.as_str(),
+                        model.name.value
+                    ),
+                )
+                .label("unsupported level")
+                .help(format!(
+                    "family `{}` supports {}",
+                    family.as_str(),
+                    suggest::quote_list(&supported)
+                ))
+                .related("model defined here", &model.name.loc)
+            },
+        );
+    }
+
+    /// `entry`'s tolerance table `table` has no limits for `level` in `dtype` (said once).
+    fn no_limits(&mut self, entry: &MatrixEntry, table: &str, level: Level, dtype: DType) {
+        let at = entry
+            .tolerance
+            .as_ref()
+            .map_or(&entry.loc, |t| &t.loc)
+            .clone();
+        let def = self.spec.tolerances.get(table).map(|t| t.loc.clone());
+        self.once(format!("tol/{table}/{level}/{dtype}"), || {
+            let d = Diagnostic::error(
+                &at,
+                format!("tolerance table `{table}` has no limits for level `{level}` in dtype `{dtype}`"),
+            )
+            .label(format!("used for {dtype} here"))
+            .help(format!(
+                "add `{level}.{dtype} = {{ ... }}` to [tolerances.{table}], or `extends = \"builtin\"` to start from the defaults"
+            ));
+            match def {
+                Some(l) => d.related("table defined here", &l),
+                None => d,
+            }
+        });
     }
 }
 

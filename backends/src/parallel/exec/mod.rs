@@ -3,6 +3,7 @@
 //!
 //! - `step.rs` — one training step: DP replicas, then gradient finalization and the norm;
 //! - `pipeline.rs` — one replica's stages over its microbatches, tick by tick;
+//! - `tally.rs` — what a replica's actions have produced so far;
 //! - `last_stage.rs` — the last stage's losses and logits, and the TP group's agreement on them;
 //! - `schedule.rs` — GPipe and 1F1B orders and their clocked simulation;
 //! - `finalize.rs` — gradient finalization: the TP, DP and expert-DP reductions;
@@ -19,6 +20,7 @@ mod replica;
 pub mod schedule;
 mod sharded;
 mod step;
+mod tally;
 
 pub use step::StepOutput;
 

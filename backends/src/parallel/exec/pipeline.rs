@@ -4,14 +4,14 @@
 //! with a sub-communicator holding its mail), as the stages of a real pipeline run on their own
 //! devices.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ops::Range;
 
 use burn::tensor::{Gradients, Tensor};
-use indexmap::IndexMap;
 
 use super::replica::{Act, Done, Replica, StepInput};
-use super::schedule::Action;
+use super::schedule::{Action, ScheduleError};
+use super::tally::Tally;
 use super::MeshExec;
 use crate::data::Batch;
 use crate::parallel::comm::collective::Comm;
@@ -32,33 +32,16 @@ impl MeshExec<'_> {
         input: StepInput<'_>,
         leaves: &[Leaves],
         ticks: &[Vec<Action>],
-    ) -> Result<Replica, String> {
+    ) -> Result<Replica, ScheduleError> {
         use rayon::prelude::*;
         let StepInput {
             batch,
             replay,
             per_microbatch: mb_normalizers,
         } = input;
-        let (dp, mbs) = (self.topo.dp(), self.topo.microbatches());
-        let rows = batch.batch / dp;
-        let mb_rows = rows / mbs;
-        let first_rows: Vec<Vec<usize>> = (0..mbs)
-            .map(|i| ds.clone().map(|d| d * rows + i * mb_rows).collect())
-            .collect();
-        let micro: Vec<Batch> = first_rows
-            .iter()
-            .map(|firsts| {
-                let parts: Vec<Batch> = firsts.iter().map(|&r| batch.rows(r, mb_rows)).collect();
-                Batch::stack(&parts)
-            })
-            .collect();
-        let mut acc: HashMap<usize, Vec<IndexMap<String, Tensor<2>>>> = HashMap::new();
-        let per_microbatch = self.topo.zero() > 0;
-        let mut live: HashMap<(usize, usize), StageOut> = HashMap::new();
-        let mut losses = vec![vec![0.0; mbs]; ds.len()];
-        let (mut load_balance, mut routing) = (0.0, Vec::new());
-        let mut load: BTreeMap<(usize, u32), Vec<f64>> = BTreeMap::new();
-        let mut logits: Vec<Vec<Option<Tensor<3>>>> = vec![vec![None; mbs]; ds.len()];
+        let mbs = self.topo.microbatches();
+        let (first_rows, micro) = self.microbatches(batch, &ds);
+        let mut tally = Tally::new(ds.len(), mbs, self.topo.zero() > 0);
         let d = ds.start;
         for tick in ticks {
             let mut work = Vec::with_capacity(tick.len());
@@ -67,7 +50,12 @@ impl MeshExec<'_> {
                     Action::Forward { stage, .. } => (stage, None),
                     Action::Backward { stage, mb } => (
                         stage,
-                        Some(live.remove(&(stage, mb)).ok_or("backward before forward")?),
+                        Some(
+                            tally
+                                .live
+                                .remove(&(stage, mb))
+                                .ok_or(ScheduleError::BackwardBeforeForward)?,
+                        ),
                     ),
                 };
                 let mut sub = comm.split(&self.topo.stage(ds.clone(), stage), mbs);
@@ -77,7 +65,7 @@ impl MeshExec<'_> {
                 sub.set_block(d * mbs + mb);
                 work.push((action, held, sub));
             }
-            let done: Vec<Result<(Done, Comm), String>> = work
+            let done: Vec<Result<(Done, Comm), ScheduleError>> = work
                 .into_par_iter()
                 .map(|(action, held, mut sub)| {
                     let ctx = Act {
@@ -96,57 +84,29 @@ impl MeshExec<'_> {
             for r in done {
                 let (r, sub) = r?;
                 comm.absorb(sub);
-                match r {
-                    Done::Forward {
-                        stage,
-                        mb,
-                        mut out,
-                        loss,
-                    } => {
-                        load_balance += out.moe.load_balance;
-                        routing.extend(out.moe.routing.drain(..).map(|r| (r.first_row, r)));
-                        for (rank, layer, counts) in out.moe.load.drain(..) {
-                            let sum = load.entry((rank, layer)).or_insert(vec![0.0; counts.len()]);
-                            sum.iter_mut().zip(counts).for_each(|(a, b)| *a += b);
-                        }
-                        for (k, (l, lg)) in loss.into_iter().flatten().enumerate() {
-                            losses[k][mb] = l;
-                            logits[k][mb] = Some(lg);
-                        }
-                        live.insert((stage, mb), out);
-                    }
-                    Done::Backward { mb, grads } => {
-                        let slot = if per_microbatch { mb } else { 0 };
-                        for (rank, g) in grads {
-                            let maps = acc.entry(rank).or_default();
-                            if maps.len() <= slot {
-                                maps.resize(slot + 1, IndexMap::new());
-                            }
-                            let acc = &mut maps[slot];
-                            for (name, grad) in g {
-                                let sum = match acc.swap_remove(&name) {
-                                    Some(prev) => prev + grad,
-                                    None => grad,
-                                };
-                                acc.insert(name, sum);
-                            }
-                        }
-                    }
-                }
+                tally.take(r);
             }
         }
-        Ok(Replica {
-            loss: losses.iter().map(|l| l.iter().sum()).collect(),
-            load_balance,
-            routing,
-            load,
-            logits: logits
-                .into_iter()
-                .flatten()
-                .map(|l| l.ok_or("a microbatch never reached the last stage"))
-                .collect::<Result<_, _>>()?,
-            acc,
-        })
+        tally.replica()
+    }
+
+    /// Each microbatch's first global row in each of replicas `ds`, and the microbatch itself
+    /// (the replicas' rows stacked).
+    fn microbatches(&self, batch: &Batch, ds: &Range<usize>) -> (Vec<Vec<usize>>, Vec<Batch>) {
+        let (dp, mbs) = (self.topo.dp(), self.topo.microbatches());
+        let rows = batch.batch / dp;
+        let mb_rows = rows / mbs;
+        let first_rows: Vec<Vec<usize>> = (0..mbs)
+            .map(|i| ds.clone().map(|d| d * rows + i * mb_rows).collect())
+            .collect();
+        let micro: Vec<Batch> = first_rows
+            .iter()
+            .map(|firsts| {
+                let parts: Vec<Batch> = firsts.iter().map(|&r| batch.rows(r, mb_rows)).collect();
+                Batch::stack(&parts)
+            })
+            .collect();
+        (first_rows, micro)
     }
 
     /// The tag of a message to stage `to` about microbatch `mb` of replica `d`. Under the
@@ -172,9 +132,7 @@ impl MeshExec<'_> {
         ctx: &Act<'_>,
         action: Action,
         held: Option<StageOut>,
-    ) -> Result<Done, String> {
-        let (ds, stages, mbs) = (&ctx.ds, self.topo.stages(), self.topo.microbatches());
-        let d = ds.start;
+    ) -> Result<Done, ScheduleError> {
         if self.topo.cp() > 1 {
             let mb = match action {
                 Action::Forward { mb, .. } | Action::Backward { mb, .. } => mb,
@@ -183,137 +141,168 @@ impl MeshExec<'_> {
             comm.set_order(context::order(&ctx.micro[mb], self.topo.cp(), replicas));
         }
         match action {
-            Action::Forward { stage, mb } => {
-                let input = self.receive_activations(comm, stage, ds, mb, &ctx.micro[mb]);
-                if stage > 0 {
-                    let per = self.model.layers as usize / stages;
-                    let how = if self.topo.sp() {
-                        Canon::Cat(1)
-                    } else {
-                        Canon::Copies
-                    };
-                    let like = format!("layers.{}.out", stage * per - 1);
-                    let site = format!("pp.stage{}.fwd.send", stage - 1);
-                    comm.trace_like(&site, Some(like), &input, how);
-                }
-                let stage_ctx = self.stage_ctx(comm, ctx, stage, mb);
-                let norms = ctx.normalizers(mb);
-                let out = stage_ctx.forward(comm, &ctx.micro[mb], input, &norms);
-                let mut loss = None;
-                if stage + 1 < stages {
-                    let (here, next) = (self.group(ds, stage), self.group(ds, stage + 1));
-                    let misrouted = self.group(ds, (stage + 2) % stages);
-                    for (i, &v) in out.outputs.iter().enumerate() {
-                        let (from, to, wrong) = (here[i], next[i], misrouted[i]);
-                        let site = format!("pp.stage{stage}.fwd.send");
-                        comm.send(
-                            &site,
-                            from,
-                            to,
-                            wrong,
-                            &self.mail(d, stage + 1, mb, "act"),
-                            out.tape.value(v),
-                        );
-                    }
-                } else {
-                    loss = Some(self.gather_last(comm, &out, ds.len()));
-                    if let Some(why) = self.losses_disagree(&out, ds, mb) {
-                        comm.divergent.push(why);
-                    }
-                }
-                Ok(Done::Forward {
-                    stage,
-                    mb,
-                    out,
-                    loss,
-                })
-            }
+            Action::Forward { stage, mb } => Ok(self.forward(comm, ctx, stage, mb)),
             Action::Backward { stage, mb } => {
-                let out = held.ok_or("backward before forward")?;
-                let here = self.group(ds, stage);
-                let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
-                // Auxiliary losses enter backward where they were computed (Megatron's
-                // MoEAuxLossAutoScaler), beside the loss or the received gradients.
-                let aux = out.moe.aux.iter().map(|&v| (v, one.clone()));
-                let seeds: Vec<(usize, Tensor<3>)> = if stage + 1 == stages {
-                    let scale = self.loss_backward_scale(comm);
-                    out.outputs
-                        .iter()
-                        .map(|&v| (v, one.clone() * scale))
-                        .chain(aux)
-                        .collect()
-                } else {
-                    let next = self.group(ds, stage + 1);
-                    out.outputs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &v)| {
-                            let (from, to) = (next[i], here[i]);
-                            let site = format!("pp.stage{stage}.bwd.recv");
-                            let like = out.tape.value(v).zeros_like();
-                            (
-                                v,
-                                comm.recv(
-                                    &site,
-                                    from,
-                                    to,
-                                    &self.mail(d, stage, mb, "grad"),
-                                    || like,
-                                ),
-                            )
-                        })
-                        .chain(aux)
-                        .collect()
-                };
-                let scale = comm.fault().and_then(|f| f.microbatch_scale(mb, mbs));
-                let dropped = scale == Some(0.0);
-                if scale.is_some() {
-                    comm.event(
-                        &format!("grad.accumulate.d{d}.mb{mb}"),
-                        "finalized before this microbatch",
-                    );
-                }
-                let inputs = out.inputs.clone();
-                let mut grads: HashMap<usize, Vec<(String, Tensor<2>)>> = HashMap::new();
-                let rerunner = StageCtx {
-                    rerunning: true,
-                    ..self.stage_ctx(comm, ctx, stage, mb)
-                };
-                let norms = ctx.normalizers(mb);
-                let mut rerun = |comm: &mut Comm, span, values| {
-                    rerunner.rerun(comm, &ctx.micro[mb], &norms, span, values)
-                };
-                let mut params = |rank, g: &Gradients| {
-                    if dropped {
-                        return;
-                    }
-                    let mine = grads.entry(rank).or_default();
-                    for (name, leaf) in &ctx.leaves[rank] {
-                        if let Some(grad) = leaf.grad(g) {
-                            // A part of it lost (`calibrate --power`'s sized form of the bug).
-                            let grad = match scale {
-                                Some(s) => grad * s,
-                                None => grad,
-                            };
-                            mine.push((name.clone(), grad));
-                        }
-                    }
-                };
-                let mut input_grads = out.tape.backward(comm, seeds, &mut params, &mut rerun);
-                if stage > 0 {
-                    let prev = self.group(ds, stage - 1);
-                    for (i, v) in inputs.into_iter().enumerate() {
-                        let g = input_grads
-                            .remove(&v)
-                            .ok_or("a stage input got no gradient")?;
-                        let (from, to) = (here[i], prev[i]);
-                        let site = format!("pp.stage{stage}.bwd.send");
-                        let tag = self.mail(d, stage - 1, mb, "grad");
-                        comm.send(&site, from, to, to, &tag, g);
-                    }
-                }
-                Ok(Done::Backward { mb, grads })
+                let out = held.ok_or(ScheduleError::BackwardBeforeForward)?;
+                self.backward(comm, ctx, stage, mb, out)
             }
+        }
+    }
+
+    /// Stage `stage`'s forward of microbatch `mb`: its input received, its output sent on (or,
+    /// on the last stage, the loss gathered).
+    fn forward(&self, comm: &mut Comm, ctx: &Act<'_>, stage: usize, mb: usize) -> Done {
+        let (ds, stages) = (&ctx.ds, self.topo.stages());
+        let d = ds.start;
+        let input = self.receive_activations(comm, stage, ds, mb, &ctx.micro[mb]);
+        if stage > 0 {
+            let per = self.model.layers as usize / stages;
+            let how = if self.topo.sp() {
+                Canon::Cat(1)
+            } else {
+                Canon::Copies
+            };
+            let like = format!("layers.{}.out", stage * per - 1);
+            let site = format!("pp.stage{}.fwd.send", stage - 1);
+            comm.trace_like(&site, Some(like), &input, how);
+        }
+        let stage_ctx = self.stage_ctx(comm, ctx, stage, mb);
+        let norms = ctx.normalizers(mb);
+        let out = stage_ctx.forward(comm, &ctx.micro[mb], input, &norms);
+        let mut loss = None;
+        if stage + 1 < stages {
+            let (here, next) = (self.group(ds, stage), self.group(ds, stage + 1));
+            let misrouted = self.group(ds, (stage + 2) % stages);
+            for (i, &v) in out.outputs.iter().enumerate() {
+                let (from, to, wrong) = (here[i], next[i], misrouted[i]);
+                let site = format!("pp.stage{stage}.fwd.send");
+                comm.send(
+                    &site,
+                    from,
+                    to,
+                    wrong,
+                    &self.mail(d, stage + 1, mb, "act"),
+                    out.tape.value(v),
+                );
+            }
+        } else {
+            loss = Some(self.gather_last(comm, &out, ds.len()));
+            if let Some(why) = self.losses_disagree(&out, ds, mb) {
+                comm.divergent.push(why);
+            }
+        }
+        Done::Forward {
+            stage,
+            mb,
+            out,
+            loss,
+        }
+    }
+
+    /// Stage `stage`'s backward of microbatch `mb` from its forward's `out`: the gradients of
+    /// its parameters, its input's gradient sent back.
+    fn backward(
+        &self,
+        comm: &mut Comm,
+        ctx: &Act<'_>,
+        stage: usize,
+        mb: usize,
+        out: StageOut,
+    ) -> Result<Done, ScheduleError> {
+        let (ds, mbs) = (&ctx.ds, self.topo.microbatches());
+        let d = ds.start;
+        let here = self.group(ds, stage);
+        let seeds = self.backward_seeds(comm, ctx, stage, mb, &out);
+        let scale = comm.fault().and_then(|f| f.microbatch_scale(mb, mbs));
+        let dropped = scale == Some(0.0);
+        if scale.is_some() {
+            comm.event(
+                &format!("grad.accumulate.d{d}.mb{mb}"),
+                "finalized before this microbatch",
+            );
+        }
+        let inputs = out.inputs.clone();
+        let mut grads: HashMap<usize, Vec<(String, Tensor<2>)>> = HashMap::new();
+        let rerunner = StageCtx {
+            rerunning: true,
+            ..self.stage_ctx(comm, ctx, stage, mb)
+        };
+        let norms = ctx.normalizers(mb);
+        let mut rerun = |comm: &mut Comm, span, values| {
+            rerunner.rerun(comm, &ctx.micro[mb], &norms, span, values)
+        };
+        let mut params = |rank, g: &Gradients| {
+            if dropped {
+                return;
+            }
+            let mine = grads.entry(rank).or_default();
+            for (name, leaf) in &ctx.leaves[rank] {
+                if let Some(grad) = leaf.grad(g) {
+                    // A part of it lost (`calibrate --power`'s sized form of the bug).
+                    let grad = match scale {
+                        Some(s) => grad * s,
+                        None => grad,
+                    };
+                    mine.push((name.clone(), grad));
+                }
+            }
+        };
+        let mut input_grads = out.tape.backward(comm, seeds, &mut params, &mut rerun);
+        if stage > 0 {
+            let prev = self.group(ds, stage - 1);
+            for (i, v) in inputs.into_iter().enumerate() {
+                let g = input_grads
+                    .remove(&v)
+                    .ok_or(ScheduleError::NoInputGradient)?;
+                let (from, to) = (here[i], prev[i]);
+                let site = format!("pp.stage{stage}.bwd.send");
+                let tag = self.mail(d, stage - 1, mb, "grad");
+                comm.send(&site, from, to, to, &tag, g);
+            }
+        }
+        Ok(Done::Backward { mb, grads })
+    }
+
+    /// What stage `stage`'s backward starts from: the loss's seed on the last stage, the next
+    /// stage's gradients elsewhere, and the auxiliary losses where they were computed.
+    fn backward_seeds(
+        &self,
+        comm: &mut Comm,
+        ctx: &Act<'_>,
+        stage: usize,
+        mb: usize,
+        out: &StageOut,
+    ) -> Vec<(usize, Tensor<3>)> {
+        let (ds, stages) = (&ctx.ds, self.topo.stages());
+        let d = ds.start;
+        let here = self.group(ds, stage);
+        let one = Tensor::<3>::ones([1, 1, 1], (self.device, self.dtype));
+        // Auxiliary losses enter backward where they were computed (Megatron's
+        // MoEAuxLossAutoScaler), beside the loss or the received gradients.
+        let aux = out.moe.aux.iter().map(|&v| (v, one.clone()));
+        if stage + 1 == stages {
+            let scale = self.loss_backward_scale(comm);
+            out.outputs
+                .iter()
+                .map(|&v| (v, one.clone() * scale))
+                .chain(aux)
+                .collect()
+        } else {
+            let next = self.group(ds, stage + 1);
+            out.outputs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let (from, to) = (next[i], here[i]);
+                    let site = format!("pp.stage{stage}.bwd.recv");
+                    let like = out.tape.value(v).zeros_like();
+                    (
+                        v,
+                        comm.recv(&site, from, to, &self.mail(d, stage, mb, "grad"), || like),
+                    )
+                })
+                .chain(aux)
+                .collect()
         }
     }
 

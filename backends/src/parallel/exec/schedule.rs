@@ -97,6 +97,20 @@ fn one_f_one_b(rank: usize, pp: usize, chunks: usize, microbatches: usize) -> Ve
     order
 }
 
+/// A pipeline schedule that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("pipeline schedule deadlocks after {done} of {total} actions")]
+    Deadlock { done: usize, total: usize },
+    /// A schedule that runs a (stage, microbatch)'s backward before its forward.
+    #[error("backward before forward")]
+    BackwardBeforeForward,
+    #[error("a stage input got no gradient")]
+    NoInputGradient,
+    #[error("a microbatch never reached the last stage")]
+    NeverReachedLastStage,
+}
+
 /// A clocked run of `stages` stages, each rank running `orders[rank]`: at each tick every
 /// rank whose next action's inputs have arrived runs it. Returns the actions of each tick (at
 /// most one per rank) and each rank's peak count of (stage, microbatch) pairs whose forward is
@@ -104,7 +118,7 @@ fn one_f_one_b(rank: usize, pp: usize, chunks: usize, microbatches: usize) -> Ve
 pub fn simulate(
     orders: &[Vec<Action>],
     stages: usize,
-) -> Result<(Vec<Vec<Action>>, Vec<usize>), String> {
+) -> Result<(Vec<Vec<Action>>, Vec<usize>), ScheduleError> {
     let ranks = orders.len();
     let mut next = vec![0usize; ranks];
     let mut fwd_done = std::collections::HashSet::new();
@@ -133,9 +147,7 @@ pub fn simulate(
             }
         }
         if ran.is_empty() {
-            return Err(format!(
-                "pipeline schedule deadlocks after {done} of {total} actions"
-            ));
+            return Err(ScheduleError::Deadlock { done, total });
         }
         // Completions become visible at the next tick, as messages would.
         done += ran.len();
@@ -270,6 +282,9 @@ mod tests {
                 Action::Backward { stage: 1, mb: 0 },
             ],
         ];
-        assert!(simulate(&orders, 2).unwrap_err().contains("deadlocks"));
+        assert!(matches!(
+            simulate(&orders, 2),
+            Err(ScheduleError::Deadlock { .. })
+        ));
     }
 }

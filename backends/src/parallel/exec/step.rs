@@ -6,13 +6,13 @@
 //! Megatron does for token-level losses), so every replica and microbatch contributes on the
 //! oracle's scale and gradients are summed, not averaged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use burn::tensor::{Tensor, TensorData};
 use indexmap::IndexMap;
 
 use super::replica::{Replica, StepInput};
-use super::schedule::{simulate, stage_orders, Action};
+use super::schedule::{simulate, stage_orders, Action, ScheduleError};
 use super::{count_dtype, f64_tensor, scalar, MeshExec};
 use crate::data::Batch;
 use crate::llama::moe::Decided;
@@ -52,11 +52,10 @@ impl MeshExec<'_> {
         params: &[IndexMap<String, Tensor<2>>],
         batch: &Batch,
         replay: Option<&[Decided]>,
-    ) -> Result<StepOutput, String> {
+    ) -> Result<StepOutput, ScheduleError> {
         let t = &self.topo;
-        let (dp, cp, pp, mbs) = (t.dp(), t.cp(), t.pp(), t.microbatches());
+        let (dp, mbs) = (t.dp(), t.microbatches());
         let world = params.len();
-        let rows = batch.batch / dp;
         let leaves: Vec<Leaves> = params
             .iter()
             .map(|p| {
@@ -65,60 +64,16 @@ impl MeshExec<'_> {
                     .collect()
             })
             .collect();
-        let orders = stage_orders(t.mesh().schedule, pp, t.chunks(), mbs);
-        let (mut ticks, _) = simulate(&orders, t.stages())?;
-        if !self.backward {
-            for tick in &mut ticks {
-                tick.retain(|a| matches!(a, Action::Forward { .. }));
-            }
-            ticks.retain(|tick| !tick.is_empty());
-        }
-
-        // The loss normalizer: counted tokens over the whole global batch, each (dp, cp) rank's
-        // own count all-reduced over the data-parallel group (cp ranks in it).
+        let ticks = self.ticks()?;
         let last_ranks = t.loss_ranks();
-        let counts: Vec<Tensor<1>> = (0..dp)
-            .flat_map(|d| Local::split(&batch.rows(d * rows, rows), cp, 1))
-            .map(|local| f64_tensor(local.batch.counted() as f64, self.device))
-            .collect();
-        let normalizers: Vec<f64> = comm
-            .all_reduce_sum("loss.tokens.dp.all_reduce", &last_ranks, counts)
-            .into_iter()
-            .map(scalar)
-            .collect();
-        let counts = normalizers.iter().map(|&n| Value {
-            shape: vec![1],
-            data: vec![n],
-        });
-        comm.trace_values("loss.tokens.dp", counts.collect());
+        let normalizers = self.token_normalizers(comm, batch, &last_ranks);
         let per_microbatch = self.microbatch_normalizers(comm, batch, &last_ranks);
-
-        // Replicas are independent until the gradient all-reduce (unless experts are parallel:
-        // then they run in lockstep): each runs on its own thread with its own communicator
-        // (their logs are merged in replica order afterwards), on the thread pool like the ranks
-        // within a replica.
-        let fault = comm.fault();
-        let tracing = comm.tracing();
-        let lock = t.lockstep();
-        let replicas: Vec<Result<(Replica, Comm), String>> = {
-            use rayon::prelude::*;
-            normalizers
-                .par_chunks(cp * lock)
-                .enumerate()
-                .map(|(k, normalizers)| {
-                    let mut sub = Comm::new(fault);
-                    sub.set_tracing(tracing);
-                    let input = StepInput {
-                        batch,
-                        replay,
-                        per_microbatch: per_microbatch.as_deref(),
-                    };
-                    let ds = k * lock..(k + 1) * lock;
-                    self.replica(&mut sub, ds, normalizers, input, &leaves, &ticks)
-                        .map(|r| (r, sub))
-                })
-                .collect()
+        let input = StepInput {
+            batch,
+            replay,
+            per_microbatch: per_microbatch.as_deref(),
         };
+        let replicas = self.replicas(comm, &normalizers, input, &leaves, &ticks);
         let mut acc: Vec<Vec<IndexMap<String, Tensor<2>>>> = vec![Vec::new(); world];
         let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
@@ -132,25 +87,7 @@ impl MeshExec<'_> {
             routing.extend(r.routing);
             local_loads.extend(r.load);
             logits_rows.extend(r.logits);
-            let mut held: Vec<_> = r.acc.into_iter().collect();
-            held.sort_unstable_by_key(|(rank, _)| *rank);
-            let mut said = Vec::new();
-            for (rank, mut grads) in held {
-                let d = t.coord(rank).dp;
-                if let Some(scale) = fault.and_then(|f| f.replica_scale(d, dp, mbs)) {
-                    if !said.contains(&d) {
-                        said.push(d);
-                        comm.event(
-                            &format!("grad.replica{d}.accumulate"),
-                            "counted one microbatch too many",
-                        );
-                    }
-                    for g in grads.iter_mut().flat_map(IndexMap::values_mut) {
-                        *g = g.clone() * scale;
-                    }
-                }
-                acc[rank] = grads;
-            }
+            self.hold(comm, &mut acc, r.acc);
         }
         let report_ranks = t.report_ranks();
         let loss = scalar(
@@ -178,6 +115,102 @@ impl MeshExec<'_> {
             grad_norms,
             loads,
         })
+    }
+
+    /// Every replica's pipeline. Replicas are independent until the gradient all-reduce
+    /// (unless experts are parallel: then they run in lockstep): each runs on its own thread
+    /// with its own communicator (their logs are merged in replica order afterwards), on the
+    /// thread pool like the ranks within a replica.
+    fn replicas(
+        &self,
+        comm: &Comm,
+        normalizers: &[f64],
+        input: StepInput<'_>,
+        leaves: &[Leaves],
+        ticks: &[Vec<Action>],
+    ) -> Vec<Result<(Replica, Comm), ScheduleError>> {
+        use rayon::prelude::*;
+        let (fault, tracing) = (comm.fault(), comm.tracing());
+        let lock = self.topo.lockstep();
+        normalizers
+            .par_chunks(self.topo.cp() * lock)
+            .enumerate()
+            .map(|(k, normalizers)| {
+                let mut sub = Comm::new(fault);
+                sub.set_tracing(tracing);
+                let ds = k * lock..(k + 1) * lock;
+                self.replica(&mut sub, ds, normalizers, input, leaves, ticks)
+                    .map(|r| (r, sub))
+            })
+            .collect()
+    }
+
+    /// The pipeline's actions tick by tick (its forward actions alone without backward).
+    fn ticks(&self) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        let t = &self.topo;
+        let orders = stage_orders(t.mesh().schedule, t.pp(), t.chunks(), t.microbatches());
+        let (mut ticks, _) = simulate(&orders, t.stages())?;
+        if !self.backward {
+            for tick in &mut ticks {
+                tick.retain(|a| matches!(a, Action::Forward { .. }));
+            }
+            ticks.retain(|tick| !tick.is_empty());
+        }
+        Ok(ticks)
+    }
+
+    /// The loss normalizer: counted tokens over the whole global batch, each (dp, cp) rank's
+    /// own count all-reduced over the data-parallel group (cp ranks in it) and traced.
+    fn token_normalizers(&self, comm: &mut Comm, batch: &Batch, last_ranks: &[usize]) -> Vec<f64> {
+        let (dp, cp) = (self.topo.dp(), self.topo.cp());
+        let rows = batch.batch / dp;
+        let counts: Vec<Tensor<1>> = (0..dp)
+            .flat_map(|d| Local::split(&batch.rows(d * rows, rows), cp, 1))
+            .map(|local| f64_tensor(local.batch.counted() as f64, self.device))
+            .collect();
+        let normalizers: Vec<f64> = comm
+            .all_reduce_sum("loss.tokens.dp.all_reduce", last_ranks, counts)
+            .into_iter()
+            .map(scalar)
+            .collect();
+        let counts = normalizers.iter().map(|&n| Value {
+            shape: vec![1],
+            data: vec![n],
+        });
+        comm.trace_values("loss.tokens.dp", counts.collect());
+        normalizers
+    }
+
+    /// A replica's accumulated gradients into `acc` by global rank (scaled on the replica
+    /// the catalogued accumulation-count bug hits).
+    fn hold(
+        &self,
+        comm: &mut Comm,
+        acc: &mut [Vec<IndexMap<String, Tensor<2>>>],
+        replica: HashMap<usize, Vec<IndexMap<String, Tensor<2>>>>,
+    ) {
+        let t = &self.topo;
+        let (dp, mbs) = (t.dp(), t.microbatches());
+        let fault = comm.fault();
+        let mut held: Vec<_> = replica.into_iter().collect();
+        held.sort_unstable_by_key(|(rank, _)| *rank);
+        let mut said = Vec::new();
+        for (rank, mut grads) in held {
+            let d = t.coord(rank).dp;
+            if let Some(scale) = fault.and_then(|f| f.replica_scale(d, dp, mbs)) {
+                if !said.contains(&d) {
+                    said.push(d);
+                    comm.event(
+                        &format!("grad.replica{d}.accumulate"),
+                        "counted one microbatch too many",
+                    );
+                }
+                for g in grads.iter_mut().flat_map(IndexMap::values_mut) {
+                    *g = g.clone() * scale;
+                }
+            }
+            acc[rank] = grads;
+        }
     }
 
     /// Each layer's expert load over the global batch, on every rank of its stage that moves

@@ -15,7 +15,7 @@
 //! Every rank holds distinct tokens here (Megatron requires SP for MoE with TP and EP), so no
 //! token is dispatched twice. Backward runs the same moves transposed (`route.rs`).
 
-use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::ctx::StageCtx;
 use crate::llama::moe::{self, Choice, Decided, Dispatch};
@@ -52,25 +52,7 @@ impl Plan {
     fn new(choices: &[Vec<Choice>], experts: usize, x: Experts, wrong_combine: bool) -> Self {
         let n = choices.len();
         let per = experts / x.ep;
-        let sent: Vec<Vec<Row>> = choices
-            .iter()
-            .map(|c| {
-                let k = c.first().map_or(0, Vec::len);
-                let mut rows: Vec<Row> = c
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(token, ids)| {
-                        ids.iter().enumerate().map(move |(j, &expert)| Row {
-                            token,
-                            slot: token * k + j,
-                            expert,
-                        })
-                    })
-                    .collect();
-                rows.sort_by_key(|r| (r.expert, r.token));
-                rows
-            })
-            .collect();
+        let sent: Vec<Vec<Row>> = choices.iter().map(|c| sent_rows(c)).collect();
         // Rows of rank i bound for ep index e: contiguous, experts being sorted.
         let bound = |i: usize, e: usize| {
             let start = sent[i].partition_point(|r| r.expert / per < e);
@@ -109,38 +91,7 @@ impl Plan {
         let (computed, etp) = if x.etp == 1 {
             (received, None)
         } else {
-            let lens = &dispatch.lens;
-            let mut gather = Route {
-                pieces: vec![Vec::new(); n],
-                lens: vec![0; n],
-            };
-            let mut scatter = Route {
-                pieces: vec![Vec::new(); n],
-                lens: lens.clone(),
-            };
-            let mut computed = vec![Vec::new(); n];
-            for group in x.etp_groups(n) {
-                let mut at = 0;
-                for &a in &group {
-                    for &j in &group {
-                        gather.pieces[j].push(Piece {
-                            src: a,
-                            rows: 0..lens[a],
-                            at,
-                        });
-                        computed[j].extend(received[a].iter().copied());
-                        scatter.pieces[a].push(Piece {
-                            src: j,
-                            rows: at..at + lens[a],
-                            at: 0,
-                        });
-                    }
-                    at += lens[a];
-                }
-                for &j in &group {
-                    gather.lens[j] = at;
-                }
-            }
+            let (computed, gather, scatter) = etp_routes(x, &dispatch.lens, &received);
             (computed, Some((gather, scatter)))
         };
         Plan {
@@ -151,6 +102,73 @@ impl Plan {
             combine,
         }
     }
+}
+
+/// One rank's routed rows (each token's k choices), sorted by expert and token: the order an
+/// all-to-all sends them in.
+fn sent_rows(choices: &[Choice]) -> Vec<Row> {
+    let k = choices.first().map_or(0, Vec::len);
+    let mut rows: Vec<Row> = choices
+        .iter()
+        .enumerate()
+        .flat_map(|(token, ids)| {
+            ids.iter().enumerate().map(move |(j, &expert)| Row {
+                token,
+                slot: token * k + j,
+                expert,
+            })
+        })
+        .collect();
+    rows.sort_by_key(|r| (r.expert, r.token));
+    rows
+}
+
+/// Under expert tensor parallelism: the experts each rank computes (its ETP group's received
+/// rows, all of them), the all-gather over the group and the scatter back.
+fn etp_routes(
+    x: Experts,
+    lens: &[usize],
+    received: &[Vec<usize>],
+) -> (Vec<Vec<usize>>, Route, Route) {
+    let n = lens.len();
+    let mut gather = Route {
+        pieces: vec![Vec::new(); n],
+        lens: vec![0; n],
+    };
+    let mut scatter = Route {
+        pieces: vec![Vec::new(); n],
+        lens: lens.to_vec(),
+    };
+    let mut computed = vec![Vec::new(); n];
+    for group in x.etp_groups(n) {
+        let mut at = 0;
+        for &a in &group {
+            for &j in &group {
+                gather.pieces[j].push(Piece {
+                    src: a,
+                    rows: 0..lens[a],
+                    at,
+                });
+                computed[j].extend(received[a].iter().copied());
+                scatter.pieces[a].push(Piece {
+                    src: j,
+                    rows: at..at + lens[a],
+                    at: 0,
+                });
+            }
+            at += lens[a];
+        }
+        for &j in &group {
+            gather.lens[j] = at;
+        }
+    }
+    (computed, gather, scatter)
+}
+
+/// `v` as an index tensor on `device`.
+fn ints(v: Vec<i64>, device: &Device) -> Tensor<1, Int> {
+    let len = v.len();
+    Tensor::<1, Int>::from_data(TensorData::new(v, [len]), device)
 }
 
 /// `route` with every output's rows one place off (row r gets row r + 1's), one row at a time.
@@ -213,10 +231,7 @@ impl StageCtx<'_> {
             groups,
             route,
         };
-        let int = |v: Vec<i64>| {
-            let len = v.len();
-            Tensor::<1, Int>::from_data(TensorData::new(v, [len]), self.device)
-        };
+        let int = |v: Vec<i64>| ints(v, self.device);
         let permuted = tape.per_rank(self.ranks(), &[hn], |i, v| {
             let [b, s, h] = v[0].dims();
             let tokens = plan.sent[i].iter().map(|r| r.token as i64).collect();
@@ -242,28 +257,9 @@ impl StageCtx<'_> {
             rows = tape.exchange(comm, ex, &rows);
         }
         let out = tape.per_rank(self.ranks(), &[&rows], |i, v| {
-            let input: Tensor<2> = v[0].clone().squeeze_dim(0);
-            let mut out = input.clone() * 0.0;
-            // Group index i is the rank's place in its stage in Megatron's order (the group
-            // holds every replica when experts are parallel).
-            let mine = x.ep_of(i);
-            for expert in mine * (e / x.ep)..(mine + 1) * (e / x.ep) {
-                let at: Vec<i64> = (0..plan.computed[i].len())
-                    .filter(|&r| plan.computed[i][r] == expert)
-                    .map(|r| r as i64)
-                    .collect();
-                if at.is_empty() {
-                    continue;
-                }
-                let at = int(at);
-                let w = |part: &str| {
-                    self.w(i, &format!("layers.{l}.mlp.experts.{expert}.{part}.weight"))
-                };
-                let h = input.clone().select(0, at.clone()).unsqueeze::<3>();
-                let y: Tensor<2> = (how.mlp)(h, w("gate"), w("up"), w("down")).squeeze_dim(0);
-                out = out.select_assign(0, at, y, IndexingUpdateOp::Add);
-            }
-            out.unsqueeze()
+            let rows = &plan.computed[i];
+            self.local_experts(i, l, v[0].clone().squeeze_dim(0), rows, how)
+                .unsqueeze()
         });
         let mut back = out;
         if let Some((_, scatter)) = &plan.etp {
@@ -285,19 +281,70 @@ impl StageCtx<'_> {
         );
         let combined = tape.exchange(comm, from_a2a, &back);
         tape.per_rank(self.ranks(), &[&combined, hn, logits], |i, v| {
-            let [b, s, h] = v[1].dims();
-            let sent = &plan.sent[i];
-            let scores = moe::scores(v[2].clone().reshape([b * s, e]), how.score);
-            let kept = decided[i].kept.as_deref();
-            let weights = moe::slot_weights(scores, &choices[i], how.renormalize, kept);
-            let slots = int(sent.iter().map(|r| r.slot as i64).collect());
-            let tokens = int(sent.iter().map(|r| r.token as i64).collect());
-            let y: Tensor<2> = v[0].clone().squeeze_dim::<2>(0).narrow(0, 0, sent.len());
-            let y = y * weights.select(0, slots);
-            let zero = v[1].clone().reshape([b * s, h]) * 0.0;
-            zero.select_assign(0, tokens, y, IndexingUpdateOp::Add)
-                .reshape([b, s, h])
+            let (routed, hn, logits) = (&v[0], &v[1], &v[2]);
+            self.unpermute(routed, hn, logits, &plan.sent[i], &decided[i], how)
         })
+    }
+
+    /// A rank's combined expert outputs (`routed`, in the order its rows were sent) weighted
+    /// by their routing scores and summed back into its tokens, shaped like `hn`.
+    fn unpermute(
+        &self,
+        routed: &Tensor<3>,
+        hn: &Tensor<3>,
+        logits: &Tensor<3>,
+        sent: &[Row],
+        decided: &Decided,
+        how: Dispatch,
+    ) -> Tensor<3> {
+        let e = self.model.experts.unwrap_or(1) as usize;
+        let int = |v: Vec<i64>| ints(v, self.device);
+        let [b, s, h] = hn.dims();
+        let scores = moe::scores(logits.clone().reshape([b * s, e]), how.score);
+        let kept = decided.kept.as_deref();
+        let weights = moe::slot_weights(scores, &decided.choices, how.renormalize, kept);
+        let slots = int(sent.iter().map(|r| r.slot as i64).collect());
+        let tokens = int(sent.iter().map(|r| r.token as i64).collect());
+        let y: Tensor<2> = routed.clone().squeeze_dim::<2>(0).narrow(0, 0, sent.len());
+        let y = y * weights.select(0, slots);
+        let zero = hn.clone().reshape([b * s, h]) * 0.0;
+        zero.select_assign(0, tokens, y, IndexingUpdateOp::Add)
+            .reshape([b, s, h])
+    }
+}
+
+impl StageCtx<'_> {
+    /// Rank `i`'s experts of layer `l` on the rows it received, `rows` their experts: each
+    /// expert's MLP on its rows, in place. Group index i is the rank's place in its stage in
+    /// Megatron's order (the group holds every replica when experts are parallel).
+    fn local_experts(
+        &self,
+        i: usize,
+        l: u32,
+        input: Tensor<2>,
+        rows: &[usize],
+        how: Dispatch,
+    ) -> Tensor<2> {
+        let e = self.model.experts.unwrap_or(1) as usize;
+        let x = self.topo.experts();
+        let mut out = input.clone() * 0.0;
+        let mine = x.ep_of(i);
+        for expert in mine * (e / x.ep)..(mine + 1) * (e / x.ep) {
+            let at: Vec<i64> = (0..rows.len())
+                .filter(|&r| rows[r] == expert)
+                .map(|r| r as i64)
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            let at = ints(at, self.device);
+            let w =
+                |part: &str| self.w(i, &format!("layers.{l}.mlp.experts.{expert}.{part}.weight"));
+            let h = input.clone().select(0, at.clone()).unsqueeze::<3>();
+            let y: Tensor<2> = (how.mlp)(h, w("gate"), w("up"), w("down")).squeeze_dim(0);
+            out = out.select_assign(0, at, y, IndexingUpdateOp::Add);
+        }
+        out
     }
 }
 

@@ -180,31 +180,43 @@ impl StageCtx<'_> {
         let mut out = vec![None; n];
         for group in &groups {
             for &i in group {
-                // The whole sequences' pairs in group order, from what rank i received.
                 let received = moe::values(&gathered[i]);
-                let (mut pairs, mut own, mut at) = (Vec::new(), 0..0, 0);
-                for &m in group {
-                    let positions = &tokens[m].0;
-                    let per_row = positions.len();
-                    for (t, c) in choices[m].iter().enumerate() {
-                        pairs.extend(c.iter().enumerate().map(|(j, &expert)| Pair {
-                            row: t / per_row,
-                            position: positions.at(t),
-                            slot: j,
-                            expert,
-                            weight: received[at + t * k + j],
-                        }));
-                    }
-                    let len = choices[m].len() * k;
-                    if m == i {
-                        own = at..at + len;
-                    }
-                    at += len;
-                }
+                let (pairs, own) = group_pairs((group, i), tokens, choices, &received, k);
                 let kept = balance::capacity(&pairs, lengths[i], (e, k), cap);
                 out[i] = Some(kept[own].chunks(k).map(<[bool]>::to_vec).collect());
             }
         }
         out
     }
+}
+
+/// The whole sequences' (token, slot) pairs of `group` in group order (top-`k`), weighted by
+/// what rank `i` received, and where rank `i`'s own lie among them.
+fn group_pairs(
+    (group, i): (&[usize], usize),
+    tokens: &Tokens,
+    choices: &[Vec<Choice>],
+    received: &[f64],
+    k: usize,
+) -> (Vec<Pair>, Range<usize>) {
+    let (mut pairs, mut own, mut at) = (Vec::new(), 0..0, 0);
+    for &m in group {
+        let positions = &tokens[m].0;
+        let per_row = positions.len();
+        for (t, c) in choices[m].iter().enumerate() {
+            pairs.extend(c.iter().enumerate().map(|(j, &expert)| Pair {
+                row: t / per_row,
+                position: positions.at(t),
+                slot: j,
+                expert,
+                weight: received[at + t * k + j],
+            }));
+        }
+        let len = choices[m].len() * k;
+        if m == i {
+            own = at..at + len;
+        }
+        at += len;
+    }
+    (pairs, own)
 }

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 use super::Launch;
 use crate::exec::child::{self, Ending, Finished, Live};
+use crate::exec::launch_error::LaunchError;
 
 /// Idle servers, ready for the next served job.
 #[derive(Clone)]
@@ -66,14 +67,14 @@ impl Served {
             stderr: l.dir.join("stderr.log"),
         };
         if let Err(e) = child::create_logs(&l.dir) {
-            return finished(Ending::SpawnFailed(e));
+            return finished(Ending::spawn_failed(e));
         }
         if *cancel.borrow() > 0 {
             return finished(Ending::Cancelled);
         }
         let mut server = match self.hand(&l.args).await {
             Ok(s) => s,
-            Err(e) => return finished(Ending::SpawnFailed(e)),
+            Err(e) => return finished(Ending::spawn_failed(e)),
         };
         let mut line = String::new();
         enum Wake {
@@ -98,20 +99,24 @@ impl Served {
                 }
                 None => {
                     child::end_group(&mut server.child, server.pgid, Duration::ZERO).await;
-                    Ending::SpawnFailed(format!(
+                    Ending::spawn_failed(LaunchError::Answer(format!(
                         "the serving worker answered `{}`, not an exit code",
                         line.trim()
-                    ))
+                    )))
                 }
             },
             // No reply: the job ended its server (a panic, a crash, an abort), whose status is
             // the attempt's.
             Wake::Reply(_) => match tokio::time::timeout(self.grace, server.child.wait()).await {
                 Ok(Ok(status)) => Ending::Exited(status),
-                Ok(Err(e)) => Ending::SpawnFailed(format!("waiting for the serving worker: {e}")),
+                Ok(Err(e)) => {
+                    Ending::spawn_failed(LaunchError::process("waiting for the serving worker")(e))
+                }
                 Err(_) => {
                     child::end_group(&mut server.child, server.pgid, Duration::ZERO).await;
-                    Ending::SpawnFailed("the serving worker closed its replies but lived".into())
+                    Ending::spawn_failed(LaunchError::Answer(
+                        "the serving worker closed its replies but lived".into(),
+                    ))
                 }
             },
             Wake::Timeout => {
@@ -135,8 +140,8 @@ impl Served {
 
     /// A server that took the request `args`: an idle one, or a new one when there is none or
     /// the idle one had died (its pipe is closed).
-    async fn hand(&self, args: &[String]) -> Result<Server, String> {
-        let mut request = serde_json::to_string(args).map_err(|e| e.to_string())?;
+    async fn hand(&self, args: &[String]) -> Result<Server, LaunchError> {
+        let mut request = serde_json::to_string(args)?;
         request.push('\n');
         loop {
             let idle = self.idle.lock().ok().and_then(|mut i| i.pop());
@@ -152,7 +157,7 @@ impl Served {
                 Ok(()) => return Ok(server),
                 Err(e) if fresh => {
                     child::end_group(&mut server.child, server.pgid, Duration::ZERO).await;
-                    return Err(format!("starting a serving worker: {e}"));
+                    return Err(LaunchError::process("starting a serving worker")(e));
                 }
                 Err(_) => {
                     child::end_group(&mut server.child, server.pgid, Duration::ZERO).await;
@@ -161,7 +166,7 @@ impl Served {
         }
     }
 
-    fn start(&self) -> Result<Server, String> {
+    fn start(&self) -> Result<Server, LaunchError> {
         let mut cmd = Command::new(&self.exe);
         cmd.args(["serve", "--grace", &self.grace.as_secs_f64().to_string()])
             .stdin(Stdio::piped())
@@ -171,12 +176,15 @@ impl Served {
             .process_group(0)
             .env(crate::worker::PARENT_ENV, std::process::id().to_string())
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("spawning {} serve: {e}", self.exe.display()))?;
+        let mut child = cmd.spawn().map_err(LaunchError::process(format!(
+            "spawning {} serve",
+            self.exe.display()
+        )))?;
         let pgid = child.id().map(|p| p as i32);
         let (Some(requests), Some(replies)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err("a serving worker without its pipes".into());
+            return Err(LaunchError::Answer(
+                "a serving worker without its pipes".into(),
+            ));
         };
         Ok(Server {
             child,

@@ -234,7 +234,7 @@ impl Task {
                         },
                     );
                 }
-                Err(e) => self.finish(l, since, Ending::SpawnFailed(e)),
+                Err(e) => self.finish(l, since, Ending::spawn_failed(e)),
             }
         }
     }

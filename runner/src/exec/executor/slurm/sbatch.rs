@@ -13,6 +13,7 @@ use tokio::process::Command;
 use super::state::{self, EXIT_FILE};
 use super::SlurmConfig;
 use crate::exec::executor::Launch;
+use crate::exec::launch_error::LaunchError;
 
 /// The attempt's Slurm job id, in its directory.
 pub const JOB_FILE: &str = "slurm-job";
@@ -24,8 +25,8 @@ pub async fn adopt_or_submit(
     config: &SlurmConfig,
     exe: &Path,
     l: &Launch,
-) -> Result<String, String> {
-    std::fs::create_dir_all(&l.dir).map_err(|e| format!("creating {}: {e}", l.dir.display()))?;
+) -> Result<String, LaunchError> {
+    std::fs::create_dir_all(&l.dir).map_err(LaunchError::io("creating", &l.dir))?;
     if let Ok(id) = std::fs::read_to_string(l.dir.join(JOB_FILE)) {
         let id = id.trim().to_owned();
         // Still queued or running, or ended with the worker's own exit code: its outcome is
@@ -45,28 +46,34 @@ pub async fn adopt_or_submit(
     let _ = std::fs::remove_file(l.dir.join(EXIT_FILE));
     let script = l.dir.join(SCRIPT);
     std::fs::write(&script, script_text(exe, l, &config.env))
-        .map_err(|e| format!("writing {}: {e}", script.display()))?;
+        .map_err(LaunchError::io("writing", &script))?;
     let args = sbatch_args(config, l, &script);
     let out = Command::new("sbatch")
         .args(&args)
         .output()
         .await
-        .map_err(|e| format!("running sbatch: {e} (is Slurm's client installed here?)"))?;
+        .map_err(|source| LaunchError::Process {
+            what: "running sbatch".into(),
+            source,
+            hint: " (is Slurm's client installed here?)",
+        })?;
     if !out.status.success() {
-        return Err(format!(
-            "sbatch {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(LaunchError::Refused {
+            command: format!("sbatch {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
     }
     // `--parsable` prints `id` or `id;cluster`.
     let text = String::from_utf8_lossy(&out.stdout);
     let id = text.trim().split(';').next().unwrap_or("").to_owned();
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
-        return Err(format!("sbatch printed no job id: `{}`", text.trim()));
+        return Err(LaunchError::Answer(format!(
+            "sbatch printed no job id: `{}`",
+            text.trim()
+        )));
     }
     meshparity_files::write_atomic(&l.dir.join(JOB_FILE), id.as_bytes())
-        .map_err(|e| format!("recording the job id in {}: {e}", l.dir.display()))?;
+        .map_err(LaunchError::io("recording the job id in", &l.dir))?;
     Ok(id)
 }
 
