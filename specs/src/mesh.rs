@@ -29,6 +29,23 @@ macro_rules! mesh_axes {
         impl MeshConfig {
             /// Every axis at its default: one rank.
             pub const DEFAULT: MeshConfig = MeshConfig { $($key: $default,)* };
+
+            /// The axis `key`'s value where it is a count (a degree, microbatches, a ZeRO
+            /// stage); `None` for a flag, a keyword or no such axis.
+            pub fn count(&self, key: &str) -> Option<u32> {
+                match key {
+                    $(stringify!($key) => AxisValue::count(&self.$key),)*
+                    _ => None,
+                }
+            }
+
+            /// Set the count axis `key` to `n`; `false` (nothing set) for any other key.
+            pub fn set_count(&mut self, key: &str, n: u32) -> bool {
+                match key {
+                    $(stringify!($key) => AxisValue::set_count(&mut self.$key, n),)*
+                    _ => false,
+                }
+            }
         }
 
         /// A mesh as written, every value located for messages.
@@ -57,6 +74,15 @@ macro_rules! mesh_axes {
 
             pub fn config(&self) -> MeshConfig {
                 MeshConfig { $($key: self.$key.value,)* }
+            }
+
+            /// Where the axis `key` was written (its table where it was not); `None` for no
+            /// such axis.
+            pub fn loc_of(&self, key: &str) -> Option<&Loc> {
+                match key {
+                    $(stringify!($key) => Some(&self.$key.loc),)*
+                    _ => None,
+                }
             }
         }
 
@@ -107,6 +133,31 @@ mesh_axes! {
     #[serde(default, skip_serializing_if = "is_zero")]
     shard: u32 = 0, degree, schema(range(min = 1));
 }
+
+/// An axis's value as the by-name accessors see it: counts are `u32`.
+trait AxisValue {
+    fn count(&self) -> Option<u32> {
+        None
+    }
+
+    fn set_count(&mut self, _n: u32) -> bool {
+        false
+    }
+}
+
+impl AxisValue for u32 {
+    fn count(&self) -> Option<u32> {
+        Some(*self)
+    }
+
+    fn set_count(&mut self, n: u32) -> bool {
+        *self = n;
+        true
+    }
+}
+
+impl AxisValue for bool {}
+impl AxisValue for Schedule {}
 
 /// Axes added after others were in use are left out of a mesh's serialized form at their
 /// default, so the jobs of meshes without them keep their identities (and cached artifacts).
@@ -428,6 +479,35 @@ impl Mesh {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The by-name accessors cover the table: every count axis reads and writes by its key,
+    /// the degrees and the shrinkable mesh keys are count axes, the flags and keywords are not.
+    #[test]
+    fn every_axis_is_reached_by_its_name() {
+        let mut m = MeshConfig::DEFAULT;
+        for key in KEYS {
+            match m.count(key) {
+                Some(n) => {
+                    assert!(m.set_count(key, n + 3), "{key}");
+                    assert_eq!(m.count(key), Some(n + 3), "{key}");
+                }
+                None => assert!(!m.set_count(key, 2), "{key}"),
+            }
+        }
+        assert_eq!(m.count("sp"), None);
+        assert_eq!(m.count("schedule"), None);
+        assert_eq!(m.count("nope"), None);
+        for (axis, n) in m.degrees() {
+            assert_eq!(m.count(axis), Some(n), "{axis}");
+        }
+        let model_keys = 10;
+        for key in &crate::engine_shrink::SHRINKABLE[model_keys..] {
+            assert!(
+                m.count(key).is_some(),
+                "{key} is shrinkable but not a mesh count"
+            );
+        }
+    }
 
     #[test]
     fn rank_and_coord_are_inverse_and_tp_is_fastest() {

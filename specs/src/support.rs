@@ -62,19 +62,7 @@ fn locate<'a>(cell: &'a Cell<'_>, field: Field) -> &'a Loc {
             .dtype
             .as_ref()
             .map_or(&cell.model.name.loc, |d| &d.loc),
-        Field::Axis(axis) => match axis {
-            "dp" => &mesh.dp.loc,
-            "tp" => &mesh.tp.loc,
-            "pp" => &mesh.pp.loc,
-            "cp" => &mesh.cp.loc,
-            "ep" => &mesh.ep.loc,
-            "etp" => &mesh.etp.loc,
-            "sp" => &mesh.sp.loc,
-            "schedule" => &mesh.schedule.loc,
-            "microbatches" => &mesh.microbatches.loc,
-            "virtual_stages" => &mesh.virtual_stages.loc,
-            _ => &mesh.name.loc,
-        },
+        Field::Axis(axis) => mesh.loc_of(axis).unwrap_or(&mesh.name.loc),
     }
 }
 

@@ -3,7 +3,7 @@
 //! Candidates the spec language refuses are dropped by the caller's validation, so a step here
 //! need only be plausible.
 
-use meshparity_specs::{DType, MeshConfig, Schedule};
+use meshparity_specs::{DType, Schedule};
 
 use super::Case;
 
@@ -61,22 +61,14 @@ pub fn smaller(c: &Case) -> Vec<Case> {
 
 /// The mesh's axes to 1 (the one that fails alone remains), then halved.
 fn mesh_steps(c: &Case, out: &mut Vec<Case>) {
-    type Axis = (fn(&MeshConfig) -> u32, fn(&mut MeshConfig, u32));
-    let axes: [Axis; 7] = [
-        (|m| m.pp, |m, v| m.pp = v),
-        (|m| m.cp, |m, v| m.cp = v),
-        (|m| m.ep, |m, v| m.ep = v),
-        (|m| m.etp, |m, v| m.etp = v),
-        (|m| m.dp, |m, v| m.dp = v),
-        (|m| m.tp, |m, v| m.tp = v),
-        (|m| m.microbatches, |m, v| m.microbatches = v),
-    ];
-    for (get, set) in axes {
-        let now = get(&c.mesh);
+    // The order they are tried in: the axes least often the cause first.
+    const AXES: [&str; 7] = ["pp", "cp", "ep", "etp", "dp", "tp", "microbatches"];
+    for axis in AXES {
+        let now = c.mesh.count(axis).expect("a count axis");
         for to in [1, now / 2] {
             if now > 1 && to >= 1 && to < now {
                 let mut n = c.clone();
-                set(&mut n.mesh, to);
+                n.mesh.set_count(axis, to);
                 if n.mesh.tp == 1 {
                     n.mesh.sp = false;
                 }
@@ -128,7 +120,8 @@ mod tests {
             training: s.run.training.clone(),
             dtype: DType::F32,
         };
-        let meshes: Vec<MeshConfig> = smaller(&case).into_iter().map(|c| c.mesh).collect();
+        let meshes: Vec<meshparity_specs::MeshConfig> =
+            smaller(&case).into_iter().map(|c| c.mesh).collect();
         assert!(meshes
             .iter()
             .any(|m| m.pp == 2 && m.schedule == Schedule::OneFOneB));

@@ -21,14 +21,8 @@ fn get(c: &Case, key: &str) -> Option<u32> {
         "experts" => m.experts?,
         "batch" => t.batch,
         "steps" => t.steps,
-        "dp" => mesh.dp,
-        "tp" => mesh.tp,
-        "pp" => mesh.pp,
-        "cp" => mesh.cp,
-        "ep" => mesh.ep,
-        "etp" => mesh.etp,
-        "microbatches" => mesh.microbatches,
-        _ => return None,
+        // A mesh's counts by name, from the one table of axes.
+        _ => return mesh.count(key),
     })
 }
 
@@ -49,14 +43,11 @@ fn restore(c: &mut Case, from: &Case, key: &str) {
             t.steps = from.training.steps;
             t.oracle_steps = from.training.oracle_steps;
         }
-        "dp" => mesh.dp = from.mesh.dp,
-        "tp" => mesh.tp = from.mesh.tp,
-        "pp" => mesh.pp = from.mesh.pp,
-        "cp" => mesh.cp = from.mesh.cp,
-        "ep" => mesh.ep = from.mesh.ep,
-        "etp" => mesh.etp = from.mesh.etp,
-        "microbatches" => mesh.microbatches = from.mesh.microbatches,
-        _ => {}
+        _ => {
+            if let Some(n) = from.mesh.count(key) {
+                mesh.set_count(key, n);
+            }
+        }
     }
 }
 
