@@ -1,4 +1,7 @@
 //! `[meshes.NAME]`: a parallel layout.
+//!
+//! - `axis.rs` — how each kind of axis (degree, flag, keyword, ZeRO stage) is decoded;
+//! - `tests.rs` — rank order and the by-name accessors held to the table.
 
 use serde::Serialize;
 
@@ -166,56 +169,7 @@ fn is_zero(n: &u32) -> bool {
 }
 
 /// How each kind of axis is decoded.
-mod axis {
-    use crate::decode::{Ctx, Keyword, Table};
-    use crate::source::Located;
-
-    /// A degree or count: a positive integer.
-    pub fn degree(
-        t: &mut Table<'_, '_>,
-        cx: &mut Ctx<'_>,
-        key: &'static str,
-    ) -> Option<Located<u32>> {
-        t.positive(cx, key)
-    }
-
-    /// A ZeRO stage: an integer from 0 to 3.
-    pub fn zero_stage(
-        t: &mut Table<'_, '_>,
-        cx: &mut Ctx<'_>,
-        key: &'static str,
-    ) -> Option<Located<u32>> {
-        let n = t.u64(cx, key)?;
-        if n.value > 3 {
-            cx.error(
-                crate::diagnostic::Diagnostic::error(
-                    &n.loc,
-                    format!("`{}.{key}` must be 0, 1, 2 or 3, found {}", t.path, n.value),
-                )
-                .label("not a ZeRO stage")
-                .help("0: replicated; 1: optimizer state sharded; 2: gradients too; 3: parameters too (FSDP)"),
-            );
-            return None;
-        }
-        Some(Located::new(n.value as u32, n.loc))
-    }
-
-    pub fn flag(
-        t: &mut Table<'_, '_>,
-        cx: &mut Ctx<'_>,
-        key: &'static str,
-    ) -> Option<Located<bool>> {
-        t.bool(cx, key)
-    }
-
-    pub fn keyword<K: Keyword>(
-        t: &mut Table<'_, '_>,
-        cx: &mut Ctx<'_>,
-        key: &'static str,
-    ) -> Option<Located<K>> {
-        t.keyword::<K>(cx, key)
-    }
-}
+mod axis;
 
 /// Pipeline schedules.
 #[derive(
@@ -477,64 +431,7 @@ impl Mesh {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The by-name accessors cover the table: every count axis reads and writes by its key,
-    /// the degrees and the shrinkable mesh keys are count axes, the flags and keywords are not.
-    #[test]
-    fn every_axis_is_reached_by_its_name() {
-        let mut m = MeshConfig::DEFAULT;
-        for key in KEYS {
-            match m.count(key) {
-                Some(n) => {
-                    assert!(m.set_count(key, n + 3), "{key}");
-                    assert_eq!(m.count(key), Some(n + 3), "{key}");
-                }
-                None => assert!(!m.set_count(key, 2), "{key}"),
-            }
-        }
-        assert_eq!(m.count("sp"), None);
-        assert_eq!(m.count("schedule"), None);
-        assert_eq!(m.count("nope"), None);
-        for (axis, n) in m.degrees() {
-            assert_eq!(m.count(axis), Some(n), "{axis}");
-        }
-        let model_keys = 10;
-        for key in &crate::engine_shrink::SHRINKABLE[model_keys..] {
-            assert!(
-                m.count(key).is_some(),
-                "{key} is shrinkable but not a mesh count"
-            );
-        }
-    }
-
-    #[test]
-    fn rank_and_coord_are_inverse_and_tp_is_fastest() {
-        let m = MeshConfig {
-            dp: 2,
-            tp: 2,
-            pp: 2,
-            ep: 1,
-            etp: 1,
-            cp: 2,
-            sp: false,
-            microbatches: 1,
-            schedule: Schedule::OneFOneB,
-            virtual_stages: 0,
-            zero: 0,
-            shard: 0,
-        };
-        for rank in 0..m.world_size() as usize {
-            assert_eq!(m.rank(m.coord(rank)), rank);
-        }
-        let c = |tp, cp, dp, pp| Coord { tp, cp, dp, pp };
-        assert_eq!(m.rank(c(1, 0, 0, 0)), 1);
-        assert_eq!(m.rank(c(0, 1, 0, 0)), 2);
-        assert_eq!(m.rank(c(0, 0, 1, 0)), 4);
-        assert_eq!(m.rank(c(0, 0, 0, 1)), 8);
-    }
-}
+mod tests;
 
 /// Where a resumed run started: the mesh that trained its first `at` steps and saved them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
