@@ -207,3 +207,31 @@ fn the_readme_states_the_quickstarts_plan() {
         "the README says: {said}"
     );
 }
+
+/// The trace level comes with `oracle` where the tolerance table gates it — bf16 in the
+/// built-in table, not f32 — and an exclude rule leaves it out.
+#[test]
+fn the_trace_level_comes_with_oracle_where_it_is_gated() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string("examples/quickstart.toml").unwrap();
+    let spec = spec.replace(
+        "levels = [\"roundtrip\", \"forward\", \"curve\", \"oracle\"]",
+        "levels = [\"forward\", \"oracle\"]\ndtypes = [\"f32\", \"bf16\"]",
+    );
+    let jobs = |text: &str| -> Vec<String> {
+        let path = dir.path().join("spec.toml");
+        std::fs::write(&path, text).unwrap();
+        let json = stdout(meshparity().args(["plan", path.to_str().unwrap(), "--format", "json"]));
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let names = v["jobs"].as_array().unwrap().iter();
+        names.map(|j| j["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let names = jobs(&spec);
+    assert!(names.iter().any(|n| n == "tiny@bf16/tp2/trace"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("@f32/") && n.ends_with("/trace")));
+    let excluded = spec.replace(
+        "dtypes = [\"f32\", \"bf16\"]",
+        "dtypes = [\"f32\", \"bf16\"]\nexclude = [{ level = \"trace\" }]",
+    );
+    assert!(!jobs(&excluded).iter().any(|n| n.ends_with("/trace")));
+}

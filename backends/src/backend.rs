@@ -109,8 +109,30 @@ impl Engine for Backend {
     fn reference(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
         let setup = self.setup(req)?;
         let len = req.length();
-        self.on_device(|| levels::reference(&setup, len, req.out))
-            .map_err(EngineError::run)
+        let mut manifest = self
+            .on_device(|| levels::reference(&setup, len, req.out))
+            .map_err(EngineError::run)?;
+        let traced = req.levels.is_empty() || req.levels.contains(&Level::Trace);
+        if traced && req.training.resume.is_none() {
+            // The trace level's reference side, and what localization compares every mesh
+            // with: the same code as every mesh, on one rank ([`Engine::trace`]), replaying the
+            // routing the oracle just recorded. A reference asked for no level in particular
+            // records everything a level may judge, this included.
+            let traced = RunRequest {
+                mesh: None,
+                mutation: None,
+                reference: Some(req.out),
+                ..*req
+            };
+            self.trace(&traced)?;
+            manifest
+                .artifacts
+                .extend([files::TRACE.to_owned(), files::TRACE_INDEX.to_owned()]);
+            manifest
+                .write(req.out)
+                .map_err(|e| EngineError::run(levels::LevelError::from(e)))?;
+        }
+        Ok(manifest)
     }
 
     fn run(&self, req: &RunRequest<'_>) -> Result<Manifest, EngineError> {
@@ -134,18 +156,13 @@ impl Engine for Backend {
         };
         let len = req.length();
         let replay = replay(req)?;
-        self.on_device(|| {
-            levels::run(
-                &setup,
-                mesh,
-                len,
-                fault,
-                roundtrip,
-                replay.as_ref(),
-                req.out,
-            )
-        })
-        .map_err(EngineError::run)
+        let probe = train::Probe {
+            fault,
+            trace: req.levels.contains(&Level::Trace),
+            replay: replay.as_ref(),
+        };
+        self.on_device(|| levels::run(&setup, mesh, len, probe, roundtrip, req.out))
+            .map_err(EngineError::run)
     }
 
     /// The first steps on the mesh (or on one rank for the reference), every site traced.

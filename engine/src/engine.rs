@@ -88,6 +88,10 @@ impl RunRequest<'_> {
                     len.weights_after = t.oracle_steps as usize;
                     len.backward = true;
                 }
+                Level::Trace => {
+                    len.steps = len.steps.max(crate::trace::STEPS);
+                    len.backward = true;
+                }
                 Level::Roundtrip => {}
             }
         }

@@ -11,6 +11,10 @@ use crate::artifact::files;
 use crate::checkpoint;
 use crate::tensor::HostTensor;
 
+/// Steps traced: a bug in step 0 shows there; one in the update shows in step 1's forward.
+/// The trace level's runs train at least these.
+pub const STEPS: usize = 2;
+
 /// Why a trace could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {

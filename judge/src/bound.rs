@@ -45,13 +45,19 @@ pub fn at(path: &str, layers: usize, dtype: DType) -> f64 {
         None if path.contains("embed") => 0,
         None => layers + 1,
     };
-    let backward = path.contains(".bwd.") || path.starts_with("grad") || path == "lr";
-    let depth = if backward {
+    let depth = if is_backward(path) {
         layers + 1 - l.min(layers + 1)
     } else {
         l
     };
     K * C.powi(depth as i32) * machine_epsilon(dtype)
+}
+
+/// Whether a site's error starts at the output (what the backward computes: its values, the
+/// gradients, the optimizer's moments made from them, the learning rate the step applies)
+/// rather than at the input.
+pub fn is_backward(path: &str) -> bool {
+    path.contains(".bwd.") || path.starts_with("grad") || path.starts_with("adam.") || path == "lr"
 }
 
 #[cfg(test)]

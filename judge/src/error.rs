@@ -28,6 +28,8 @@ pub enum JudgeError {
     TooLittle { level: Level, why: String },
     #[error(transparent)]
     Replay(#[from] crate::optimizer_step::ReplayError),
+    #[error(transparent)]
+    Sites(#[from] crate::sites::SitesError),
     #[error("the {0} level is not judged from artifacts yet")]
     Unsupported(Level),
 }

@@ -44,10 +44,20 @@ impl Finding {
     /// that the check missed it).
     pub fn cited(&self) -> Vec<&Comparison> {
         let missed = matches!(self, Finding::Mutation(m) if !m.caught);
-        self.comparisons()
+        let cited: Vec<&Comparison> = self
+            .comparisons()
             .into_iter()
             .filter(|c| missed || !c.passed)
-            .collect()
+            .collect();
+        if !matches!(self, Finding::Mutation(_)) {
+            return cited;
+        }
+        // A mutation's traces (tens of MB each, per job) are kept only where the trace level
+        // alone caught it: elsewhere another comparison's files show the bug, and the result
+        // lists the trace's worst sites with their bounds.
+        let traced = |c: &&Comparison| c.what == crate::sites::WHAT;
+        let alone = !missed && cited.iter().all(traced);
+        cited.into_iter().filter(|c| alone || !traced(c)).collect()
     }
 
     /// The level outcomes, one for a level job, every level's for a mutation job.

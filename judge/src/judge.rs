@@ -143,6 +143,7 @@ impl Sides<'_> {
                 c
             }
             Level::Routing => vec![self.routing()?],
+            Level::Trace => vec![self.sites()?],
         };
         Ok((comparisons, None))
     }
@@ -248,6 +249,14 @@ impl Sides<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The trace level: each traced site against its own bound ([`crate::sites`]).
+    fn sites(&self) -> Result<Comparison, JudgeError> {
+        self.paths(files::TRACE_INDEX, files::TRACE_INDEX)?;
+        self.paths(files::TRACE, files::TRACE)?;
+        let (dtype, limits) = (self.judge.dtype, self.limits);
+        Ok(crate::sites::judge(self.judge.reference, self.judge.run, dtype, limits)?)
     }
 
     fn routing(&self) -> Result<Comparison, JudgeError> {

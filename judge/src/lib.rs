@@ -46,6 +46,7 @@ pub mod repro;
 pub mod resumed;
 pub mod routing;
 pub mod site;
+pub mod sites;
 pub mod stages;
 #[cfg(test)]
 mod testing;

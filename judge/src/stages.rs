@@ -186,7 +186,7 @@ mod tests {
     fn steps(l: Level) -> usize {
         match l {
             Level::Roundtrip | Level::Forward | Level::Routing => 1,
-            Level::Oracle => 2,
+            Level::Oracle | Level::Trace => 2,
             Level::Curve => 6,
         }
     }

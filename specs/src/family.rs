@@ -22,7 +22,8 @@ impl Keyword for Family {
 
 impl Family {
     /// Levels this family can be checked at, in DAG order. A dense model has no router, so
-    /// there is nothing for `routing` to compare.
+    /// there is nothing for `routing` to compare. `trace` is judged where the tolerance table
+    /// has limits for it (see [`crate::expand`]).
     pub fn levels(self) -> &'static [Level] {
         match self {
             Family::Llama => &[
@@ -30,6 +31,7 @@ impl Family {
                 Level::Forward,
                 Level::Curve,
                 Level::Oracle,
+                Level::Trace,
             ],
             Family::Moe => &[
                 Level::Roundtrip,
@@ -37,6 +39,7 @@ impl Family {
                 Level::Routing,
                 Level::Curve,
                 Level::Oracle,
+                Level::Trace,
             ],
         }
     }

@@ -22,6 +22,12 @@ pub enum Level {
     Curve,
     /// Per-parameter gradients and updated weights after k steps.
     Oracle,
+    /// Every traced site of the first step (activations, gradients, parameters as computed
+    /// with), each held to its own error-analysis bound times a calibrated factor: what an
+    /// aggregate gate sized for the whole model's round-off lets through in bf16 (one site
+    /// 2–3× its own expected round-off) fails here. Comes with `oracle` wherever the cell's
+    /// tolerance table has limits for it (bf16 and f16 in the built-in table).
+    Trace,
 }
 
 impl Keyword for Level {
@@ -32,6 +38,7 @@ impl Keyword for Level {
         ("routing", Level::Routing),
         ("curve", Level::Curve),
         ("oracle", Level::Oracle),
+        ("trace", Level::Trace),
     ];
 }
 

@@ -97,5 +97,5 @@ pub use run::{Dropout, Optimizer, Packing, Recompute, Training};
 pub use source::{Loc, Located, SourceFile};
 pub use spec::Spec;
 pub use support::{Field, Unsupported};
-pub use tolerance::{CurveMode, Limits};
+pub use tolerance::{CurveMode, Limits, TRACE_RATIOS};
 pub use variant::Variant;

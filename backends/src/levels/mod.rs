@@ -98,6 +98,8 @@ pub enum LevelError {
     Run(#[from] RunError),
     #[error(transparent)]
     Artifact(#[from] meshparity_engine::ArtifactError),
+    #[error(transparent)]
+    Trace(#[from] meshparity_engine::TraceError),
 }
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LevelError + '_ {

@@ -28,17 +28,18 @@ pub enum Roundtrip<'a> {
 }
 
 /// Train `mesh` for `len` and write its artifacts; with a `conversion`, also convert a seed
-/// checkpoint to this mesh's shards and back (the roundtrip level). `replay` is the
-/// reference's routing (moe), replayed.
+/// checkpoint to this mesh's shards and back (the roundtrip level). `probe` has the fault to
+/// inject, whether to trace the first steps (the trace level's files, written beside the
+/// rest) and the reference's routing (moe), replayed.
 pub fn run(
     setup: &Setup<'_>,
     mesh: &MeshConfig,
     len: Length,
-    fault: Option<Fault>,
+    probe: train::Probe<'_>,
     conversion: Roundtrip<'_>,
-    replay: Option<&train::Replay>,
     out: &Path,
 ) -> Result<Manifest, LevelError> {
+    let fault = probe.fault;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let start = Instant::now();
     let plan = ShardingPlan::llama(setup.model, mesh);
@@ -75,19 +76,20 @@ pub fn run(
         }
     }
     if len.steps > 0 {
-        let rec = train::mesh(
+        let mut rec = train::mesh(
             setup.model,
             mesh,
             setup.training,
             len,
-            train::Probe {
-                fault,
-                trace: false,
-                replay,
-            },
+            probe,
             setup.device,
             setup.burn_dtype(),
         )?;
+        if probe.trace {
+            let trace = std::mem::take(&mut rec.trace);
+            super::trace::write(out, mesh.microbatches as usize, trace)?;
+            written.extend([files::TRACE.to_owned(), files::TRACE_INDEX.to_owned()]);
+        }
         let plans = Plans {
             grads: &plan,
             weights: &plan,

@@ -8,6 +8,8 @@
 //! were computed, so a command engine's per-module traces are localized the same way.
 
 use std::collections::HashMap;
+
+use indexmap::IndexMap;
 use std::path::Path;
 
 use meshparity_compare::metrics::TensorMetrics;
@@ -184,25 +186,11 @@ pub fn locate(
     let (index, got) = read_trace(run)?;
     let layers = crate::bound::layers_of(index.entries.iter().map(|e| e.key.as_str()));
     let mut sites = Vec::new();
-    // Each step's first copy of the gradient norm: every rank's must equal it to the bit.
-    let mut norm_copy: HashMap<&str, &HostTensor> = HashMap::new();
+    let mut readings = Readings::default();
     for e in &index.entries {
-        // Parts (`{site}%`) are evidence for a likely cause, never compared.
-        if e.like.ends_with('%') {
-            continue;
-        }
-        let (Some(r), Some(c)) = (want.get(&e.like), got.get(&e.key)) else {
+        let Some((r, c, value)) = readings.read(e, &want, &got) else {
             continue;
         };
-        let mut value = relative_l2(r, c);
-        if e.like.ends_with(GRAD_NORM) {
-            // Copies of one all-reduced norm that differ: ranks clip by different norms, a
-            // bug whatever its size (a rank summing its own shards only).
-            let first = *norm_copy.entry(&e.like).or_insert(c);
-            if first.bytes != c.bytes {
-                value = f64::INFINITY;
-            }
-        }
         // The gradient norm is one number summed over every gradient: its round-off is far
         // below a tensor's, so it has its own limit (the oracle level's gate on it).
         let limit = if e.like.ends_with(GRAD_NORM) && !index.program {
@@ -271,6 +259,60 @@ pub fn locate(
         cause: None,
         coupling: None,
     })
+}
+
+/// Every compared value of the trace in `run` against the reference's in `reference`, in the
+/// run's order, each with its error-analysis bound: what the trace level gates site by site.
+pub fn compared(reference: &Path, run: &Path, dtype: DType) -> Result<Vec<SiteRow>, TraceError> {
+    let (_, want) = read_trace(reference)?;
+    let (index, got) = read_trace(run)?;
+    let layers = crate::bound::layers_of(index.entries.iter().map(|e| e.key.as_str()));
+    let mut readings = Readings::default();
+    Ok(index
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let (_, _, value) = readings.read(e, &want, &got)?;
+            Some(SiteRow {
+                key: e.key.clone(),
+                relative_l2: value,
+                bound: Some(crate::bound::at(path_of(&e.key), layers, dtype)),
+            })
+        })
+        .collect())
+}
+
+/// A trace's values as they are compared, entry by entry.
+#[derive(Default)]
+struct Readings<'t> {
+    /// Each step's first copy of the gradient norm: every rank's must equal it to the bit.
+    norm_copy: HashMap<&'t str, &'t HostTensor>,
+}
+
+impl<'t> Readings<'t> {
+    /// The reference's and the run's values of `e` and their relative L2; `None` where `e` is
+    /// not compared (a part, `{site}%`, evidence for a likely cause) or either side lacks it.
+    fn read(
+        &mut self,
+        e: &'t TraceEntry,
+        want: &'t IndexMap<String, HostTensor>,
+        got: &'t IndexMap<String, HostTensor>,
+    ) -> Option<(&'t HostTensor, &'t HostTensor, f64)> {
+        if e.like.ends_with('%') {
+            return None;
+        }
+        let (r, c) = (want.get(&e.like)?, got.get(&e.key)?);
+        let mut value = relative_l2(r, c);
+        if e.like.ends_with(GRAD_NORM) {
+            // Copies of one all-reduced norm that differ: ranks clip by different norms, a
+            // bug whatever its size (a rank summing its own shards only).
+            let first = *self.norm_copy.entry(&e.like).or_insert(c);
+            if first.bytes != c.bytes {
+                value = f64::INFINITY;
+            }
+        }
+        Some((r, c, value))
+    }
 }
 
 /// The localization of a first diverging site whose shapes differ: said as a shape mismatch with

@@ -37,6 +37,14 @@ impl MeshUnit {
             ..unit.clone()
         }
     }
+
+    /// Judge `level` under `limits` (once; levels kept in DAG order).
+    fn judge(&mut self, level: Level, limits: Limits) {
+        if !self.levels.iter().any(|(l, _)| *l == level) {
+            self.levels.push((level, limits));
+            self.levels.sort_by_key(|(l, _)| *l);
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,20 +147,29 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
     match &job.kind {
         JobKind::Check { level } => {
             let table = job.tolerance.clone().unwrap_or_default();
+            let converted = |level: Level| spec.limits(&table, level, dtype).map(|(_, l)| l);
             let limits = if dtype == job.dtype {
                 job.limits.clone().unwrap_or_default()
+            } else if let Some(l) = converted(*level) {
+                l.clone()
+            } else if *level == Level::Trace {
+                // Judged where the table gates it (as the planner implies it): not in this dtype.
+                return Ok(());
             } else {
-                spec.limits(&table, *level, dtype)
-                    .map(|(_, l)| l.clone())
-                    .ok_or(UnitError::NoLimits {
-                        table,
-                        level: *level,
-                        dtype,
-                    })?
+                return Err(UnitError::NoLimits {
+                    table,
+                    level: *level,
+                    dtype,
+                });
             };
-            if !mesh.levels.iter().any(|(l, _)| l == level) {
-                mesh.levels.push((*level, limits));
-                mesh.levels.sort_by_key(|(l, _)| *l);
+            mesh.judge(*level, limits);
+            // The planner adds `trace` beside `oracle` where the cell's dtype is gated for it; a
+            // cell calibrated in another dtype gets it here by the same rule.
+            let traced = job.model_config.engine.is_none() && job.training.resume.is_none();
+            if *level == Level::Oracle && dtype != job.dtype && traced {
+                if let Some(l) = converted(Level::Trace) {
+                    mesh.judge(Level::Trace, l.clone());
+                }
             }
         }
         JobKind::Mutation { mutation, .. } => {

@@ -72,6 +72,7 @@ impl Plan {
         training: &Training,
     ) -> NodeIndex {
         let id = JobId::of(&Identity::Reference {
+            format: super::identity::REFERENCE_FORMAT,
             model: config,
             dtype: cell.dtype,
             training,

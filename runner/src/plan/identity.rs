@@ -4,6 +4,11 @@
 use meshparity_specs::{DType, Device, Level, MeshConfig, ModelConfig, Training};
 use serde::Serialize;
 
+/// What a reference job writes, as a number raised whenever that changes: a reference is
+/// cached across runs by its identity, and one written before (2: its per-site trace, which
+/// the trace level and localization read) lacks what this build's levels need.
+pub(super) const REFERENCE_FORMAT: u32 = 2;
+
 /// What makes two jobs the same job. Model and mesh names are part of a check job (renaming is
 /// a different job to a user); a reference job is named by its configuration alone, so models
 /// that differ only in name share it.
@@ -11,6 +16,8 @@ use serde::Serialize;
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub(super) enum Identity<'a> {
     Reference {
+        /// [`REFERENCE_FORMAT`]: a cached reference an older build wrote is not reused.
+        format: u32,
         model: &'a ModelConfig,
         dtype: DType,
         training: &'a Training,

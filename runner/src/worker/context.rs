@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use meshparity_engine::{Engine, RunRequest};
+use meshparity_engine::{files, Engine, RunRequest};
 use meshparity_judge::finding::Artifacts;
 use meshparity_judge::{Finding, Judge};
 use meshparity_reports::Status;
@@ -239,6 +239,10 @@ impl Context<'_> {
         let trace = self.args.out.join("trace");
         let shared = self.shared_trace_dir(&reference);
         let traced = match &shared {
+            // The reference run's own trace (the trace level's), where it wrote one.
+            _ if reference.join(files::TRACE_INDEX).is_file() => {
+                meshparity_judge::ReferenceTrace::made(reference.clone())
+            }
             Some(dir) if dir.is_dir() => meshparity_judge::ReferenceTrace::made(dir.clone()),
             _ => meshparity_judge::ReferenceTrace::new(trace.join("reference")),
         };

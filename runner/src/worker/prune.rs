@@ -95,7 +95,12 @@ pub(crate) fn cited(finding: &Finding) -> HashSet<PathBuf> {
     for c in finding.cited() {
         for s in [&c.reference, &c.candidate] {
             if !s.is_empty() {
-                out.insert(PathBuf::from(s));
+                let path = PathBuf::from(s);
+                // A trace's values are read through its index.
+                if path.ends_with(meshparity_engine::files::TRACE) {
+                    out.insert(path.with_file_name(meshparity_engine::files::TRACE_INDEX));
+                }
+                out.insert(path);
             }
         }
         out.extend(words(&c.reproduce).into_iter().map(PathBuf::from));

@@ -101,6 +101,8 @@ impl ArtifactMap {
                 ("weights", self.weights.is_some()),
             ],
             Level::Routing => &[("routing", false)],
+            // The per-site traces are the built-in engine's; the planner says so by name.
+            Level::Trace => &[("trace", false)],
         };
         need.iter().filter(|(_, ok)| !ok).map(|(k, _)| *k).collect()
     }

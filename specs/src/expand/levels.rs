@@ -30,16 +30,27 @@ impl<'s> Expansion<'s, '_> {
                 .map(|&l| (l, entry.loc.clone()))
                 .collect(),
         };
+        let wanted = with_trace(wanted, entry.levels.is_some());
         let mut out = Vec::new();
-        for (level, loc) in wanted {
+        for (level, loc, explicit) in wanted {
             if !crate::resume::judged(mesh, level) {
+                continue;
+            }
+            if level == Level::Trace && !explicit {
+                // Implied by `oracle`: judged where the table gates it and the engine traces.
+                let gated = self.spec.limits(table, level, dtype).is_some();
+                if !gated || model.engine.is_some() || mesh.resume.is_some() {
+                    continue;
+                }
+            } else if level == Level::Trace && model.engine.is_some() {
+                self.untraced(entry, model, &loc);
                 continue;
             }
             if !family.levels().contains(&level) {
                 self.unsupported_level(entry, model, level, &loc);
                 continue;
             }
-            if !self.engine_writes(model, mesh, level, &loc, entry.levels.is_some()) {
+            if !self.engine_writes(model, mesh, level, &loc, explicit) {
                 continue;
             }
             let mut excluded = false;
@@ -63,6 +74,24 @@ impl<'s> Expansion<'s, '_> {
             }
         }
         out
+    }
+
+    /// `trace` asked of a command-engine model: its programs' hooks write the levels' files,
+    /// not the per-site traces the level judges (said once per entry).
+    fn untraced(&mut self, entry: &MatrixEntry, model: &Model, loc: &Loc) {
+        self.once(format!("trace/{}/{}", model.name.value, entry.index), || {
+            Diagnostic::error(
+                loc,
+                format!(
+                    "level `trace` needs the built-in engine's per-site traces; model `{}` runs \
+                     on a command engine",
+                    model.name.value
+                ),
+            )
+            .label("not traced by this engine")
+            .help("leave `trace` out of this entry's levels (`oracle` still judges its gradients and updates)")
+            .related("model defined here", &model.name.loc)
+        });
     }
 
     /// `level` asked of `model`, whose family does not have it (said once per entry).
@@ -114,6 +143,22 @@ impl<'s> Expansion<'s, '_> {
             }
         });
     }
+}
+
+/// `wanted` with whether each was asked by name, and `trace` after `oracle` where the entry
+/// asks for `oracle` but not `trace` (the per-site gate comes with the gradients' and
+/// updates'; `exclude = [{ level = "trace" }]` leaves it out).
+fn with_trace(wanted: Vec<(Level, Loc)>, named: bool) -> Vec<(Level, Loc, bool)> {
+    let traced = wanted.iter().any(|(l, _)| *l == Level::Trace);
+    let mut out = Vec::with_capacity(wanted.len() + 1);
+    for (level, loc) in wanted {
+        let implied = (level == Level::Oracle && !traced).then(|| loc.clone());
+        out.push((level, loc, named));
+        if let Some(loc) = implied {
+            out.push((Level::Trace, loc, false));
+        }
+    }
+    out
 }
 
 impl Expansion<'_, '_> {

@@ -22,7 +22,7 @@ pub(super) enum ExactKeyword {
 /// relative_l2 cosine top1 top1_decided topk k; routing: overlap mismatch failing_microbatches;
 /// curve: mode rel
 /// allowed_failing_steps investigate fail; oracle: the forward ones but top1/topk/k, plus
-/// layer_average and grad_norm.
+/// layer_average and grad_norm; trace: forward_ratio backward_ratio parameter_ratio.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub(super) struct Limits {
@@ -58,6 +58,13 @@ pub(super) struct Limits {
     /// Oracle level: the largest relative difference of the first step's global gradient
     /// norm (`grad_norm`, beside the gradients).
     pub(super) grad_norm: Option<f64>,
+    /// Trace level: the largest relative L2 of a forward activation over its error-analysis
+    /// bound (k·C^depth·ε), times which a traced site fails.
+    pub(super) forward_ratio: Option<f64>,
+    /// Trace level: the same for the backward's values, the gradients and the optimizer state.
+    pub(super) backward_ratio: Option<f64>,
+    /// Trace level: the same for parameters as each step computes with them.
+    pub(super) parameter_ratio: Option<f64>,
 }
 
 /// Limits for one level: `"exact"`, or per dtype.
@@ -88,4 +95,6 @@ pub(super) struct Tolerances {
     pub(super) routing: Option<LevelLimits>,
     pub(super) curve: Option<LevelLimits>,
     pub(super) oracle: Option<LevelLimits>,
+    /// Every traced site against its own bound (the built-in engine; bf16 and f16 built in).
+    pub(super) trace: Option<LevelLimits>,
 }

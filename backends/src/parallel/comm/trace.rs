@@ -169,5 +169,4 @@ pub fn merge(step: usize, records: Vec<Record>) -> Vec<Entry> {
     out
 }
 
-/// Steps traced: a bug in step 0 shows there; one in the update shows in step 1's forward.
-pub const STEPS: usize = 2;
+pub use meshparity_engine::trace::STEPS;
