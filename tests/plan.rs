@@ -224,11 +224,18 @@ fn the_trace_level_comes_with_oracle_where_it_is_gated() {
         let json = stdout(meshparity().args(["plan", path.to_str().unwrap(), "--format", "json"]));
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let names = v["jobs"].as_array().unwrap().iter();
-        names.map(|j| j["name"].as_str().unwrap().to_owned()).collect()
+        names
+            .map(|j| j["name"].as_str().unwrap().to_owned())
+            .collect()
     };
     let names = jobs(&spec);
-    assert!(names.iter().any(|n| n == "tiny@bf16/tp2/trace"), "{names:?}");
-    assert!(!names.iter().any(|n| n.contains("@f32/") && n.ends_with("/trace")));
+    assert!(
+        names.iter().any(|n| n == "tiny@bf16/tp2/trace"),
+        "{names:?}"
+    );
+    assert!(!names
+        .iter()
+        .any(|n| n.contains("@f32/") && n.ends_with("/trace")));
     let excluded = spec.replace(
         "dtypes = [\"f32\", \"bf16\"]",
         "dtypes = [\"f32\", \"bf16\"]\nexclude = [{ level = \"trace\" }]",

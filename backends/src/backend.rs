@@ -10,12 +10,15 @@ use crate::levels::{self, Roundtrip, Setup};
 use crate::parallel::Fault;
 use crate::support;
 use crate::train;
+use meshparity_engine::traced::{copy_trace, TracedRuns};
 use meshparity_engine::Length;
 
 /// A burn device and the jobs that run on it.
 pub struct Backend {
     device: Device,
     adapter: Adapter,
+    /// Runs that traced as they trained (the trace level's): a trace of the same run copies.
+    traced: TracedRuns,
 }
 
 impl Backend {
@@ -30,6 +33,7 @@ impl Backend {
         Ok(Self {
             device: device::burn_device(&adapter),
             adapter,
+            traced: TracedRuns::default(),
         })
     }
 
@@ -161,8 +165,13 @@ impl Engine for Backend {
             trace: req.levels.contains(&Level::Trace),
             replay: replay.as_ref(),
         };
-        self.on_device(|| levels::run(&setup, mesh, len, probe, roundtrip, req.out))
-            .map_err(EngineError::run)
+        let manifest = self
+            .on_device(|| levels::run(&setup, mesh, len, probe, roundtrip, req.out))
+            .map_err(EngineError::run)?;
+        if probe.trace {
+            self.traced.record(req, traced_steps(len));
+        }
+        Ok(manifest)
     }
 
     /// The first steps on the mesh (or on one rank for the reference), every site traced.
@@ -172,15 +181,21 @@ impl Engine for Backend {
         if req.training.resume.is_some() {
             return Ok(false);
         }
-        let setup = self.setup(req)?;
-        let fault = fault(&setup, req)?;
-        // The reference's trace: the same code as every mesh, on one rank.
-        let mesh = req.mesh.unwrap_or(&MeshConfig::SINGLE);
         let len = Length {
             steps: req.length().steps.clamp(1, crate::parallel::trace::STEPS),
             weights_after: 0,
             backward: true,
         };
+        // The run traced as it trained (a mutation run the trace level judged): the same
+        // computation, the same bits.
+        if let Some(from) = self.traced.find(req, traced_steps(len)) {
+            copy_trace(&from, req.out)?;
+            return Ok(true);
+        }
+        let setup = self.setup(req)?;
+        let fault = fault(&setup, req)?;
+        // The reference's trace: the same code as every mesh, on one rank.
+        let mesh = req.mesh.unwrap_or(&MeshConfig::SINGLE);
         let replay = replay(req)?;
         let probe = train::Probe {
             fault,
@@ -204,6 +219,11 @@ impl Engine for Backend {
             .map_err(EngineError::run)?;
         Ok(true)
     }
+}
+
+/// The steps a run of `len` traces: the first [`crate::parallel::trace::STEPS`].
+fn traced_steps(len: Length) -> usize {
+    len.steps.min(crate::parallel::trace::STEPS)
 }
 
 /// Why the reference's routing cannot be replayed.

@@ -45,7 +45,7 @@ pub struct CommandEngine {
     variant: Option<(String, Option<checkout::Checkout>)>,
     /// With `trace = "always"`: the runs of this process that wrote their traces, by what they
     /// computed, so localizing one reads its trace instead of running the program again.
-    traced: std::sync::Mutex<Vec<(String, PathBuf)>>,
+    traced: meshparity_engine::traced::TracedRuns,
 }
 
 impl CommandEngine {
@@ -220,7 +220,7 @@ impl Engine for CommandEngine {
         }
         std::fs::create_dir_all(req.out).map_err(EngineError::io("creating", req.out))?;
         if let Some(from) = self.traced_run(req) {
-            copy_trace(&from, req.out)?;
+            meshparity_engine::traced::copy_trace(&from, req.out)?;
             return Ok(true);
         }
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
@@ -248,8 +248,8 @@ impl Engine for CommandEngine {
         if let Some(traces) = &traces {
             trace::convert(traces, &out, replicas(req))
                 .map_err(|e| EngineError::program(&self.def.name.value, e))?;
-            let mut traced = self.traced.lock().unwrap_or_else(|e| e.into_inner());
-            traced.push((run_key(req), out.clone()));
+            self.traced
+                .record(&RunRequest { out: &out, ..*req }, TRACED_STEPS);
         }
         let argv = inv.display();
         let expect = collect::Expect::Whole {
@@ -301,10 +301,8 @@ impl CommandEngine {
             return None;
         }
         let has = |dir: &Path| dir.join(meshparity_engine::files::TRACE).is_file();
-        let key = run_key(req);
-        let traced = self.traced.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, dir)) = traced.iter().rev().find(|(k, d)| *k == key && has(d)) {
-            return Some(dir.clone());
+        if let Some(dir) = self.traced.find(req, TRACED_STEPS) {
+            return Some(dir);
         }
         req.reference
             .filter(|dir| req.mesh.is_none() && has(dir))
@@ -317,23 +315,8 @@ fn replicas(req: &RunRequest<'_>) -> usize {
     req.mesh.map_or(1, |m| m.dp as usize)
 }
 
-/// What a run computes, as a key: the same key, the same trace.
-fn run_key(req: &RunRequest<'_>) -> String {
-    format!(
-        "{:?} {:?} {:?} {:?} {:?}",
-        req.model, req.training, req.dtype, req.mesh, req.mutation
-    )
-}
-
-/// Copy a traced run's trace artifact into `to`.
-fn copy_trace(from: &Path, to: &Path) -> Result<(), EngineError> {
-    use meshparity_engine::files::{TRACE, TRACE_INDEX};
-    for name in [TRACE, TRACE_INDEX] {
-        std::fs::copy(from.join(name), to.join(name))
-            .map_err(EngineError::io("copying the trace", &from.join(name)))?;
-    }
-    Ok(())
-}
+/// A program traces the steps it runs, whatever the request's length: one count for all.
+const TRACED_STEPS: usize = 0;
 
 /// Whether this run converts the reference's seed checkpoint (the roundtrip level of a mesh).
 fn converts(req: &RunRequest<'_>) -> bool {

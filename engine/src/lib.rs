@@ -8,7 +8,8 @@
 //! - [`seal`] — content hashes of a finished run directory, verified before reuse or judging;
 //! - [`tensor`], [`checkpoint`], [`sharded`] — host tensors as bytes, safetensors files of
 //!   them, and a checkpoint sharded over ranks with an index of each shard's slice;
-//! - [`trace`] — the per-site trace an engine writes for localization;
+//! - [`trace`] — the per-site trace an engine writes for localization (and the trace level);
+//! - [`traced`] — runs that wrote their trace as they trained, for a later trace to copy;
 //! - [`routing`] — the moe family's routing artifact;
 //! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`optimizer`] — world size 1's optimizer (constants, decay groups, the update) and the
@@ -28,6 +29,7 @@ pub mod sharded;
 pub mod shell;
 pub mod tensor;
 pub mod trace;
+pub mod traced;
 
 pub use artifact::{files, ArtifactError, Manifest};
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};

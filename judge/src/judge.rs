@@ -256,7 +256,12 @@ impl Sides<'_> {
         self.paths(files::TRACE_INDEX, files::TRACE_INDEX)?;
         self.paths(files::TRACE, files::TRACE)?;
         let (dtype, limits) = (self.judge.dtype, self.limits);
-        Ok(crate::sites::judge(self.judge.reference, self.judge.run, dtype, limits)?)
+        Ok(crate::sites::judge(
+            self.judge.reference,
+            self.judge.run,
+            dtype,
+            limits,
+        )?)
     }
 
     fn routing(&self) -> Result<Comparison, JudgeError> {

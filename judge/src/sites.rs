@@ -108,7 +108,10 @@ pub fn judge(
     ranked.sort_by(|a, b| ratio(b).total_cmp(&ratio(a)));
     notes.extend(ranked.iter().take(LISTED).map(|r| listed(r, limits)));
     let failure = gates.iter().find(|g| g.failed()).map(|g| {
-        let row = rows.iter().find(|r| r.key == g.subject).expect("a gate's site");
+        let row = rows
+            .iter()
+            .find(|r| r.key == g.subject)
+            .expect("a gate's site");
         format!(
             "{}: relative L2 {:.2e} against its error-analysis bound {:.2e}, {:.2}× it (limit \
              {}×)",
@@ -168,7 +171,10 @@ mod tests {
     /// A two-layer model's trace in `dir`: an activation of layer 0 (bound 3.2e-2 in bf16)
     /// and a gradient, the activation's last element moved by `off`.
     fn traced(dir: &Path, off: f64) {
-        let keys = ["s0.layers.0.mlp.combine.fwd.in", "s0.grad.layers.1.mlp.down.weight.dp"];
+        let keys = [
+            "s0.layers.0.mlp.combine.fwd.in",
+            "s0.grad.layers.1.mlp.down.weight.dp",
+        ];
         std::fs::create_dir_all(dir).unwrap();
         let mut index = TraceIndex::default();
         let mut tensors = IndexMap::new();
@@ -195,7 +201,9 @@ mod tests {
         let (reference, run) = (root.path().join("a"), root.path().join("b"));
         traced(&reference, 0.0);
         let mut limits = Limits::default();
-        limits.metrics.extend([("forward_ratio", 1.5), ("backward_ratio", 1.5)]);
+        limits
+            .metrics
+            .extend([("forward_ratio", 1.5), ("backward_ratio", 1.5)]);
         let bound = crate::bound::at("layers.0.mlp.combine.fwd.in", 2, DType::Bf16);
         // relative L2 of one element moved by `off` among four ones: off / 2.
         for (ratio, passes) in [(1.8, false), (0.5, true)] {
@@ -203,7 +211,11 @@ mod tests {
             let c = judge(&reference, &run, DType::Bf16, &limits).unwrap();
             assert_eq!(c.passed, passes, "{c:?}");
             assert_eq!(c.compared, 2);
-            let fwd = c.gates.iter().find(|g| g.metric == "forward_ratio").unwrap();
+            let fwd = c
+                .gates
+                .iter()
+                .find(|g| g.metric == "forward_ratio")
+                .unwrap();
             assert!((fwd.value - ratio).abs() < 1e-6, "{fwd:?}");
             assert!(2.0 * ratio * bound / 2.0 < crate::locate::limit(DType::Bf16));
             assert!(c.notes.iter().any(|n| n.contains("bound")), "{:?}", c.notes);

@@ -81,7 +81,7 @@ fn full_sweep_covers_every_family_mesh_kind_level_and_mutation() {
         }
     }
     assert_eq!(families.len(), 2);
-    assert_eq!(levels.len(), 5, "{levels:?}");
+    assert_eq!(levels.len(), 6, "{levels:?}");
     assert_eq!(kinds.len(), 7, "{kinds:?}");
     // Every mutation but those that need a run setting the sweep leaves at its default (a
     // learning-rate schedule: tests/schedule.rs injects those; weight decay with exemptions:

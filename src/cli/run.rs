@@ -55,7 +55,7 @@ pub struct Args {
     #[arg(long, short = 'v')]
     verbose: bool,
     /// Time limit: SECONDS for every job, or KEY=SECONDS for a kind of job (reference, train,
-    /// roundtrip, forward, routing, curve, oracle, mutation) or a job-name glob that matches
+    /// roundtrip, forward, routing, curve, oracle, trace, mutation) or a job-name glob that matches
     /// some job. Repeatable; later wins.
     #[arg(long, value_name = "[KEY=]SECONDS")]
     timeout: Vec<String>,

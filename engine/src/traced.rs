@@ -1,0 +1,122 @@
+//! Runs that wrote their trace as they trained, so that a later [`Engine::trace`] of the same
+//! run copies it instead of training again. A mutation run judged at the trace level has its
+//! trace already; localizing the bug it caught asks for the same trace.
+//!
+//! Engines are deterministic for a given computation, so two requests that differ only in the
+//! levels asked and the output directory trace the same values — as long as both trace the
+//! same number of steps, which is part of the key.
+//!
+//! [`Engine::trace`]: crate::Engine::trace
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::artifact::files::{TRACE, TRACE_INDEX};
+use crate::engine::{EngineError, RunRequest};
+
+/// How many runs are remembered: a sweep's process runs thousands, and a trace is asked for
+/// right after the run that wrote it.
+const KEPT: usize = 64;
+
+/// The traced runs of one engine in this process, newest last.
+#[derive(Default)]
+pub struct TracedRuns {
+    runs: Mutex<Vec<(String, PathBuf)>>,
+}
+
+impl TracedRuns {
+    /// `req`'s run wrote the trace of its first `steps` steps into `req.out`.
+    pub fn record(&self, req: &RunRequest<'_>, steps: usize) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        if runs.len() >= KEPT {
+            runs.remove(0);
+        }
+        runs.push((key(req, steps), req.out.to_path_buf()));
+    }
+
+    /// The directory of a run that computed what `req` does and traced `steps` steps, whose
+    /// trace files are still there.
+    pub fn find(&self, req: &RunRequest<'_>, steps: usize) -> Option<PathBuf> {
+        let want = key(req, steps);
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.iter()
+            .rev()
+            .find(|(k, dir)| {
+                *k == want && dir.join(TRACE).is_file() && dir.join(TRACE_INDEX).is_file()
+            })
+            .map(|(_, dir)| dir.clone())
+    }
+}
+
+/// What a run computes, as a key: the same key, the same trace.
+fn key(req: &RunRequest<'_>, steps: usize) -> String {
+    format!(
+        "{:?} {:?} {:?} {:?} {:?} {:?} {steps}",
+        req.model, req.training, req.dtype, req.mesh, req.mutation, req.reference
+    )
+}
+
+/// Copy a traced run's trace files from `from` into `to` (created if missing).
+pub fn copy_trace(from: &Path, to: &Path) -> Result<(), EngineError> {
+    std::fs::create_dir_all(to).map_err(EngineError::io("creating", to))?;
+    for name in [TRACE, TRACE_INDEX] {
+        std::fs::copy(from.join(name), to.join(name))
+            .map_err(EngineError::io("copying the trace", &from.join(name)))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshparity_specs::{DType, ModelConfig, Training};
+
+    #[test]
+    fn a_run_is_found_by_what_it_computed_and_the_steps_it_traced() {
+        let dir = tempfile::tempdir().unwrap();
+        let model: ModelConfig = serde_json::from_value(serde_json::json!({
+            "family": "llama", "layers": 2, "hidden": 8, "heads": 2, "kv_heads": 2, "ffn": 8,
+            "vocab": 16, "seq_len": 4,
+        }))
+        .unwrap();
+        let training: Training = serde_json::from_value(serde_json::json!({
+            "seed": 1, "steps": 4, "oracle_steps": 2, "batch": 2, "optimizer": "adamw", "lr": 1e-3,
+        }))
+        .unwrap();
+        let req = RunRequest {
+            model: &model,
+            training: &training,
+            dtype: DType::Bf16,
+            mesh: None,
+            levels: &[],
+            mutation: Some("bug"),
+            reference: None,
+            out: dir.path(),
+        };
+        let runs = TracedRuns::default();
+        runs.record(&req, 2);
+        // Recorded, but its files are not there (yet).
+        assert_eq!(runs.find(&req, 2), None);
+        for name in [TRACE, TRACE_INDEX] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        assert_eq!(runs.find(&req, 2).as_deref(), Some(dir.path()));
+        // Another step count, another mutation: another run.
+        assert_eq!(runs.find(&req, 1), None);
+        let other = RunRequest {
+            mutation: None,
+            ..req
+        };
+        assert_eq!(runs.find(&other, 2), None);
+        // The levels asked and the output directory are not what a run computes.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let asked = RunRequest {
+            levels: &[meshparity_specs::Level::Forward],
+            out: elsewhere.path(),
+            ..req
+        };
+        assert_eq!(runs.find(&asked, 2).as_deref(), Some(dir.path()));
+        copy_trace(dir.path(), &elsewhere.path().join("t")).unwrap();
+        assert!(elsewhere.path().join("t").join(TRACE_INDEX).is_file());
+    }
+}
