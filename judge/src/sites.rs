@@ -19,8 +19,8 @@
 //! update does is the oracle level's to judge (its update gates and the f32 replay).
 //!
 //! One gate per class (the class's worst site, named): pass or fail is the same as one gate
-//! per site, and a run's results stay small. The worst sites of every class are listed with
-//! their bound and observed error side by side.
+//! per site, and a run's results stay small. The five sites nearest their limits are listed in
+//! the comparison's report (`sites`), each error beside its bound, which the HTML report shows.
 
 use std::path::Path;
 
@@ -104,9 +104,18 @@ pub fn judge(
             )),
         }
     }
+    // Nearest its own limit first (a failing site heads the list); an ungated class last.
+    let to_limit = |r: &SiteRow| match limits.metrics.get(class_of(&r.key)) {
+        Some(&factor) => ratio(r) / factor,
+        None => 0.0,
+    };
     let mut ranked: Vec<&SiteRow> = rows.iter().collect();
-    ranked.sort_by(|a, b| ratio(b).total_cmp(&ratio(a)));
-    notes.extend(ranked.iter().take(LISTED).map(|r| listed(r, limits)));
+    ranked.sort_by(|a, b| to_limit(b).total_cmp(&to_limit(a)));
+    let listed: Vec<Listed> = ranked
+        .iter()
+        .take(LISTED)
+        .map(|r| listed(r, limits))
+        .collect();
     let failure = gates.iter().find(|g| g.failed()).map(|g| {
         let row = rows
             .iter()
@@ -131,25 +140,34 @@ pub fn judge(
         failure,
         gates,
         reproduce: String::new(),
-        report: serde_json::json!({ "worst": ranked.iter().take(LISTED).collect::<Vec<_>>() }),
+        report: serde_json::json!({ "sites": listed }),
         notes,
     })
 }
 
-/// `s0.layers.0.mlp.combine.fwd.in: relative L2 6.4e-2, bound 3.2e-2 (2.0×; limit 1.5×)`.
-fn listed(row: &SiteRow, limits: &Limits) -> String {
+/// One of the worst sites as the report lists it: its error and its bound side by side.
+#[derive(Debug, serde::Serialize)]
+struct Listed {
+    site: String,
+    class: &'static str,
+    relative_l2: f64,
+    bound: Option<f64>,
+    /// `relative_l2 / bound`.
+    ratio: f64,
+    /// The class's factor; `None` where the table sets none (not gated).
+    limit: Option<f64>,
+}
+
+fn listed(row: &SiteRow, limits: &Limits) -> Listed {
     let class = class_of(&row.key);
-    let limit = limits
-        .metrics
-        .get(class)
-        .map_or("not gated".to_owned(), |f| format!("limit {f}×"));
-    format!(
-        "{}: relative L2 {:.1e}, bound {:.1e} ({:.2}×; {limit})",
-        row.key,
-        row.relative_l2,
-        row.bound.unwrap_or(f64::NAN),
-        ratio(row)
-    )
+    Listed {
+        site: row.key.clone(),
+        class,
+        relative_l2: row.relative_l2,
+        bound: row.bound,
+        ratio: ratio(row),
+        limit: limits.metrics.get(class).copied(),
+    }
 }
 
 #[cfg(test)]
@@ -218,7 +236,12 @@ mod tests {
                 .unwrap();
             assert!((fwd.value - ratio).abs() < 1e-6, "{fwd:?}");
             assert!(2.0 * ratio * bound / 2.0 < crate::locate::limit(DType::Bf16));
-            assert!(c.notes.iter().any(|n| n.contains("bound")), "{:?}", c.notes);
+            // The worst first, its error beside its bound.
+            let first = &c.report["sites"][0];
+            assert_eq!(first["site"], "s0.layers.0.mlp.combine.fwd.in");
+            assert!((first["bound"].as_f64().unwrap() - bound).abs() < 1e-12);
+            assert!((first["ratio"].as_f64().unwrap() - ratio).abs() < 1e-6);
+            assert!(c.notes.is_empty(), "{:?}", c.notes);
         }
         // No limit in force: nothing gated, which the judge refuses as a pass.
         let ungated = judge(&reference, &run, DType::Bf16, &Limits::default()).unwrap();

@@ -12,7 +12,8 @@
 //! - `chars.rs` — characters XML and HTML cannot carry, replaced;
 //! - [`mutations`] — what caught each mutation, per injected bug;
 //! - [`notes`] — the run's notes: what comparisons left out or could not decide;
-//! - [`performance`] — performance figures side by side, never gated.
+//! - [`performance`] — performance figures side by side, never gated;
+//! - [`sites`] — the trace level's worst sites, each error beside its bound.
 //!
 //! The runner builds a [`RunResults`]; every report format is a pure function of it, so
 //! `meshparity report results.json` can re-render any of them later.
@@ -29,6 +30,7 @@ pub mod mutations;
 pub mod notes;
 pub mod performance;
 mod plot;
+pub mod sites;
 pub mod view;
 pub mod write;
 

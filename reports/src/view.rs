@@ -115,6 +115,8 @@ pub struct ComparisonView {
     pub reference: String,
     pub candidate: String,
     pub worst: Vec<TensorRow>,
+    /// The trace level's worst sites ([`crate::sites`]).
+    pub sites: Vec<crate::sites::SiteRow>,
     pub notes: Vec<String>,
 }
 
@@ -198,6 +200,7 @@ fn comparison(c: &Comparison) -> ComparisonView {
         reference: clean(&c.reference),
         candidate: clean(&c.candidate),
         notes: c.notes.iter().map(|n| clean(n)).collect(),
+        sites: crate::sites::rows(&c.report),
         worst: worst
             .into_iter()
             .take(WORST)

@@ -238,7 +238,16 @@ fn run_unit(
     if let Err(e) = oracle.as_deref().unwrap_or(engine.as_ref()).reference(&req) {
         return every(format!("reference: {e}"));
     }
-    let traced = ReferenceTrace::new(dir.join("reference-trace"));
+    // The reference's own trace where it wrote one (the built-in engine does, for the trace
+    // level); else traced on the first localization that needs it.
+    let traced = if reference
+        .join(meshparity_engine::files::TRACE_INDEX)
+        .is_file()
+    {
+        ReferenceTrace::made(reference.clone())
+    } else {
+        ReferenceTrace::new(dir.join("reference-trace"))
+    };
     let mut out = Vec::new();
     for mesh in &unit.meshes {
         let on_mesh = mesh.training(&training);
