@@ -242,3 +242,44 @@ fn the_trace_level_comes_with_oracle_where_it_is_gated() {
     );
     assert!(!jobs(&excluded).iter().any(|n| n.ends_with("/trace")));
 }
+
+/// `trace` asked by name of a command engine's model is a spec error that points at the
+/// entry's levels and says what to do; the same model in bf16 with `oracle` plans no trace job.
+#[test]
+fn the_trace_level_is_refused_by_name_for_a_command_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy("examples/command/jax.toml", dir.path().join("jax.toml")).unwrap();
+    let spec = std::fs::read_to_string("examples/command/jax-tp-dp.toml").unwrap();
+    let path = dir.path().join("spec.toml");
+    let asked = spec.replace(
+        "levels = [\"roundtrip\", \"forward\", \"curve\", \"oracle\"]",
+        "levels = [\"oracle\", \"trace\"]",
+    );
+    std::fs::write(&path, asked).unwrap();
+    let out = meshparity()
+        .args(["plan", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("level `trace` needs the built-in engine's per-site traces"),
+        "{err}"
+    );
+    assert!(err.contains("spec.toml:20:21:"), "{err}");
+    assert!(err.contains("leave `trace` out"), "{err}");
+    let bf16 = spec.replace(
+        "optimizer = \"sgd\"",
+        "optimizer = \"sgd\"\ndtype = \"bf16\"",
+    );
+    std::fs::write(&path, bf16).unwrap();
+    let json = stdout(meshparity().args(["plan", path.to_str().unwrap(), "--format", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert!(jobs
+        .iter()
+        .any(|j| j["name"].as_str().unwrap().ends_with("/oracle")));
+    assert!(!jobs
+        .iter()
+        .any(|j| j["name"].as_str().unwrap().ends_with("/trace")));
+}
