@@ -56,9 +56,14 @@ fn key(req: &RunRequest<'_>, steps: usize) -> String {
     )
 }
 
-/// Copy a traced run's trace files from `from` into `to` (created if missing).
+/// Copy a traced run's trace files from `from` into `to` (created if missing; nothing to do
+/// where it is `from` itself, which a copy onto itself would truncate).
 pub fn copy_trace(from: &Path, to: &Path) -> Result<(), EngineError> {
     std::fs::create_dir_all(to).map_err(EngineError::io("creating", to))?;
+    let same = |p: &Path| std::fs::canonicalize(p).ok();
+    if same(from).is_some() && same(from) == same(to) {
+        return Ok(());
+    }
     for name in [TRACE, TRACE_INDEX] {
         std::fs::copy(from.join(name), to.join(name))
             .map_err(EngineError::io("copying the trace", &from.join(name)))?;
@@ -118,5 +123,8 @@ mod tests {
         assert_eq!(runs.find(&asked, 2).as_deref(), Some(dir.path()));
         copy_trace(dir.path(), &elsewhere.path().join("t")).unwrap();
         assert!(elsewhere.path().join("t").join(TRACE_INDEX).is_file());
+        // Onto itself: left as it was.
+        copy_trace(dir.path(), dir.path()).unwrap();
+        assert_eq!(std::fs::read(dir.path().join(TRACE)).unwrap(), b"x");
     }
 }
