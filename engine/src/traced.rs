@@ -18,10 +18,23 @@ use crate::engine::{EngineError, RunRequest};
 /// right after the run that wrote it.
 const KEPT: usize = 64;
 
-/// The traced runs of one engine in this process, newest last.
+/// The traced runs of one engine in this process, newest last: each run's key, directory and
+/// its trace files as they were written.
 #[derive(Default)]
 pub struct TracedRuns {
-    runs: Mutex<Vec<(String, PathBuf)>>,
+    runs: Mutex<Vec<(String, PathBuf, Option<Written>)>>,
+}
+
+/// A trace's files as recorded (sizes and modification times): a directory another run has
+/// written since, or one emptied, no longer matches, so no trace is ever borrowed.
+type Written = [(u64, std::time::SystemTime); 2];
+
+fn written(dir: &Path) -> Option<Written> {
+    let stat = |name: &str| -> Option<(u64, std::time::SystemTime)> {
+        let m = std::fs::metadata(dir.join(name)).ok()?;
+        Some((m.len(), m.modified().ok()?))
+    };
+    Some([stat(TRACE)?, stat(TRACE_INDEX)?])
 }
 
 impl TracedRuns {
@@ -31,20 +44,18 @@ impl TracedRuns {
         if runs.len() >= KEPT {
             runs.remove(0);
         }
-        runs.push((key(req, steps), req.out.to_path_buf()));
+        runs.push((key(req, steps), req.out.to_path_buf(), written(req.out)));
     }
 
     /// The directory of a run that computed what `req` does and traced `steps` steps, whose
-    /// trace files are still there.
+    /// trace files are still there as that run wrote them.
     pub fn find(&self, req: &RunRequest<'_>, steps: usize) -> Option<PathBuf> {
         let want = key(req, steps);
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         runs.iter()
             .rev()
-            .find(|(k, dir)| {
-                *k == want && dir.join(TRACE).is_file() && dir.join(TRACE_INDEX).is_file()
-            })
-            .map(|(_, dir)| dir.clone())
+            .find(|(k, dir, w)| *k == want && w.is_some() && written(dir) == *w)
+            .map(|(_, dir, _)| dir.clone())
     }
 }
 
@@ -100,11 +111,13 @@ mod tests {
         };
         let runs = TracedRuns::default();
         runs.record(&req, 2);
-        // Recorded, but its files are not there (yet).
+        // Recorded with no files there: never found.
         assert_eq!(runs.find(&req, 2), None);
         for name in [TRACE, TRACE_INDEX] {
             std::fs::write(dir.path().join(name), b"x").unwrap();
         }
+        assert_eq!(runs.find(&req, 2), None);
+        runs.record(&req, 2);
         assert_eq!(runs.find(&req, 2).as_deref(), Some(dir.path()));
         // Another step count, another mutation: another run.
         assert_eq!(runs.find(&req, 1), None);
@@ -126,5 +139,8 @@ mod tests {
         // Onto itself: left as it was.
         copy_trace(dir.path(), dir.path()).unwrap();
         assert_eq!(std::fs::read(dir.path().join(TRACE)).unwrap(), b"x");
+        // Another run's trace written there since: not this run's any more.
+        std::fs::write(dir.path().join(TRACE), b"another").unwrap();
+        assert_eq!(runs.find(&req, 2), None);
     }
 }
