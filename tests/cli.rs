@@ -15,7 +15,7 @@ fn validate_accepts_the_examples() {
         .clone();
     let out = String::from_utf8(out).unwrap();
     assert!(
-        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 106 jobs)"),
+        out.contains("examples/quickstart.toml: ok (1 models, 5 meshes, 5 cells, 110 jobs)"),
         "{out}"
     );
 }
@@ -361,7 +361,7 @@ fn plan_on_a_gpu_uses_the_gpu_tolerance_table() {
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 106);
+    assert_eq!(jobs.len(), 110);
     for j in jobs {
         assert_eq!(j["device"], "gpu", "{j}");
         if let Some(t) = j.get("tolerance") {

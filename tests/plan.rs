@@ -10,19 +10,19 @@ fn plan_formats() {
     let text = stdout(meshparity().args(["plan", "examples/quickstart.toml"]));
     assert!(
         text.starts_with(
-            "plan `quickstart` from examples/quickstart.toml: 106 of 106 jobs selected"
+            "plan `quickstart` from examples/quickstart.toml: 110 of 110 jobs selected"
         ),
         "{text}"
     );
     let json = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "json"]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["format_version"], 1);
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 106);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 110);
     let dot = stdout(meshparity().args(["plan", "examples/quickstart.toml", "--format", "dot"]));
     assert!(dot.starts_with("digraph \"quickstart\" {"));
     assert_eq!(
         dot.matches(" -> ").count(),
-        120,
+        124,
         "one edge into each training and mutation job, two into each level (its mesh's \
          training and the level before)"
     );
@@ -39,7 +39,7 @@ fn plan_filters_and_partitions() {
         "level=oracle",
     ]));
     assert!(
-        out.contains("1 of 106 jobs selected, 5 more as dependencies"),
+        out.contains("1 of 110 jobs selected, 5 more as dependencies"),
         "{out}"
     );
     let mut total = 0;
@@ -55,7 +55,7 @@ fn plan_filters_and_partitions() {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         total += v["selected"].as_u64().unwrap();
     }
-    assert_eq!(total, 106);
+    assert_eq!(total, 110);
 }
 
 #[test]

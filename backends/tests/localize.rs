@@ -352,7 +352,11 @@ fn localized_tally(
         );
         for mutation in CATALOG
             .iter()
-            .filter(|x| x.applies_to(model, &m, t) && x.phase != Phase::Checkpoint)
+            // Checkpoint bugs show in the roundtrip's files, report bugs in the logged metric:
+            // neither in the training's trace.
+            .filter(|x| {
+                x.applies_to(model, &m, t) && !matches!(x.phase, Phase::Checkpoint | Phase::Report)
+            })
         {
             let dir = root.path().join(format!("{name}-{}", mutation.name));
             traced(

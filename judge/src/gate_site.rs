@@ -72,6 +72,13 @@ impl Localization {
     /// one did but `o`'s optimizer step replay explains it better, see [`Self::or_replay`].
     pub fn or_gate(mut self, o: Option<&Outcome>) -> Self {
         if self.first.is_none() {
+            if let Some((site, cause)) =
+                o.and_then(|o| crate::metric_only::only_metric(o, self.compared))
+            {
+                self.first = Some(site);
+                self.cause = Some(cause);
+                return self;
+            }
             self.first = o.and_then(gate_site);
         }
         self.or_replay(o)

@@ -19,7 +19,8 @@
 //!   reports); [`bound`] — the error-analysis bound beside each site's limit; [`cause`] — the
 //!   likely cause of a divergence, tested against the mesh; [`coupling`] — a gradient that only
 //!   carries a global coupling's share of another's error; [`gate_site`] — a failure the trace
-//!   cannot resolve, placed at the gate's worst tensor;
+//!   cannot resolve, placed at the gate's worst tensor; [`metric_only`] — a failure only in a
+//!   reported metric, the training right;
 //! - [`json`] — numbers as results files hold them (NaN and infinities written as `null`);
 //! - [`repro`] — a shrunk reproduction of a failure; [`compare_line`] — the `meshparity compare`
 //!   line every verdict carries;
@@ -39,6 +40,7 @@ pub mod gate_site;
 pub mod json;
 pub mod judge;
 pub mod locate;
+pub mod metric_only;
 pub mod mutation;
 pub mod optimizer_step;
 pub mod outcome;

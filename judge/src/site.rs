@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 /// The phase of a site placed at a level's gate rather than found by the trace.
 pub const GATE_PHASE: &str = "gate";
 
+/// The phase of a site that is a reported metric (the logged loss), placed where the training
+/// agreed and only the metric did not ([`crate::metric_only`]).
+pub const METRIC_PHASE: &str = "metric";
+
 /// Where a run first left the reference.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Site {

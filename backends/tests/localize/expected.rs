@@ -16,6 +16,8 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
     ("dp-wrong-accumulation-count", &["part-scaled:dp"]),
     ("sp-skip-norm-grad-all-reduce", &["partial:tp"]),
     ("grad-reduce-before-last-microbatch", &["part-scaled"]),
+    // Only the last microbatch's share survives the stages' re-initialization.
+    ("pp-stage-reinit-wipes-grads", &["part-scaled"]),
     // Sent to the wrong peer: the stage that needed it received nothing (or another's).
     ("pp-wrong-send-peer", &["permuted", "zero"]),
     // One rank's gradient scaled: a replica's share, a shard, a copy, or (a tensor only that
@@ -52,6 +54,13 @@ pub const EXPECTED: &[(&str, &[&str])] = &[
     ("ep-a2a-combine-wrong-permutation", &["permuted"]),
     ("ep-expert-grad-dense-group", &["partial"]),
     ("ep-expert-grad-sync-skipped", &["partial"]),
+    // Every expert gradient ep times its value.
+    ("ep-expert-grad-scaled-by-ep", &["scaled"]),
+    // Each TP rank's router gradient from its own sequence shard only.
+    (
+        "moe-router-grad-unsynced-under-sp",
+        &["partial:tp", "partial"],
+    ),
     ("moe-capacity-local-tokens", &["computation", "zero"]),
     ("moe-expert-bias-one-rank", &["one-copy"]),
     ("clip-norm-local-shards", &["partial-norm"]),

@@ -87,6 +87,9 @@ pub enum Kind {
     Zero,
     /// None of the above, at the output of a computation whose inputs agreed.
     Computation,
+    /// The training agrees with the reference; only a reported metric differs
+    /// ([`crate::metric_only`]).
+    MetricOnly,
     /// Nothing fits.
     Unexplained,
 }
@@ -108,6 +111,7 @@ impl Kind {
             Kind::Shifted => "shifted",
             Kind::Zero => "zero",
             Kind::Computation => "computation",
+            Kind::MetricOnly => "metric-only",
             Kind::Unexplained => "unexplained",
         }
     }
@@ -139,7 +143,7 @@ impl Cause {
 
     /// One line for reports.
     pub fn summary(&self) -> String {
-        if self.kind == Kind::Unexplained {
+        if matches!(self.kind, Kind::Unexplained | Kind::MetricOnly) {
             return format!("likely cause: {}", self.text);
         }
         format!(

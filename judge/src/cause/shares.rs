@@ -14,6 +14,9 @@ pub fn parts(e: &Evidence<'_>, axes: &Axes) -> Option<Cause> {
     if e.parts.len() < 2 {
         return None;
     }
+    if microbatch_parts(e, axes) {
+        return lost_microbatches(e);
+    }
     let axis = if e.site.starts_with("grad.") {
         let over = copy_axes(e.site, e.parts.len(), axes, &[]);
         over.iter()
@@ -108,6 +111,58 @@ fn mixed(e: &Evidence<'_>, axis: &str, axes: &Axes) -> Option<Cause> {
              contribution scaled before the reduction",
             e.site,
             words.join(", ")
+        ),
+        residual,
+    )
+}
+
+/// Whether `e`'s parts are the microbatches' shares of an accumulated gradient: traced where
+/// the gradient has no replicas to split it into (dp·cp = 1), one per microbatch.
+fn microbatch_parts(e: &Evidence<'_>, axes: &Axes) -> bool {
+    e.site.starts_with("grad.")
+        && e.site.ends_with(".accumulated")
+        && axes.degree("dp") * axes.degree("cp") == 1
+        && e.microbatches > 1
+        && e.parts.len() == e.microbatches
+}
+
+/// The reference is the sum of every microbatch's share while the value is the sum of some:
+/// the others never reached the accumulator (finalized before they arrived, or wiped by a
+/// reset between microbatches).
+fn lost_microbatches(e: &Evidence<'_>) -> Option<Cause> {
+    let n = e.parts.len();
+    let sum = |keep: &dyn Fn(usize) -> bool| -> Vec<f64> {
+        let mut out = vec![0.0; e.run.data.len()];
+        for (_, p) in e.parts.iter().enumerate().filter(|(i, _)| keep(*i)) {
+            out.iter_mut().zip(&p.data).for_each(|(o, x)| *o += x);
+        }
+        out
+    };
+    if e.parts.iter().any(|p| p.data.len() != e.run.data.len())
+        || rel(&sum(&|_| true), &e.reference.data) > e.limit
+    {
+        return None;
+    }
+    // Subsets by how many they keep, most first: the fewest microbatches lost that explain it.
+    let mut subsets: Vec<u32> = (1..(1u32 << n) - 1).collect();
+    subsets.sort_by_key(|m| std::cmp::Reverse(m.count_ones()));
+    let (kept, residual) = subsets.into_iter().find_map(|m| {
+        let r = rel(&sum(&|i| m >> i & 1 == 1), &e.run.data);
+        (r <= e.limit && e.fits(r)).then_some((m, r))
+    })?;
+    let lost: Vec<String> = (0..n)
+        .filter(|i| kept >> i & 1 == 0)
+        .map(|i| i.to_string())
+        .collect();
+    cause(
+        Kind::PartScaled,
+        None,
+        format!(
+            "{} holds the sum of only some of the {n} microbatches' shares: microbatch {} \
+             never reached the accumulator — the gradients were finalized before it arrived, \
+             or a reset between microbatches wiped what had accumulated",
+            e.site,
+            lost.join(", ")
         ),
         residual,
     )

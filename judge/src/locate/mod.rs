@@ -120,6 +120,17 @@ impl Localization {
         if let (Some(r), Some(m)) = (s.replica, s.microbatch) {
             at += &format!(", microbatch {m} (replica {r})");
         }
+        if s.phase == crate::site::METRIC_PHASE {
+            let cause = self.cause.as_ref().map(|c| c.summary()).unwrap_or_default();
+            return format!(
+                "first divergence: {} ({}: {} {:.3e} > {:e}); {cause}",
+                s.site,
+                s.what,
+                s.metric.replace('_', " "),
+                s.value,
+                s.limit
+            );
+        }
         if s.phase == "checkpoint" {
             return format!("first divergence: checkpoint save/load: {}", s.what);
         }

@@ -108,6 +108,7 @@ pub enum Id {
     WrongAccumulationCount,
     SkipSpNormGradAllReduce,
     ReduceBeforeLastMicrobatch,
+    StageReinitWipesGrads,
     WrongSendPeer,
     ScaleOneRankGrad,
     ScaleSeveralRanksGrad,
@@ -127,6 +128,8 @@ pub enum Id {
     EpCombineWrongPermutation,
     ExpertGradDenseGroup,
     ExpertGradSyncSkipped,
+    ExpertGradScaledByEp,
+    RouterGradUnsyncedUnderSp,
     CapacityLocalTokens,
     ExpertBiasOneRank,
     ClipNormLocalShards,
@@ -168,6 +171,7 @@ pub enum Id {
     ResumeExpertBiasNotSaved,
     ResumeExpertsByLocalIndex,
     ResumeTpShardWrongAxis,
+    LossReportMicrobatchSum,
 }
 
 /// Where in a step the bug acts (and where localization must find it first).
@@ -182,6 +186,8 @@ pub enum Phase {
     Checkpoint,
     /// The optimizer's update from the finished gradients, and the state it keeps.
     Optimizer,
+    /// What the run reports about itself (the logged loss): the training is untouched.
+    Report,
 }
 
 impl Phase {
@@ -192,6 +198,7 @@ impl Phase {
             Phase::Gradients => "gradients",
             Phase::Checkpoint => "checkpoint",
             Phase::Optimizer => "optimizer",
+            Phase::Report => "report",
         }
     }
 }

@@ -13,6 +13,8 @@ use crate::parallel::comm::collective::Comm;
 use crate::parallel::zero::{self, Sharded};
 
 type Grads = Vec<IndexMap<String, Tensor<2>>>;
+/// A rank's gradients of the microbatches that never reached its accumulator, by microbatch.
+pub(super) type Lost = Vec<(usize, IndexMap<String, Tensor<2>>)>;
 
 fn is_expert(name: &str) -> bool {
     name.contains(".mlp.experts.")
@@ -27,6 +29,7 @@ impl MeshExec<'_> {
         comm: &mut Comm,
         params: &[IndexMap<String, Tensor<2>>],
         acc: Vec<Vec<IndexMap<String, Tensor<2>>>>,
+        lost: Vec<Lost>,
     ) -> Grads {
         let world = params.len();
         let mut parts: Vec<Vec<IndexMap<String, Tensor<2>>>> = params
@@ -54,6 +57,10 @@ impl MeshExec<'_> {
         }
         let summed: Grads = parts.iter().map(|maps| sum_maps(maps)).collect();
         self.trace_grads(comm, &summed, false);
+        if comm.tracing() {
+            let computed = computed_shares(params, &parts, lost, self.topo.microbatches());
+            self.trace_microbatch_parts(comm, &computed);
+        }
         let grads = match Sharded::of(&self.topo) {
             None => self.reduce_grads(comm, params, summed, None),
             Some(z) => self.reduce_sharded(comm, z, params, summed, parts),
@@ -260,6 +267,13 @@ impl MeshExec<'_> {
             }
             return;
         }
+        let overscaled = fault.is_some_and(|f| f.expert_grads_scaled_by_ep()) && t.experts().ep > 1;
+        if overscaled {
+            comm.event(
+                "grad.experts.edp.all_reduce",
+                "expert gradients scaled as if each rank contributed only its own tokens: ep times too large",
+            );
+        }
         for members in t.edp_groups(s) {
             let names: Vec<String> = grads[members[0]]
                 .keys()
@@ -269,6 +283,18 @@ impl MeshExec<'_> {
             match sharded {
                 Some(z) => z.reduce_scatter(comm, grads, &members, &names, "edp"),
                 None => all_reduce(comm, grads, &members, names, "edp"),
+            }
+            if overscaled {
+                let ep = t.experts().ep as f64;
+                for &r in &members {
+                    for g in grads[r]
+                        .iter_mut()
+                        .filter(|(n, _)| is_expert(n))
+                        .map(|(_, g)| g)
+                    {
+                        *g = g.clone() * ep;
+                    }
+                }
             }
         }
     }
@@ -285,6 +311,39 @@ fn filled(
         .map(|(n, t)| {
             let g = acc.swap_remove(n).unwrap_or_else(|| t.zeros_like());
             (n.clone(), g)
+        })
+        .collect()
+}
+
+/// Each rank's gradient of each microbatch as computed: what reached the accumulator (its
+/// slot in `parts`) or, for a microbatch that never did, what was lost.
+fn computed_shares(
+    params: &[IndexMap<String, Tensor<2>>],
+    parts: &[Vec<IndexMap<String, Tensor<2>>>],
+    lost: Vec<Lost>,
+    mbs: usize,
+) -> Vec<Vec<IndexMap<String, Tensor<2>>>> {
+    params
+        .iter()
+        .zip(parts)
+        .zip(lost)
+        .map(|((p, kept), lost)| {
+            // A rank of several model chunks (interleaved) loses each chunk's share apart.
+            let mut by_mb: Vec<Option<IndexMap<String, Tensor<2>>>> = vec![None; mbs];
+            for (mb, share) in lost {
+                by_mb[mb].get_or_insert_with(IndexMap::new).extend(share);
+            }
+            by_mb
+                .into_iter()
+                .enumerate()
+                .map(|(m, lost)| match lost {
+                    Some(mut share) => filled(p, &mut share),
+                    None => kept
+                        .get(m)
+                        .cloned()
+                        .unwrap_or_else(|| filled(p, &mut IndexMap::new())),
+                })
+                .collect()
         })
         .collect()
 }

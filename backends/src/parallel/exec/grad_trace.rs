@@ -27,6 +27,41 @@ impl MeshExec<'_> {
         });
     }
 
+    /// Where a gradient has no replicas to split it into (dp·cp = 1), each microbatch's share
+    /// of it as accumulated, at `grad.{name}.accumulated%` (not compared): what tells a
+    /// microbatch that never reached the accumulator (finalized early, wiped by a reset) from
+    /// any other wrong sum. `per_microbatch`: each rank's gradients, one map per microbatch.
+    pub(super) fn trace_microbatch_parts(
+        &self,
+        comm: &mut Comm,
+        per_microbatch: &[Vec<IndexMap<String, Tensor<2>>>],
+    ) {
+        let mbs = self.topo.microbatches();
+        let replicas = self.topo.dp() * self.topo.cp();
+        if !comm.tracing() || mbs < 2 || replicas > 1 {
+            return;
+        }
+        if per_microbatch.iter().any(|maps| maps.len() != mbs) {
+            return;
+        }
+        let shares: Vec<Vec<IndexMap<String, Tensor<2>>>> = (0..mbs)
+            .map(|m| per_microbatch.iter().map(|maps| maps[m].clone()).collect())
+            .collect();
+        let mut parts: IndexMap<String, Vec<Value>> = IndexMap::new();
+        for share in &shares {
+            let mut traced = comm.fresh();
+            self.trace_rules(&mut traced, share, false, &|name| {
+                format!("grad.{name}.accumulated%")
+            });
+            for mut r in traced.take_records() {
+                parts.entry(r.site).or_default().append(&mut r.copies);
+            }
+        }
+        for (site, values) in parts {
+            comm.trace_values(&site, values);
+        }
+    }
+
     /// Trace every parameter as the step computes with it (each replica's copy, merged over
     /// its blocks), at `param.{name}`: where a stale or wrong unshard shows.
     pub fn trace_params(&self, comm: &mut Comm, params: &[IndexMap<String, Tensor<2>>]) {

@@ -41,7 +41,10 @@ impl MeshExec<'_> {
         } = input;
         let mbs = self.topo.microbatches();
         let (first_rows, micro) = self.microbatches(batch, &ds);
-        let mut tally = Tally::new(ds.len(), mbs, self.topo.zero() > 0);
+        // Per microbatch where the reduction acts per microbatch (ZeRO), and where a traced run
+        // keeps each microbatch's gradient as a part of the accumulated one (`grad_trace`).
+        let per_microbatch = self.topo.zero() > 0 || (comm.tracing() && mbs > 1);
+        let mut tally = Tally::new(ds.len(), mbs, per_microbatch);
         let d = ds.start;
         for tick in ticks {
             let mut work = Vec::with_capacity(tick.len());
@@ -214,13 +217,21 @@ impl MeshExec<'_> {
         let here = self.group(ds, stage);
         let seeds = self.backward_seeds(comm, ctx, stage, mb, &out);
         let scale = comm.fault().and_then(|f| f.microbatch_scale(mb, mbs));
-        let dropped = scale == Some(0.0);
         if scale.is_some() {
             comm.event(
                 &format!("grad.accumulate.d{d}.mb{mb}"),
                 "finalized before this microbatch",
             );
         }
+        let wiped =
+            self.topo.pp() > 1 && comm.fault().is_some_and(|f| f.stage_reinit_wipes(mb, mbs));
+        if wiped {
+            comm.event(
+                &format!("grad.accumulate.d{d}.mb{mb}"),
+                "wiped by the stage re-initialization before the next microbatch",
+            );
+        }
+        let dropped = scale == Some(0.0) || wiped;
         let inputs = out.inputs.clone();
         let mut grads: HashMap<usize, Vec<(String, Tensor<2>)>> = HashMap::new();
         let rerunner = StageCtx {
@@ -231,17 +242,19 @@ impl MeshExec<'_> {
         let mut rerun = |comm: &mut Comm, span, values| {
             rerunner.rerun(comm, &ctx.micro[mb], &norms, span, values)
         };
+        let keep_lost = comm.tracing();
         let mut params = |rank, g: &Gradients| {
-            if dropped {
+            if dropped && !keep_lost {
                 return;
             }
             let mine = grads.entry(rank).or_default();
             for (name, leaf) in &ctx.leaves[rank] {
                 if let Some(grad) = leaf.grad(g) {
                     // A part of it lost (`calibrate --power`'s sized form of the bug).
+                    // What a lost microbatch computed is kept whole, as its share.
                     let grad = match scale {
-                        Some(s) => grad * s,
-                        None => grad,
+                        Some(s) if !dropped => grad * s,
+                        _ => grad,
                     };
                     mine.push((name.clone(), grad));
                 }
@@ -260,7 +273,11 @@ impl MeshExec<'_> {
                 comm.send(&site, from, to, to, &tag, g);
             }
         }
-        Ok(Done::Backward { mb, grads })
+        Ok(Done::Backward {
+            mb,
+            grads,
+            lost: dropped,
+        })
     }
 
     /// What stage `stage`'s backward starts from: the loss's seed on the last stage, the next

@@ -7,6 +7,7 @@ use std::ops::Range;
 use burn::tensor::Tensor;
 use indexmap::IndexMap;
 
+use super::finalize::Lost;
 use crate::data::Batch;
 use crate::llama::moe::Decided;
 use crate::parallel::layers::ctx::Leaves;
@@ -15,8 +16,9 @@ use crate::parallel::layers::stage::StageOut;
 
 /// What one data-parallel replica (or a lockstep group of them) produced.
 pub(super) struct Replica {
-    /// Per replica: Σ over microbatches of the (normalized) loss.
-    pub loss: Vec<f64>,
+    /// Per replica and microbatch: the loss normalized by the step's global token count (the
+    /// replica's loss is their sum).
+    pub loss: Vec<Vec<f64>>,
     /// Σ over microbatches and stages of the load-balance loss (moe).
     pub load_balance: f64,
     /// Routing of its tokens (moe), with each record's first global row.
@@ -27,8 +29,12 @@ pub(super) struct Replica {
     /// Logits of its microbatches, replica by replica, in order.
     pub logits: Vec<Tensor<3>>,
     /// Accumulated gradients of its ranks: one map summed over the microbatches, or, on a
-    /// sharded mesh (whose reduction may act per microbatch), one map per microbatch.
+    /// sharded mesh (whose reduction may act per microbatch) and in a traced run, one map per
+    /// microbatch.
     pub acc: HashMap<usize, Vec<IndexMap<String, Tensor<2>>>>,
+    /// A traced run's gradients of the microbatches that never reached the accumulator, per
+    /// rank and microbatch.
+    pub lost: HashMap<usize, Lost>,
 }
 
 /// What a step computes on: the global batch and the routing to replay (moe).
@@ -82,5 +88,9 @@ pub(super) enum Done {
         mb: usize,
         /// Parameter gradients of this microbatch, per rank.
         grads: HashMap<usize, Vec<(String, Tensor<2>)>>,
+        /// Whether they never reach the accumulator (a catalogued bug drops them); a traced
+        /// run still hands them over, as the microbatch's share a likely cause is tested
+        /// against.
+        lost: bool,
     },
 }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use burn::tensor::{Tensor, TensorData};
 use indexmap::IndexMap;
 
+use super::finalize::Lost;
 use super::replica::{Replica, StepInput};
 use super::schedule::{simulate, stage_orders, Action, ScheduleError};
 use super::{count_dtype, f64_tensor, scalar, MeshExec};
@@ -75,27 +76,27 @@ impl MeshExec<'_> {
         };
         let replicas = self.replicas(comm, &normalizers, input, &leaves, &ticks);
         let mut acc: Vec<Vec<IndexMap<String, Tensor<2>>>> = vec![Vec::new(); world];
-        let mut replica_losses: Vec<Tensor<1>> = Vec::with_capacity(dp);
+        let mut lost: Vec<Lost> = vec![Vec::new(); world];
+        let mut replica_losses: Vec<Vec<f64>> = Vec::with_capacity(dp);
         let mut logits_rows: Vec<Tensor<3>> = Vec::with_capacity(dp * mbs);
         let (mut load_balance, mut routing) = (0.0, Vec::new());
         let mut local_loads = BTreeMap::new();
         for r in replicas {
             let (r, sub) = r?;
             comm.absorb(sub);
-            replica_losses.extend(r.loss.iter().map(|&l| f64_tensor(l, self.device)));
+            replica_losses.extend(r.loss);
             load_balance += r.load_balance;
             routing.extend(r.routing);
             local_loads.extend(r.load);
             logits_rows.extend(r.logits);
+            for (rank, held) in r.lost {
+                lost[rank].extend(held);
+            }
             self.hold(comm, &mut acc, r.acc);
         }
-        let report_ranks = t.report_ranks();
-        let loss = scalar(
-            comm.all_reduce_sum("loss.report.dp.all_reduce", &report_ranks, replica_losses)
-                .remove(0),
-        );
+        let loss = self.reported_loss(comm, batch, normalizers[0], replica_losses);
         let (grads, loads, grad_norms) = if self.backward {
-            let mut grads = self.finalize(comm, params, acc);
+            let mut grads = self.finalize(comm, params, acc, lost);
             let norms = self.clip(comm, &mut grads);
             let loads = self.reduce_loads(comm, params, local_loads);
             (grads, loads, norms)
@@ -282,6 +283,50 @@ impl MeshExec<'_> {
     /// DP) and the microbatches' losses averaged — a mean of means, which weighs a token of a
     /// short microbatch more than one of a long. `None` without the fault or with one
     /// microbatch, where the microbatch's count is the step's.
+    /// The loss the step reports: each replica's microbatch losses summed and all-reduced over
+    /// DP, the global batch's mean per counted token. With the catalogued metric bug (a logged
+    /// loss that sums the microbatches' own means, never divided by their number, and averages
+    /// the replicas'), what that logger shows; the gradients are not touched.
+    fn reported_loss(
+        &self,
+        comm: &mut Comm,
+        batch: &Batch,
+        global: f64,
+        losses: Vec<Vec<f64>>,
+    ) -> f64 {
+        let t = &self.topo;
+        let (dp, mbs) = (t.dp(), t.microbatches());
+        let unaveraged = mbs > 1 && comm.fault().is_some_and(|f| f.logs_microbatch_sum());
+        let per_replica: Vec<Tensor<1>> = if unaveraged {
+            comm.event(
+                "loss.report.dp.all_reduce",
+                "the logged loss sums the microbatches' own means and averages the replicas'",
+            );
+            let (rows, mb_rows) = (batch.batch / dp, batch.batch / dp / mbs);
+            losses
+                .iter()
+                .enumerate()
+                .map(|(d, mb_losses)| {
+                    let means = mb_losses.iter().enumerate().map(|(m, &l)| {
+                        let own = batch.rows(d * rows + m * mb_rows, mb_rows).counted();
+                        l * global / own.max(1) as f64
+                    });
+                    f64_tensor(means.sum::<f64>() / dp as f64, self.device)
+                })
+                .collect()
+        } else {
+            losses
+                .iter()
+                .map(|l| f64_tensor(l.iter().sum(), self.device))
+                .collect()
+        };
+        let report_ranks = t.report_ranks();
+        scalar(
+            comm.all_reduce_sum("loss.report.dp.all_reduce", &report_ranks, per_replica)
+                .remove(0),
+        )
+    }
+
     fn microbatch_normalizers(
         &self,
         comm: &mut Comm,

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use burn::tensor::Tensor;
 use indexmap::IndexMap;
 
+use super::finalize::Lost;
 use super::replica::{Done, Replica};
 use super::schedule::ScheduleError;
 use crate::parallel::layers::experts::RouteRecord;
@@ -17,6 +18,8 @@ pub(super) struct Tally {
     /// microbatch).
     acc: HashMap<usize, Vec<IndexMap<String, Tensor<2>>>>,
     per_microbatch: bool,
+    /// A traced run's microbatch gradients that never reached the accumulator.
+    lost: HashMap<usize, Lost>,
     /// Forward outputs awaiting their backward, by (stage, microbatch).
     pub(super) live: HashMap<(usize, usize), StageOut>,
     /// Per replica and microbatch: the loss and the logits.
@@ -32,6 +35,7 @@ impl Tally {
         Tally {
             acc: HashMap::new(),
             per_microbatch,
+            lost: HashMap::new(),
             live: HashMap::new(),
             losses: vec![vec![0.0; mbs]; replicas],
             logits: vec![vec![None; mbs]; replicas],
@@ -65,7 +69,14 @@ impl Tally {
                 }
                 self.live.insert((stage, mb), out);
             }
-            Done::Backward { mb, grads } => {
+            Done::Backward { mb, grads, lost } => {
+                if lost {
+                    for (rank, g) in grads {
+                        let held = self.lost.entry(rank).or_default();
+                        held.push((mb, g.into_iter().collect()));
+                    }
+                    return;
+                }
                 let slot = if self.per_microbatch { mb } else { 0 };
                 for (rank, g) in grads {
                     let maps = self.acc.entry(rank).or_default();
@@ -87,7 +98,7 @@ impl Tally {
 
     pub(super) fn replica(self) -> Result<Replica, ScheduleError> {
         Ok(Replica {
-            loss: self.losses.iter().map(|l| l.iter().sum()).collect(),
+            loss: self.losses,
             load_balance: self.load_balance,
             routing: self.routing,
             load: self.load,
@@ -98,6 +109,7 @@ impl Tally {
                 .map(|l| l.ok_or(ScheduleError::NeverReachedLastStage))
                 .collect::<Result<_, _>>()?,
             acc: self.acc,
+            lost: self.lost,
         })
     }
 }

@@ -31,6 +31,12 @@ impl Fault {
         self.0 == Id::MicrobatchLocalLossNormalization
     }
 
+    /// Whether the logged loss sums the microbatches' own mean losses without dividing by
+    /// their number (huggingface/transformers#35204): the report only, never backward.
+    pub fn logs_microbatch_sum(self) -> bool {
+        self.0 == Id::LossReportMicrobatchSum
+    }
+
     /// Whether each CP rank's loss enters backward scaled by cp (verl PR#4250).
     pub fn scales_loss_grad_by_cp(self) -> bool {
         self.0 == Id::CpLossGradScaledByCp

@@ -207,6 +207,15 @@ impl Fault {
             {
                 Some(Alteration::Skip)
             }
+            // Every layer's router: its weight is replicated over TP but, under SP, sees only
+            // the rank's sequence shard, so its gradient is partial on each TP rank.
+            Id::RouterGradUnsyncedUnderSp
+                if hit("grad.")
+                    && site.contains(".mlp.router.weight")
+                    && site.ends_with(".tp.all_reduce") =>
+            {
+                Some(Alteration::Skip)
+            }
             Id::WrongSendPeer if hit("pp.stage0.fwd.send") => Some(Alteration::Misroute),
             // Each rank's own sum of squares, never reduced: the norm of its local shards.
             Id::ClipNormLocalShards if hit("grad_norm.") => Some(Alteration::Skip),
@@ -235,6 +244,14 @@ impl Fault {
     pub fn microbatch_scale(self, mb: usize, count: usize) -> Option<f64> {
         (self.0 == Id::ReduceBeforeLastMicrobatch && count > 1 && mb + 1 == count)
             .then(|| self.1.map_or(0.0, |e| (1.0 - e.get()).max(0.0)))
+    }
+
+    /// Whether microbatch `mb`'s gradients are wiped before they reach the optimizer: the
+    /// pipeline stages are re-initialized before the next microbatch (NeMo Automodel's
+    /// `reset_pp_stage_shapes`), clearing every gradient accumulated so far, so only the
+    /// last of `count` microbatches survives.
+    pub fn stage_reinit_wipes(self, mb: usize, count: usize) -> bool {
+        self.0 == Id::StageReinitWipesGrads && mb + 1 < count
     }
 
     /// The wrong factor applied to a rank's gradients, if this fault scales that rank.
@@ -345,6 +362,12 @@ impl Fault {
     /// Whether expert gradients are never synced over the expert-data-parallel group.
     pub fn expert_grad_sync_skipped(self) -> bool {
         self.0 == Id::ExpertGradSyncSkipped
+    }
+
+    /// Whether expert gradients, once reduced over their expert-data-parallel group, are ep
+    /// times too large (the missing 1/ep of Megatron's `expert_gradient_scaling_factor`).
+    pub fn expert_grads_scaled_by_ep(self) -> bool {
+        self.0 == Id::ExpertGradScaledByEp
     }
 
     /// Whether parameters replicated over TP enter the gradient norm on every TP rank.

@@ -13,6 +13,7 @@ fn every_catalog_entry_does_something() {
         "loss.tokens.dp.all_reduce",
         "grad.layers.0.attn_norm.weight.tp.all_reduce",
         "pp.stage0.fwd.send",
+        "grad.layers.1.mlp.router.weight.tp.all_reduce",
         "layers.0.attn.kv.ring1.fwd.send_recv",
         "layers.0.mlp.router.counts.all_reduce",
         "grad_norm.dense.all_reduce",
@@ -35,6 +36,8 @@ fn every_catalog_entry_does_something() {
             || f.ep_combine_permuted(0)
             || f.expert_grad_dense_group()
             || f.expert_grad_sync_skipped()
+            || f.expert_grads_scaled_by_ep()
+            || f.stage_reinit_wipes(0, 2)
             || f.capacity_local(0)
             || f.bias_one_rank(0)
             || f.norm_counts_tp_duplicates()
@@ -63,6 +66,7 @@ fn every_catalog_entry_does_something() {
             || f.thd_split_by_rows()
             || f.thd_unpadded_boundaries()
             || f.normalizes_per_microbatch()
+            || f.logs_microbatch_sum()
             || f.aux_loss_over_dp(0)
             || f.aux_token_count(0).is_some()
             || f.save().is_some()
