@@ -202,7 +202,7 @@ fn filters_select_by_key_glob_and_negation() {
         ["tiny@f32/tp2/forward"]
     );
     assert_eq!(names(&["mesh=tp2*", "level=oracle"]).len(), 2);
-    assert_eq!(names(&["mutation=pp-*"]).len(), 2);
+    assert_eq!(names(&["mutation=pp-*"]).len(), 4);
     assert_eq!(names(&["level=reference"]), ["tiny@f32/reference"]);
     assert!(names(&["level!=mutation", "level!=reference"])
         .iter()
