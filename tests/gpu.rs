@@ -73,7 +73,7 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         r["meta"]
     );
     let jobs = r["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 53);
+    assert_eq!(jobs.len(), 55);
     let mut mutations = std::collections::BTreeSet::new();
     for j in jobs {
         assert_eq!(j["status"], "passed", "{j}");
@@ -90,15 +90,15 @@ fn the_quickstart_passes_on_the_gpu_with_the_gpu_table() {
         }
     }
     // Every dense mutation in the catalog that applies to the quickstart's meshes.
-    assert_eq!(mutations.len(), 27, "{mutations:?}");
+    assert_eq!(mutations.len(), 29, "{mutations:?}");
     // One worker process served every job, one after another (the one GPU slot): one device
-    // setup for all 53.
+    // setup for all 55.
     let served: Vec<(u64, u32)> = jobs.iter().map(|j| served_by(&dir, j)).collect();
     let pids: std::collections::BTreeSet<u32> = served.iter().map(|s| s.1).collect();
     assert_eq!(pids.len(), 1, "{served:?}");
     let mut counts: Vec<u64> = served.iter().map(|s| s.0).collect();
     counts.sort();
-    assert_eq!(counts, (1..=53).collect::<Vec<u64>>());
+    assert_eq!(counts, (1..=55).collect::<Vec<u64>>());
     // The JUnit and HTML reports name the adapter too.
     let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
     assert!(junit.contains(r#"name="device" value="gpu""#));

@@ -6,11 +6,13 @@
 //! every injection point in this module makes it easy to see that the correct path and the
 //! mutated path differ only where the catalog ([`meshparity_specs::catalog`]) says; names,
 //! descriptions and what a mesh needs live only there. `loss.rs` holds the loss and data
-//! side's flags, `rng.rs` the random streams', `resume.rs` a resumption's; `tests.rs` checks every entry is injected somewhere.
+//! side's flags, `experts.rs` the router's and expert parallelism's, `rng.rs` the random
+//! streams', `resume.rs` a resumption's; `tests.rs` checks every entry is injected somewhere.
 
 use meshparity_specs::catalog::{self, Id};
 
 mod aux;
+mod experts;
 mod loss;
 mod packing;
 mod resume;
@@ -319,23 +321,6 @@ impl Fault {
         self.0 == Id::CpUnweightedMerge && layer == 0
     }
 
-    /// Whether layer `layer`'s score-correction bias moves on the first rank of a stage only.
-    pub fn bias_one_rank(self, layer: u32) -> bool {
-        self.0 == Id::ExpertBiasOneRank && layer == 0
-    }
-
-    /// Whether layer `layer`'s capacity is decided on each rank's own tokens.
-    pub fn capacity_local(self, layer: u32) -> bool {
-        self.0 == Id::CapacityLocalTokens && layer == 0
-    }
-
-    /// Whether `layer`'s router skips renormalizing the top-k scores. Measured: on one rank of
-    /// dp2·tp2·sp·cp2 in bf16 no level caught it (the combined output moved by 8e-2 on an
-    /// eighth of the tokens), so it acts on every rank.
-    pub fn router_unnormalized(self, layer: u32) -> bool {
-        self.0 == Id::RouterNotRenormalized && layer == 0
-    }
-
     /// Whether `layer`'s ring attention backward computes each step's gradients against the
     /// rank's own K/V chunk (a no-op without CP: there is one step, the rank's own).
     pub fn cp_backward_stale_kv(self, layer: u32) -> bool {
@@ -348,36 +333,9 @@ impl Fault {
         self.0 == Id::CpSkipGradReduce
     }
 
-    /// Whether `layer`'s all-to-all combine returns each rank's rows one place off.
-    pub fn ep_combine_permuted(self, layer: u32) -> bool {
-        self.0 == Id::EpCombineWrongPermutation && layer == 0
-    }
-
-    /// Whether expert gradients are all-reduced over the dense data-parallel group instead of
-    /// the expert-data-parallel one.
-    pub fn expert_grad_dense_group(self) -> bool {
-        self.0 == Id::ExpertGradDenseGroup
-    }
-
-    /// Whether expert gradients are never synced over the expert-data-parallel group.
-    pub fn expert_grad_sync_skipped(self) -> bool {
-        self.0 == Id::ExpertGradSyncSkipped
-    }
-
-    /// Whether expert gradients, once reduced over their expert-data-parallel group, are ep
-    /// times too large (the missing 1/ep of Megatron's `expert_gradient_scaling_factor`).
-    pub fn expert_grads_scaled_by_ep(self) -> bool {
-        self.0 == Id::ExpertGradScaledByEp
-    }
-
     /// Whether parameters replicated over TP enter the gradient norm on every TP rank.
     pub fn norm_counts_tp_duplicates(self) -> bool {
         self.0 == Id::ClipNormTpDuplicates
-    }
-
-    /// Whether the expert share of the gradient norm misses the expert-parallel axis.
-    pub fn norm_misses_ep(self) -> bool {
-        self.0 == Id::ClipNormMissingEp
     }
 
     /// Whether `layer`'s RoPE backward swaps its outputs.
