@@ -127,33 +127,39 @@ fn microbatch_parts(e: &Evidence<'_>, axes: &Axes) -> bool {
 }
 
 /// The reference is the sum of every microbatch's share while the value is the sum of some:
-/// the others never reached the accumulator (finalized before they arrived, or wiped by a
-/// reset between microbatches).
+/// a run of consecutive microbatches never reached the accumulator (finalized before the last
+/// ones arrived, or wiped by a reset before the later ones). Runs are tried shortest first,
+/// from prefix sums: n(n+1)/2 candidates, so a spec with many microbatches stays cheap.
 fn lost_microbatches(e: &Evidence<'_>) -> Option<Cause> {
-    let n = e.parts.len();
-    let sum = |keep: &dyn Fn(usize) -> bool| -> Vec<f64> {
-        let mut out = vec![0.0; e.run.data.len()];
-        for (_, p) in e.parts.iter().enumerate().filter(|(i, _)| keep(*i)) {
-            out.iter_mut().zip(&p.data).for_each(|(o, x)| *o += x);
-        }
-        out
-    };
-    if e.parts.iter().any(|p| p.data.len() != e.run.data.len())
-        || rel(&sum(&|_| true), &e.reference.data) > e.limit
-    {
+    let (n, len) = (e.parts.len(), e.run.data.len());
+    if e.parts.iter().any(|p| p.data.len() != len) {
         return None;
     }
-    // Subsets by how many they keep, most first: the fewest microbatches lost that explain it.
-    let mut subsets: Vec<u32> = (1..(1u32 << n) - 1).collect();
-    subsets.sort_by_key(|m| std::cmp::Reverse(m.count_ones()));
-    let (kept, residual) = subsets.into_iter().find_map(|m| {
-        let r = rel(&sum(&|i| m >> i & 1 == 1), &e.run.data);
-        (r <= e.limit && e.fits(r)).then_some((m, r))
+    // prefix[i]: the sum of the first i shares.
+    let mut prefix = vec![vec![0.0; len]];
+    for p in &e.parts {
+        let next: Vec<f64> = prefix[prefix.len() - 1]
+            .iter()
+            .zip(&p.data)
+            .map(|(a, b)| a + b)
+            .collect();
+        prefix.push(next);
+    }
+    if rel(&prefix[n], &e.reference.data) > e.limit {
+        return None;
+    }
+    let kept = |a: usize, b: usize| -> Vec<f64> {
+        (0..len)
+            .map(|i| prefix[n][i] - (prefix[b][i] - prefix[a][i]))
+            .collect()
+    };
+    let (a, b, residual) = (1..n).find_map(|lost| {
+        (0..=n - lost).find_map(|a| {
+            let r = rel(&kept(a, a + lost), &e.run.data);
+            (r <= e.limit && e.fits(r)).then_some((a, a + lost, r))
+        })
     })?;
-    let lost: Vec<String> = (0..n)
-        .filter(|i| kept >> i & 1 == 0)
-        .map(|i| i.to_string())
-        .collect();
+    let lost: Vec<String> = (a..b).map(|i| i.to_string()).collect();
     cause(
         Kind::PartScaled,
         None,

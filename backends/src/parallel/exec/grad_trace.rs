@@ -30,7 +30,8 @@ impl MeshExec<'_> {
     /// Where a gradient has no replicas to split it into (dp·cp = 1), each microbatch's share
     /// of it as accumulated, at `grad.{name}.accumulated%` (not compared): what tells a
     /// microbatch that never reached the accumulator (finalized early, wiped by a reset) from
-    /// any other wrong sum. `per_microbatch`: each rank's gradients, one map per microbatch.
+    /// any other wrong sum. `per_microbatch`: each rank's gradients, one map per microbatch
+    /// (`finalize`'s computed shares, made only when the run traces).
     pub(super) fn trace_microbatch_parts(
         &self,
         comm: &mut Comm,
@@ -38,10 +39,7 @@ impl MeshExec<'_> {
     ) {
         let mbs = self.topo.microbatches();
         let replicas = self.topo.dp() * self.topo.cp();
-        if !comm.tracing() || mbs < 2 || replicas > 1 {
-            return;
-        }
-        if per_microbatch.iter().any(|maps| maps.len() != mbs) {
+        if mbs < 2 || replicas > 1 {
             return;
         }
         let shares: Vec<Vec<IndexMap<String, Tensor<2>>>> = (0..mbs)

@@ -278,11 +278,6 @@ fn values(data: Vec<f64>) -> Value {
 }
 
 impl MeshExec<'_> {
-    /// The catalogued bug of gradient accumulation (huggingface/transformers#34191, torchtitan
-    /// PR#2206): each microbatch's loss normalized by its own valid-token count (all-reduced over
-    /// DP) and the microbatches' losses averaged — a mean of means, which weighs a token of a
-    /// short microbatch more than one of a long. `None` without the fault or with one
-    /// microbatch, where the microbatch's count is the step's.
     /// The loss the step reports: each replica's microbatch losses summed and all-reduced over
     /// DP, the global batch's mean per counted token. With the catalogued metric bug (a logged
     /// loss that sums the microbatches' own means, never divided by their number, and averages
@@ -327,6 +322,11 @@ impl MeshExec<'_> {
         )
     }
 
+    /// The catalogued bug of gradient accumulation (huggingface/transformers#34191, torchtitan
+    /// PR#2206): each microbatch's loss normalized by its own valid-token count (all-reduced over
+    /// DP) and the microbatches' losses averaged — a mean of means, which weighs a token of a
+    /// short microbatch more than one of a long. `None` without the fault or with one
+    /// microbatch, where the microbatch's count is the step's.
     fn microbatch_normalizers(
         &self,
         comm: &mut Comm,
