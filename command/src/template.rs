@@ -27,8 +27,6 @@ pub fn values(req: &RunRequest<'_>, out: &Path, base: &Path) -> BTreeMap<String,
     let mut v = Values::new();
     mesh_values(&mut v, req);
     training_values(&mut v, req);
-    feature_values(&mut v, req.training);
-    schedule_values(&mut v, req.training);
     run_values(&mut v, req, out, base);
     later_values(&mut v, base);
     model_values(&mut v, req.model);
@@ -59,101 +57,32 @@ fn mesh_values(v: &mut Values, req: &RunRequest<'_>) {
     put("world_size", m.world_size().to_string());
 }
 
-/// `[run]`'s seed, lengths, batch, learning rate, clipping and decay.
+/// Every `[run]` key a job trains with, from the keys' one table (`run::keys`), and where the
+/// `weights` artifact is taken.
 fn training_values(v: &mut Values, req: &RunRequest<'_>) {
-    let mut put = |k: &str, x: String| {
-        v.insert(k.to_owned(), x);
+    let job = meshparity_specs::run::keys::Job {
+        training: req.training,
+        dtype: req.dtype,
     };
-    let t = req.training;
-    put("seed", t.seed.to_string());
-    put("steps", t.steps.to_string());
-    put("oracle_steps", t.oracle_steps.to_string());
+    for (k, x) in meshparity_specs::run::keys::template_values(job) {
+        v.insert(k.to_owned(), x);
+    }
     // Where the `weights` artifact is taken: after `oracle_steps` where the oracle level is
     // judged (the reference always), otherwise after the last step.
     let length = req.length();
     let weights_after = if length.weights_after > 0 {
         length.weights_after
     } else {
-        t.steps as usize
+        req.training.steps as usize
     };
-    put("weights_after", weights_after.to_string());
-    put("batch", t.batch.to_string());
-    put("lr", format!("{}", t.lr));
-    // The largest global gradient norm a step keeps; 0 when the run does not clip (Megatron's
-    // `--clip-grad 0`).
-    put(
-        "clip_grad_norm",
-        format!("{}", t.clip_grad_norm.unwrap_or(0.0)),
-    );
-    // The built-in engine's meaning when unset: AdamW's decay 0.01, no warmup, constant.
-    put(
-        "weight_decay",
-        format!("{}", t.weight_decay.unwrap_or(0.01)),
-    );
+    v.insert("weights_after".to_owned(), weights_after.to_string());
 }
 
-/// The production features; each a no-op value where the run sets none.
-fn feature_values(v: &mut Values, t: &meshparity_specs::Training) {
-    let mut put = |k: &str, x: String| {
-        v.insert(k.to_owned(), x);
-    };
-    // torch's `label_smoothing`; 0 when the run sets none.
-    put(
-        "label_smoothing",
-        format!("{}", t.label_smoothing.unwrap_or(0.0)),
-    );
-    // The z-loss weight; 0 when the run sets none.
-    put("z_loss", format!("{}", t.z_loss.unwrap_or(0.0)));
-    // Megatron's `--attention-dropout` and `--hidden-dropout`; 0 when the run sets none.
-    let dropout = t.dropout.unwrap_or(meshparity_specs::Dropout {
-        attention: 0.0,
-        hidden: 0.0,
-    });
-    put("attention_dropout", format!("{}", dropout.attention));
-    put("hidden_dropout", format!("{}", dropout.hidden));
-    // Megatron's `--recompute-granularity`; "none" when the run recomputes nothing.
-    let recompute = match t.recompute {
-        Some(meshparity_specs::Recompute::Full) => "full",
-        Some(meshparity_specs::Recompute::Selective) => "selective",
-        None => "none",
-    };
-    put("recompute", recompute.to_owned());
-    // Packed documents and prompt loss masks: "true" or "false".
-    let packing = t.packing.unwrap_or(meshparity_specs::Packing {
-        documents: false,
-        prompts: false,
-        pad_to: None,
-    });
-    put("packed_sequences", packing.documents.to_string());
-    put("mask_prompts", packing.prompts.to_string());
-    // The documents' padding multiple; 1 when they are not padded.
-    put("pad_documents_to", packing.pad_to.unwrap_or(1).to_string());
-}
-
-/// The learning-rate schedule and the optimizer.
-fn schedule_values(v: &mut Values, t: &meshparity_specs::Training) {
-    let mut put = |k: &str, x: String| {
-        v.insert(k.to_owned(), x);
-    };
-    let s = t
-        .schedule
-        .unwrap_or(meshparity_specs::schedule::LrSchedule {
-            warmup_steps: 0,
-            decay: meshparity_specs::schedule::LrDecay::Constant,
-            min_lr: 0.0,
-        });
-    put("warmup_steps", s.warmup_steps.to_string());
-    put("lr_decay", s.decay.name().to_owned());
-    put("min_lr", format!("{}", s.min_lr));
-    put("optimizer", t.optimizer.name().to_owned());
-}
-
-/// The job's dtype, directories, mutation and the checkpoint it converts.
+/// The job's directories, mutation and the checkpoint it converts.
 fn run_values(v: &mut Values, req: &RunRequest<'_>, out: &Path, base: &Path) {
     let mut put = |k: &str, x: String| {
         v.insert(k.to_owned(), x);
     };
-    put("dtype", req.dtype.to_string());
     put("out_dir", out.display().to_string());
     put("spec_dir", base.display().to_string());
     put("mutation", req.mutation.unwrap_or("none").to_owned());
@@ -334,5 +263,81 @@ mod tests {
         assert_eq!(at(None, &[]), "2");
         assert_eq!(at(Some(&mesh), &[Level::Curve, Level::Oracle]), "2");
         assert_eq!(at(Some(&mesh), &[Level::Curve]), "6");
+    }
+}
+
+#[cfg(test)]
+mod documented {
+    use super::*;
+    use meshparity_specs::{DType, Training};
+
+    /// The values a template may name but the model's, as `values` builds them.
+    fn job_values() -> Vec<String> {
+        let model: meshparity_specs::ModelConfig = serde_json::from_value(serde_json::json!({
+            "family": "llama", "layers": 1, "hidden": 8, "heads": 2, "kv_heads": 2,
+            "ffn": 8, "vocab": 8, "seq_len": 4
+        }))
+        .unwrap();
+        let training: Training = serde_json::from_value(serde_json::json!({
+            "seed": 1, "steps": 2, "oracle_steps": 1, "batch": 2, "optimizer": "sgd", "lr": 0.1
+        }))
+        .unwrap();
+        let out = Path::new("/tmp/out");
+        let req = RunRequest {
+            model: &model,
+            training: &training,
+            dtype: DType::F32,
+            mesh: None,
+            levels: &[],
+            mutation: None,
+            reference: None,
+            out,
+        };
+        let mut own = Values::new();
+        model_values(&mut own, &model);
+        let mut names: Vec<String> = values(&req, out, out)
+            .into_keys()
+            .filter(|k| !own.contains_key(k))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The words of the list after `start` up to `end` in `text`.
+    fn listed(text: &str, start: &str, end: &str) -> Vec<String> {
+        let from = text.find(start).expect(start) + start.len();
+        let to = from + text[from..].find(end).expect(end);
+        let mut words: Vec<String> = text[from..to]
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        words.sort();
+        words
+    }
+
+    /// docs/spec-format.md and the schema's description of a command engine list exactly the
+    /// values a template may name: one list, held to the code (two copies had drifted apart
+    /// from it, missing the packing keys and the run directories).
+    #[test]
+    fn the_documented_values_are_the_values() {
+        let want = job_values();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let docs = std::fs::read_to_string(root.join("docs/spec-format.md")).unwrap();
+        assert_eq!(
+            listed(&docs, "backslash) over `", "`, the model's"),
+            want,
+            "docs/spec-format.md"
+        );
+        let schema = std::fs::read_to_string(root.join("specs/src/schema/engine.rs")).unwrap();
+        let doc: String = schema
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("///"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            listed(&doc, "templates over the job's values (", ", the model's"),
+            want,
+            "specs/src/schema/engine.rs"
+        );
     }
 }

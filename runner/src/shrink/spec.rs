@@ -98,48 +98,14 @@ pub fn spec(
     out
 }
 
-/// `[run]`'s keys of `case` (the table's header already written).
+/// `[run]`'s keys of `case` (the table's header already written), from the keys' one table.
 fn run_table(out: &mut String, case: &Case) {
-    let t = &case.training;
-    let _ = writeln!(out, "name = \"repro\"");
-    let _ = writeln!(out, "seed = {}", t.seed);
-    let _ = writeln!(out, "dtype = \"{}\"", case.dtype);
-    let _ = writeln!(out, "steps = {}", t.steps);
-    let _ = writeln!(out, "oracle_steps = {}", t.oracle_steps);
-    let _ = writeln!(out, "batch = {}", t.batch);
-    let _ = writeln!(out, "optimizer = {}", word(t.optimizer).unwrap_or_default());
-    let _ = writeln!(out, "lr = {:e}", t.lr);
-    if let Some(c) = t.clip_grad_norm {
-        let _ = writeln!(out, "clip_grad_norm = {c:e}");
-    }
-    if let Some(w) = t.weight_decay {
-        let _ = writeln!(out, "weight_decay = {w:e}");
-    }
-    if let Some(e) = t.label_smoothing {
-        let _ = writeln!(out, "label_smoothing = {e:e}");
-    }
-    if let Some(w) = t.z_loss {
-        let _ = writeln!(out, "z_loss = {w:e}");
-    }
-    if let Some(d) = t.dropout {
-        let _ = writeln!(out, "attention_dropout = {:e}", d.attention);
-        let _ = writeln!(out, "hidden_dropout = {:e}", d.hidden);
-    }
-    if let Some(r) = t.recompute {
-        let _ = writeln!(out, "recompute = {}", word(r).unwrap_or_default());
-    }
-    if let Some(p) = t.packing {
-        let _ = writeln!(out, "packed_sequences = {}", p.documents);
-        let _ = writeln!(out, "mask_prompts = {}", p.prompts);
-        if let Some(m) = p.pad_to {
-            let _ = writeln!(out, "pad_documents_to = {m}");
-        }
-    }
-    if let Some(s) = t.schedule {
-        let _ = writeln!(out, "warmup_steps = {}", s.warmup_steps);
-        let _ = writeln!(out, "lr_decay = {}", word(s.decay).unwrap_or_default());
-        let _ = writeln!(out, "min_lr = {:e}", s.min_lr);
-    }
+    let job = meshparity_specs::run::keys::Job {
+        training: &case.training,
+        dtype: case.dtype,
+    };
+    let table = meshparity_specs::run::keys::table("repro", job);
+    out.push_str(&toml::to_string(&table).expect("scalars serialize"));
 }
 
 /// `level.dtype = { metric = limit, … }` (or `level = "exact"`) for a tolerance table.

@@ -5,11 +5,14 @@ use schemars::JsonSchema;
 
 use super::needs_names;
 
-/// A command engine: your program, its arguments as `{{name}}` templates over the job's values
-/// (dp tp pp cp ep etp sp microbatches zero shard schedule virtual_stages world_size seed steps oracle_steps batch lr
-/// clip_grad_norm weight_decay label_smoothing z_loss attention_dropout hidden_dropout recompute packed_sequences mask_prompts pad_documents_to warmup_steps lr_decay min_lr optimizer dtype out_dir spec_dir
-/// mutation, the model's sizes, tie_embeddings, a moe's experts and top_k, its own keys and the
-/// engine's `defaults`).
+/// A command engine: your program, its arguments as `{{name}}` templates over the job's values (dp
+/// tp pp cp ep etp sp microbatches zero shard schedule virtual_stages world_size seed dtype steps
+/// oracle_steps batch optimizer lr clip_grad_norm weight_decay label_smoothing z_loss
+/// attention_dropout hidden_dropout recompute packed_sequences mask_prompts pad_documents_to
+/// warmup_steps lr_decay min_lr weights_after out_dir spec_dir mutation seed_checkpoint trace_dir
+/// save_at save_dir resume_from loaded_dir state_at state_dir variant variant_dir, the model's
+/// sizes, tie_embeddings, a moe's experts and top_k, its own keys and the engine's `defaults`;
+/// docs/spec-format.md says what each holds).
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub(super) struct Engine {

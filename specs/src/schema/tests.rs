@@ -26,7 +26,10 @@ fn schema_keys_match_the_decoder() {
     let v: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
     assert_eq!(v["$schema"], "http://json-schema.org/draft-07/schema#");
     assert_eq!(keys(&v, ""), sorted(crate::document::KEYS));
-    assert_eq!(keys(&v, "Run"), sorted(crate::run::KEYS));
+    assert_eq!(
+        keys(&v, "Run"),
+        sorted(&crate::run::keys::names().collect::<Vec<_>>())
+    );
     assert_eq!(keys(&v, "Model"), sorted(crate::model::KEYS));
     let closed: Vec<&str> = v["definitions"]["Model"]["then"]["propertyNames"]["enum"]
         .as_array()

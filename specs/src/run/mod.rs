@@ -11,31 +11,7 @@ use crate::source::{Loc, Located};
 
 pub use crate::features::{Dropout, Packing, Recompute};
 
-pub const KEYS: &[&str] = &[
-    "name",
-    "seed",
-    "dtype",
-    "steps",
-    "oracle_steps",
-    "batch",
-    "optimizer",
-    "lr",
-    "clip_grad_norm",
-    "weight_decay",
-    "label_smoothing",
-    "z_loss",
-    "attention_dropout",
-    "hidden_dropout",
-    "recompute",
-    "packed_sequences",
-    "mask_prompts",
-    "pad_documents_to",
-    "warmup_steps",
-    "lr_decay",
-    "min_lr",
-    "output",
-    "device",
-];
+pub mod keys;
 
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema, serde::Deserialize,
@@ -311,3 +287,6 @@ fn schedule(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, training: &Training) -> Opt
     }
     Some(s)
 }
+
+#[cfg(test)]
+mod tests;
