@@ -17,15 +17,10 @@ fn mesh(dp: u32, tp: u32, pp: u32, sp: bool, microbatches: u32) -> MeshConfig {
         dp,
         tp,
         pp,
-        ep: 1,
-        etp: 1,
-        cp: 1,
         sp,
         microbatches,
         schedule: Schedule::OneFOneB,
-        virtual_stages: 0,
-        zero: 0,
-        shard: 0,
+        ..MeshConfig::DEFAULT
     }
 }
 

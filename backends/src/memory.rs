@@ -191,17 +191,8 @@ mod tests {
     fn dp(n: u32) -> MeshConfig {
         MeshConfig {
             dp: n,
-            tp: 1,
-            pp: 1,
-            ep: 1,
-            etp: 1,
-            cp: 1,
-            sp: false,
-            microbatches: 1,
             schedule: meshparity_specs::Schedule::GPipe,
-            virtual_stages: 0,
-            zero: 0,
-            shard: 0,
+            ..MeshConfig::DEFAULT
         }
     }
 

@@ -35,15 +35,10 @@ fn mesh(dp: u32, tp: u32, pp: u32, cp: u32, sp: bool) -> MeshConfig {
         dp,
         tp,
         pp,
-        ep: 1,
-        etp: 1,
         cp,
         sp,
-        microbatches: 1,
         schedule: Schedule::OneFOneB,
-        virtual_stages: 0,
-        zero: 0,
-        shard: 0,
+        ..MeshConfig::DEFAULT
     }
 }
 

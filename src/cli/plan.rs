@@ -90,15 +90,15 @@ fn explain_mesh(spec: &meshparity_specs::Spec, name: &str, format: Format) -> u8
     let explained = Topology::new(&config).explain();
     match format {
         Format::Text => {
+            let degrees: Vec<String> = config
+                .degrees()
+                .iter()
+                .map(|(axis, n)| format!("{axis} {n}"))
+                .collect();
             println!(
-                "mesh `{name}` ({}): dp {} · tp {} · pp {} · cp {} · ep {} · etp {}",
+                "mesh `{name}` ({}): {}",
                 mesh.loc.position(),
-                config.dp,
-                config.tp,
-                config.pp,
-                config.cp,
-                config.ep,
-                config.etp
+                degrees.join(" · ")
             );
             if let Some(r) = &mesh.resume {
                 println!("resumed from mesh `{}` after step {}", r.mesh, r.at);

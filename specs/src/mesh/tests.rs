@@ -35,15 +35,8 @@ fn rank_and_coord_are_inverse_and_tp_is_fastest() {
         dp: 2,
         tp: 2,
         pp: 2,
-        ep: 1,
-        etp: 1,
         cp: 2,
-        sp: false,
-        microbatches: 1,
-        schedule: Schedule::OneFOneB,
-        virtual_stages: 0,
-        zero: 0,
-        shard: 0,
+        ..MeshConfig::DEFAULT
     };
     for rank in 0..m.world_size() as usize {
         assert_eq!(m.rank(m.coord(rank)), rank);

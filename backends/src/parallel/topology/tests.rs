@@ -11,11 +11,8 @@ fn mesh(dp: u32, tp: u32, pp: u32, cp: u32, ep: u32, etp: u32) -> Topology {
         etp,
         cp,
         sp: true,
-        microbatches: 1,
         schedule: Schedule::OneFOneB,
-        virtual_stages: 0,
-        zero: 0,
-        shard: 0,
+        ..MeshConfig::DEFAULT
     })
 }
 
