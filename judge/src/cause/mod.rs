@@ -303,4 +303,67 @@ mod tests {
         let c = diagnose(&e, &axes);
         assert_eq!(c.label(), "partial:tp", "{}", c.text);
     }
+
+    /// A pp2·tp2 mesh with 4 microbatches, whose gradient has no replicas: its traced parts
+    /// are the microbatches' shares.
+    fn accumulated(lost: &[usize], scale: f64) -> (Evidence<'static>, Axes) {
+        let axes = Axes::of(&MeshConfig {
+            tp: 2,
+            pp: 2,
+            microbatches: 4,
+            ..MeshConfig::DEFAULT
+        });
+        let parts = vec![
+            v(&[0.4, -1.5, 1.0, 0.1, 2.5, 0.5]),
+            v(&[0.6, -0.5, 2.0, 0.4, -0.5, 1.0]),
+            v(&[-0.2, 0.7, 0.3, -1.1, 0.9, 0.2]),
+            v(&[1.3, 0.1, -0.6, 0.8, 0.4, -0.9]),
+        ];
+        let sum = |keep: &dyn Fn(usize) -> bool| {
+            let mut out = vec![0.0; 6];
+            for (i, p) in parts.iter().enumerate().filter(|(i, _)| keep(*i)) {
+                for (o, x) in out.iter_mut().zip(&p.data) {
+                    *o += x;
+                }
+            }
+            v(&out.iter().map(|x| x * scale).collect::<Vec<_>>())
+        };
+        let reference = sum(&|_| true);
+        let run = sum(&|i| !lost.contains(&i));
+        let mut e = evidence(reference, run, Vec::new());
+        e.site = "grad.layers.0.mlp.down.weight.accumulated";
+        e.copy = None;
+        e.parts = parts;
+        e.microbatches = 4;
+        (e, axes)
+    }
+
+    /// A run of microbatches missing from the accumulated sum is named, the first or the
+    /// last, one or several; a sum of every share scaled is not a lost microbatch, and with
+    /// replicas (dp2) the parts are not the microbatches'.
+    #[test]
+    fn lost_microbatches_are_named() {
+        for (lost, words) in [
+            (&[0][..], "microbatch 0 never"),
+            (&[3][..], "microbatch 3 never"),
+            (&[0, 1][..], "microbatch 0, 1 never"),
+        ] {
+            let (e, axes) = accumulated(lost, 1.0);
+            let c = diagnose(&e, &axes);
+            assert_eq!(c.kind, Kind::PartScaled, "{lost:?}: {}", c.text);
+            assert!(c.text.contains(words), "{lost:?}: {}", c.text);
+        }
+        let (e, axes) = accumulated(&[], 0.5);
+        let c = diagnose(&e, &axes);
+        assert!(!c.text.contains("never reached"), "{}", c.text);
+        let (e, _) = accumulated(&[0], 1.0);
+        let replicas = Axes::of(&MeshConfig {
+            dp: 2,
+            tp: 2,
+            microbatches: 4,
+            ..MeshConfig::DEFAULT
+        });
+        let c = diagnose(&e, &replicas);
+        assert!(!c.text.contains("never reached"), "{}", c.text);
+    }
 }
