@@ -46,16 +46,7 @@ fn main() {
         batch: 8,
         optimizer: Optimizer::Adamw,
         lr: 1e-3,
-        clip_grad_norm: None,
-        weight_decay: None,
-        schedule: None,
-        label_smoothing: None,
-        z_loss: None,
-        dropout: None,
-        recompute: None,
-        packing: None,
-        resume: None,
-        states_at: Vec::new(),
+        ..Training::default()
     };
     let len = Length {
         steps: 4,

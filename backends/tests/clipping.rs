@@ -21,15 +21,6 @@ const LEN: Length = Length {
 fn clipped(opt: Optimizer) -> Training {
     Training {
         clip_grad_norm: Some(1.0),
-        weight_decay: None,
-        schedule: None,
-        label_smoothing: None,
-        z_loss: None,
-        dropout: None,
-        recompute: None,
-        packing: None,
-        resume: None,
-        states_at: Vec::new(),
         ..training(11, opt)
     }
 }

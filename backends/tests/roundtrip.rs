@@ -227,16 +227,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         batch: 4,
         optimizer: Optimizer::Adamw,
         lr: 1e-3,
-        clip_grad_norm: None,
-        weight_decay: None,
-        schedule: None,
-        label_smoothing: None,
-        z_loss: None,
-        dropout: None,
-        recompute: None,
-        packing: None,
-        resume: None,
-        states_at: Vec::new(),
+        ..Training::default()
     };
     let dir = tempfile::tempdir().unwrap();
     let engine = Backend::cpu();

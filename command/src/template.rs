@@ -231,16 +231,7 @@ mod tests {
             batch: 2,
             optimizer: Optimizer::Sgd,
             lr: 1e-2,
-            clip_grad_norm: None,
-            weight_decay: None,
-            schedule: None,
-            label_smoothing: None,
-            z_loss: None,
-            dropout: None,
-            recompute: None,
-            packing: None,
-            resume: None,
-            states_at: Vec::new(),
+            ..Training::default()
         };
         let mesh = MeshConfig {
             tp: 2,

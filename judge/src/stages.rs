@@ -256,16 +256,7 @@ mod tests {
             batch: 8,
             optimizer: Optimizer::Adamw,
             lr: 1e-3,
-            clip_grad_norm: None,
-            weight_decay: None,
-            schedule: None,
-            label_smoothing: None,
-            z_loss: None,
-            dropout: None,
-            recompute: None,
-            packing: None,
-            resume: None,
-            states_at: Vec::new(),
+            ..Training::default()
         };
         let sgd = Training {
             optimizer: Optimizer::Sgd,

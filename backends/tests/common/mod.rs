@@ -64,16 +64,7 @@ pub fn training(seed: u64, optimizer: meshparity_specs::Optimizer) -> Training {
         batch: 8,
         optimizer,
         lr: 1e-3,
-        clip_grad_norm: None,
-        weight_decay: None,
-        schedule: None,
-        label_smoothing: None,
-        z_loss: None,
-        dropout: None,
-        recompute: None,
-        packing: None,
-        resume: None,
-        states_at: Vec::new(),
+        ..Training::default()
     }
 }
 

@@ -89,6 +89,30 @@ pub struct Training {
     pub states_at: Vec<u32>,
 }
 
+/// `[run]`'s defaults: every optional feature off, as a spec that sets none of them trains.
+impl Default for Training {
+    fn default() -> Self {
+        Training {
+            seed: defaults::SEED,
+            steps: defaults::STEPS,
+            oracle_steps: defaults::ORACLE_STEPS,
+            batch: defaults::BATCH,
+            optimizer: Optimizer::Adamw,
+            lr: defaults::LR,
+            clip_grad_norm: None,
+            weight_decay: None,
+            schedule: None,
+            label_smoothing: None,
+            z_loss: None,
+            dropout: None,
+            recompute: None,
+            packing: None,
+            resume: None,
+            states_at: Vec::new(),
+        }
+    }
+}
+
 impl Training {
     /// The learning rate of step `t` (0-based).
     pub fn lr_at(&self, t: u32) -> f64 {
@@ -127,24 +151,7 @@ impl RunSettings {
         Self {
             name: None,
             dtype: Located::new(DType::F32, loc.clone()),
-            training: Training {
-                seed: defaults::SEED,
-                steps: defaults::STEPS,
-                oracle_steps: defaults::ORACLE_STEPS,
-                batch: defaults::BATCH,
-                optimizer: Optimizer::Adamw,
-                lr: defaults::LR,
-                clip_grad_norm: None,
-                weight_decay: None,
-                schedule: None,
-                label_smoothing: None,
-                z_loss: None,
-                dropout: None,
-                recompute: None,
-                packing: None,
-                resume: None,
-                states_at: Vec::new(),
-            },
+            training: Training::default(),
             batch: Located::new(defaults::BATCH, loc.clone()),
             output: defaults::OUTPUT.to_owned(),
             device: Located::new(Device::Cpu, loc.clone()),

@@ -54,8 +54,7 @@ fn a_job_with_every_key_set_reads_back_as_itself() {
             prompts: true,
             pad_to: Some(4),
         }),
-        resume: None,
-        states_at: Vec::new(),
+        ..Training::default()
     };
     let job = Job {
         training: &training,
