@@ -5,7 +5,7 @@
 pub mod harness;
 pub mod slurm;
 
-/// The binary from the repository root, colour off (what tests/cli.rs and tests/plan.rs run),
+/// The binary from the repository root, colour off (what tests/cli/ and tests/plan.rs run),
 /// failures not shrunk: shrinking is tested on its own (tests/shrink.rs), and the rest of the
 /// tests judge verdicts.
 pub fn cli() -> assert_cmd::Command {
