@@ -310,6 +310,41 @@ class Fused(nn.Module):
         state[prefix + "wqkv"] = torch.cat(parts)
 
 
+def check_repeated(out):
+    """A module called more than once in a step (a MoE's experts' activation, once per expert)
+    has no one value: the Tracer leaves it and its gradient out on every rank, also where only
+    one rank called it twice (the ranks agree, so their collectives match), and keeps the rest."""
+
+    class Reusing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.once = nn.Linear(3, 3, bias=False)
+            self.act = nn.SiLU()
+            self.lonely = nn.Tanh()
+
+        def forward(self, x):
+            h = self.act(self.once(x))
+            h = self.lonely(h)
+            if dist.get_rank() == 0:
+                h = self.lonely(h)  # twice on rank 0 only
+            return self.act(h)
+
+    torch.manual_seed(2)
+    m = Reusing()
+    tracer = Tracer(m, os.path.join(out, "repeated-trace"), steps=(0,))
+    tracer.begin(0)
+    m(torch.arange(6.0).reshape(2, 3)).sum().backward()
+    tracer.grads(m)
+    tracer.end()
+    assert tracer.repeated == {"act", "lonely"}, tracer.repeated
+    if dist.get_rank() != 0:
+        return
+    traced = load_file(os.path.join(out, "repeated-trace", "step0.safetensors"))
+    assert {"once", "once.bwd.in", "grad.once.weight"} <= set(traced), sorted(traced)
+    for gone in ["act", "act.bwd.in", "lonely", "lonely.bwd.in"]:
+        assert gone not in traced, (gone, sorted(traced))
+
+
 def main():
     out = sys.argv[1]
     dist.init_process_group("gloo")
@@ -320,6 +355,7 @@ def main():
     check_views(mesh, out)
     check_abort(out)
     check_tracer(mesh, out)
+    check_repeated(out)
     check_digests(mesh, out)
     check_roundtrip(mesh, out)
     assert full(3) == 3

@@ -13,7 +13,11 @@ A module's output under HF tensor parallelism is a plain local tensor (its style
 - `rotary_emb`: the same (cos, sin) on every rank for the one position row every layout uses —
   `global` (neither tp-split nor batch rows to concatenate over dp).
 
-A style this table does not know makes its site untraced rather than traced wrong.
+A style this table does not know makes its site untraced rather than traced wrong, and so are
+the leaves inside a MoE's `experts` (Qwen3-MoE's, Mixtral's `experts.act_fn`): they compute on
+the tokens in dispatch order, grouped by expert, so a rank's rows are not a slice of world size
+1's and no concatenation over dp restores them (traced, a correct fsdp2 run's first divergence
+was named there). At every world size, so the reference and the mesh trace the same sites.
 """
 
 import fnmatch
@@ -51,6 +55,9 @@ def layouts(model, tp):
             continue
         if name.endswith("rotary_emb"):
             out[name] = "global"
+            continue
+        if ".experts." in name:
+            untraced.append(name)
             continue
         if tp == 1:
             continue

@@ -6,7 +6,7 @@ import os
 import torch
 
 from .. import to_numpy
-from .collective import _collective, _gather, _is_dtensor, _rank, _settle
+from .collective import _collective, _dist, _gather, _is_dtensor, _rank, _settle
 
 
 class Tracer:
@@ -21,6 +21,13 @@ class Tracer:
     the default: the local copy), then the batch rows of the `dp` mesh dim concatenated along
     dim 0 — except for `"global"`: the same value on every rank, with no batch rows (rotary
     embeddings' cos/sin for one position row). Writes `sites.txt` (the first traced step's order) and `step{N}.safetensors`.
+
+    A module called more than once in a step (a MoE's experts' activation, called once per
+    expert on the tokens routed to it; a module object shared by several layers) has no one
+    value per step: keeping its last call wrote a value that depends on which tokens reached
+    which expert last, and localization named it as a correct run's first divergence. Such a
+    site is left out of the step's trace on every rank (the ranks agree on the set, so their
+    collectives match), its gradient too; `repeated` lists what was left out.
 
     `steps`: the 0-based step indices to trace (meshparity's traces are of the first steps);
     `modules`: globs of module names to hook (default: every module with no children).
@@ -46,6 +53,8 @@ class Tracer:
         self.step = None
         self.values = {}
         self.scalars = set()
+        self.calls = {}
+        self.repeated = set()
         self.order = None
         self.handles = []
         if self.dir is None:
@@ -70,10 +79,14 @@ class Tracer:
             out = output[0] if isinstance(output, (tuple, list)) else output
             if not isinstance(out, torch.Tensor):
                 return
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if self.calls[name] > 1:
+                self.values.pop(name, None)
+                return
             self.values[name] = out.detach().clone()
             if out.requires_grad:
                 def grad_hook(g, name=name):
-                    if self._active():
+                    if self._active() and self.calls.get(name, 0) == 1:
                         self.values[f"{name}.bwd.in"] = g.detach().clone()
                 out.register_hook(grad_hook)
         return hook
@@ -82,6 +95,7 @@ class Tracer:
         """Start step `step` (0-based): traced if meshparity asked for it."""
         self.values = {}
         self.scalars = set()
+        self.calls = {}
         self.step = step if step in self.steps else None
 
     def grads(self, model):
@@ -230,6 +244,7 @@ class Tracer:
         """Make this step's values whole (collective) and write them (rank 0)."""
         if not self._active():
             return
+        self._drop_repeated()
         names = list(self.values)
         fwd = [n for n in names if ".bwd." not in n and not n.startswith("grad.")]
         fwd = [n for n in fwd if n not in self.scalars]
@@ -270,6 +285,21 @@ class Tracer:
         _collective(f"writing trace step {self.step}", write)
         self.values = {}
         self.step = None
+
+    def _drop_repeated(self):
+        """Leave out every site some rank called more than once this step (and its gradient):
+        the union over ranks, so every rank makes the same sites whole."""
+        mine = sorted(n for n, k in self.calls.items() if k > 1)
+        every = [mine]
+        if _dist():
+            import torch.distributed as dist
+            every = [None] * dist.get_world_size()
+            dist.all_gather_object(every, mine)
+        for names in every:
+            for n in names:
+                self.repeated.add(n)
+                self.values.pop(n, None)
+                self.values.pop(f"{n}.bwd.in", None)
 
     def remove(self):
         for h in self.handles:
