@@ -18,6 +18,26 @@ const CUT: &str = "(model=qwen3 and mesh=fsdp2-tp2 and (not level=mutation or \
                    mutation=qk-norm-unreduced,loss-per-rank-mean)) or \
                    (model=llama and mesh=tp2 and not level=mutation)";
 
+/// The adapter on architectures it was not written against (tests/consumers/hf_adapter_check.py,
+/// no program run): the activation between a colwise and a rowwise projection is traced as the
+/// shard it is (StarCoder2's `mlp.act`), a MoE's experts' leaves untraced, bug switches that
+/// change nothing on a model refused (OLMo-2's plan already gathers k/v; Phi-3 has no `k_proj`),
+/// an architecture's special tokens kept inside the spec's vocabulary, heads that do not split
+/// over tp refused before the first forward. Each found by running held-out architectures.
+#[test]
+fn the_adapter_decides_right_on_architectures_it_was_not_written_for() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("python3")
+        .arg(format!("{root}/tests/consumers/hf_adapter_check.py"))
+        .env("PYTHONPATH", format!("{root}/python"))
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && log.contains("ok"), "{log}");
+}
+
 /// An HF user's whole spec (llama.toml) is at most 15 lines besides comments, names no program
 /// of its own, and plans every level and bug on its layouts; the Qwen3-only bug is planned for
 /// the Qwen3 models alone.

@@ -53,7 +53,9 @@ def main():
     try:
         trainer.Run(run).train()
     except ConfigError as e:
-        print(f"meshparity_hooks.hf: {e}", file=sys.stderr)
+        # "error:" makes it the job's first error line, ahead of torchrun's own report.
+        message = str(e).removeprefix("meshparity_hooks.hf: ")
+        print(f"meshparity_hooks.hf: error: {message}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(2)
     if dist.is_initialized():

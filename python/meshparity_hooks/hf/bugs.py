@@ -22,6 +22,8 @@ size 1 — and says what it replays:
                          draw (torchtitan PR #1363's class of bug)
 """
 
+import fnmatch
+
 import torch.distributed as dist
 
 from .model import ConfigError
@@ -58,3 +60,27 @@ def tp_overrides(bug, config):
                               f"mutation `models = [\"qwen3*\"]` in the spec")
         return {layer + "self_attn.q_norm": "replicate", layer + "self_attn.k_norm": "replicate"}
     return {}
+
+
+def check_overrides(bug, overrides, config, state_keys):
+    """A bug that changes nothing on this model is refused, not reported uncaught: an override
+    naming a module the model does not have (OLMo-2 has no `input_layernorm`, Phi-3 fuses q/k/v
+    into `qkv_proj`), or one whose style is the model's own plan's already (OLMo-2's plan
+    gathers q/k/v's outputs itself, for its norms over the whole projection)."""
+    if not overrides:
+        return
+    model_type = getattr(config, "model_type", "?")
+    modules = {k.rsplit(".", 1)[0] for k in state_keys}
+    plan = dict(getattr(config, "base_model_tp_plan", None) or {})
+    changed = False
+    for key, style in overrides.items():
+        if not any(fnmatch.fnmatch(m, key) for m in modules):
+            raise ConfigError(f"{bug} overrides `{key}`, which {model_type} does not have: the "
+                              f"mistake does not exist on this model; give the mutation "
+                              f"`models = [...]` in the spec so it runs where it does")
+        own = plan.get(key.removeprefix("model."))
+        changed = changed or own != style
+    if not changed:
+        raise ConfigError(f"{bug} changes nothing on {model_type}: its own TP plan already has "
+                          f"{', '.join(f'{k} = {v}' for k, v in overrides.items())}; give the "
+                          f"mutation `models = [...]` in the spec so it runs where it is a bug")

@@ -7,7 +7,8 @@ A module's output under HF tensor parallelism is a plain local tensor (its style
 - `rowwise`, `colwise_gather_output`, `embedding_rowwise`, … (Replicate out): the local copy is
   the whole — `replicate`;
 - sites whose output the plan does not set but that compute on a sharded value: `mlp.act_fn`
-  takes `gate_proj`'s shard (`shard:-1`), Qwen3's `q_norm`/`k_norm` (planned
+  takes `gate_proj`'s shard (`shard:-1`), as any parameterless leaf between a colwise and a
+  rowwise sibling does (StarCoder2's `mlp.act` between `c_fc` and `c_proj`), Qwen3's `q_norm`/`k_norm` (planned
   `replicated_with_grad_allreduce`, a style of the parameter's gradient) normalize this rank's
   heads of `q_proj`/`k_proj` (`[B, S, heads, head_dim]`: `shard:-2`);
 - `rotary_emb`: the same (cos, sin) on every rank for the one position row every layout uses —
@@ -45,6 +46,18 @@ def _style(plan, site):
     return None
 
 
+def _between_split_projections(plan, model, name, module):
+    """Whether `module` holds no parameters and sits beside a projection whose output is split
+    over tp (colwise) and one that takes a split input (rowwise): the MLP's activation, between
+    its up and down projections, whatever the architecture names them."""
+    if any(True for _ in module.parameters(recurse=False)) or "." not in name:
+        return False
+    parent = name.rsplit(".", 1)[0]
+    siblings = [f"{parent}.{n}" for n, _ in model.get_submodule(parent).named_children()]
+    styles = {_style(plan, s) for s in siblings}
+    return bool(styles & set(SHARDED_OUT)) and bool(styles & {"rowwise"})
+
+
 def layouts(model, tp):
     """(layouts, untraced): the Tracer's `layouts` ({site: layout}) for every leaf module of
     `model` under `tp` ranks, and the sites whose layout is unknown (left untraced)."""
@@ -63,7 +76,11 @@ def layouts(model, tp):
             continue
         style = _style(plan, name)
         follow = next((f for f in FOLLOWS if name.endswith(f[0])), None)
-        if style in SHARDED_OUT:
+        if style is None and follow is None and _between_split_projections(plan, model, name, m):
+            # An activation between a column-split and a row-split projection (StarCoder2's
+            # `mlp.act` after `c_fc`, any MLP's whatever its names): it acts on the shard.
+            out[name] = "shard:-1"
+        elif style in SHARDED_OUT:
             out[name] = SHARDED_OUT[style]
         elif style in PARAMETER_ONLY | {None} and follow is not None:
             # The style is about the parameter (its gradient's all-reduce); the output is split

@@ -71,11 +71,37 @@ def config_of(run):
         config = CONFIG_MAPPING[run.architecture](
             **shape, **extra, tie_word_embeddings=run.tie_embeddings,
             max_position_embeddings=max(64, run.seq), rms_norm_eps=1e-6)
-    for key in ("attention_dropout", "hidden_dropout", "dropout"):
-        if hasattr(config, key):
+        # An architecture's default special tokens are ids of its own vocabulary (Phi-3's pad
+        # id 32000): outside the spec's, its embedding refuses the padding index. Nothing here
+        # pads or stops on them, so they are dropped.
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            ids = getattr(config, key, None)
+            if ids is not None and any(i >= run.vocab for i in (ids if isinstance(ids, list)
+                                                                 else [ids])):
+                setattr(config, key, None)
+    # Every dropout probability, whatever the architecture calls it (`attention_dropout`,
+    # Phi-3's `resid_pdrop`, StarCoder2's `residual_dropout`): the spec's dropout streams are
+    # the built-in engine's.
+    for key, value in config.to_dict().items():
+        if isinstance(value, float) and ("dropout" in key or key.endswith("pdrop")):
             setattr(config, key, 0.0)
     config._attn_implementation = "sdpa"
+    _heads_split(config, run.tp)
     return config
+
+
+def _heads_split(config, tp):
+    """transformers' TP plans shard q/k/v by heads: a count that does not divide by tp fails
+    deep in the first forward (a reshape of half a head); say which and why before it."""
+    if tp <= 1:
+        return
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    for what, n in (("attention heads", heads), ("key/value heads", kv)):
+        if n and n % tp:
+            raise ConfigError(f"{config.model_type}: {n} {what} do not split over tp {tp} "
+                              f"(transformers' TP plan shards q/k/v projections by heads); "
+                              f"use a tp that divides {n}, or more heads")
 
 
 def model_class(config):

@@ -108,6 +108,8 @@ class Run:
         run.tp_overrides = bugs.tp_overrides(run.bug, self.config)
         self.dtype = DTYPES[run.dtype]
         state = models.initial_state(run, self.config, bugs.init_seed(run.bug, run.seed))
+        if run.tp > 1:
+            bugs.check_overrides(run.bug, run.tp_overrides, self.config, state)
         self.model = models.load(run, self.config, state, self.dtype)
         self.model.train()
         self.mesh = _mesh(self.model)
