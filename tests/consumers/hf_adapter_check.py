@@ -46,16 +46,21 @@ def main():
     _, m = built("qwen3_moe")
     for tp in (1, 2):
         assert "model.layers.0.mlp.experts.act_fn" in layout.layouts(m, tp)[1], tp
-    # Bug switches: a module the model lacks, or the plan's own style already, is refused.
+    # Bug switches: one with no module of the model to act on, or only the plan's own style
+    # already, is refused; a norm the model lacks is dropped from the ones that take the bug.
     for arch, bug, words in [("olmo2", "kv-gather-output", "changes nothing on olmo2"),
-                             ("olmo2", "norm-grad-twice", "which olmo2 does not have"),
                              ("phi3", "kv-gather-output", "which phi3 does not have")]:
         config, m = built(arch)
         overrides = bugs.tp_overrides(bug, config)
         refused(lambda: bugs.check_overrides(bug, overrides, config, m.state_dict()), words)
+    config, m = built("olmo2")
+    kept = bugs.check_overrides("norm-grad-twice", bugs.tp_overrides("norm-grad-twice", config),
+                                config, m.state_dict())
+    assert list(kept) == ["model.layers.*.post_attention_layernorm"], kept
     config, m = built("llama")
     for bug in ("kv-gather-output", "norm-grad-twice"):
-        bugs.check_overrides(bug, bugs.tp_overrides(bug, config), config, m.state_dict())
+        want = bugs.tp_overrides(bug, config)
+        assert bugs.check_overrides(bug, want, config, m.state_dict()) == want, bug
     # Configs: special tokens outside the spec's vocabulary dropped, every dropout off, heads
     # that do not split over tp refused before the first forward.
     config = model.config_of(run("phi3"))

@@ -63,24 +63,25 @@ def tp_overrides(bug, config):
 
 
 def check_overrides(bug, overrides, config, state_keys):
-    """A bug that changes nothing on this model is refused, not reported uncaught: an override
-    naming a module the model does not have (OLMo-2 has no `input_layernorm`, Phi-3 fuses q/k/v
-    into `qkv_proj`), or one whose style is the model's own plan's already (OLMo-2's plan
-    gathers q/k/v's outputs itself, for its norms over the whole projection)."""
+    """The overrides of `bug` this model has a module for; a bug left with none, or whose
+    overrides are the model's own plan already, is refused rather than reported uncaught:
+    Phi-3 fuses q/k/v into `qkv_proj` (no `k_proj` to gather), OLMo-2's plan gathers q/k/v's
+    outputs itself (for its norms over the whole projection). A norm the model lacks is
+    dropped: OLMo-2 has no `input_layernorm`, its `post_attention_layernorm` takes the bug."""
     if not overrides:
-        return
+        return overrides
     model_type = getattr(config, "model_type", "?")
     modules = {k.rsplit(".", 1)[0] for k in state_keys}
+    kept = {key: style for key, style in overrides.items()
+            if any(fnmatch.fnmatch(m, key) for m in modules)}
+    if not kept:
+        raise ConfigError(f"{bug} overrides {', '.join(f'`{k}`' for k in overrides)}, which "
+                          f"{model_type} does not have: the mistake does not exist on this "
+                          f"model; give the mutation `models = [...]` in the spec so it runs "
+                          f"where it does")
     plan = dict(getattr(config, "base_model_tp_plan", None) or {})
-    changed = False
-    for key, style in overrides.items():
-        if not any(fnmatch.fnmatch(m, key) for m in modules):
-            raise ConfigError(f"{bug} overrides `{key}`, which {model_type} does not have: the "
-                              f"mistake does not exist on this model; give the mutation "
-                              f"`models = [...]` in the spec so it runs where it does")
-        own = plan.get(key.removeprefix("model."))
-        changed = changed or own != style
-    if not changed:
+    if all(plan.get(key.removeprefix("model.")) == style for key, style in kept.items()):
         raise ConfigError(f"{bug} changes nothing on {model_type}: its own TP plan already has "
-                          f"{', '.join(f'{k} = {v}' for k, v in overrides.items())}; give the "
+                          f"{', '.join(f'{k} = {v}' for k, v in kept.items())}; give the "
                           f"mutation `models = [...]` in the spec so it runs where it is a bug")
+    return kept

@@ -8,9 +8,10 @@ A module's output under HF tensor parallelism is a plain local tensor (its style
   the whole — `replicate`;
 - sites whose output the plan does not set but that compute on a sharded value: `mlp.act_fn`
   takes `gate_proj`'s shard (`shard:-1`), as any parameterless leaf between a colwise and a
-  rowwise sibling does (StarCoder2's `mlp.act` between `c_fc` and `c_proj`), Qwen3's `q_norm`/`k_norm` (planned
-  `replicated_with_grad_allreduce`, a style of the parameter's gradient) normalize this rank's
-  heads of `q_proj`/`k_proj` (`[B, S, heads, head_dim]`: `shard:-2`);
+  rowwise sibling does (StarCoder2's `mlp.act` between `c_fc` and `c_proj`); Qwen3's
+  `q_norm`/`k_norm` (planned `replicated_with_grad_allreduce`, a style of the parameter's
+  gradient) normalize this rank's heads of `q_proj`/`k_proj` (`[B, S, heads, head_dim]`:
+  `shard:-2`);
 - `rotary_emb`: the same (cos, sin) on every rank for the one position row every layout uses —
   `global` (neither tp-split nor batch rows to concatenate over dp).
 

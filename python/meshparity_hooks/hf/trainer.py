@@ -109,7 +109,8 @@ class Run:
         self.dtype = DTYPES[run.dtype]
         state = models.initial_state(run, self.config, bugs.init_seed(run.bug, run.seed))
         if run.tp > 1:
-            bugs.check_overrides(run.bug, run.tp_overrides, self.config, state)
+            run.tp_overrides = bugs.check_overrides(run.bug, run.tp_overrides, self.config,
+                                                    state)
         self.model = models.load(run, self.config, state, self.dtype)
         self.model.train()
         self.mesh = _mesh(self.model)
