@@ -115,7 +115,7 @@ fn smoothed_meshes_match_world_size_one_and_catch_the_local_vocabulary_share() {
         .join("shrunk")
         .join(repro.expect("the job shrank"));
     let repro = std::fs::read_to_string(repro).unwrap();
-    assert!(repro.contains("label_smoothing = 1e-1"), "{repro}");
+    assert!(repro.contains("label_smoothing = 0.1"), "{repro}");
 }
 
 /// The same reference without smoothing computes another loss: ε is not ignored.

@@ -320,8 +320,8 @@ mod tests {
             v(&[1.3, 0.1, -0.6, 0.8, 0.4, -0.9]),
         ];
         let sum = |keep: &dyn Fn(usize) -> bool| {
-            let mut out = vec![0.0; 6];
-            for (i, p) in parts.iter().enumerate().filter(|(i, _)| keep(*i)) {
+            let mut out = [0.0; 6];
+            for (_, p) in parts.iter().enumerate().filter(|&(i, _)| keep(i)) {
                 for (o, x) in out.iter_mut().zip(&p.data) {
                     *o += x;
                 }
