@@ -2,7 +2,7 @@
 //! settings write it back into a spec (the repro spec a shrink leaves is serialized from these
 //! entries, not written by hand) and what `{{key}}` expands to in a command engine's templates.
 //! The schema's `Run` table and the decoder are held to this list by tests (`schema/tests.rs`,
-//! `run/tests.rs`), so adding a key is one entry here plus its meaning: its field on
+//! specs/tests/run_keys.rs), so adding a key is one entry here plus its meaning: its field on
 //! [`Training`], its decoding and validation in `mod.rs`, its documentation in the schema.
 
 use crate::decode::Keyword;

@@ -294,6 +294,3 @@ fn schedule(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, training: &Training) -> Opt
     }
     Some(s)
 }
-
-#[cfg(test)]
-mod tests;

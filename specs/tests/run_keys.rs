@@ -1,12 +1,13 @@
-//! The keys' table against the decoder: a job's settings written back through the table read
-//! back as the same settings, every key set and none.
+//! `[run]`'s keys' table (specs/src/run/keys.rs) against the decoder: a job's settings written
+//! back through the table read back as the same settings, every key set and none. Outside the
+//! crate: the decoder reaches the whole spec loader, which the `run` module must not import.
 
 use std::path::Path;
 
-use super::keys::{self, Job};
-use super::*;
-use crate::features::Recompute;
-use crate::schedule::{LrDecay, LrSchedule};
+use meshparity_specs::run::keys::{self, Job};
+use meshparity_specs::run::RunSettings;
+use meshparity_specs::schedule::{LrDecay, LrSchedule};
+use meshparity_specs::{DType, Dropout, Loc, Optimizer, Packing, Recompute, SourceFile, Training};
 
 /// `[run]` from the table, around one model, mesh and level: the spec a repro writes.
 fn round_trip(job: Job<'_>) -> (Training, DType) {
@@ -15,14 +16,18 @@ fn round_trip(job: Job<'_>) -> (Training, DType) {
         "[run]\n{run}\n[models.m]\nlayers = 1\nhidden = 16\nheads = 2\nffn = 16\nvocab = 32\n\
          seq_len = 8\n[meshes.tp2]\ntp = 2\n[[matrix]]\nlevels = [\"oracle\"]\n"
     );
-    let loaded = crate::load_text(Path::new("repro.toml"), text.clone(), &crate::Disk)
-        .unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+    let loaded = meshparity_specs::load_text(
+        Path::new("repro.toml"),
+        text.clone(),
+        &meshparity_specs::Disk,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}\n{text}"));
     let run = loaded.spec.run;
     (run.training, run.dtype.value)
 }
 
 fn plain() -> Training {
-    let file = crate::SourceFile::new("repro.toml", "");
+    let file = SourceFile::new("repro.toml", "");
     RunSettings::defaults(Loc::new(&file, 0..0)).training
 }
 
