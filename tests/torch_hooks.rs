@@ -3,7 +3,7 @@
 //! raised on every rank (a meta tensor on the last rank, an unwritable directory on rank 0,
 //! different tensors per rank) instead of a hang; traces of a TP × DP run equal to world size
 //! 1's, site by site, in world-size-1 shape; replica digests that see one TP rank's layer norm
-//! drift; a seed checkpoint through torch.distributed.checkpoint and back, bit for bit;
+//! drift; each rank's inputs gathered into one file the binary reads; a seed checkpoint through torch.distributed.checkpoint and back, bit for bit;
 //! transposed, strided and expanded views written by Writer, Recorder and Tracer read back as
 //! their logical values (they were written in storage order).
 //! The checks are tests/consumers/torch_hooks_check.py; each rank prints `rank R: ok`.
@@ -48,6 +48,11 @@ fn run_at(world: usize) {
             "world {world}, rank {r}: {log}"
         );
     }
+    // The gathered inputs read back as the binary reads them: every rank at both steps.
+    let inputs = out.path().join("inputs/inputs.jsonl");
+    let read = meshparity_engine::inputs::read(&inputs).unwrap();
+    assert_eq!(read.len(), 2, "{read:?}");
+    assert!(read.values().all(|ranks| ranks.len() == world), "{read:?}");
 }
 
 #[test]

@@ -188,6 +188,15 @@ impl Batch {
     }
 
     /// Rows `start..start + n` (a data-parallel shard or a microbatch).
+    /// Each row's digest ([`meshparity_engine::inputs::row_digest`] of its token ids, padding
+    /// included): what a rank that takes rows `start..start + n` trained on.
+    pub fn row_digests(&self, start: usize, n: usize) -> Vec<String> {
+        self.tokens[start * self.seq_len..(start + n) * self.seq_len]
+            .chunks(self.seq_len.max(1))
+            .map(meshparity_engine::inputs::row_digest)
+            .collect()
+    }
+
     pub fn rows(&self, start: usize, n: usize) -> Batch {
         let span = start * self.seq_len..(start + n) * self.seq_len;
         Batch {

@@ -62,10 +62,12 @@ pub struct Collected {
 pub enum Expect {
     /// Every mapped file; the round trip's only when the run was handed `{{seed_checkpoint}}`.
     Whole { converts: bool },
-    /// The part of a `[[resume]]` pair's run that saves: its curve up to the checkpoint and the
-    /// first step's gradients; the weights too when they are taken before the checkpoint.
+    /// The part of a `[[resume]]` pair's run that saves: its curve and inputs up to the
+    /// checkpoint and the first step's gradients; the weights too when they are taken before
+    /// the checkpoint.
     Saving { weights: bool },
-    /// The part that resumes: its curve after the checkpoint, the weights, the digests.
+    /// The part that resumes: its curve and inputs after the checkpoint, the weights, the
+    /// digests.
     Resumed { weights: bool },
 }
 
@@ -73,8 +75,12 @@ impl Expect {
     fn wants(self, key: &str) -> bool {
         match self {
             Expect::Whole { converts } => key != "roundtrip" || converts,
-            Expect::Saving { weights } => key == "grads" || (weights && key == "weights"),
-            Expect::Resumed { weights } => key == "digests" || (weights && key == "weights"),
+            Expect::Saving { weights } => {
+                key == "grads" || key == "inputs" || (weights && key == "weights")
+            }
+            Expect::Resumed { weights } => {
+                key == "digests" || key == "inputs" || (weights && key == "weights")
+            }
         }
     }
 }
@@ -163,6 +169,19 @@ pub fn collect(
         }
         _ => None,
     };
+    if let Some(file) = map.inputs.as_ref().filter(|_| expect.wants("inputs")) {
+        let path = found(out, &file.value, "inputs", argv)?;
+        let inputs =
+            meshparity_engine::inputs::read(&path).map_err(|e| CollectError::Malformed {
+                path: path.display().to_string(),
+                key: "inputs",
+                message: e.to_string(),
+                argv: argv.to_owned(),
+            })?;
+        let dst = out.join(files::INPUTS);
+        meshparity_engine::inputs::write(&dst, &inputs).map_err(io(&dst))?;
+        written.push(files::INPUTS.to_owned());
+    }
     if let Some(steps) = steps {
         let path = out.join(files::CURVE);
         let lines: String = steps.iter().map(line).collect();

@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use meshparity_engine::{checkpoint, files, Engine, EngineError, Manifest, RunRequest};
+use meshparity_engine::{checkpoint, files, inputs, Engine, EngineError, Manifest, RunRequest};
 use meshparity_specs::ResumeFrom;
 
 use crate::collect::{self, Collected, Expect};
@@ -93,13 +93,19 @@ pub(crate) fn run(
         let bytes = checkpoint::encode(tensors).map_err(|e| fail(engine, e))?;
         put(&out.join(name), &bytes)?;
     }
-    for name in a.written.iter().filter(|n| *n != files::CURVE) {
+    // The curve and the inputs are joined at the checkpoint below; the rest is one part's.
+    let joined = |n: &&String| *n != files::CURVE && *n != files::INPUTS;
+    for name in a.written.iter().filter(joined) {
         let from = saving.join(name);
         let bytes = std::fs::read(&from).map_err(EngineError::io("reading", &from))?;
         put(&out.join(name), &bytes)?;
         written.push(name.clone());
     }
-    written.extend(b.written.iter().filter(|n| *n != files::CURVE).cloned());
+    written.extend(b.written.iter().filter(joined).cloned());
+    if b.written.iter().any(|n| n == files::INPUTS) {
+        join_inputs(&saving, &out, at).map_err(|e| fail(engine, e))?;
+        written.push(files::INPUTS.to_owned());
+    }
     let steps = if map.curve.is_some() || map.log.is_some() {
         written.push(files::CURVE.to_owned());
         join_curves(&saving, &out, at).map_err(|e| fail(engine, e))?
@@ -184,6 +190,30 @@ fn join_curves(saving: &Path, out: &Path, at: u64) -> Result<usize, ResumeError>
         message: e.to_string(),
     })?;
     Ok(numbers.len())
+}
+
+/// The rows each rank took over the whole run: the saving run's steps up to `at` (where it
+/// recorded them), the resumed run's after; written over the resumed run's. Gaps are the
+/// judge's to name ([`meshparity_engine::inputs`]).
+fn join_inputs(saving: &Path, out: &Path, at: u64) -> Result<(), ResumeError> {
+    let read = |dir: &Path| {
+        let path = dir.join(files::INPUTS);
+        match path.is_file() {
+            true => inputs::read(&path).map_err(|e| ResumeError::Io {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            }),
+            false => Ok(inputs::Inputs::new()),
+        }
+    };
+    let mut joined = read(saving)?;
+    joined.retain(|step, _| *step <= at);
+    joined.extend(read(out)?.into_iter().filter(|(step, _)| *step > at));
+    let path = out.join(files::INPUTS);
+    inputs::write(&path, &joined).map_err(|e| ResumeError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 #[cfg(test)]

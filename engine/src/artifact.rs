@@ -62,6 +62,9 @@ pub mod files {
     pub const RESUME_SAVED: &str = "resume-saved.safetensors";
     /// The sharded checkpoint the first mesh saved ([`crate::sharded`]).
     pub const RESUME_CHECKPOINT: &str = "resume-checkpoint";
+    /// The rows each rank trained on, per step, as digests ([`crate::inputs`]); held to the
+    /// reference's by the curve level where both runs wrote them.
+    pub const INPUTS: &str = "inputs.jsonl";
 
     /// The whole training state after `step` updates, merged to world-size-1 names as
     /// `RESUME_SAVED` holds it: a reference keeps one for each step its training's

@@ -10,6 +10,7 @@
 //!   them, and a checkpoint sharded over ranks with an index of each shard's slice;
 //! - [`trace`] — the per-site trace an engine writes for localization (and the trace level);
 //! - [`traced`] — runs that wrote their trace as they trained, for a later trace to copy;
+//! - [`inputs`] — the rows each rank trained on, per step, as digests;
 //! - [`routing`] — the moe family's routing artifact;
 //! - [`replay`] — the reference's routing that mesh runs replay;
 //! - [`optimizer`] — world size 1's optimizer (constants, decay groups, the update) and the
@@ -21,6 +22,7 @@ pub mod artifact;
 pub mod checkpoint;
 pub mod engine;
 pub mod heap;
+pub mod inputs;
 pub mod optimizer;
 pub mod replay;
 pub mod routing;

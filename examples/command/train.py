@@ -49,6 +49,7 @@ import sys
 import time
 
 import sharded_checkpoint
+from meshparity_hooks import inputs
 
 
 RESUME_BUGS = ["resume-moments-dropped", "resume-step-reset", "resume-data-position-reset"]
@@ -235,6 +236,12 @@ def main():
             data = np.random.default_rng([a.seed, position + 1])
             tokens = data.integers(0, a.vocab, (a.batch, a.seq + 1))
             x, y = jnp.asarray(tokens[:, :-1]), jnp.asarray(tokens[:, 1:])
+            # The rows each device trains on (its data-parallel block), recorded for
+            # meshparity to hold to the reference's (`artifacts.inputs`).
+            x = jax.device_put(x, NamedSharding(mesh, P("dp")))
+            devices = list(mesh.devices.flat)
+            rows = {devices.index(s.device): np.asarray(s.data) for s in x.addressable_shards}
+            inputs.write(os.path.join(a.out, "inputs.jsonl"), k + 1, rows, truncate=k == done)
             opt_step, position = opt_step + 1, position + 1
             start = time.perf_counter()
             params, opt, loss_array, logits, grads, sites = step(

@@ -126,7 +126,9 @@ impl Sides<'_> {
             }
             Level::Curve => {
                 let (c, l) = self.curve()?;
-                return Ok((vec![c], Some(l)));
+                let mut c = vec![c];
+                c.extend(self.inputs(resumed)?);
+                return Ok((c, Some(l)));
             }
             Level::Oracle => {
                 let mut c = vec![
@@ -140,6 +142,7 @@ impl Sides<'_> {
                 if self.run.has(files::OPTIMIZER_STEP) {
                     c.push(self.optimizer_step()?);
                 }
+                c.extend(self.inputs(resumed)?);
                 c
             }
             Level::Routing => vec![self.routing()?],
@@ -331,6 +334,23 @@ impl Sides<'_> {
                 candidate: losses(&b)?,
             },
         ))
+    }
+
+    /// The rows each rank trained on against the reference's ([`crate::inputs`]), on the
+    /// levels that train past the first step (curve and oracle: a mutation's staged check may
+    /// stop at either), where both recorded them: a run that recorded none is judged without (an engine or program that
+    /// does not record its inputs), a reference without them while the run has them is too
+    /// little.
+    fn inputs(&self, resumed: bool) -> Result<Option<Comparison>, JudgeError> {
+        if !self.run.has(files::INPUTS) {
+            return Ok(None);
+        }
+        let (a, b) = self.paths(files::INPUTS, files::INPUTS)?;
+        let at = resumed
+            .then_some(self.judge.training.resume.as_ref())
+            .flatten();
+        let at = at.map(|r| r.at as u64);
+        crate::inputs::judge(&a, &b, at, self.level).map(Some)
     }
 
     /// A resumed run's whole state, at its checkpoint and after `oracle_steps`, against the

@@ -13,7 +13,8 @@
 //! - [`update`] — weight updates, what the oracle level compares;
 //! - [`optimizer_step`] — a mesh's optimizer step replayed with world size 1's optimizer;
 //! - [`derived`] — what a judge derives (updates, a resumed state's view), compared in memory;
-//! - [`resumed`] — a resumed run's state against the uninterrupted run's;
+//! - [`resumed`] — a resumed run's state against the uninterrupted run's; [`inputs`] — the rows
+//!   each rank trained on against the reference's, step by step;
 //! - [`vacuity`] — a level passes only against a reference that computes and trains;
 //! - [`locate`] — the first traced site where a run leaves the reference ([`site`]: what it
 //!   reports); [`bound`] — the error-analysis bound beside each site's limit; [`cause`] — the
@@ -37,6 +38,7 @@ pub mod error;
 pub mod finding;
 pub mod gate;
 pub mod gate_site;
+pub mod inputs;
 pub mod json;
 pub mod judge;
 pub mod locate;

@@ -78,6 +78,7 @@ class Recorder:
         # The metrics file is emptied at the first metric, not here: a Recorder that only
         # writes tensors (into a trace directory, say) leaves a metrics file there alone.
         self.fresh = truncate
+        self.fresh_inputs = truncate
         if self.writer:
             os.makedirs(out, exist_ok=True)
 
@@ -96,6 +97,16 @@ class Recorder:
         line = line.replace('"-inf"', "-Infinity")
         with open(self.metrics_path, "a") as f:
             f.write(line + "\n")
+
+    def inputs(self, step, ranks, name="inputs.jsonl"):
+        """Step `step`'s lines of `name`: `ranks` maps each rank (device) to the rows it trained
+        on, token ids [rows, tokens] (`meshparity_hooks.inputs`; map it as `artifacts.inputs`)."""
+        if not self.writer:
+            return
+        from .inputs import write
+
+        write(os.path.join(self.out, name), step, ranks, truncate=self.fresh_inputs)
+        self.fresh_inputs = False
 
     def tensors(self, name, tensors):
         """A safetensors file of `tensors` ({name: tensor}); scalars become shape [1]."""

@@ -250,6 +250,30 @@ def check_digests(mesh, out):
         assert on_disk == d
 
 
+def check_inputs(mesh, out):
+    """Each rank's rows (its dp block of the batch), gathered: rank 0's file holds every rank's
+    line for each step, each rank's digests of its own rows, written once per step."""
+    from meshparity_hooks.inputs import row_digests
+
+    w = Writer(os.path.join(out, "inputs"))
+    dp = mesh["dp"].get_local_rank()
+    rows = 4 // mesh["dp"].size()
+    for step in (1, 2):
+        ids = torch.arange(4 * 6).reshape(4, 6) + 100 * step
+        mine = ids[dp * rows:(dp + 1) * rows]
+        w.inputs(step, mine.t().contiguous().t())  # a strided view: its logical rows
+    if dist.get_rank() == 0:
+        lines = [json.loads(line) for line in open(os.path.join(out, "inputs", "inputs.jsonl"))]
+        world = dist.get_world_size()
+        assert [(x["step"], x["rank"]) for x in lines] == [
+            (s, r) for s in (1, 2) for r in range(world)], lines
+        # The last rank's rows at step 2: the last dp block.
+        last = mesh["dp"].size() - 1
+        ids = torch.arange(24).reshape(4, 6) + 200
+        assert lines[-1]["rows"] == row_digests(ids[last * rows:(last + 1) * rows]), lines[-1]
+        assert all(len(x["rows"]) == rows for x in lines), lines
+
+
 def check_roundtrip(mesh, out):
     """Full seed → sharded DCP save → load → gathered: the seed, bit for bit."""
     from safetensors.torch import save_file
@@ -357,6 +381,7 @@ def main():
     check_tracer(mesh, out)
     check_repeated(out)
     check_digests(mesh, out)
+    check_inputs(mesh, out)
     check_roundtrip(mesh, out)
     assert full(3) == 3
     print(f"rank {dist.get_rank()}: ok", flush=True)

@@ -108,16 +108,61 @@ fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_e
 /// Without the state comparison, the continuation alone (the curve over every step and the
 /// weights after `oracle_steps`, against the uninterrupted run) catches every bug in f32. (In
 /// bf16 it misses the router bias's: routing is replayed, so only the bias itself differs, under
-/// the layer-averaged bf16 gate; docs/verdicts.md.)
+/// the layer-averaged bf16 gate; docs/verdicts.md.) The data position's is named as such: the
+/// curve level holds the rows each rank trained on to the reference's, and the first step
+/// after the resumption took step 1's; every other bug leaves the inputs right.
 #[test]
 fn the_continuation_alone_catches_every_resumption_bug() {
     let fx = fixture(&spec(r#"["curve", "oracle"]"#, r#"["f32"]"#));
     let r = run_passing(fx.path());
+    let inputs = |j: &serde_json::Value| -> Vec<serde_json::Value> {
+        let levels = j["detail"]["levels"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        levels
+            .iter()
+            .chain([&j["detail"]])
+            .flat_map(|o| o["comparisons"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["what"] == "inputs")
+            .collect()
+    };
     for (bug, _) in BUGS {
         for j in bug_jobs(&r, bug) {
             let summary = j["summary"].as_str().unwrap();
             assert!(summary.starts_with("caught by"), "{bug}: {summary}");
+            let data = bug == "resume-data-position-reset";
+            for c in inputs(j) {
+                assert_eq!(c["passed"] == false, data, "{bug}: {c:#}");
+            }
+            if data {
+                assert!(
+                    summary.contains("first divergence: the inputs, before any computation")
+                        && summary.contains("at step 3 (after resuming from step 2's")
+                        && summary.contains("the rows the reference took at step 1")
+                        && summary.contains("was not restored"),
+                    "{summary}"
+                );
+                assert_eq!(j["detail"]["localized_as_injected"], true, "{j:#}");
+            }
         }
+    }
+    // Every correct pair's curve level compared each rank's rows at every step.
+    let curves: Vec<_> = r["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["level"] == "curve" && j["mesh"].as_str().unwrap().contains("-to-"))
+        .collect();
+    assert!(curves.len() >= 10, "{} pairs' curves", curves.len());
+    for j in curves {
+        let c = inputs(j);
+        assert!(c.len() == 1 && c[0]["passed"] == true, "{j:#}");
+        assert!(
+            c[0]["compared"].as_u64().unwrap() >= 5 * 8 * 2,
+            "{:#}",
+            c[0]
+        );
     }
 }
 

@@ -6,7 +6,9 @@ use crate::common::harness::meshparity;
 /// A user's own program resumes through the command engine (the JAX example, issue 38 item 3):
 /// saved under tensor parallelism and resumed under data parallelism, it matches the
 /// uninterrupted run; each resumption bug the program declares is caught, named at the first
-/// state entry or step that differs. The example's other pair (saved on one device, resumed
+/// state entry or step that differs — the data position, which the program keeps outside its
+/// merged state, by the rows each device trained on (`artifacts.inputs`): after the resumption
+/// they are the reference's of step 1, and localization says so before any trace. The example's other pair (saved on one device, resumed
 /// under tp2) runs the same program and code path: 52 s of CI's budget, left to
 /// `meshparity run examples/command/jax-resume.toml`.
 #[test]
@@ -34,6 +36,16 @@ fn a_jax_program_resumes_on_another_layout() {
         }
         // The merged state the `from` mesh saved and the resumed run's after `oracle_steps`,
         // against the reference's at those steps.
+        // Every correct level that trains past the checkpoint held the devices' rows to the
+        // reference's at every step.
+        if name.ends_with("/curve") || name.ends_with("/oracle") {
+            let rows = comparisons(j).into_iter().find(|c| c["what"] == "inputs");
+            let rows = rows.unwrap_or_else(|| panic!("{name}: no inputs judged: {j:#}"));
+            assert!(
+                rows["passed"] == true && rows["compared"].as_u64() >= Some(40),
+                "{rows:#}"
+            );
+        }
         if name.ends_with("/oracle") {
             let judged = judged_states(j);
             let after = judged
@@ -49,11 +61,19 @@ fn a_jax_program_resumes_on_another_layout() {
         let says = [
             ("resume-moments-dropped", "resumed state differs: `exp_avg."),
             ("resume-step-reset", "resumed state differs: `step`"),
-            ("resume-data-position-reset", "at step 3"),
+            (
+                "resume-data-position-reset",
+                "first divergence: the inputs, before any computation: rank 0 trained at step 3 \
+                 (after resuming from step 2's checkpoint) on the rows the reference took at \
+                 step 1",
+            ),
         ];
         if let Some((_, says)) = says.iter().find(|(b, _)| name.contains(&format!("[{b}]"))) {
             assert!(summary.starts_with("caught by"), "{name}: {summary}");
             assert!(summary.contains(says), "{name}: {summary}");
+            if name.contains("data-position") {
+                assert_eq!(j["detail"]["localized_as_injected"], true, "{j:#}");
+            }
             caught += 1;
         }
     }
@@ -157,7 +177,7 @@ fn a_final_state_is_judged_only_where_the_program_writes_it() {
     }
     let line = "    \"--state-at\", \"{{state_at}}\", \"--state-dir\", \"{{state_dir}}\",\n";
     let writes = "                merged(a.state_dir, params, opt, opt_step)\n";
-    let engine = std::fs::read_to_string(example().join("jax.toml")).unwrap();
+    let engine = jax_toml();
     let program = std::fs::read_to_string(example().join("train.py")).unwrap();
     assert!(engine.contains(line) && program.contains(writes));
     let cases = [
@@ -223,11 +243,27 @@ fn example() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/command")
 }
 
+/// The JAX example's engine, its hooks (`PYTHONPATH`, relative to the example's directory)
+/// found from any directory.
+fn jax_toml() -> String {
+    let text = std::fs::read_to_string(example().join("jax.toml")).unwrap();
+    let hooks = example().join("../../python");
+    let relative = "PYTHONPATH = \"../../python\"";
+    assert!(text.contains(relative));
+    text.replace(
+        relative,
+        &format!("PYTHONPATH = {:?}", hooks.display().to_string()),
+    )
+}
+
 /// A scratch directory holding `files` of the JAX example, to run or edit there.
 fn jax_example(files: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for f in files {
         std::fs::copy(example().join(f), dir.path().join(f)).unwrap();
+    }
+    if files.contains(&"jax.toml") {
+        std::fs::write(dir.path().join("jax.toml"), jax_toml()).unwrap();
     }
     dir
 }
@@ -241,7 +277,7 @@ fn a_program_that_does_not_write_what_it_loaded_is_told_so() {
         return;
     }
     let dir = jax_example(&["train.py", "sharded_checkpoint.py", "jax-resume.toml"]);
-    let engine = std::fs::read_to_string(example().join("jax.toml")).unwrap();
+    let engine = jax_toml();
     let without = engine.replace(", \"--loaded-dir\", \"{{loaded_dir}}\"", "");
     assert_ne!(engine, without);
     std::fs::write(dir.path().join("jax.toml"), without).unwrap();

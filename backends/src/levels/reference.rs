@@ -110,6 +110,11 @@ pub(crate) fn write_trained(
     }
     artifact::write_curve(&path, &rec.losses[..steps], &extra).map_err(io(&path))?;
     written.push(files::CURVE.to_owned());
+    if !rec.inputs.is_empty() {
+        let path = dir.join(files::INPUTS);
+        meshparity_engine::inputs::write(&path, &rec.inputs).map_err(io(&path))?;
+        written.push(files::INPUTS.to_owned());
+    }
     Ok(())
 }
 

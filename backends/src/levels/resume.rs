@@ -264,6 +264,8 @@ fn join(a: Record, b: Record) -> Record {
     divergent.extend(b.divergent);
     let mut states = a.states;
     states.extend(b.states);
+    let mut inputs = a.inputs;
+    inputs.extend(b.inputs);
     Record {
         losses: cat(a.losses, b.losses),
         load_balance: cat(a.load_balance, b.load_balance),
@@ -277,6 +279,7 @@ fn join(a: Record, b: Record) -> Record {
         unsharded_stale: a.unsharded_stale.or(b.unsharded_stale),
         activation_bytes: a.activation_bytes.max(b.activation_bytes),
         states,
+        inputs,
         ..a
     }
 }

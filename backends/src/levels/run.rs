@@ -94,6 +94,9 @@ pub fn run(
             grads: &plan,
             weights: &plan,
         };
+        // A plain mesh takes its rows from the batch its own step numbers: only a resumed
+        // run's data position is restored from elsewhere, so only its inputs are judged.
+        rec.inputs.clear();
         write_record(setup, rec, len, plans, out, &mut written, &mut manifest)?;
         altered.append(&mut manifest.altered);
     }

@@ -1,6 +1,8 @@
 //! A training run on a mesh: every rank's parameters and optimizer, a step of the mesh's
 //! executor at a time, sharded (ZeRO) or not, recording what the check levels compare.
 
+use std::collections::BTreeMap;
+
 use burn::tensor::{DType, Device};
 use meshparity_engine::heap;
 use meshparity_specs::{MeshConfig, ModelConfig, Training};
@@ -228,13 +230,16 @@ impl Steps<'_> {
         self.exec.backward = len.backward_at(step) || (len.backward && traced_step);
         let base = heap::live();
         heap::reset_peak();
+        let global = batch(model, training, self.cursor.data as usize);
         let out = self.exec.step(
             &mut self.comm,
             &self.ranks.params,
-            &batch(model, training, self.cursor.data as usize),
+            &global,
             probe.replay.and_then(|r| r.get(step)).map(Vec::as_slice),
         )?;
         let g = &mut self.gathered;
+        g.inputs
+            .insert(step as u64 + 1, rank_rows(&self.exec.topo, &global));
         g.trace.extend(trace::merge(step, self.comm.take_records()));
         g.losses.push(out.loss);
         if let (Some(peak), Some(base)) = (heap::peak(), base) {
@@ -364,6 +369,7 @@ struct Gathered {
     activation_bytes: Option<usize>,
     /// The first step whose unsharded parameters were not the all-gather of the shards.
     unsharded_stale: Option<String>,
+    inputs: super::Inputs,
 }
 
 impl Gathered {
@@ -394,8 +400,18 @@ impl Gathered {
             activation_bytes: self.activation_bytes.map(|b| b as u64),
             states: self.states,
             optimizer_step: self.optimizer_step,
+            inputs: self.inputs,
         })
     }
+}
+
+/// The rows of `global` each rank takes its share of: its data-parallel replica's (every rank
+/// of a replica — its TP, CP and PP ranks — trains on the same rows).
+fn rank_rows(topo: &Topology, global: &crate::data::Batch) -> BTreeMap<u64, Vec<String>> {
+    let rows = global.batch / topo.dp().max(1);
+    (0..topo.world())
+        .map(|r| (r as u64, global.row_digests(topo.coord(r).dp * rows, rows)))
+        .collect()
 }
 
 /// Each row's microbatch, numbered by the microbatches' first global rows (replica by replica,

@@ -73,6 +73,8 @@ pub struct Record {
     pub states: Vec<(u32, Vec<Shards>)>,
     /// A mesh run's last oracle step as its optimizer took it (`None` for the oracle).
     pub optimizer_step: Option<OptimizerStep>,
+    /// The rows each rank took at each step, as digests (the oracle: one rank, every row).
+    pub inputs: Inputs,
 }
 
 /// One update as a mesh's optimizers took it, per rank: what the oracle level replays with
@@ -88,6 +90,7 @@ pub struct OptimizerStep {
     pub after: Vec<Shards>,
 }
 
+pub use meshparity_engine::inputs::Inputs;
 pub use meshparity_engine::Length;
 
 /// Every step's and layer's routing of the global batch (tokens row-major [B·S]).
@@ -177,8 +180,11 @@ pub fn oracle(
     let mut grad_norms = Vec::new();
     let mut weights = None;
     let mut states = Vec::new();
+    let mut inputs = Inputs::new();
     for step in 0..len.steps {
         let b = batch(model, training, step);
+        let rows = [(0, b.row_digests(0, b.batch))].into_iter().collect();
+        inputs.insert(step as u64 + 1, rows);
         let leaves = Params {
             tensors: params.clone(),
         }
@@ -240,6 +246,7 @@ pub fn oracle(
     rec.replay = replay;
     rec.weights = weights;
     rec.states = states;
+    rec.inputs = inputs;
     rec
 }
 
@@ -295,6 +302,7 @@ impl Record {
             activation_bytes: None,
             states: Vec::new(),
             optimizer_step: None,
+            inputs: Inputs::new(),
         }
     }
 }

@@ -134,6 +134,12 @@ impl Localization {
         if s.phase == "checkpoint" {
             return format!("first divergence: checkpoint save/load: {}", s.what);
         }
+        if s.phase == crate::inputs::WHAT {
+            return format!(
+                "first divergence: the inputs, before any computation: {}",
+                s.what
+            );
+        }
         if s.phase == GATE_PHASE {
             let limit = self
                 .site_limit

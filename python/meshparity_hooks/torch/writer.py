@@ -63,6 +63,20 @@ class Writer:
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
         self.tensors(name, grads)
 
+    def inputs(self, step, rows, name="inputs.jsonl"):
+        """Step `step`'s line of every rank in `name`: `rows` are the token ids [rows, tokens]
+        this rank trains on, whole (before a context-parallel split). Gathered, written on
+        rank 0 (`meshparity_hooks.inputs`)."""
+        from ..inputs import row_digests
+
+        mine = row_digests(rows)
+        seen = [mine]
+        if _dist():
+            seen = [None] * dist.get_world_size()
+            dist.all_gather_object(seen, mine)
+        ranks = dict(enumerate(seen))
+        _collective(f"writing {name}", lambda: self.rec.inputs(step, ranks, name=name))
+
     def digests(self, model, name="digests.json"):
         """`replica_digests` of `model` written as `name` (rank 0)."""
         d = replica_digests(model)

@@ -389,8 +389,9 @@ fn mutations_of(mesh: &MeshUnit, what: Runs) -> impl Iterator<Item = &str> {
 }
 
 /// Where a mutated run first leaves the reference: the checkpoint for save bugs (from the
-/// roundtrip level's finding), else the run traced into `trace` and compared site by site with
-/// `reference`'s trace. An engine's own mutation (not in the catalog) is a save bug when the
+/// roundtrip level's finding), the inputs where a rank trained on rows not the reference's
+/// (the curve level's finding), else the run traced into `trace` and compared site by site
+/// with `reference`'s trace. An engine's own mutation (not in the catalog) is a save bug when the
 /// roundtrip level caught it first.
 pub fn locate_mutation(
     engine: &dyn meshparity_engine::Engine,
@@ -403,9 +404,17 @@ pub fn locate_mutation(
         Some(m) => m.phase == meshparity_specs::catalog::Phase::Checkpoint,
         None => o.caught_by.first() == Some(&Level::Roundtrip),
     };
+    let roundtrip = o.levels.iter().find(|l| l.level == Level::Roundtrip);
+    let saved = roundtrip.and_then(meshparity_judge::checkpoint_site);
+    if checkpoint && saved.is_some() {
+        return Ok(saved);
+    }
+    // Inputs not the reference's: the difference precedes any computation to trace.
+    if let Some(l) = o.levels.iter().find_map(meshparity_judge::inputs::site) {
+        return Ok(Some(l));
+    }
     if checkpoint {
-        let roundtrip = o.levels.iter().find(|l| l.level == Level::Roundtrip);
-        return Ok(roundtrip.and_then(meshparity_judge::checkpoint_site));
+        return Ok(None);
     }
     reference.localize(engine, req, trace)
 }

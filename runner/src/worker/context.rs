@@ -314,6 +314,10 @@ impl Context<'_> {
         if level == Level::Roundtrip {
             return Ok(meshparity_judge::checkpoint_site(o));
         }
+        // Inputs not the reference's: the difference precedes any computation to trace.
+        if let Some(l) = meshparity_judge::inputs::site(o) {
+            return Ok(Some(l));
+        }
         let levels = [level];
         let dir = self.args.out.join("trace");
         let req = self.request(&levels, &dir);

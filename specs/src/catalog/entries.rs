@@ -297,7 +297,7 @@ pub const CATALOG: &[Mutation] = &[
         &["vllm-project/speculators PR#900: without the scheduler's state file the resumed schedule was seeded with the epoch index, so it sat near the start of warmup and re-warmed and re-decayed an already trained model", "lightly-ai/lightly-train PR#301: the scheduler's state was not saved, so last_epoch was -1 after every resume and the learning rate restarted from its first stage"]),
     m(ResumeDataPositionReset, "resume-data-position-reset",
         "the data loader's position is not in the checkpoint: the resumed run starts the data over from its first batch and trains on batches the run already took",
-        &[Resume], Checkpoint, "checkpoint",
+        &[Resume], Checkpoint, "checkpoint|inputs",
         &["KempnerInstitute/KempnerForge#51 (fixed in PR#52): the trainer never passed the data loader to the checkpoint, so every resume replayed the first epoch (StatefulDataLoader.batches_yielded reset to zero)", "paiml/entrenar#294: the data loader position was not checkpointed, so a resumed run re-trained on shards already seen"]),
     m(ResumeRngStreamReset, "resume-rng-stream-reset",
         "the random state is not restored on resume: the dropout stream restarts at its seed, so the steps after the resume draw the masks of the run's first steps again",

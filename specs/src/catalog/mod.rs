@@ -213,7 +213,9 @@ pub struct Mutation {
     pub needs: &'static [Needs],
     pub phase: Phase,
     /// The trace site where the burn engine injects it, as localization reports it (`*` matches
-    /// any run of characters: `grad.*.dp`). For checkpoint bugs, the artifact that shows it.
+    /// any run of characters: `grad.*.dp`). For checkpoint bugs, the artifact that shows it;
+    /// `|` between alternatives (`checkpoint|inputs`: the round trip's state, or the rows the
+    /// ranks trained on where the continuation alone shows it).
     pub site: &'static str,
     /// The VERDICT / ART classes this entry reproduces.
     pub classes: &'static [&'static str],
@@ -299,9 +301,10 @@ impl Mutation {
     }
 
     /// Whether a localized site is this mutation's (its [`Mutation::site`] pattern, `*` for any
-    /// run of characters).
+    /// run of characters, `|` between alternatives: a bug that shows at the checkpoint where
+    /// the round trip compares it and in the inputs where only the continuation does).
     pub fn site_matches(&self, site: &str) -> bool {
-        glob(self.site, site)
+        self.site.split('|').any(|p| glob(p, site))
     }
 }
 
@@ -346,7 +349,8 @@ pub fn markdown() -> String {
             m.name,
             needs.join(", "),
             m.phase.as_str(),
-            m.site,
+            // A table cell's `|` must be escaped, code span or not.
+            m.site.replace('|', "\\|"),
             m.description,
             m.classes.join("; ")
         );

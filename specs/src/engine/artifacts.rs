@@ -16,6 +16,7 @@ pub const ARTIFACT_KEYS: &[&str] = &[
     "roundtrip",
     "trace",
     "digests",
+    "inputs",
     "optimizer",
     "step_key",
     "loss_key",
@@ -47,6 +48,11 @@ pub struct ArtifactMap {
     /// same bytes, JSON (`meshparity_hooks.torch.replica_digests`): a group whose digests
     /// differ fails the oracle level, as the built-in engine's replicas that disagree do.
     pub digests: Option<Located<String>>,
+    /// The rows each rank trained on, per step, as digests, JSON Lines
+    /// (`meshparity_hooks.inputs`; the format is `meshparity_engine::inputs`'s): held to the
+    /// reference's by the curve and oracle levels, so a data loader whose position or sampler
+    /// is wrong (a resumption that restarts the data) is named as such.
+    pub inputs: Option<Located<String>>,
     /// The optimizer's state gathered to world-size-1 shapes, safetensors (tensor names the
     /// program's own, e.g. `exp_avg.NAME`, `step`): written beside `weights` where a
     /// `[[resume]]` pair's run saves (`{{save_dir}}`) and where it loads (`{{loaded_dir}}`), so
@@ -121,6 +127,7 @@ pub(super) fn artifact_map(cx: &mut Ctx<'_>, mut t: Table<'_, '_>) -> ArtifactMa
         roundtrip: t.string(cx, "roundtrip"),
         trace: t.string(cx, "trace"),
         digests: t.string(cx, "digests"),
+        inputs: t.string(cx, "inputs"),
         optimizer: t.string(cx, "optimizer"),
         step_key,
         loss_key,

@@ -132,6 +132,10 @@ pub(super) struct EngineArtifacts {
     /// Each rank's digest of every parameter, grouped by the ranks that must hold the same bytes
     /// (JSON, as meshparity_hooks.torch writes it): a group that disagrees fails the oracle level.
     pub(super) digests: Option<String>,
+    /// The rows each rank trained on, per step, as digests (JSON Lines, as
+    /// meshparity_hooks.inputs writes it): held to the reference's rows at the same step by the
+    /// curve and oracle levels, so a data position not restored on resumption is named as such.
+    pub(super) inputs: Option<String>,
     /// The optimizer's state gathered to world-size-1 shapes (safetensors), written beside
     /// `weights` into {{save_dir}} when a [[resume]] pair's run saves, into {{loaded_dir}} when
     /// it loads (the roundtrip level holds what was loaded bit-equal to what was saved) and
