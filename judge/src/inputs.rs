@@ -17,10 +17,11 @@ use meshparity_specs::Level;
 
 use crate::error::JudgeError;
 use crate::gate::Gate;
-use crate::locate::{Localization, Site};
+use crate::locate::Localization;
 use crate::outcome::{Comparison, Outcome};
+use crate::site::{Site, INPUTS_PHASE};
 
-/// The comparison's `what`, and the phase and site of its localization.
+/// The comparison's `what`.
 pub const WHAT: &str = "inputs";
 /// The gated metric: rows a rank took that are not its step's, plus the step's rows no rank
 /// took. Its limit is 0.
@@ -209,8 +210,8 @@ pub fn site(o: &Outcome) -> Option<Localization> {
             step,
             replica: None,
             microbatch: None,
-            phase: WHAT.to_owned(),
-            site: WHAT.to_owned(),
+            phase: INPUTS_PHASE.to_owned(),
+            site: INPUTS_PHASE.to_owned(),
             copy: None,
             what,
             metric: METRIC.to_owned(),

@@ -10,6 +10,9 @@ pub const GATE_PHASE: &str = "gate";
 /// The phase of a site that is a reported metric (the logged loss), placed where the training
 /// agreed and only the metric did not ([`crate::metric_only`]).
 pub const METRIC_PHASE: &str = "metric";
+/// The phase (and site) of a divergence in the rows a rank trained on, before any computation
+/// ([`crate::inputs`]).
+pub const INPUTS_PHASE: &str = "inputs";
 
 /// Where a run first left the reference.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -134,7 +134,7 @@ impl Localization {
         if s.phase == "checkpoint" {
             return format!("first divergence: checkpoint save/load: {}", s.what);
         }
-        if s.phase == crate::inputs::WHAT {
+        if s.phase == crate::site::INPUTS_PHASE {
             return format!(
                 "first divergence: the inputs, before any computation: {}",
                 s.what

@@ -191,6 +191,7 @@ class Run:
             if per_rank_mean:
                 reported = reported / dp
         self.writer.metric(step, loss=reported, grad_norm=norm)
+        self.writer.inputs(step, ids[mine])
         if step == 1:
             self.writer.tensors("logits.safetensors", {
                 "logits": self._rows(logits), "loss": reported.reshape(1)})

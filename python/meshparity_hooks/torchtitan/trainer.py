@@ -63,6 +63,7 @@ class ParityTrainer(Trainer):
         if run.roundtrip_from:
             self.writer.tensors("roundtrip.safetensors", self._roundtrip(run.roundtrip_from))
         self.losses = {}
+        self.step_rows = []
         self.tracer = TitanTracer(self, run.trace_dir, canonical)
         self._wrap_clipping()
         self._wrap_metrics()
@@ -188,6 +189,9 @@ class ParityTrainer(Trainer):
         self.metrics_processor.log = record
 
     def forward_backward_step(self, *, input_dict, labels, global_valid_tokens):
+        # The rows this rank trains on this step, whole (before a context-parallel split),
+        # chunk after chunk: written once the step is done.
+        self.step_rows.append(input_dict["input"].detach().cpu())
         if self.step == 1 and not getattr(self, "_logits_written", False):
             self._logits_written = True
             self._write_logits(dict(input_dict), labels, global_valid_tokens)
@@ -222,8 +226,10 @@ class ParityTrainer(Trainer):
 
     def train_step(self, data_iterator):
         self.tracer.begin(self.step - 1)
+        self.step_rows = []
         super().train_step(data_iterator)
         self.tracer.end()
+        self.writer.inputs(self.step, torch.cat(self.step_rows))
         if self.step == 1:
             loss = torch.tensor([self.losses.get(1, (float("nan"), 0.0))[0]], dtype=torch.float64)
             self.writer.tensors("logits.safetensors", {"logits": self.first_logits, "loss": loss})
