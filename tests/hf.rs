@@ -129,6 +129,7 @@ fn transformers_tp_and_fsdp_pass_and_their_bugs_are_caught_where_injected() {
             .map(|c| c["compared"].as_u64().unwrap_or(0))
             .sum();
         assert!(compared > 0, "{} compared nothing", j["name"]);
+        common::judged_inputs(j);
     }
     // Caught, and where localization put the bug: (step, site, localized as injected, cause).
     let located = |job: &str| {

@@ -101,6 +101,7 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
             .map(|c| c["compared"].as_u64().unwrap_or(0))
             .sum();
         assert!(compared > 0, "{} compared nothing", j["name"]);
+        common::judged_inputs(j);
     }
     // `job`: the end of a mutation job's name.
     let caught = |job: &str| -> (Vec<String>, String) {

@@ -113,6 +113,28 @@ pub fn commit_all(dir: &std::path::Path) {
     }
 }
 
+/// A curve or oracle level's job held each rank's rows to the reference's (`artifacts.inputs`),
+/// passed, on every step; other levels have no such comparison.
+pub fn judged_inputs(job: &serde_json::Value) {
+    let level = job["level"].as_str().unwrap_or("");
+    let inputs: Vec<&serde_json::Value> = job["detail"]["comparisons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["what"] == "inputs")
+        .collect();
+    if !matches!(level, "curve" | "oracle") {
+        assert!(inputs.is_empty(), "{}: {inputs:?}", job["name"]);
+        return;
+    }
+    assert_eq!(inputs.len(), 1, "{}: no inputs judged", job["name"]);
+    let c = inputs[0];
+    assert!(
+        c["passed"] == true && c["compared"].as_u64() > Some(0),
+        "{c:#}"
+    );
+}
+
 /// Where localization put the bug of the job whose name ends with `job`: (step, site, localized
 /// as injected, cause as `kind` or `kind:axis`), from a run's results.json jobs.
 pub fn located(jobs: &[serde_json::Value], job: &str) -> (u64, String, bool, String) {
