@@ -10,12 +10,17 @@ size 1 — and says what it replays:
     kv-gather-output     the k/v projections overridden in `tp_plan` to gather their output
                          (`colwise_gather_output`) while q stays head-sharded: each rank's query
                          heads attend to the first kv heads of the whole, GQA groups mispaired
+                         (NVIDIA-NeMo/Automodel PR #1324: a colwise-sharded fused projection gave
+                         each rank the wrong mix of q/k/v heads; huggingface/transformers#48307)
     norm-grad-twice      the norms overridden in `tp_plan` to all-reduce their gradient
                          (`replicated_with_grad_allreduce`) where it is already whole on every
                          tp rank (no sequence parallelism): the gradient summed tp times
+                         (mindspore-ai/hyper-parallel PR #77: TP=2's gradient norm 23.5 for 11.8)
     qk-norm-unreduced    Qwen3's per-head q/k norms overridden to `replicate`: the gradient of
                          each rank's heads is never summed over tp, every rank keeps its own share
-                         (the all-reduce transformers' `replicated_with_grad_allreduce` exists for)
+                         (the all-reduce transformers' `replicated_with_grad_allreduce` exists for;
+                         its own plans' norm styles fixed in huggingface/transformers PR #42448,
+                         chosen by where the norm sits in PR #44668)
     clip-local-norm      `torch.nn.utils.clip_grad_norm_` over each rank's local shards: the
                          norm of the local gradients clips (pytorch#170862, DeepSpeed#7718)
     init-per-rank-seed   each rank draws the initial weights from seed + rank and loads its own
