@@ -38,6 +38,13 @@ fn the_torch_example_passes_and_every_bug_is_caught_where_it_is_injected() {
     assert_eq!(code, Some(0));
     // train + 4 levels, the reference, and the five bugs.
     assert_eq!(jobs.len(), 11);
+    // Each level that trains past the first step held every rank's rows to world size 1's.
+    for j in jobs
+        .iter()
+        .filter(|j| j["level"].is_string() && j["kind"] != "mutation")
+    {
+        common::judged_inputs(j);
+    }
     let mutations: Vec<&Value> = jobs.iter().filter(|j| j["kind"] == "mutation").collect();
     assert_eq!(mutations.len(), 5);
     for m in mutations {

@@ -252,6 +252,8 @@ def main():
         loss = total.detach() / normalizer
         dist.all_reduce(loss, group=mesh["dp"].get_group())
         w.metric(step, loss=loss, grad_norm=norm)
+        # The rows this rank trained on (its dp block), gathered: held to world size 1's.
+        w.inputs(step, ids[rows])
         if step == 1:
             w.tensors("logits.safetensors", {"logits": _rows(logits, mesh), "loss": loss})
         if step == weights_after:
