@@ -165,27 +165,21 @@ fn localize_against(
 /// level's own comparison already names it; no training trace is involved).
 pub fn checkpoint_site(o: &Outcome) -> Option<Localization> {
     let c = o.comparisons.iter().find(|c| !c.passed)?;
-    Some(Localization {
-        first: Some(Site {
-            step: 0,
-            replica: None,
-            microbatch: None,
-            phase: "checkpoint".to_owned(),
-            site: "checkpoint".to_owned(),
-            copy: None,
-            what: c
-                .failure
-                .clone()
-                .unwrap_or_else(|| "saved and loaded back".to_owned()),
-            metric: "roundtrip".to_owned(),
-            value: f64::INFINITY,
-            limit: 0.0,
-            bound: None,
-        }),
-        compared: c.compared as usize,
-        sites: Vec::new(),
-        site_limit: None,
-        cause: None,
-        coupling: None,
-    })
+    let first = Site {
+        step: 0,
+        replica: None,
+        microbatch: None,
+        phase: "checkpoint".to_owned(),
+        site: "checkpoint".to_owned(),
+        copy: None,
+        what: c
+            .failure
+            .clone()
+            .unwrap_or_else(|| "saved and loaded back".to_owned()),
+        metric: "roundtrip".to_owned(),
+        value: f64::INFINITY,
+        limit: 0.0,
+        bound: None,
+    };
+    Some(Localization::placed(first, c.compared))
 }

@@ -205,26 +205,20 @@ pub fn site(o: &Outcome) -> Option<Localization> {
     let c = o.comparisons.iter().find(|c| c.what == WHAT && !c.passed)?;
     let what = c.failure.clone()?;
     let step = first_step(&what);
-    Some(Localization {
-        first: Some(Site {
-            step,
-            replica: None,
-            microbatch: None,
-            phase: INPUTS_PHASE.to_owned(),
-            site: INPUTS_PHASE.to_owned(),
-            copy: None,
-            what,
-            metric: METRIC.to_owned(),
-            value: c.gates.first().map_or(f64::INFINITY, |g| g.value),
-            limit: 0.0,
-            bound: None,
-        }),
-        compared: c.compared as usize,
-        sites: Vec::new(),
-        site_limit: None,
-        cause: None,
-        coupling: None,
-    })
+    let first = Site {
+        step,
+        replica: None,
+        microbatch: None,
+        phase: INPUTS_PHASE.to_owned(),
+        site: INPUTS_PHASE.to_owned(),
+        copy: None,
+        what,
+        metric: METRIC.to_owned(),
+        value: c.gates.first().map_or(f64::INFINITY, |g| g.value),
+        limit: 0.0,
+        bound: None,
+    };
+    Some(Localization::placed(first, c.compared))
 }
 
 /// The step a failure names first (`… at step 3 …`), 0 if none.

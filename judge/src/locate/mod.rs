@@ -103,6 +103,19 @@ pub struct Localization {
 }
 
 impl Localization {
+    /// A localization a level's own comparison places at `first` (a checkpoint entry, the
+    /// inputs), having compared `compared` values: no trace walked, no cause tested.
+    pub fn placed(first: Site, compared: u64) -> Self {
+        Localization {
+            first: Some(first),
+            compared: compared as usize,
+            sites: Vec::new(),
+            site_limit: None,
+            cause: None,
+            coupling: None,
+        }
+    }
+
     /// One line for reports.
     pub fn summary(&self) -> String {
         let Some(s) = &self.first else {
