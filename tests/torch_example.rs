@@ -25,7 +25,13 @@ fn the_torch_example_passes_and_every_bug_is_caught_where_it_is_injected() {
     // dp2·tp2·sp has every bug and every path (tp2·sp until 2026-12-02 repeated the TP ones
     // without FSDP: 8 of the test's 19 jobs, cut for CI's budget).
     let (code, results) = common::run_in_repo(
-        &["examples/command/torch/torch.toml", "-f", "mesh=dp2-tp2-sp"],
+        // `sampler-rank-unwired` (named by the inputs, whose judging tests/resume and the
+        // judge's own tests cover) is left to a run of the example: CI's budget.
+        &[
+            "examples/command/torch/torch.toml",
+            "-f",
+            "mesh=dp2-tp2-sp and not mutation=sampler-rank-unwired",
+        ],
         &tmp.path().join("run"),
     );
     let jobs = results["jobs"].as_array().unwrap();

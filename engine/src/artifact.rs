@@ -63,7 +63,8 @@ pub mod files {
     /// The sharded checkpoint the first mesh saved ([`crate::sharded`]).
     pub const RESUME_CHECKPOINT: &str = "resume-checkpoint";
     /// The rows each rank trained on, per step, as digests ([`crate::inputs`]); held to the
-    /// reference's by the curve level where both runs wrote them.
+    /// reference's by the forward (first step), curve and oracle levels where the run wrote
+    /// them.
     pub const INPUTS: &str = "inputs.jsonl";
 
     /// The whole training state after `step` updates, merged to world-size-1 names as

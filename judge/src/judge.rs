@@ -122,7 +122,9 @@ impl Sides<'_> {
             Level::Forward => {
                 let c = self.tensors("logits and loss", files::FORWARD, files::FORWARD)?;
                 self.holds_logits(&c)?;
-                vec![c]
+                let mut c = vec![c];
+                c.extend(self.inputs(resumed)?);
+                c
             }
             Level::Curve => {
                 let (c, l) = self.curve()?;
@@ -337,8 +339,8 @@ impl Sides<'_> {
     }
 
     /// The rows each rank trained on against the reference's ([`crate::inputs`]), on the
-    /// levels that train past the first step (curve and oracle: a mutation's staged check may
-    /// stop at either), where both recorded them: a run that recorded none is judged without (an engine or program that
+    /// levels that train (forward, curve and oracle: a mutation's staged check may stop at any;
+    /// logits computed from other rows are named as such), where both recorded them: a run that recorded none is judged without (an engine or program that
     /// does not record its inputs), a reference without them while the run has them is too
     /// little.
     fn inputs(&self, resumed: bool) -> Result<Option<Comparison>, JudgeError> {

@@ -113,7 +113,7 @@ pub fn commit_all(dir: &std::path::Path) {
     }
 }
 
-/// A curve or oracle level's job held each rank's rows to the reference's (`artifacts.inputs`),
+/// A forward, curve or oracle level's job held each rank's rows to the reference's (`artifacts.inputs`),
 /// passed, on every step; other levels have no such comparison.
 pub fn judged_inputs(job: &serde_json::Value) {
     let level = job["level"].as_str().unwrap_or("");
@@ -123,7 +123,7 @@ pub fn judged_inputs(job: &serde_json::Value) {
         .flatten()
         .filter(|c| c["what"] == "inputs")
         .collect();
-    if !matches!(level, "curve" | "oracle") {
+    if !matches!(level, "forward" | "curve" | "oracle") {
         assert!(inputs.is_empty(), "{}: {inputs:?}", job["name"]);
         return;
     }

@@ -27,6 +27,10 @@ Bug switches (`--bug NAME`), each a way such stacks have gone wrong:
     dropout-local-shape    the residual dropout is torch's own over each rank's local tensor
                            (nn.Dropout as written for one device), not world size 1's mask at the
                            rank's positions
+    sampler-rank-unwired   every data-parallel rank takes the first rank's rows: the sampler
+                           built without the rank (VisCy PR#408: FlexibleBatchSampler defaulted to
+                           (1, 0), every rank yielded identical batches; speculators PR#427: the
+                           node-local rank passed, nodes trained on the same shards)
 
 With --dropout P each block's residual branch is dropped with probability P by a mask drawn
 over the whole global batch from (seed, step, layer) alone (meshparity_hooks.torch.dropout_mask)
@@ -46,7 +50,7 @@ from torch import nn
 from meshparity_hooks.torch import Tracer, Writer, clip_grads, dropout_mask, grad_norm, roundtrip
 
 BUGS = ["clip-local-norm", "local-loss-normalization", "init-per-rank-seed",
-        "norm-drift-one-tp-rank", "dropout-local-shape"]
+        "norm-drift-one-tp-rank", "dropout-local-shape", "sampler-rank-unwired"]
 
 # This step's dropout: (seed, step, p, the rank's rows, its sequence positions, the bug's flag);
 # set by the training loop, read by the blocks.
@@ -200,6 +204,8 @@ def main():
                             os.path.join(a.out, "dcp")))
     w.tensors("init.safetensors", model.state_dict())
     d = mesh.get_coordinate()[0]
+    if a.bug == "sampler-rank-unwired":
+        d = 0  # the sampler was never told this rank's place
     rows = slice(d * a.batch // a.dp, (d + 1) * a.batch // a.dp)
     weights_after = a.weights_after or a.steps
     for step in range(1, a.steps + 1):

@@ -50,8 +50,8 @@ pub struct ArtifactMap {
     pub digests: Option<Located<String>>,
     /// The rows each rank trained on, per step, as digests, JSON Lines
     /// (`meshparity_hooks.inputs`; the format is `meshparity_engine::inputs`'s): held to the
-    /// reference's by the curve and oracle levels, so a data loader whose position or sampler
-    /// is wrong (a resumption that restarts the data) is named as such.
+    /// reference's by the forward (first step), curve and oracle levels, so a data loader
+    /// whose position or sampler is wrong (a resumption that restarts the data) is named as such.
     pub inputs: Option<Located<String>>,
     /// The optimizer's state gathered to world-size-1 shapes, safetensors (tensor names the
     /// program's own, e.g. `exp_avg.NAME`, `step`): written beside `weights` where a

@@ -134,7 +134,8 @@ pub(super) struct EngineArtifacts {
     pub(super) digests: Option<String>,
     /// The rows each rank trained on, per step, as digests (JSON Lines, as
     /// meshparity_hooks.inputs writes it): held to the reference's rows at the same step by the
-    /// curve and oracle levels, so a data position not restored on resumption is named as such.
+    /// forward (first step), curve and oracle levels, so a data position not restored on
+    /// resumption or a sampler that ignores the rank is named as such.
     pub(super) inputs: Option<String>,
     /// The optimizer's state gathered to world-size-1 shapes (safetensors), written beside
     /// `weights` into {{save_dir}} when a [[resume]] pair's run saves, into {{loaded_dir}} when
