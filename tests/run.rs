@@ -102,7 +102,8 @@ fn count(results: &Value, status: &str) -> usize {
         .count()
 }
 
-/// Processes whose command line mentions `needle` (our job processes carry the run dir).
+/// Processes whose command line mentions `needle` (our job processes carry the run dir: a
+/// worker of its own, or a worker serving many, `meshparity serve --run-dir DIR`).
 fn processes_mentioning(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -110,15 +111,34 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
             continue;
         };
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(needle) && cmd.contains("worker") {
+        if cmd.contains(needle) && is_job_process(&cmd) {
             found.push(cmd);
         }
     }
     found
 }
 
-/// Whether a worker whose command line holds `needle` ignores SIGTERM already (its fault set
-/// it): an interrupt sent before then would end it like any job.
+fn is_job_process(cmd: &str) -> bool {
+    cmd.contains(" worker ") || cmd.contains(" serve ")
+}
+
+/// Whether the job whose directory's name holds `job` has started: its attempt's log has its
+/// first line (a served job's "served: job K …", a worker's own command line otherwise).
+fn started(fx: &Fixture, job: &str) -> bool {
+    let Ok(dirs) = std::fs::read_dir(fx.run_dir().join("jobs")) else {
+        return false;
+    };
+    dirs.flatten()
+        .filter(|d| d.file_name().to_string_lossy().contains(job))
+        .any(|d| {
+            let log = d.path().join("attempt-1").join("stdout.log");
+            std::fs::metadata(log).is_ok_and(|m| m.len() > 0)
+        })
+        || !processes_mentioning(job).is_empty()
+}
+
+/// Whether a job process whose command line holds `needle` ignores SIGTERM already (its fault
+/// set it): an interrupt sent before then would end it like any job.
 fn ignores_sigterm(needle: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
         let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
@@ -129,7 +149,7 @@ fn ignores_sigterm(needle: &str) -> bool {
             .find_map(|l| l.strip_prefix("SigIgn:"))
             .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
             .unwrap_or(0);
-        cmd.contains(needle) && cmd.contains("worker") && ignored & (1 << (libc::SIGTERM - 1)) != 0
+        cmd.contains(needle) && is_job_process(&cmd) && ignored & (1 << (libc::SIGTERM - 1)) != 0
     })
 }
 
@@ -207,13 +227,56 @@ fn a_clean_run_passes_and_writes_results() {
     assert_eq!(reference["cached"], true, "{reference:#}");
 }
 
+/// The same faults in jobs served by long-lived workers (the default for the built-in engine)
+/// and in workers of their own (`MESHPARITY_SERVE=0`): each fails its job alone.
 #[test]
 fn crashes_hangs_and_bad_exits_are_recorded_while_the_rest_completes() {
+    for serve in ["1", "0"] {
+        let fx = crashes_hangs_and_bad_exits(serve);
+        let servers = servers(&fx);
+        if serve == "0" {
+            assert!(servers.is_empty(), "{servers:?}");
+            continue;
+        }
+        // Served: every job that ran (the reference, 4 trainings, 4 roundtrips, the 4 faulty
+        // forwards), job after job in a process, each of the two slots' servers replaced after
+        // a job that ended its own.
+        assert_eq!(servers.values().sum::<usize>(), 13, "{servers:?}");
+        assert!(servers.values().any(|n| *n >= 3), "{servers:?}");
+        assert!(servers.len() >= 3, "{servers:?}");
+    }
+}
+
+/// How many jobs each serving worker (by pid) ran, from the "served: job K of worker process
+/// PID" line each served job's log starts with.
+fn servers(fx: &Fixture) -> std::collections::BTreeMap<u32, usize> {
+    let mut by = std::collections::BTreeMap::new();
+    for d in std::fs::read_dir(fx.run_dir().join("jobs"))
+        .unwrap()
+        .flatten()
+    {
+        for a in std::fs::read_dir(d.path()).unwrap().flatten() {
+            let log = std::fs::read_to_string(a.path().join("stdout.log")).unwrap_or_default();
+            if let Some(pid) = log
+                .lines()
+                .find_map(|l| l.strip_prefix("served: job "))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|p| p.parse().ok())
+            {
+                *by.entry(pid).or_insert(0) += 1;
+            }
+        }
+    }
+    by
+}
+
+fn crashes_hangs_and_bad_exits(serve: &str) -> Fixture {
     let fx = Fixture::new(SPEC);
     let faults =
         "*/dp2/forward=panic;*/tp2/forward=abort;*/pp2/forward=hang;*/tp2-sp/forward=exit:7";
     let out = fx
         .cmd(Some(faults))
+        .env("MESHPARITY_SERVE", serve)
         .args([
             "--run-dir",
             "run",
@@ -260,6 +323,7 @@ fn crashes_hangs_and_bad_exits_are_recorded_while_the_rest_completes() {
         .unwrap()
         .contains("injected panic"));
     assert!(processes_mentioning(&fx.run_dir().display().to_string()).is_empty());
+    fx
 }
 
 #[test]
@@ -387,9 +451,7 @@ fn sigint_leaves_valid_results_and_a_resumable_run() {
     let mut child = spawn_run(&fx, "*/tp2/curve=hang", &[]);
     let run_dir = fx.run_dir().display().to_string();
     wait_for("the hanging job", Duration::from_secs(120), || {
-        processes_mentioning(&run_dir)
-            .iter()
-            .any(|c| c.contains("tp2_curve"))
+        started(&fx, "tp2_curve")
     });
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -473,7 +535,7 @@ fn a_job_that_ignores_sigterm_is_killed_after_the_grace_period_or_a_second_inter
     let mut child = spawn_run(&fx, "*/tp2/forward=hang-ignore-term", &["--grace", "600"]);
     let run_dir = fx.run_dir().display().to_string();
     wait_for("the stubborn job", Duration::from_secs(120), || {
-        ignores_sigterm("tp2_forward")
+        ignores_sigterm(&run_dir)
     });
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     std::thread::sleep(Duration::from_millis(700));

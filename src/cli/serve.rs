@@ -1,6 +1,7 @@
-//! `meshparity serve` (hidden): one worker process that runs job after job, so a GPU job does
-//! not pay the device's setup and its kernels' compilation again (~5 s a job on an H200, ~4 s
-//! on Mesa's software adapter).
+//! `meshparity serve` (hidden): one worker process that runs job after job of the built-in
+//! engine, so a job does not pay a process start and its memory faulted in again, nor on a GPU
+//! the device's setup and its kernels' compilation (~5 s a job on an H200, ~4 s on Mesa's
+//! software adapter).
 //!
 //! The runner's served executor (runner/src/exec/served.rs) writes one request per line on
 //! this process's stdin — the arguments of `meshparity worker` for one attempt, as a JSON
@@ -24,6 +25,12 @@ pub struct Args {
     /// Seconds a job's processes get to end after SIGTERM reaches this process.
     #[arg(long, default_value_t = 5.0)]
     grace: f64,
+    /// The run this process serves. Not read: it puts the run's directory on the command line,
+    /// where a worker of its own has it, so `ps` (and a search for a run's strays) tells whose
+    /// process this is.
+    #[arg(long, value_name = "DIR")]
+    #[allow(dead_code)]
+    run_dir: Option<std::path::PathBuf>,
 }
 
 /// One request: `worker ARGS…`, parsed as the `worker` command parses its own.

@@ -46,22 +46,26 @@ pub struct Ready {
     tainted: Vec<bool>,
 }
 
+/// Each job's dependencies among the jobs of `order`, by their index there.
+pub fn dependencies(plan: &Plan, order: &[NodeIndex]) -> Vec<Vec<usize>> {
+    let index: HashMap<NodeIndex, usize> = order.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    order
+        .iter()
+        .map(|n| {
+            plan.dependencies(*n)
+                .iter()
+                .filter_map(|d| index.get(d).copied())
+                .collect()
+        })
+        .collect()
+}
+
 impl Ready {
     /// The jobs' dependency counts, in `order`: each job's dependencies among the selected jobs,
     /// its cost and its slot width; with `no_skip`, a check after a failed check still runs (the
     /// edge only orders them).
     pub fn of_plan(plan: &Plan, order: &[NodeIndex], slots: &Slots, no_skip: bool) -> Ready {
-        let index: HashMap<NodeIndex, usize> =
-            order.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-        let deps: Vec<Vec<usize>> = order
-            .iter()
-            .map(|n| {
-                plan.dependencies(*n)
-                    .iter()
-                    .filter_map(|d| index.get(d).copied())
-                    .collect()
-            })
-            .collect();
+        let deps = dependencies(plan, order);
         let costs: Vec<u64> = order.iter().map(|n| plan.graph[*n].kind.cost()).collect();
         let widths: Vec<usize> = order
             .iter()

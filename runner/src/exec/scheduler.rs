@@ -91,6 +91,7 @@ pub async fn execute(
     let executor = executor::open(
         &opts.executor,
         opts.exe.clone(),
+        opts.run_dir.clone(),
         opts.grace,
         cancel_rx.clone(),
         done_tx,
@@ -183,17 +184,47 @@ impl Run<'_> {
     }
 
     /// Jobs that passed in `previous` under the same fingerprint: done, not run again (already
-    /// in this run directory's log: carried over, not appended again).
+    /// in this run directory's log: carried over, not appended again) — unless a job they
+    /// depend on runs again: a check then judges the files the rerun writes, not ones that are
+    /// gone (a resume after the cache was cleared reruns the trainings; a roundtrip carried
+    /// over let the forward check after it start before the reference it reads existed again).
     fn carry_over(&mut self, previous: &HashMap<String, JobRecord>) {
-        for i in 0..self.order.len() {
-            let job = &self.plan.graph[self.order[i]];
-            if let Some(r) = previous
-                .get(&job.id.to_string())
-                .filter(|r| r.status.passed() && r.fingerprint == self.prints[i])
-            {
-                self.progress.kept(r);
+        let deps = super::ready::dependencies(self.plan, &self.order);
+        let mut kept: Vec<Option<JobRecord>> = (0..self.order.len())
+            .map(|i| {
+                let job = &self.plan.graph[self.order[i]];
+                previous
+                    .get(&job.id.to_string())
+                    .filter(|r| r.status.passed() && r.fingerprint == self.prints[i])
+                    .cloned()
+            })
+            .collect();
+        // Whatever depends on a job that runs again runs again, to a fixed point.
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for i in 0..kept.len() {
+                if kept[i].is_some() && deps[i].iter().any(|&d| kept[d].is_none()) {
+                    kept[i] = None;
+                    changed = true;
+                }
+            }
+        }
+        // Dependencies first, so that no kept job is made ready by a dependency carried after it.
+        let mut carried = vec![false; kept.len()];
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for i in 0..kept.len() {
+                if carried[i] || !deps[i].iter().all(|&d| carried[d]) {
+                    continue;
+                }
+                let Some(r) = kept[i].take() else { continue };
+                self.progress.kept(&r);
                 self.ready.carried(i, true);
-                self.states[i] = State::Done(Box::new(r.clone()));
+                self.states[i] = State::Done(Box::new(r));
+                carried[i] = true;
+                progress = true;
             }
         }
     }

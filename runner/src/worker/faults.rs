@@ -17,9 +17,14 @@ use super::{WorkerArgs, WorkerError};
 
 pub const ENV: &str = "MESHPARITY_TEST_FAULT";
 
-pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
+/// Act out the fault the variable gives job `name`, if any: a `noop` job's result (written),
+/// which the worker returns at once, as a job of a serving worker must (it cannot exit).
+pub(crate) fn inject(
+    args: &WorkerArgs,
+    name: &str,
+) -> Result<Option<super::WorkerResult>, WorkerError> {
     let Ok(spec) = std::env::var(ENV) else {
-        return Ok(());
+        return Ok(None);
     };
     for rule in spec.split(';') {
         let Some((glob, kind)) = rule.rsplit_once('=') else {
@@ -65,12 +70,12 @@ pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
                 let _ = std::fs::create_dir_all(&args.out);
                 let path = args.out.join(super::RESULT_FILE);
                 let _ = std::fs::write(path, serde_json::to_vec(&r).expect("results serialize"));
-                std::process::exit(0);
+                return Ok(Some(r));
             }
             k if k.starts_with("sleep:") => {
                 let secs = k[6..].parse().unwrap_or(1.0f64).clamp(0.0, 3600.0);
                 std::thread::sleep(std::time::Duration::from_secs_f64(secs));
-                return Ok(());
+                return Ok(None);
             }
             k if k.starts_with("exit:") => {
                 eprintln!("injected exit in {name}");
@@ -79,5 +84,5 @@ pub(crate) fn inject(args: &WorkerArgs, name: &str) -> Result<(), WorkerError> {
             _ => {}
         }
     }
-    Ok(())
+    Ok(None)
 }

@@ -182,8 +182,13 @@ pub fn artifact_dir(cache: &Path, job: &Job, adapter: &str) -> PathBuf {
     cache.join(format!("{kind}-{}", &h.finalize().to_hex()[..16]))
 }
 
-/// Run the job on the engine `engines` opens for it and write `result.json`.
+/// Run the job on the engine `engines` opens for it and write `result.json`, computing on as
+/// many threads as the runner gave it ([`threads`]).
 pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, WorkerError> {
+    threads::within(args.threads, || run_sized(args, engines))
+}
+
+fn run_sized(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, WorkerError> {
     let (plan, node, mut loaded) = match &args.job_file {
         // What the runner planned, without re-planning the spec.
         Some(path) => {
@@ -204,8 +209,9 @@ pub fn run(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, Wor
         return Err(WorkerError::UnknownJob(args.job));
     }
     #[cfg(feature = "test-faults")]
-    faults::inject(args, &job.name)?;
-    threads::size_pool(args.threads);
+    if let Some(noop) = faults::inject(args, &job.name)? {
+        return Ok(noop);
+    }
     // A user's program would inherit the setting; every other job computes in this process.
     if job.model_config.engine.is_none() || matches!(job.kind, JobKind::Check { .. }) {
         pages::base_pages_only();

@@ -3,7 +3,8 @@
 //! same worker command (`meshparity worker …`), so a job means the same thing everywhere.
 //!
 //! - `local.rs` — a child process group on this machine;
-//! - `served.rs` — on this machine, a GPU job in a worker that serves many (one device setup);
+//! - `served.rs` — on this machine, a built-in engine's job in a worker that serves many (one
+//!   process start, and on a GPU one device setup, for all of them);
 //! - `slurm/` — a Slurm batch job: submitted with `sbatch`, watched with `squeue`/`sacct`,
 //!   cancelled with `scancel`.
 
@@ -71,18 +72,19 @@ pub enum ExecutorKind {
     Slurm(slurm::SlurmConfig),
 }
 
-/// The executor `kind` names, reporting on `done`, cancelled through `cancel` (1: end
-/// gracefully, 2: now).
+/// The executor `kind` names for the run in `run_dir`, reporting on `done`, cancelled through
+/// `cancel` (1: end gracefully, 2: now).
 pub fn open(
     kind: &ExecutorKind,
     exe: PathBuf,
+    run_dir: PathBuf,
     grace: Duration,
     cancel: tokio::sync::watch::Receiver<u8>,
     done: UnboundedSender<Done>,
 ) -> Box<dyn Executor> {
     match kind {
         ExecutorKind::Local => Box::new(local::Local {
-            served: served::Served::new(exe.clone(), grace),
+            served: served::Served::new(exe.clone(), run_dir, grace),
             exe,
             grace,
             cancel,
@@ -94,13 +96,15 @@ pub fn open(
     }
 }
 
-/// Whether `job` may run in a worker that serves many: a GPU job of the built-in engine, whose
-/// device setup and kernel compilation are most of its time. CPU jobs keep a process each (their
-/// compute threads are sized per job), and a user's program is its own process anyway.
-/// `MESHPARITY_SERVE=0` gives every job a process of its own again (the bench's baseline, or a
-/// suspicion that jobs interfere).
+/// Whether `job` may run in a worker that serves many: any job of the built-in engine. On a GPU
+/// the device's setup and kernel compilation were most of a job's time; on the CPU a job's own
+/// process cost it a start, its binary's pages and its allocator's arenas faulted in again — the
+/// quickstart spent half its CPU in the kernel that way (docs/performance.md). Each job still
+/// computes on its own slots' threads (`worker/threads.rs`). A user's program is its own
+/// process anyway, so its jobs keep a worker each. `MESHPARITY_SERVE=0` gives every job a
+/// process of its own again (the bench's baseline, or a suspicion that jobs interfere).
 pub fn served(job: &Job) -> bool {
-    !job.device.is_cpu() && job.model_config.engine.is_none() && serving_on()
+    job.model_config.engine.is_none() && serving_on()
 }
 
 /// The environment switch [`served`] reads.

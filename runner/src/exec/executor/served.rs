@@ -1,8 +1,10 @@
-//! Served attempts: a GPU job of the built-in engine runs in a long-lived worker process
-//! (`meshparity serve`) that keeps its device, burn's compute client and the kernels it compiled
-//! across jobs. In a process of its own each job paid the device's setup and every kernel's
-//! compilation again: ~5 s a job on an H200; on Mesa's software adapter the quickstart's
-//! dp2·tp2·pp2 cells took 322 s that way and 203 s served (docs/backend.md).
+//! Served attempts: a job of the built-in engine runs in a long-lived worker process
+//! (`meshparity serve`) that keeps its process, its heap and its compute threads across jobs —
+//! and on a GPU its device, burn's compute client and the kernels it compiled. In a process of
+//! its own each job paid a start and its memory faulted in again (the quickstart: 5.5 of its
+//! 11.3 CPU seconds in the kernel, docs/performance.md), and on a GPU the device's setup and
+//! every kernel's compilation: ~5 s a job on an H200; on Mesa's software adapter the
+//! quickstart's dp2·tp2·pp2 cells took 322 s that way and 203 s served (docs/backend.md).
 //!
 //! Isolation holds where it matters: one job runs in a server at a time, in its own logs; a job
 //! that panics or crashes ends its server (the exit status is the attempt's, as for a worker of
@@ -33,6 +35,9 @@ use crate::exec::launch_error::LaunchError;
 #[derive(Clone)]
 pub struct Served {
     exe: PathBuf,
+    /// The run's directory, on each server's command line: a run's processes are told apart
+    /// by theirs, as its workers' are (`ps`, the tests' stray checks).
+    run_dir: PathBuf,
     grace: Duration,
     idle: Arc<Mutex<Vec<Server>>>,
 }
@@ -48,9 +53,10 @@ struct Server {
 }
 
 impl Served {
-    pub fn new(exe: PathBuf, grace: Duration) -> Self {
+    pub fn new(exe: PathBuf, run_dir: PathBuf, grace: Duration) -> Self {
         Self {
             exe,
+            run_dir,
             grace,
             idle: Arc::default(),
         }
@@ -169,6 +175,8 @@ impl Served {
     fn start(&self) -> Result<Server, LaunchError> {
         let mut cmd = Command::new(&self.exe);
         cmd.args(["serve", "--grace", &self.grace.as_secs_f64().to_string()])
+            .arg("--run-dir")
+            .arg(&self.run_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             // A job's output goes to its own logs; between jobs the server writes nothing.
