@@ -115,15 +115,12 @@ pub fn logits(
             let same = (ta[0] == tb[0]) as u64;
             let margin = ta.get(1).map_or(f64::INFINITY, |&j| ra[ta[0]] - ra[j]);
             let decided = margin > tie * ra[ta[0]].abs().max(1.0);
-            (
-                same,
-                common as f64 / k as f64,
-                decided as u64,
-                same * decided as u64,
-            )
+            // Counts, not fractions: an integer sum is the same in any order the pool's
+            // threads reduce it in (a sum of fractions differed in its last bit run to run).
+            (same, common as u64, decided as u64, same * decided as u64)
         })
         .reduce(
-            || (0, 0.0, 0, 0),
+            || (0, 0, 0, 0),
             |x, y| (x.0 + y.0, x.1 + y.1, x.2 + y.2, x.3 + y.3),
         );
     Some(LogitAgreement {
@@ -142,7 +139,7 @@ pub fn logits(
         topk: if rows == 0 {
             1.0
         } else {
-            overlap / rows as f64
+            overlap as f64 / (rows * k) as f64
         },
         k,
     })
@@ -186,15 +183,16 @@ pub fn routing(
             sa.sort_unstable();
             sb.sort_unstable();
             let common = sa.iter().filter(|x| sb.binary_search(x).is_ok()).count();
-            (common as f64 / k as f64, (sa != sb) as u64)
+            // A count: the same sum in any order the threads reduce it in.
+            (common as u64, (sa != sb) as u64)
         })
-        .reduce(|| (0.0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
+        .reduce(|| (0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
     Some(RoutingAgreement {
         tokens: tokens as u64,
         overlap: if tokens == 0 {
             1.0
         } else {
-            overlap / tokens as f64
+            overlap as f64 / (tokens * k) as f64
         },
         mismatch: if tokens == 0 {
             0.0
