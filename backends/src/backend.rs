@@ -181,14 +181,26 @@ impl Engine for Backend {
         if req.training.resume.is_some() {
             return Ok(false);
         }
+        let asked = req.length();
         let len = Length {
-            steps: req.length().steps.clamp(1, crate::parallel::trace::STEPS),
+            steps: asked.steps.clamp(1, crate::parallel::trace::STEPS),
             weights_after: 0,
-            backward: true,
+            // Levels that read the first step's forward alone (a failure the forward or routing
+            // level found) trace that forward alone — the start of the whole trace, bit for bit
+            // (`meshparity_judge::ReferenceTrace::localize` traces two whole steps only where no
+            // site diverged in it). Anything longer traces two whole steps.
+            backward: asked.backward || asked.steps > 1,
         };
         // The run traced as it trained (a mutation run the trace level judged): the same
-        // computation, the same bits.
-        if let Some(from) = self.traced.find(req, traced_steps(len)) {
+        // computation, the same bits (its two steps hold the forward a shorter trace asks for).
+        let whole = traced_steps(Length {
+            steps: crate::parallel::trace::STEPS,
+            ..len
+        });
+        let found = [traced_steps(len), whole]
+            .into_iter()
+            .find_map(|steps| self.traced.find(req, steps));
+        if let Some(from) = found {
             copy_trace(&from, req.out)?;
             return Ok(true);
         }

@@ -72,6 +72,59 @@ fn traced(
     levels::trace::write(dir, m.microbatches as usize, rec.trace).unwrap();
 }
 
+/// A trace of the first step's forward alone — what a run whose failure the forward level
+/// found is traced with — is the whole trace's first entries, bit for bit: every forward site
+/// first appears before any backward one, on every kind of mesh (pipeline 1F1B and expert
+/// parallelism included), so a
+/// localization that stops in that forward finds the same site in either.
+#[test]
+fn a_forward_trace_is_the_start_of_the_whole_trace() {
+    let t = training(7, Optimizer::Adamw);
+    let forward = Length {
+        steps: 1,
+        weights_after: 0,
+        backward: false,
+    };
+    let dense = [
+        "dp2",
+        "tp2-sp",
+        "pp2-mb4",
+        "dp2-tp2-pp2-mb2",
+        "dp2-tp2-sp-cp2",
+    ];
+    let moe = ["dp2-ep2", "dp2-tp2-sp-ep2-etp2"];
+    let cases = dense.map(|m| (tiny(), m)).into_iter();
+    for (model, name) in cases.chain(moe.map(|m| (tiny_moe(), m))) {
+        let replay = oracle_routing(&model, &t, SpecDType::F32);
+        let m = mesh(name);
+        let dir = tempfile::tempdir().unwrap();
+        let read = |len: Length, sub: &str| {
+            let probe = Probe {
+                fault: None,
+                trace: true,
+                replay: Some(&replay).filter(|r| !r.is_empty()),
+            };
+            let rec =
+                train::mesh(&model, &m, &t, len, probe, &Device::default(), DType::F32).unwrap();
+            let out = dir.path().join(sub);
+            levels::trace::write(&out, m.microbatches as usize, rec.trace).unwrap();
+            meshparity_engine::trace::read_trace(&out).unwrap()
+        };
+        let (whole, whole_values) = read(LEN, "whole");
+        let (first, first_values) = read(forward, "forward");
+        assert!(!first.entries.is_empty(), "{name}");
+        assert!(first.entries.len() < whole.entries.len(), "{name}");
+        for (f, w) in first.entries.iter().zip(&whole.entries) {
+            assert_eq!((&f.key, &f.like), (&w.key, &w.like), "{name}");
+            assert_eq!(
+                first_values[&f.key], whole_values[&w.key],
+                "{name}: {}",
+                f.key
+            );
+        }
+    }
+}
+
 #[test]
 fn every_mutation_is_localized_where_it_was_injected_f32() {
     localized(&tiny(), MESHES, SpecDType::F32, 40);

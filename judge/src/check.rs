@@ -125,6 +125,25 @@ impl ReferenceTrace {
         if !self.ensure(engine, req)? {
             return Ok(None);
         }
+        // A run whose levels read only the first step's forward (a failure the forward or
+        // routing level found) is traced that far first, where an engine runs to the asked
+        // length: a forward's trace is the start of the whole one, bit for bit, so a
+        // divergence found in it is the whole trace's first. Only where none is found (a
+        // reported metric alone differs) are two whole steps traced, to say so of every
+        // value. Same localization, a fraction of the arithmetic.
+        if engine.runs_to_length() && req.mesh.is_some() && !req.length().backward {
+            let found = localize_against(engine, req, &self.dir, run)?;
+            if found.as_ref().is_none_or(|l| l.first.is_some()) {
+                return Ok(found);
+            }
+            let _ = std::fs::remove_dir_all(run);
+            let whole = [Level::Trace];
+            let req = RunRequest {
+                levels: &whole,
+                ..*req
+            };
+            return localize_against(engine, &req, &self.dir, run);
+        }
         localize_against(engine, req, &self.dir, run)
     }
 

@@ -416,5 +416,16 @@ pub fn locate_mutation(
     if checkpoint {
         return Ok(None);
     }
+    // Caught by levels that read the first step's forward alone: traced as far as they read
+    // (`ReferenceTrace::localize`), which is where the first divergence lies.
+    let first_forward = |l: &Level| matches!(l, Level::Forward | Level::Routing);
+    let caught = &o.caught_by;
+    if !caught.is_empty() && caught.iter().all(first_forward) {
+        let narrowed = RunRequest {
+            levels: caught,
+            ..*req
+        };
+        return reference.localize(engine, &narrowed, trace);
+    }
     reference.localize(engine, req, trace)
 }
