@@ -9,7 +9,9 @@
 //! - `prune.rs` — what a judged job keeps on disk (the files its result cites);
 //! - `dedupe.rs` — identical kept files stored once;
 //! - `partial.rs` — a half-built artifact directory named, so the runner removes it;
-//! - `repro.rs` — a caught mutation's smallest repro (`--shrink`).
+//! - `repro.rs` — a caught mutation's smallest repro (`--shrink`);
+//! - `threads.rs` — the job's compute pool, sized to its slots;
+//! - `trim.rs` — a kept trace cut to the sites its comparison names.
 
 mod context;
 mod dedupe;
@@ -20,6 +22,7 @@ mod partial;
 mod prune;
 mod repro;
 mod threads;
+mod trim;
 
 use std::path::{Path, PathBuf};
 
@@ -255,6 +258,7 @@ fn run_sized(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, W
     if matches!(job.kind, JobKind::Check { .. } | JobKind::Mutation { .. }) && !args.keep_artifacts
     {
         prune::prune(&args.out, result.detail.as_ref());
+        trim::trim(&args.out, result.detail.as_ref());
         dedupe::dedupe(&args.out, &args.scratch.join(BLOBS));
     }
     // The artifacts and records the result cites reach the disk before it exists.
