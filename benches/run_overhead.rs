@@ -5,6 +5,9 @@
 //!
 //! `cargo bench --bench run_overhead`
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::Command;
 use std::time::Instant;
 
@@ -54,26 +57,19 @@ fn main() {
     );
     for (i, jobs) in [1, cores].into_iter().enumerate() {
         let run_dir = dir.path().join(format!("run{i}"));
-        let start = Instant::now();
-        let out = Command::new(exe)
-            .current_dir(dir.path())
-            .env("MESHPARITY_TEST_FAULT", "*=noop")
-            .args([
-                "run",
-                "spec.toml",
-                "--no-progress",
-                "-j",
-                &jobs.to_string(),
-                "--run-dir",
-            ])
-            .arg(&run_dir)
-            .output()
-            .unwrap();
-        let wall = start.elapsed().as_secs_f64();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (_, wall) = common::timed(
+            Command::new(exe)
+                .current_dir(dir.path())
+                .env("MESHPARITY_TEST_FAULT", "*=noop")
+                .args([
+                    "run",
+                    "spec.toml",
+                    "--no-progress",
+                    "-j",
+                    &jobs.to_string(),
+                    "--run-dir",
+                ])
+                .arg(&run_dir),
         );
         let results: serde_json::Value =
             serde_json::from_slice(&std::fs::read(run_dir.join("results.json")).unwrap()).unwrap();

@@ -7,8 +7,10 @@
 //! `cargo bench --bench scale` (all three sizes, ~10 minutes on two cores);
 //! `MESHPARITY_SCALE=1000,10000 cargo bench --bench scale` for fewer.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::Command;
-use std::time::Instant;
 
 /// A spec of `models` models × 5 meshes × 3 dtypes × every level and mutation: 138 jobs each.
 fn spec(models: usize) -> String {
@@ -49,20 +51,13 @@ fn main() {
         let path = dir.path().join(format!("scale-{target}.toml"));
         std::fs::write(&path, spec(models)).unwrap();
         let run_dir = dir.path().join(format!("run-{target}"));
-        let start = Instant::now();
-        let out = Command::new(exe)
-            .current_dir(dir.path())
-            .env("MESHPARITY_TEST_FAULT", "*=noop")
-            .args(["run", "--no-progress", "-j", "2", "--run-dir"])
-            .arg(&run_dir)
-            .arg(&path)
-            .output()
-            .unwrap();
-        let wall = start.elapsed().as_secs_f64();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (_, wall) = common::timed(
+            Command::new(exe)
+                .current_dir(dir.path())
+                .env("MESHPARITY_TEST_FAULT", "*=noop")
+                .args(["run", "--no-progress", "-j", "2", "--run-dir"])
+                .arg(&run_dir)
+                .arg(&path),
         );
         let size =
             |f: &str| std::fs::metadata(run_dir.join(f)).map_or(0.0, |m| m.len() as f64 / 1e6);

@@ -7,9 +7,11 @@
 //!
 //! `cargo bench --bench serving [-- REPS]` (default 3 of each)
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Instant;
 
 fn main() {
     let exe = env!("CARGO_BIN_EXE_meshparity");
@@ -27,19 +29,12 @@ fn main() {
         for (arm, serve) in arms {
             let work = dir.path().join(format!("{serve}-{rep}"));
             std::fs::create_dir_all(&work).unwrap();
-            let start = Instant::now();
-            let out = Command::new(exe)
-                .current_dir(&work)
-                .env("MESHPARITY_SERVE", serve)
-                .env_remove("MESHPARITY_TEST_FAULT")
-                .args(["run", spec, "--no-progress", "--run-dir", "run"])
-                .output()
-                .unwrap();
-            let wall = start.elapsed().as_secs_f64();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
+            let (_, wall) = common::timed(
+                Command::new(exe)
+                    .current_dir(&work)
+                    .env("MESHPARITY_SERVE", serve)
+                    .env_remove("MESHPARITY_TEST_FAULT")
+                    .args(["run", spec, "--no-progress", "--run-dir", "run"]),
             );
             let results: serde_json::Value = serde_json::from_slice(
                 &std::fs::read(work.join("run").join("results.json")).unwrap(),
