@@ -10,6 +10,7 @@ use std::process::{Child, Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
+use common::jobs::{ignores_sigterm, processes_mentioning, servers, started, wait_for};
 use serde_json::Value;
 
 const SPEC: &str = concat!(
@@ -102,65 +103,6 @@ fn count(results: &Value, status: &str) -> usize {
         .count()
 }
 
-/// Processes whose command line mentions `needle` (our job processes carry the run dir: a
-/// worker of its own, or a worker serving many, `meshparity serve --run-dir DIR`).
-fn processes_mentioning(needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(needle) && is_job_process(&cmd) {
-            found.push(cmd);
-        }
-    }
-    found
-}
-
-fn is_job_process(cmd: &str) -> bool {
-    cmd.contains(" worker ") || cmd.contains(" serve ")
-}
-
-/// Whether the job whose directory's name holds `job` has started: its attempt's log has its
-/// first line (a served job's "served: job K …", a worker's own command line otherwise).
-fn started(fx: &Fixture, job: &str) -> bool {
-    let Ok(dirs) = std::fs::read_dir(fx.run_dir().join("jobs")) else {
-        return false;
-    };
-    dirs.flatten()
-        .filter(|d| d.file_name().to_string_lossy().contains(job))
-        .any(|d| {
-            let log = d.path().join("attempt-1").join("stdout.log");
-            std::fs::metadata(log).is_ok_and(|m| m.len() > 0)
-        })
-        || !processes_mentioning(job).is_empty()
-}
-
-/// Whether a job process whose command line holds `needle` ignores SIGTERM already (its fault
-/// set it): an interrupt sent before then would end it like any job.
-fn ignores_sigterm(needle: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
-        let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
-        let ignored = status
-            .lines()
-            .find_map(|l| l.strip_prefix("SigIgn:"))
-            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .unwrap_or(0);
-        cmd.contains(needle) && is_job_process(&cmd) && ignored & (1 << (libc::SIGTERM - 1)) != 0
-    })
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn a_clean_run_passes_and_writes_results() {
     let fx = Fixture::new(SPEC);
@@ -233,7 +175,7 @@ fn a_clean_run_passes_and_writes_results() {
 fn crashes_hangs_and_bad_exits_are_recorded_while_the_rest_completes() {
     for serve in ["1", "0"] {
         let fx = crashes_hangs_and_bad_exits(serve);
-        let servers = servers(&fx);
+        let servers = servers(&fx.run_dir());
         if serve == "0" {
             assert!(servers.is_empty(), "{servers:?}");
             continue;
@@ -245,29 +187,6 @@ fn crashes_hangs_and_bad_exits_are_recorded_while_the_rest_completes() {
         assert!(servers.values().any(|n| *n >= 3), "{servers:?}");
         assert!(servers.len() >= 3, "{servers:?}");
     }
-}
-
-/// How many jobs each serving worker (by pid) ran, from the "served: job K of worker process
-/// PID" line each served job's log starts with.
-fn servers(fx: &Fixture) -> std::collections::BTreeMap<u32, usize> {
-    let mut by = std::collections::BTreeMap::new();
-    for d in std::fs::read_dir(fx.run_dir().join("jobs"))
-        .unwrap()
-        .flatten()
-    {
-        for a in std::fs::read_dir(d.path()).unwrap().flatten() {
-            let log = std::fs::read_to_string(a.path().join("stdout.log")).unwrap_or_default();
-            if let Some(pid) = log
-                .lines()
-                .find_map(|l| l.strip_prefix("served: job "))
-                .and_then(|l| l.rsplit(' ').next())
-                .and_then(|p| p.parse().ok())
-            {
-                *by.entry(pid).or_insert(0) += 1;
-            }
-        }
-    }
-    by
 }
 
 fn crashes_hangs_and_bad_exits(serve: &str) -> Fixture {
@@ -451,7 +370,7 @@ fn sigint_leaves_valid_results_and_a_resumable_run() {
     let mut child = spawn_run(&fx, "*/tp2/curve=hang", &[]);
     let run_dir = fx.run_dir().display().to_string();
     wait_for("the hanging job", Duration::from_secs(120), || {
-        started(&fx, "tp2_curve")
+        started(&fx.run_dir(), "tp2_curve")
     });
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_macros)]
 
 pub mod harness;
+pub mod jobs;
 pub mod slurm;
 
 /// The binary from the repository root, colour off (what tests/cli/ and tests/plan.rs run),
