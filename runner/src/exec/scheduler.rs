@@ -199,18 +199,9 @@ impl Run<'_> {
                     .cloned()
             })
             .collect();
-        // Whatever depends on a job that runs again runs again, to a fixed point.
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for i in 0..kept.len() {
-                if kept[i].is_some() && deps[i].iter().any(|&d| kept[d].is_none()) {
-                    kept[i] = None;
-                    changed = true;
-                }
-            }
-        }
-        // Dependencies first, so that no kept job is made ready by a dependency carried after it.
+        // A job is carried only once every job it depends on was: whatever depends on a job
+        // that runs again runs again, and no carried job is made ready by a dependency carried
+        // after it.
         let mut carried = vec![false; kept.len()];
         let mut progress = true;
         while progress {

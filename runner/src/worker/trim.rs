@@ -52,10 +52,13 @@ fn keep_only(dir: &Path, named: &HashSet<&str>) -> Option<u64> {
     let (mut index, mut tensors) = read_trace(dir).ok()?;
     index.entries.retain(|e| named.contains(e.key.as_str()));
     tensors.retain(|k, _| named.contains(k.as_str()));
-    // New files, not the old ones overwritten: a file linked elsewhere stays as it was there.
-    for f in [files::TRACE, files::TRACE_INDEX] {
-        std::fs::remove_file(dir.join(f)).ok()?;
+    // A comparison that names none of the trace's sites keeps it whole: an empty file would
+    // be evidence of nothing.
+    if index.entries.is_empty() {
+        return None;
     }
+    // Each file is written beside and renamed over the old one: a failure leaves the old one,
+    // and a link to it elsewhere keeps what it was.
     write_trace(dir, &index, &tensors).ok()?;
     Some(before.saturating_sub(size(dir)))
 }
@@ -95,6 +98,9 @@ mod tests {
             tensors.insert(key.to_owned(), t);
         }
         write_trace(dir.path(), &index, &tensors).unwrap();
+        // Naming none of its sites leaves the trace whole.
+        assert_eq!(keep_only(dir.path(), &["s9.z"].into_iter().collect()), None);
+        assert_eq!(read_trace(dir.path()).unwrap().0.entries.len(), 3);
         let freed = keep_only(dir.path(), &["s0.b"].into_iter().collect()).unwrap();
         assert!(freed > 15_000, "{freed}");
         let (kept, values) = read_trace(dir.path()).unwrap();
