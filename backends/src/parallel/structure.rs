@@ -111,3 +111,46 @@ fn parallel_has_no_import_cycle() {
         .insert("exec".into());
     assert!(cycle(&knot).is_some());
 }
+
+/// Whether `code` (comment lines left out) asks a mutation directly: the `Fault` type, or a
+/// `.fault` field or method.
+fn reads_a_fault(code: &str) -> bool {
+    let part = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .any(|l| {
+            let word = |w: &str| {
+                l.match_indices(w).any(|(i, _)| {
+                    let first = w.starts_with('.') || !part(l[..i].chars().next_back());
+                    first && !part(l[i + w.len()..].chars().next())
+                })
+            };
+            word("Fault") || word(".fault")
+        })
+}
+
+/// The training path reads [`super::fault::Policies`], never the mutation: the sites in
+/// `comm/`, `exec/`, `layers/` and `zero/` see plain flags, factors and hooks decided once when
+/// the run was built (`fault/policy.rs`), so a new mutation is one entry there, not a guard in
+/// a layer.
+#[test]
+fn the_sites_read_policies_not_faults() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/parallel");
+    let mut readers = Vec::new();
+    for folder in ["comm", "exec", "layers", "zero"] {
+        for f in std::fs::read_dir(root.join(folder)).unwrap() {
+            let path = f.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            if reads_a_fault(text.split("#[cfg(test)]").next().unwrap()) {
+                readers.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(readers.is_empty(), "sites reading a Fault: {readers:#?}");
+    // The check can fail: a guard on the mutation is found, a policy read or a `NormFault` is not.
+    assert!(reads_a_fault("if comm.fault().is_some_and(|f| f.x()) {"));
+    assert!(reads_a_fault("fn f(fault: Option<Fault>) {}"));
+    assert!(!reads_a_fault("if comm.policies().grads.zero_shard_misaligned {"));
+    assert!(!reads_a_fault("norm: Option<NormFault>,"));
+    assert!(!reads_a_fault("let f = self.faults(comm, l);"));
+}

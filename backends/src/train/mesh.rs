@@ -13,6 +13,7 @@ use super::{
     batch, logits_host, seed_checkpoint, update_bias, Length, Record, Replay, Routing, RunError,
 };
 use crate::host::{HostTensor, Param};
+use crate::parallel::fault::Policies;
 use crate::parallel::zero::Sharded;
 use crate::parallel::{trace, Comm, Fault, MeshExec, RouteRecord, Topology};
 use crate::sharding::{ShardingPlan, Shards};
@@ -115,10 +116,12 @@ pub fn segment(
     dtype: DType,
 ) -> Result<Segment, RunError> {
     let len = span.len;
-    let fault = probe.fault;
     supported(model, mesh)?;
     let plan = ShardingPlan::llama(model, mesh);
-    let per_dp = mesh.dp > 1 && fault.is_some_and(|f| f.init_seeded_per_dp_rank());
+    let topo = Topology::new(mesh);
+    // The run's mutation, decided once for every site it touches.
+    let policies = Policies::of(probe.fault, &topo);
+    let per_dp = policies.data.init_seeded_per_dp_rank;
     let (params, restored, cursor) = match span.start {
         Start::Seed => {
             let params = seed_params(&plan, model, training.seed, per_dp, device, dtype);
@@ -126,7 +129,6 @@ pub fn segment(
         }
         Start::State(ranks) => state::restore(ranks, device, dtype)?,
     };
-    let topo = Topology::new(mesh);
     let mut ranks = Ranks::new(params, training, Sharded::of(&topo));
     if let Some(states) = restored {
         ranks.restore(states);
@@ -142,7 +144,7 @@ pub fn segment(
         dropout: None,
         recompute: training.recompute,
     };
-    let mut comm = Comm::new(fault);
+    let mut comm = Comm::new(policies);
     if per_dp {
         comm.event("init", "initial weights drawn per dp rank");
     }
@@ -225,7 +227,7 @@ impl Steps<'_> {
         let traced_step = probe.trace && step < trace::STEPS;
         self.exec.dropout = crate::dropout::Dropout::of(training, self.cursor.rng as usize);
         self.comm.set_tracing(traced_step);
-        self.before_step(step, probe.fault);
+        self.before_step(step);
         // A traced step keeps its backward: localization compares the backward's sites too.
         self.exec.backward = len.backward_at(step) || (len.backward && traced_step);
         let base = heap::live();
@@ -276,7 +278,7 @@ impl Steps<'_> {
 
     /// What precedes a step's forward: the parameters unsharded (ZeRO-3) and traced, the
     /// scheduler's extra steps of its catalogued bug, the learning rate each rank will use.
-    fn before_step(&mut self, step: usize, fault: Option<Fault>) {
+    fn before_step(&mut self, step: usize) {
         let (comm, ranks) = (&mut self.comm, &mut self.ranks);
         let first_stale = self.gathered.unsharded_stale.is_none();
         let stale = ranks.unshard(comm, step, first_stale);
@@ -284,8 +286,7 @@ impl Steps<'_> {
         self.exec.trace_params(comm, &ranks.params);
         // The catalogued bug: the scheduler stepped after every microbatch's backward, before
         // the update.
-        let microbatches = self.exec.topo.microbatches();
-        let extra = fault.map_or(0, |f| f.schedule_extra_steps(microbatches));
+        let extra = comm.policies().optimizer.schedule_extra_steps;
         if extra > 0 {
             comm.event("lr", "scheduler stepped once per microbatch");
             ranks

@@ -158,7 +158,8 @@ impl<'a> Ranks<'a> {
             .owned
             .take()
             .unwrap_or_else(|| shards_of(z, &self.params));
-        if comm.fault().is_some_and(|f| f.decays_exempt_shards()) {
+        let policy = comm.policies().optimizer;
+        if policy.decays_exempt_shards {
             comm.event(
                 "optimizer.decay",
                 "flat shards decayed, the exempt norms included",
@@ -167,7 +168,7 @@ impl<'a> Ranks<'a> {
                 .iter_mut()
                 .for_each(Optimizer::lose_decay_exemptions);
         }
-        if let Some(state) = comm.fault().and_then(|f| f.foreign_optimizer_state()) {
+        if let Some(state) = policy.foreign_state {
             comm.event(
                 "optimizer.state",
                 "moments taken from the neighbour shard's state",

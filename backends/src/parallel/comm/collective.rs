@@ -13,7 +13,7 @@ use burn::tensor::Tensor;
 use serde::Serialize;
 
 use super::trace::{canon, Canon, Record};
-use crate::parallel::fault::{Alteration, Fault};
+use crate::parallel::fault::{Alteration, Policies};
 use crate::parallel::topology::{Layout, StageGroup};
 use crate::positions::Positions;
 
@@ -33,7 +33,8 @@ type Address = (usize, String);
 
 /// The communicator of one simulated run.
 pub struct Comm {
-    fault: Option<Fault>,
+    /// What the run's mutation does at each site (the correct computation by default).
+    policies: Policies,
     calls: Vec<Call>,
     mailbox: HashMap<Address, Tensor<3>>,
     /// Things that would deadlock or corrupt a real run (a receive with no matching send).
@@ -60,9 +61,9 @@ pub struct Comm {
 }
 
 impl Comm {
-    pub fn new(fault: Option<Fault>) -> Self {
+    pub fn new(policies: Policies) -> Self {
         Self {
-            fault,
+            policies,
             calls: Vec::new(),
             mailbox: HashMap::new(),
             anomalies: Vec::new(),
@@ -76,11 +77,11 @@ impl Comm {
         }
     }
 
-    /// An empty communicator with this one's fault and tracing.
+    /// An empty communicator with this one's policies and tracing.
     pub fn fresh(&self) -> Self {
         Self {
             tracing: self.tracing,
-            ..Self::new(self.fault)
+            ..Self::new(self.policies)
         }
     }
 
@@ -197,8 +198,9 @@ impl Comm {
         std::mem::take(&mut self.records)
     }
 
-    pub fn fault(&self) -> Option<Fault> {
-        self.fault
+    /// What the run's mutation does at each site.
+    pub fn policies(&self) -> &Policies {
+        &self.policies
     }
 
     pub fn calls(&self) -> &[Call] {
@@ -211,7 +213,7 @@ impl Comm {
     }
 
     fn record(&mut self, site: &str, op: &'static str, ranks: &[usize]) -> Option<Alteration> {
-        let alteration = self.fault.and_then(|f| f.alter(site));
+        let alteration = self.policies.collectives.alter(site);
         self.calls.push(Call {
             site: site.to_owned(),
             op,

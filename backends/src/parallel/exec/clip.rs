@@ -75,7 +75,7 @@ impl MeshExec<'_> {
             .map(|r| (r.name.as_str(), r.placement))
             .collect();
         // The catalogued bug: TP-replicated parameters enter every TP rank's sum.
-        let duplicates = comm.fault().is_some_and(|f| f.norm_counts_tp_duplicates());
+        let duplicates = comm.policies().grads.norm_counts_tp_duplicates;
         if duplicates && self.topo.tp() > 1 {
             comm.event(
                 "grad_norm",
@@ -135,8 +135,7 @@ impl MeshExec<'_> {
     ///
     /// [`Topology::expert_model_groups`]: super::Topology::expert_model_groups
     fn expert_model_groups(&self, comm: &mut Comm) -> Vec<Vec<usize>> {
-        let missing_ep =
-            comm.fault().is_some_and(|f| f.norm_misses_ep()) && self.topo.experts().ep > 1;
+        let missing_ep = comm.policies().grads.norm_misses_ep;
         if missing_ep {
             comm.event(
                 "grad_norm.experts",

@@ -45,7 +45,7 @@ impl MeshExec<'_> {
             })
             .collect();
         for (rank, maps) in parts.iter_mut().enumerate() {
-            if let Some(scale) = comm.fault().and_then(|f| f.grad_scale(rank, world)) {
+            if let Some(scale) = comm.policies().grads.rank_scale(rank, world) {
                 comm.event(
                     &format!("grad.rank{rank}.scale"),
                     "scaled by a wrong factor",
@@ -87,7 +87,7 @@ impl MeshExec<'_> {
         sharded: Option<Sharded>,
     ) -> Grads {
         let t = &self.topo;
-        let cp_skipped = comm.fault().is_some_and(|f| f.cp_grad_reduce_skipped()) && t.cp() > 1;
+        let cp_skipped = comm.policies().grads.cp_reduce_skipped;
         if cp_skipped {
             comm.event(
                 "grad.dp_cp.all_reduce",
@@ -194,7 +194,7 @@ impl MeshExec<'_> {
         let t = &self.topo;
         let name = vec!["embed.weight".to_owned()];
         let mut groups = t.embedding_groups();
-        let shifted = sharded.is_some() && comm.fault().is_some_and(|f| f.tied_shards_mismatched());
+        let shifted = sharded.is_some() && comm.policies().grads.tied_shards_mismatched;
         if shifted {
             // The catalogued bug: each stage's shard of the embedding at its own buffer
             // offset, so a first-stage shard meets the next shard of the last stage's.
@@ -222,52 +222,20 @@ impl MeshExec<'_> {
         s: usize,
         sharded: Option<Sharded>,
     ) {
-        let fault = comm.fault();
-        if fault.is_some_and(|f| f.expert_grad_sync_skipped()) {
+        let policy = comm.policies().grads;
+        if policy.expert_sync_skipped {
             comm.event(
                 "grad.experts.edp.all_reduce",
                 "expert gradients never synced",
             );
             return;
         }
-        let t = &self.topo;
-        let ranks = t.whole_stage(s).ranks;
-        let n = ranks.len();
-        if fault.is_some_and(|f| f.expert_grad_dense_group()) {
-            comm.event(
-                "grad.experts.dp.all_reduce",
-                "expert gradients reduced over the dense data-parallel group",
-            );
-            // The dense dp group (same tp index), each member's k-th expert tensor with the
-            // others' k-th: flat gradient buffers summed position by position.
-            for tp in 0..t.tp() {
-                let members: Vec<usize> = (0..n)
-                    .filter(|j| j % t.tp() == tp)
-                    .map(|j| ranks[j])
-                    .collect();
-                let names: Vec<Vec<String>> = members
-                    .iter()
-                    .map(|&r| grads[r].keys().filter(|n| is_expert(n)).cloned().collect())
-                    .collect();
-                for k in 0..names[0].len() {
-                    let parts = members
-                        .iter()
-                        .zip(&names)
-                        .map(|(&r, held)| grads[r][&held[k]].clone())
-                        .collect();
-                    let site = format!("grad.{}.dp.all_reduce", names[0][k]);
-                    for ((&r, held), g) in members
-                        .iter()
-                        .zip(&names)
-                        .zip(comm.all_reduce_sum(&site, &members, parts))
-                    {
-                        grads[r][&held[k]] = g;
-                    }
-                }
-            }
+        if policy.expert_dense_group {
+            self.reduce_experts_over_dense_dp(comm, grads, s);
             return;
         }
-        let overscaled = fault.is_some_and(|f| f.expert_grads_scaled_by_ep()) && t.experts().ep > 1;
+        let t = &self.topo;
+        let overscaled = policy.experts_scaled_by_ep;
         if overscaled {
             comm.event(
                 "grad.experts.edp.all_reduce",
@@ -294,6 +262,45 @@ impl MeshExec<'_> {
                     {
                         *g = g.clone() * ep;
                     }
+                }
+            }
+        }
+    }
+
+    /// The catalogued bug: stage `s`'s expert gradients all-reduced over the dense
+    /// data-parallel group, as flat buffers summed position by position.
+    fn reduce_experts_over_dense_dp(&self, comm: &mut Comm, grads: &mut Grads, s: usize) {
+        let t = &self.topo;
+        let ranks = t.whole_stage(s).ranks;
+        let n = ranks.len();
+        comm.event(
+            "grad.experts.dp.all_reduce",
+            "expert gradients reduced over the dense data-parallel group",
+        );
+        // The dense dp group (same tp index), each member's k-th expert tensor with the
+        // others' k-th: flat gradient buffers summed position by position.
+        for tp in 0..t.tp() {
+            let members: Vec<usize> = (0..n)
+                .filter(|j| j % t.tp() == tp)
+                .map(|j| ranks[j])
+                .collect();
+            let names: Vec<Vec<String>> = members
+                .iter()
+                .map(|&r| grads[r].keys().filter(|n| is_expert(n)).cloned().collect())
+                .collect();
+            for k in 0..names[0].len() {
+                let parts = members
+                    .iter()
+                    .zip(&names)
+                    .map(|(&r, held)| grads[r][&held[k]].clone())
+                    .collect();
+                let site = format!("grad.{}.dp.all_reduce", names[0][k]);
+                for ((&r, held), g) in members
+                    .iter()
+                    .zip(&names)
+                    .zip(comm.all_reduce_sum(&site, &members, parts))
+                {
+                    grads[r][&held[k]] = g;
                 }
             }
         }

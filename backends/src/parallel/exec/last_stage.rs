@@ -80,7 +80,7 @@ impl MeshExec<'_> {
     /// when a CP loss scale is applied once too often.
     pub(super) fn loss_backward_scale(&self, comm: &mut Comm) -> f64 {
         let cp = self.topo.cp();
-        if cp > 1 && comm.fault().is_some_and(|f| f.scales_loss_grad_by_cp()) {
+        if comm.policies().loss.scales_loss_grad_by_cp {
             comm.event("loss.bwd", "loss gradient scaled by cp");
             cp as f64
         } else {

@@ -216,15 +216,14 @@ impl MeshExec<'_> {
         let d = ds.start;
         let here = self.group(ds, stage);
         let seeds = self.backward_seeds(comm, ctx, stage, mb, &out);
-        let scale = comm.fault().and_then(|f| f.microbatch_scale(mb, mbs));
+        let scale = comm.policies().grads.microbatch_scale(mb, mbs);
         if scale.is_some() {
             comm.event(
                 &format!("grad.accumulate.d{d}.mb{mb}"),
                 "finalized before this microbatch",
             );
         }
-        let wiped =
-            self.topo.pp() > 1 && comm.fault().is_some_and(|f| f.stage_reinit_wipes(mb, mbs));
+        let wiped = comm.policies().grads.wipes(mb, mbs);
         if wiped {
             comm.event(
                 &format!("grad.accumulate.d{d}.mb{mb}"),
@@ -332,7 +331,7 @@ impl MeshExec<'_> {
         mb: usize,
     ) -> StageCtx<'l> {
         StageCtx {
-            fault: comm.fault(),
+            policies: *comm.policies(),
             sequences: ctx.sequences,
             replay: ctx.replay,
             first_rows: ctx.first_rows[mb].clone(),
@@ -348,7 +347,7 @@ impl MeshExec<'_> {
             topo: &self.topo,
             group: self.topo.stage(ds.clone(), stage),
             leaves,
-            fault: None,
+            policies: Default::default(),
             sequences: 0,
             replay: None,
             first_rows: Vec::new(),

@@ -24,9 +24,9 @@ impl MeshExec<'_> {
         parts: Vec<Vec<IndexMap<String, Tensor<2>>>>,
     ) -> Grads {
         let mbs = parts.first().map_or(1, Vec::len);
-        let fault = comm.fault();
+        let policy = comm.policies().grads;
         if z.stage() == 2 {
-            let last_only = fault.is_some_and(|f| f.zero2_last_microbatch_only()) && mbs > 1;
+            let last_only = policy.zero2_last_microbatch_only && mbs > 1;
             if last_only {
                 comm.event(
                     "grad.zero2.accumulate",
@@ -44,8 +44,7 @@ impl MeshExec<'_> {
             }
             return total.expect("a step has a microbatch");
         }
-        let unreduced =
-            fault.is_some_and(|f| f.zero1_last_microbatch_unreduced()) && z.stage() == 1 && mbs > 1;
+        let unreduced = policy.zero1_last_microbatch_unreduced && z.stage() == 1 && mbs > 1;
         if !unreduced {
             return self.reduce_grads(comm, params, summed, Some(z));
         }

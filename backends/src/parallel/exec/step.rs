@@ -131,13 +131,13 @@ impl MeshExec<'_> {
         ticks: &[Vec<Action>],
     ) -> Vec<Result<(Replica, Comm), ScheduleError>> {
         use rayon::prelude::*;
-        let (fault, tracing) = (comm.fault(), comm.tracing());
+        let (policies, tracing) = (*comm.policies(), comm.tracing());
         let lock = self.topo.lockstep();
         normalizers
             .par_chunks(self.topo.cp() * lock)
             .enumerate()
             .map(|(k, normalizers)| {
-                let mut sub = Comm::new(fault);
+                let mut sub = Comm::new(policies);
                 sub.set_tracing(tracing);
                 let ds = k * lock..(k + 1) * lock;
                 self.replica(&mut sub, ds, normalizers, input, leaves, ticks)
@@ -192,13 +192,13 @@ impl MeshExec<'_> {
     ) {
         let t = &self.topo;
         let (dp, mbs) = (t.dp(), t.microbatches());
-        let fault = comm.fault();
+        let policy = comm.policies().grads;
         let mut held: Vec<_> = replica.into_iter().collect();
         held.sort_unstable_by_key(|(rank, _)| *rank);
         let mut said = Vec::new();
         for (rank, mut grads) in held {
             let d = t.coord(rank).dp;
-            if let Some(scale) = fault.and_then(|f| f.replica_scale(d, dp, mbs)) {
+            if let Some(scale) = policy.replica_scale(d, dp, mbs) {
                 if !said.contains(&d) {
                     said.push(d);
                     comm.event(
@@ -245,7 +245,7 @@ impl MeshExec<'_> {
             let site = format!("layers.{layer}.mlp.router.expert_bias");
             let summed = comm.all_reduce_sum(&format!("{site}.all_reduce"), &ranks, parts);
             // The catalogued bug: only the stage's first rank moves its bias.
-            let one_rank = comm.fault().is_some_and(|f| f.bias_one_rank(layer));
+            let one_rank = comm.policies().layers.at(layer).bias_one_rank;
             if one_rank && ranks.len() > 1 {
                 comm.event(&site, "moved on the stage's first rank only");
             }
@@ -291,7 +291,7 @@ impl MeshExec<'_> {
     ) -> f64 {
         let t = &self.topo;
         let (dp, mbs) = (t.dp(), t.microbatches());
-        let unaveraged = mbs > 1 && comm.fault().is_some_and(|f| f.logs_microbatch_sum());
+        let unaveraged = comm.policies().loss.logs_microbatch_sum;
         let per_replica: Vec<Tensor<1>> = if unaveraged {
             comm.event(
                 "loss.report.dp.all_reduce",
@@ -335,7 +335,7 @@ impl MeshExec<'_> {
     ) -> Option<Vec<f64>> {
         let t = &self.topo;
         let (dp, cp, mbs) = (t.dp(), t.cp(), t.microbatches());
-        if mbs == 1 || !comm.fault().is_some_and(|f| f.normalizes_per_microbatch()) {
+        if !comm.policies().loss.normalizes_per_microbatch {
             return None;
         }
         comm.event(

@@ -11,13 +11,13 @@ impl Fault {
     /// 1/dp of world size 1's (Megatron-LM#3672, fixed in PR#3769: `global_aux_loss`'s token
     /// count all-reduced over a group that includes DP while the probabilities stay local;
     /// NeMo Automodel PR#1412: the aux gradient left divided by the DP size).
-    pub fn aux_loss_over_dp(self, layer: u32) -> bool {
+    pub(super) fn aux_loss_over_dp(self, layer: u32) -> bool {
         self.0 == Id::AuxLossScaledByDp && layer == 0
     }
 
     /// How layer `layer`'s per-token load-balance loss misreads a rank's token count, if it
     /// does (only the per-token form pre-multiplies by one; the catalog's `TokenAux`).
-    pub fn aux_token_count(self, layer: u32) -> Option<TokenCount> {
+    pub(super) fn aux_token_count(self, layer: u32) -> Option<TokenCount> {
         if layer != 0 {
             return None;
         }

@@ -1,6 +1,6 @@
 //! Where each catalogued mutation is injected.
 //!
-//! A fault is a property of one run, consulted at the sites where the bug would live in a real
+//! A fault is a property of one run that acts at the sites where the bug would live in a real
 //! training stack: collective calls (by site name), the layer code of one rank or of every
 //! rank, the gradient accumulator and the gradient finalization, and checkpoint save. Keeping
 //! every injection point in this module makes it easy to see that the correct path and the
@@ -8,6 +8,8 @@
 //! descriptions and what a mesh needs live only there. `loss.rs` holds the loss and data
 //! side's flags, `experts.rs` the router's and expert parallelism's, `rng.rs` the random
 //! streams', `resume.rs` a resumption's; `tests.rs` checks every entry is injected somewhere.
+//! The training path never reads a [`Fault`]: `policy.rs` resolves it once, when a run is
+//! built, into [`Policies`] — plain flags, factors and hooks whose defaults are correct.
 
 use meshparity_specs::catalog::{self, Id};
 
@@ -15,10 +17,12 @@ mod aux;
 mod experts;
 mod loss;
 mod packing;
+mod policy;
 mod resume;
 mod rng;
 
 pub use aux::TokenCount;
+pub use policy::{Layer, Policies};
 pub use resume::ResumeFault;
 
 /// How a collective call is altered.
@@ -172,7 +176,7 @@ impl Fault {
 
     /// What happens to the collective at `site` (a full site name such as
     /// `layers.0.mlp.down.fwd.all_reduce`).
-    pub fn alter(self, site: &str) -> Option<Alteration> {
+    fn alter(self, site: &str) -> Option<Alteration> {
         let hit = |prefix: &str| site.starts_with(prefix);
         // Under ZeRO the data-parallel reduction of gradients is a reduce-scatter.
         let dp_reduce = site.ends_with(".dp.all_reduce") || site.ends_with(".dp.reduce_scatter");
@@ -237,13 +241,14 @@ impl Fault {
 
     /// Whether the gradients of microbatch `mb` of `count` are lost because the gradients were
     /// finalized (reduced and handed to the optimizer) before it accumulated.
-    pub fn drops_microbatch(self, mb: usize, count: usize) -> bool {
+    #[cfg(test)]
+    fn drops_microbatch(self, mb: usize, count: usize) -> bool {
         self.microbatch_scale(mb, count) == Some(0.0)
     }
 
     /// What reaches the accumulator of microbatch `mb`'s gradients, as a factor: 0 when they
     /// are lost whole (the catalogued bug), 1 − ε at a chosen size.
-    pub fn microbatch_scale(self, mb: usize, count: usize) -> Option<f64> {
+    fn microbatch_scale(self, mb: usize, count: usize) -> Option<f64> {
         (self.0 == Id::ReduceBeforeLastMicrobatch && count > 1 && mb + 1 == count)
             .then(|| self.1.map_or(0.0, |e| (1.0 - e.get()).max(0.0)))
     }
@@ -252,12 +257,12 @@ impl Fault {
     /// pipeline stages are re-initialized before the next microbatch (NeMo Automodel's
     /// `reset_pp_stage_shapes`), clearing every gradient accumulated so far, so only the
     /// last of `count` microbatches survives.
-    pub fn stage_reinit_wipes(self, mb: usize, count: usize) -> bool {
+    fn stage_reinit_wipes(self, mb: usize, count: usize) -> bool {
         self.0 == Id::StageReinitWipesGrads && mb + 1 < count
     }
 
     /// The wrong factor applied to a rank's gradients, if this fault scales that rank.
-    pub fn grad_scale(self, rank: usize, world: usize) -> Option<f64> {
+    fn grad_scale(self, rank: usize, world: usize) -> Option<f64> {
         match self.0 {
             Id::ScaleOneRankGrad if rank + 1 == world => Some(self.factor(WRONG_SCALE, false)),
             Id::ScaleSeveralRanksGrad if rank > 0 => Some(WRONG_SCALE),
@@ -267,13 +272,13 @@ impl Fault {
 
     /// The wrong factor on DP replica `d`'s accumulated gradients: the last replica counts one
     /// microbatch too many.
-    pub fn replica_scale(self, d: usize, dp: usize, microbatches: usize) -> Option<f64> {
+    fn replica_scale(self, d: usize, dp: usize, microbatches: usize) -> Option<f64> {
         (self.0 == Id::WrongAccumulationCount && d + 1 == dp)
             .then(|| self.factor(microbatches as f64 / (microbatches + 1) as f64, true))
     }
 
     /// The wrong RMSNorm of the first layer's attention norm on the one faulty rank.
-    pub fn norm(self, layer: u32) -> Option<NormFault> {
+    fn norm(self, layer: u32) -> Option<NormFault> {
         match self.0 {
             Id::NormEpsilonOneRank if layer == 0 => Some(NormFault::Epsilon),
             Id::NormWrongPowerOneRank if layer == 0 => Some(NormFault::Power),
@@ -283,7 +288,7 @@ impl Fault {
 
     /// The relative size of the noise on the odd rank's partial output of `layer`'s MLP (the
     /// catalogued size: as large as the values themselves).
-    pub fn activation_noise(self, layer: u32) -> Option<f64> {
+    fn activation_noise(self, layer: u32) -> Option<f64> {
         (self.0 == Id::ActivationShardCorrupted && layer == 0)
             .then(|| self.1.map_or(ACTIVATION_NOISE, Epsilon::get))
     }
@@ -292,7 +297,7 @@ impl Fault {
     /// and how far: as catalogued, every rank's all the way (each shard updated with the next
     /// one's state: an offset off by one shard); at a chosen size ε, one rank's by the
     /// fraction ε (`calibrate --power`: one perturbed shard).
-    pub fn foreign_optimizer_state(self) -> Option<ForeignState> {
+    fn foreign_optimizer_state(self) -> Option<ForeignState> {
         (self.0 == Id::ForeignOptimizerState).then(|| match self.1 {
             None => ForeignState {
                 fraction: 1.0,
@@ -306,84 +311,84 @@ impl Fault {
     }
 
     /// The wrong residual-branch factor of `layer`'s attention, on every rank.
-    pub fn residual_scale(self, layer: u32) -> Option<f64> {
+    fn residual_scale(self, layer: u32) -> Option<f64> {
         (self.0 == Id::ResidualScaleAllRanks && layer == 0)
             .then(|| self.factor(RESIDUAL_SCALE, false))
     }
 
     /// Whether `layer`'s SwiGLU backward uses the wrong operand.
-    pub fn swiglu_wrong_operand(self, layer: u32) -> bool {
+    fn swiglu_wrong_operand(self, layer: u32) -> bool {
         self.0 == Id::SwigluBackwardWrongOperand && layer == 0
     }
 
     /// Whether `layer`'s ring attention sums its partial outputs without log-sum-exp weights.
-    pub fn cp_unweighted_merge(self, layer: u32) -> bool {
+    fn cp_unweighted_merge(self, layer: u32) -> bool {
         self.0 == Id::CpUnweightedMerge && layer == 0
     }
 
     /// Whether `layer`'s ring attention backward computes each step's gradients against the
     /// rank's own K/V chunk (a no-op without CP: there is one step, the rank's own).
-    pub fn cp_backward_stale_kv(self, layer: u32) -> bool {
+    fn cp_backward_stale_kv(self, layer: u32) -> bool {
         self.0 == Id::CpBackwardStaleKv && layer == 0
     }
 
     /// Whether the data-parallel gradient reduction leaves out the context-parallel ranks
     /// (reduces over dp only, not over Megatron's dp × cp group).
-    pub fn cp_grad_reduce_skipped(self) -> bool {
+    fn cp_grad_reduce_skipped(self) -> bool {
         self.0 == Id::CpSkipGradReduce
     }
 
     /// Whether parameters replicated over TP enter the gradient norm on every TP rank.
-    pub fn norm_counts_tp_duplicates(self) -> bool {
+    fn norm_counts_tp_duplicates(self) -> bool {
         self.0 == Id::ClipNormTpDuplicates
     }
 
     /// Whether `layer`'s RoPE backward swaps its outputs.
-    pub fn rope_swapped(self, layer: u32) -> bool {
+    fn rope_swapped(self, layer: u32) -> bool {
         self.0 == Id::RopeBackwardSwapped && layer == 0
     }
 
     /// Whether each rank of a shard group keeps its neighbour's reduce-scattered gradient.
-    pub fn zero_shard_misaligned(self) -> bool {
+    fn zero_shard_misaligned(self) -> bool {
         self.0 == Id::ZeroShardMisaligned
     }
 
     /// Whether the sharded optimizer decays every parameter's flat shard, the exempt ones
     /// (norms) included.
-    pub fn decays_exempt_shards(self) -> bool {
+    fn decays_exempt_shards(self) -> bool {
         self.0 == Id::ShardDecayExemptionsLost
     }
 
     /// Whether a pipeline rank runs its model chunks in reverse order (interleaved schedule).
-    pub fn chunks_reversed(self) -> bool {
+    fn chunks_reversed(self) -> bool {
         self.0 == Id::InterleavedChunksReversed
     }
 
     /// Whether ZeRO-2's sharded accumulator keeps only the last microbatch's gradient.
-    pub fn zero2_last_microbatch_only(self) -> bool {
+    fn zero2_last_microbatch_only(self) -> bool {
         self.0 == Id::Zero2LastMicrobatchOnly
     }
 
     /// Whether ZeRO-1 reduce-scatters before the last microbatch, then adds it unreduced.
-    pub fn zero1_last_microbatch_unreduced(self) -> bool {
+    fn zero1_last_microbatch_unreduced(self) -> bool {
         self.0 == Id::Zero1LastMicrobatchUnreduced
     }
 
     /// Whether the unshard of parameter `name` after the first step is a no-op (the first
     /// layer: one FSDP unit carries the bug).
-    pub fn fsdp_stale_unshard(self, name: &str) -> bool {
+    fn fsdp_stale_unshard(self, name: &str) -> bool {
         self.0 == Id::FsdpStaleUnshard && name.starts_with("layers.0.")
     }
 
     /// Whether the embedding all-reduce pairs a first-stage shard with a last-stage shard at
     /// another offset (the next data-parallel rank's).
-    pub fn tied_shards_mismatched(self) -> bool {
+    fn tied_shards_mismatched(self) -> bool {
         self.0 == Id::TiedEmbeddingShardsMismatched
     }
 
     /// Extra learning-rate schedule steps per update: one per microbatch but the first, when
     /// the scheduler is stepped per microbatch.
-    pub fn schedule_extra_steps(self, microbatches: usize) -> u32 {
+    fn schedule_extra_steps(self, microbatches: usize) -> u32 {
         match self.0 {
             Id::LrSchedulerPerMicrobatch => microbatches.saturating_sub(1) as u32,
             _ => 0,

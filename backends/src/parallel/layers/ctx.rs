@@ -10,7 +10,7 @@ use indexmap::IndexMap;
 use meshparity_specs::ModelConfig;
 
 use crate::llama::moe::Decided;
-use crate::parallel::fault::{Fault, NormFault};
+use crate::parallel::fault::{NormFault, Policies};
 use crate::parallel::topology::{Layout, StageGroup, Topology};
 
 /// A rank's parameter shards as autodiff leaves.
@@ -33,7 +33,8 @@ pub struct StageCtx<'a> {
     pub first_rows: Vec<usize>,
     /// Every rank's leaves, indexed by global rank.
     pub leaves: &'a [Leaves],
-    pub fault: Option<Fault>,
+    /// What the run's mutation does in the layers (the correct computation by default).
+    pub policies: Policies,
     /// The loss's label smoothing ε and z-loss weight (0: none).
     pub loss: crate::llama::LossTerms,
     /// The step's dropout, `None` where the run drops nothing.

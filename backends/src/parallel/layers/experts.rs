@@ -116,7 +116,7 @@ impl StageCtx<'_> {
                 out.load.push((self.group.ranks[i], l, load));
             }
         }
-        let unnormalized = self.fault.is_some_and(|f| f.router_unnormalized(l));
+        let unnormalized = self.policies.layers.at(l).router_unnormalized;
         let how = Dispatch {
             mlp: if f.swiglu_wrong_operand {
                 faulty::swiglu_wrong_operand
@@ -134,7 +134,7 @@ impl StageCtx<'_> {
             .map(|(choices, kept)| Decided { choices, kept })
             .collect();
         let y = if self.topo.experts().parallel() {
-            let wrong = self.fault.is_some_and(|f| f.ep_combine_permuted(l));
+            let wrong = self.policies.layers.at(l).ep_combine_permuted;
             if wrong {
                 comm.event(&name("experts.combine"), "rows returned one place off");
             }
@@ -238,7 +238,7 @@ impl StageCtx<'_> {
         let e = self.model.experts.unwrap_or(1) as usize;
         let k = self.model.top_k.unwrap_or(1) as usize;
         let site = format!("layers.{l}.mlp.router.load_balance");
-        let over_dp = self.fault.is_some_and(|f| f.aux_loss_over_dp(l));
+        let over_dp = self.policies.layers.at(l).aux_loss_over_dp;
         if over_dp {
             comm.event(&site, "divided by dp × the global batch's count");
         }
@@ -255,7 +255,7 @@ impl StageCtx<'_> {
                 moe::balance_weights(&counts[i], lengths[i], k, e, over)
             })
             .collect();
-        if let Some(wrong) = self.fault.and_then(|f| f.aux_token_count(l)) {
+        if let Some(wrong) = self.policies.layers.at(l).aux_token_count {
             comm.event(&site, wrong.describe());
             for (i, w) in weights.iter_mut().enumerate() {
                 faulty::misread_token_count(w, e, &tokens[i].0, lengths[i], wrong);

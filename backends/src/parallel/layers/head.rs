@@ -101,8 +101,7 @@ impl StageCtx<'_> {
             };
             linear(v[0].clone(), head)
         });
-        let gathers = self.fault.is_some_and(|f| f.gathers_logits_before_loss());
-        let (scored, view) = if gathers && self.tp() > 1 {
+        let (scored, view) = if self.policies.loss.gathers_logits_before_loss {
             let all = Conj::GatherFromTp(2);
             let gathered = tape.collective(comm, all, "output.gather", self.ranks(), &logits);
             comm.event(
@@ -146,11 +145,7 @@ impl StageCtx<'_> {
         let g = self.groups();
         let pad = self.padding_mask(view);
         let padded = self.vocab_block() * self.tp() > self.model.vocab as usize;
-        if padded
-            && self
-                .fault
-                .is_some_and(|f| f.leaves_vocab_padding_unmasked())
-        {
+        if padded && self.policies.loss.leaves_vocab_padding_unmasked {
             comm.event("loss.sumexp", "vocabulary padding left in the softmax");
         }
         let masked = tape.per_rank(self.ranks(), &[scored], |i, v| match &pad[i] {
@@ -174,7 +169,7 @@ impl StageCtx<'_> {
             inputs.push(u);
         }
         // Label smoothing's divisor: the whole vocabulary, or (the bug) the rank's own block.
-        let local = self.fault.is_some_and(|f| f.smooths_over_local_vocab());
+        let local = self.policies.loss.smooths_over_local_vocab;
         let vocab = if local {
             view.width
         } else {
@@ -283,9 +278,7 @@ impl StageCtx<'_> {
     /// every rank when the padding is left unmasked (the catalogued bug).
     fn padding_mask(&self, view: Scored) -> Vec<Option<(Tensor<3>, Tensor<3>)>> {
         let (g, vocab, width) = (self.groups(), self.model.vocab as usize, view.width);
-        let unmasked = self
-            .fault
-            .is_some_and(|f| f.leaves_vocab_padding_unmasked());
+        let unmasked = self.policies.loss.leaves_vocab_padding_unmasked;
         (0..self.ranks().len())
             .map(|i| {
                 let valid = vocab.saturating_sub(view.first_column(i % g.tp)).min(width);

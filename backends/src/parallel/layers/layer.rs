@@ -87,9 +87,8 @@ impl StageCtx<'_> {
         };
         let l = span.layer();
         let f = self.layer_faults(l);
-        if self.tp() > 1
+        if self.policies.rng.recompute_not_restored
             && self.dropout.is_some_and(|d| d.attention > 0.0)
-            && self.fault.is_some_and(|f| f.recompute_rng_not_restored())
         {
             let why = "recompute drew the attention mask from the unrestored model-parallel stream";
             comm.event(&format!("layers.{l}.attn.recompute"), why);

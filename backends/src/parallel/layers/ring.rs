@@ -131,7 +131,7 @@ impl StageCtx<'_> {
             .collect();
         // The catalogued bug: the chunks that arrive around the ring are masked without their
         // documents' boundaries.
-        let crossing = self.fault.is_some_and(|f| f.ring_crosses_documents());
+        let crossing = self.policies.data.ring_crosses_documents;
         let packed = locals.iter().any(|local| local.batch.packed());
         if crossing && packed {
             let why = "each CP rank masked the chunks it received without their documents";

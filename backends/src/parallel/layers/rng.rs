@@ -42,7 +42,7 @@ impl StageCtx<'_> {
         let d = self.dropout.filter(|d| d.attention > 0.0)?;
         let (g, nq) = (self.groups(), self.model.heads as usize / self.tp());
         // The catalogued bug: the heads drawn from the default stream, as if replicated.
-        let stream = if self.fault.is_some_and(|f| f.dropout_shared_across_tp()) {
+        let stream = if self.policies.rng.shared_across_tp {
             Stream::Replicated
         } else {
             Stream::TensorParallel
@@ -54,7 +54,7 @@ impl StageCtx<'_> {
         let heads: Vec<usize> = (first..first + nq).collect();
         let rows = self.rows(i, local);
         // The catalogued bug: every CP rank draws at its local indices, its chunks' offsets lost.
-        let (queries, keys) = if self.fault.is_some_and(|f| f.dropout_shared_across_cp()) {
+        let (queries, keys) = if self.policies.rng.shared_across_cp {
             let local_indices = Positions::shared((0..local.positions.len()).collect());
             let keys = local_indices.narrow(0..keys.len());
             (local_indices, keys)
@@ -70,9 +70,7 @@ impl StageCtx<'_> {
         // The catalogued bug: recompute restored the default generator but not this stream, so
         // the re-run draws the model-parallel stream's next masks (tp > 1: with one TP rank the
         // heads are not a TP region).
-        let stale = self.rerunning
-            && self.tp() > 1
-            && self.fault.is_some_and(|f| f.recompute_rng_not_restored());
+        let stale = self.rerunning && self.policies.rng.recompute_not_restored;
         let salt = u64::from(stale);
         Some(d.keep::<4>(Site::Attention, l, &block, salt, (self.device, self.dtype)))
     }
@@ -97,10 +95,7 @@ impl StageCtx<'_> {
             (Stream::Replicated, local.positions.clone())
         };
         // The catalogued bug: a replicated region drawn from a generator forked per TP rank.
-        let forked = stream == Stream::Replicated
-            && self
-                .fault
-                .is_some_and(|f| f.dropout_forked_in_replicated_region());
+        let forked = stream == Stream::Replicated && self.policies.rng.forked_in_replicated_region;
         let salt = if forked { tp_rank as u64 } else { 0 };
         let (rows, hidden) = (
             self.rows(i, local),
@@ -123,21 +118,22 @@ impl StageCtx<'_> {
 
     /// The dropout mutations acting on layer `l` of this stage, each on record as an event.
     pub(super) fn rng_events(&self, comm: &mut Comm, l: u32) {
-        let (Some(f), Some(d)) = (self.fault, self.dropout.as_ref()) else {
+        let Some(d) = self.dropout.as_ref() else {
             return;
         };
+        let f = self.policies.rng;
         let site = |s: &str| format!("layers.{l}.{s}");
         let attention = Dropout::acts(Some(d), Site::Attention);
-        if attention && self.tp() > 1 && f.dropout_shared_across_tp() {
+        if attention && self.tp() > 1 && f.shared_across_tp {
             let why = "every TP rank drew the attention mask of the first heads";
             comm.event(&site("attn.dropout"), why);
         }
-        if attention && self.topo.cp() > 1 && f.dropout_shared_across_cp() {
+        if attention && self.topo.cp() > 1 && f.shared_across_cp {
             let why = "every CP rank drew the attention mask at its local indices";
             comm.event(&site("attn.dropout"), why);
         }
         let hidden = Dropout::acts(Some(d), Site::AttnResidual);
-        if hidden && self.tp() > 1 && !self.topo.sp() && f.dropout_forked_in_replicated_region() {
+        if hidden && self.tp() > 1 && !self.topo.sp() && f.forked_in_replicated_region {
             let why = "each TP rank drew its own mask for the replicated residual stream";
             comm.event(&site("residual.dropout"), why);
         }

@@ -140,7 +140,7 @@ impl StageCtx<'_> {
             return vec![None; n];
         };
         // The catalogued bug: every rank decides alone, on its own tokens, replay or not.
-        let local = self.fault.is_some_and(|f| f.capacity_local(l));
+        let local = self.policies.layers.at(l).capacity_local;
         if local {
             comm.event(
                 &format!("layers.{l}.mlp.router.capacity"),

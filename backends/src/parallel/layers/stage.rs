@@ -51,7 +51,7 @@ impl StageCtx<'_> {
         let t = self.topo;
         let per = self.model.layers / t.stages() as u32;
         let mut stage = self.group.stage;
-        if self.fault.is_some_and(|f| f.chunks_reversed()) {
+        if self.policies.data.chunks_reversed {
             let chunk = stage / t.pp();
             stage = (t.chunks() - 1 - chunk) * t.pp() + self.group.pp;
         }
@@ -101,7 +101,7 @@ impl StageCtx<'_> {
         let mut locals = Local::split(mb, cp, replicas);
         // The catalogued bug: padded documents cut by the row-level split, the positions the
         // per-document layout's.
-        if cp > 1 && mb.padded_documents && self.fault.is_some_and(|f| f.thd_split_by_rows()) {
+        if mb.padded_documents && self.policies.data.thd_split_by_rows {
             let rowwise = Batch {
                 padded_documents: false,
                 ..mb.clone()
@@ -111,7 +111,7 @@ impl StageCtx<'_> {
                 local.batch.targets = by_row.batch.targets;
             }
         }
-        if cp > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
+        if self.policies.data.rolls_labels_per_cp_shard {
             locals.iter_mut().for_each(Local::roll_targets_locally);
         }
         locals
@@ -128,11 +128,10 @@ impl StageCtx<'_> {
     ) -> StageOut {
         let mut tape = Tape::new();
         let locals = self.locals(mb);
-        if self.topo.cp() > 1 && self.fault.is_some_and(|f| f.rolls_labels_per_cp_shard()) {
+        if self.policies.data.rolls_labels_per_cp_shard {
             comm.event("loss.labels", "labels rolled on each CP rank's own tokens");
         }
-        let by_rows = self.fault.is_some_and(|f| f.thd_split_by_rows());
-        if self.topo.cp() > 1 && mb.padded_documents && by_rows {
+        if mb.padded_documents && self.policies.data.thd_split_by_rows {
             let why = "each CP rank cut the padded documents by rows, its positions per document";
             comm.event("data.cp.split", why);
         }
@@ -143,7 +142,7 @@ impl StageCtx<'_> {
             inputs.clone()
         };
         let mut moe = MoeOut::default();
-        if self.topo.chunks() > 1 && self.fault.is_some_and(|f| f.chunks_reversed()) {
+        if self.policies.data.chunks_reversed {
             let site = format!("pp.stage{}.layers", self.group.stage);
             comm.event(&site, "ran another model chunk's layers");
         }
@@ -242,9 +241,6 @@ impl StageCtx<'_> {
     /// The computation faults that hit layer `l` on this group, each on record as an event.
     pub(super) fn faults(&self, comm: &mut Comm, l: u32) -> LayerFaults {
         let f = self.layer_faults(l);
-        if self.fault.is_none() {
-            return f;
-        }
         self.rng_events(comm, l);
         let site = |s: &str| format!("layers.{l}.{s}");
         if f.norm.is_some() {
@@ -283,24 +279,22 @@ impl StageCtx<'_> {
     /// The computation faults that hit layer `l` on this group (no events: a recompute's
     /// re-run asks again).
     pub(super) fn layer_faults(&self, l: u32) -> LayerFaults {
-        let Some(fault) = self.fault else {
-            return LayerFaults::default();
-        };
+        let (layer, data) = (self.policies.layers.at(l), self.policies.data);
+        let odd_rank_here = self.group.ranks.contains(&self.topo.odd_rank());
+        let cp = self.topo.cp() > 1;
         LayerFaults {
-            norm: fault
-                .norm(l)
-                .filter(|_| self.group.ranks.contains(&self.topo.odd_rank())),
-            residual: fault.residual_scale(l),
-            swiglu_wrong_operand: fault.swiglu_wrong_operand(l),
-            rope_swapped: fault.rope_swapped(l),
-            unweighted_merge: self.topo.cp() > 1 && fault.cp_unweighted_merge(l),
-            stale_kv_backward: self.topo.cp() > 1 && fault.cp_backward_stale_kv(l),
-            positions_from_chunks: self.topo.cp() > 1 && fault.packed_positions_from_chunks(),
-            unpadded_boundaries: self.topo.cp() > 1 && fault.thd_unpadded_boundaries(),
+            norm: layer.norm.filter(|_| odd_rank_here),
+            residual: layer.residual,
+            swiglu_wrong_operand: layer.swiglu_wrong_operand,
+            rope_swapped: layer.rope_swapped,
+            unweighted_merge: cp && layer.unweighted_merge,
+            stale_kv_backward: cp && layer.stale_kv_backward,
+            positions_from_chunks: data.positions_from_chunks,
+            unpadded_boundaries: data.unpadded_boundaries,
             // One TP rank's share: a no-op without tensor parallelism.
-            activation_noise: fault
-                .activation_noise(l)
-                .filter(|_| self.topo.tp() > 1 && self.group.ranks.contains(&self.topo.odd_rank())),
+            activation_noise: layer
+                .activation_noise
+                .filter(|_| self.topo.tp() > 1 && odd_rank_here),
         }
     }
 }

@@ -102,7 +102,7 @@ impl<'a> Sharded<'a> {
         group: &str,
     ) {
         let k = ranks.len();
-        let shifted = k > 1 && comm.fault().is_some_and(|f| f.zero_shard_misaligned());
+        let shifted = k > 1 && comm.policies().grads.zero_shard_misaligned;
         for name in names {
             let parts = ranks
                 .iter()
@@ -165,13 +165,14 @@ impl Sharded<'_> {
         previous: Option<&Ranks>,
     ) -> Ranks {
         let mut out = self.gather(Some(comm), shards, dims);
-        let (Some(prev), Some(fault)) = (previous, comm.fault()) else {
+        let Some(prev) = previous else {
             return out;
         };
+        let policy = comm.policies().grads;
         let mut stale = false;
         for (now, before) in out.iter_mut().zip(prev) {
             for (name, t) in now.iter_mut() {
-                if !is_buffer(name) && fault.fsdp_stale_unshard(name) {
+                if !is_buffer(name) && policy.stale_unshard(name) {
                     *t = before[name].clone();
                     stale = true;
                 }
