@@ -93,7 +93,6 @@ pub fn collect(
     expect: Expect,
 ) -> Result<Collected, CollectError> {
     let mut written = Vec::new();
-    let mut ungated = Vec::new();
     let mut moved = Vec::new();
     let tensors = [
         ("logits", &map.logits, files::FORWARD),
@@ -108,76 +107,26 @@ pub fn collect(
             continue;
         }
         let src = found(out, &file.value, key, argv)?;
-        checkpoint::load(&src).map_err(|e| CollectError::Malformed {
-            path: src.display().to_string(),
-            key,
-            message: e.to_string(),
-            argv: argv.to_owned(),
-        })?;
+        checkpoint::load(&src).map_err(|e| malformed(&src, key, argv)(e.to_string()))?;
         let dst = out.join(contract);
         if src != dst {
             place(&src, &dst, &mut moved)?;
         }
         written.push(contract.to_owned());
     }
-    let steps = match (&map.curve, &map.log) {
-        (Some(file), _) => {
-            let path = found(out, &file.value, "curve", argv)?;
-            let (points, left_out) = curve_file(map, &path, argv)?;
-            ungated = left_out;
-            Some(points)
-        }
-        (None, Some(pattern)) => {
-            let text = std::fs::read_to_string(out.join(LOG)).unwrap_or_default();
-            let read = log::curve(&text, &log::pattern(&pattern.value)?).map_err(|e| {
-                CollectError::Malformed {
-                    path: out.join(LOG).display().to_string(),
-                    key: "log",
-                    message: e.to_string(),
-                    argv: argv.to_owned(),
-                }
-            })?;
-            let points: Vec<Point> = read
-                .into_iter()
-                .map(|(step, loss)| Point {
-                    step,
-                    loss,
-                    ..Point::default()
-                })
-                .collect();
-            if points.is_empty() {
-                return Err(CollectError::Malformed {
-                    path: out.join(LOG).display().to_string(),
-                    key: "log",
-                    message: format!("no line matches the log pattern `{}`", pattern.value),
-                    argv: argv.to_owned(),
-                });
-            }
-            Some(points)
-        }
-        (None, None) => None,
-    };
+    let (steps, ungated) = steps(map, out, argv)?;
     let replicas_differ = match &map.digests {
         Some(file) if expect.wants("digests") => {
             let path = found(out, &file.value, "digests", argv)?;
-            crate::digests::disagreement(&path).map_err(|e| CollectError::Malformed {
-                path: path.display().to_string(),
-                key: "digests",
-                message: e.to_string(),
-                argv: argv.to_owned(),
-            })?
+            crate::digests::disagreement(&path)
+                .map_err(|e| malformed(&path, "digests", argv)(e.to_string()))?
         }
         _ => None,
     };
     if let Some(file) = map.inputs.as_ref().filter(|_| expect.wants("inputs")) {
         let path = found(out, &file.value, "inputs", argv)?;
-        let inputs =
-            meshparity_engine::inputs::read(&path).map_err(|e| CollectError::Malformed {
-                path: path.display().to_string(),
-                key: "inputs",
-                message: e.to_string(),
-                argv: argv.to_owned(),
-            })?;
+        let inputs = meshparity_engine::inputs::read(&path)
+            .map_err(|e| malformed(&path, "inputs", argv)(e.to_string()))?;
         let dst = out.join(files::INPUTS);
         meshparity_engine::inputs::write(&dst, &inputs).map_err(io(&dst))?;
         written.push(files::INPUTS.to_owned());
@@ -193,6 +142,59 @@ pub fn collect(
         ungated,
         replicas_differ,
     })
+}
+
+/// The loss curve the program logged — its metrics file, or the lines of its log the spec's
+/// pattern matches — and the metrics it left out; `None` where the spec maps neither.
+fn steps(
+    map: &ArtifactMap,
+    out: &Path,
+    argv: &str,
+) -> Result<(Option<Vec<Point>>, Vec<String>), CollectError> {
+    match (&map.curve, &map.log) {
+        (Some(file), _) => {
+            let path = found(out, &file.value, "curve", argv)?;
+            let (points, left_out) = curve_file(map, &path, argv)?;
+            Ok((Some(points), left_out))
+        }
+        (None, Some(pattern)) => Ok((Some(log_points(out, &pattern.value, argv)?), Vec::new())),
+        (None, None) => Ok((None, Vec::new())),
+    }
+}
+
+/// The steps the log's lines matching `pattern` give: at least one, or the curve is malformed.
+fn log_points(out: &Path, pattern: &str, argv: &str) -> Result<Vec<Point>, CollectError> {
+    let path = out.join(LOG);
+    let malformed = malformed(&path, "log", argv);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let read = log::curve(&text, &log::pattern(pattern)?).map_err(|e| malformed(e.to_string()))?;
+    if read.is_empty() {
+        return Err(malformed(format!(
+            "no line matches the log pattern `{pattern}`"
+        )));
+    }
+    Ok(read
+        .into_iter()
+        .map(|(step, loss)| Point {
+            step,
+            loss,
+            ..Point::default()
+        })
+        .collect())
+}
+
+/// A malformed-file error for the program's file `path` under `key`, with `message`.
+fn malformed<'a>(
+    path: &'a Path,
+    key: &'static str,
+    argv: &'a str,
+) -> impl Fn(String) -> CollectError + 'a {
+    move |message| CollectError::Malformed {
+        path: path.display().to_string(),
+        key,
+        message,
+        argv: argv.to_owned(),
+    }
 }
 
 /// The program's file `src` under the contract's name `dst`, in the same directory: moved, not
@@ -273,12 +275,7 @@ fn curve_file(
     path: &Path,
     argv: &str,
 ) -> Result<(Vec<Point>, Vec<String>), CollectError> {
-    let malformed = |message: String| CollectError::Malformed {
-        path: path.display().to_string(),
-        key: "curve",
-        message,
-        argv: argv.to_owned(),
-    };
+    let malformed = malformed(path, "curve", argv);
     let curve = meshparity_compare::curve::read_curve_keyed(path, &map.step_key)
         .map_err(|e| malformed(e.to_string()))?;
     if curve.steps.is_empty() {

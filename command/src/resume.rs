@@ -93,6 +93,23 @@ pub(crate) fn run(
         let bytes = checkpoint::encode(tensors).map_err(|e| fail(engine, e))?;
         put(&out.join(name), &bytes)?;
     }
+    let steps = join_parts(engine, req, (&saving, &out), at, (&a, &b), &mut written)?;
+    let manifest = manifest(engine, req, &argv, (written, steps), b, start);
+    manifest.write(&out)?;
+    Ok(manifest)
+}
+
+/// The saving run's files beside the resumed run's in `out`: each one part's as that part wrote
+/// it, the curve and the inputs joined at the checkpoint's step `at`. Returns the steps.
+fn join_parts(
+    engine: &CommandEngine,
+    req: &RunRequest<'_>,
+    (saving, out): (&Path, &Path),
+    at: u64,
+    (a, b): (&Collected, &Collected),
+    written: &mut Vec<String>,
+) -> Result<usize, EngineError> {
+    let map = &engine.def.artifacts;
     // The curve and the inputs are joined at the checkpoint below; the rest is one part's.
     let joined = |n: &&String| *n != files::CURVE && *n != files::INPUTS;
     for name in a.written.iter().filter(joined) {
@@ -103,16 +120,28 @@ pub(crate) fn run(
     }
     written.extend(b.written.iter().filter(joined).cloned());
     if b.written.iter().any(|n| n == files::INPUTS) {
-        join_inputs(&saving, &out, at).map_err(|e| fail(engine, e))?;
+        join_inputs(saving, out, at).map_err(|e| fail(engine, e))?;
         written.push(files::INPUTS.to_owned());
     }
-    let steps = if map.curve.is_some() || map.log.is_some() {
+    Ok(if map.curve.is_some() || map.log.is_some() {
         written.push(files::CURVE.to_owned());
-        join_curves(&saving, &out, at).map_err(|e| fail(engine, e))?
+        join_curves(saving, out, at).map_err(|e| fail(engine, e))?
     } else {
         req.training.steps as usize
-    };
-    let manifest = Manifest {
+    })
+}
+
+/// The resumed pair's manifest: the files `written`, the steps, the resumed run's ungated
+/// metrics and replica disagreement.
+fn manifest(
+    engine: &CommandEngine,
+    req: &RunRequest<'_>,
+    argv: &str,
+    (written, steps): (Vec<String>, usize),
+    b: Collected,
+    start: Instant,
+) -> Manifest {
+    Manifest {
         engine: engine.describe().engine,
         device: engine.device.clone(),
         world_size: req.world_size(),
@@ -130,9 +159,7 @@ pub(crate) fn run(
             .unwrap_or_default(),
         seconds: start.elapsed().as_secs_f64(),
         ..Manifest::default()
-    };
-    manifest.write(&out)?;
-    Ok(manifest)
+    }
 }
 
 /// One run of the program for `req`, in `req.out`, with `set` values; its files collected as

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use meshparity_engine::{files, Engine, RunRequest};
 use meshparity_judge::finding::Artifacts;
-use meshparity_judge::{Finding, Judge};
+use meshparity_judge::{Finding, Judge, Repro};
 use meshparity_reports::Status;
 use meshparity_specs::{Level, Limits};
 use petgraph::graph::NodeIndex;
@@ -16,6 +16,7 @@ use super::{
 };
 use crate::calibrate::sweep::locate_mutation;
 use crate::plan::{Job, JobKind, Plan};
+use crate::shrink::policy::Order;
 
 /// One job and what it runs on.
 pub(super) struct Context<'a> {
@@ -160,6 +161,25 @@ impl Context<'_> {
         }
     }
 
+    /// Shrink this job's failure `what` as `order` says: the outcome's `repro` and `repro_in`,
+    /// and the seconds it took.
+    fn shrink(
+        &self,
+        what: &super::repro::Failure<'_>,
+        order: &Order,
+    ) -> ((Option<Repro>, Option<String>), f64) {
+        let shrinking = std::time::Instant::now();
+        let shrunk = super::repro::shrink(
+            self.engine,
+            self.spec,
+            self.job,
+            &self.args.out,
+            what,
+            order,
+        );
+        (shrunk.into_parts(), shrinking.elapsed().as_secs_f64())
+    }
+
     /// Judge one level from the reference's and the mesh run's artifacts.
     pub fn check(&self, level: Level) -> Result<WorkerResult, WorkerError> {
         let reference = self.reference_dir()?;
@@ -187,7 +207,6 @@ impl Context<'_> {
                 }
             }
             if let Some(order) = &self.args.shrink {
-                let shrinking = std::time::Instant::now();
                 let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
                 let site = site.map(|s| s.site.clone());
                 let what = super::repro::Failure {
@@ -196,16 +215,7 @@ impl Context<'_> {
                     limits: Some(&limits),
                     site: site.as_deref(),
                 };
-                let shrunk = super::repro::shrink(
-                    self.engine,
-                    self.spec,
-                    self.job,
-                    &self.args.out,
-                    &what,
-                    order,
-                );
-                (o.repro, o.repro_in) = shrunk.into_parts();
-                shrink_seconds = shrinking.elapsed().as_secs_f64();
+                ((o.repro, o.repro_in), shrink_seconds) = self.shrink(&what, order);
             }
         }
         Ok(WorkerResult {
@@ -264,7 +274,6 @@ impl Context<'_> {
         let order = self.args.shrink.as_ref().filter(|o| o.caught);
         let mut shrink_seconds = 0.0;
         if let (Some(order), Some(&level)) = (order, o.caught_by.first()) {
-            let shrinking = std::time::Instant::now();
             let site = o.localization.as_ref().and_then(|l| l.first.as_ref());
             let site = site.map(|s| s.site.clone());
             let what = super::repro::Failure {
@@ -273,16 +282,7 @@ impl Context<'_> {
                 limits: None,
                 site: site.as_deref(),
             };
-            let shrunk = super::repro::shrink(
-                self.engine,
-                self.spec,
-                self.job,
-                &self.args.out,
-                &what,
-                order,
-            );
-            (o.repro, o.repro_in) = shrunk.into_parts();
-            shrink_seconds = shrinking.elapsed().as_secs_f64();
+            ((o.repro, o.repro_in), shrink_seconds) = self.shrink(&what, order);
         }
         Ok(WorkerResult {
             shrink_seconds,
