@@ -12,8 +12,9 @@
 //!   what applies on a mesh;
 //! - `zero/` — sharded data parallelism: flat shards, their reduce-scatter and all-gather;
 //! - `context.rs` — how a sequence is split over the cp ranks and put back in order;
-//! - `fault/` — the catalogued mutations and where each one acts (`loss.rs`: the loss and data
-//!   side's flags).
+//! - `fault/` — the catalogued mutations and where each one acts, resolved once per run into
+//!   `Policies` (`policy.rs`): what the communicator, the layers, the gradient finalization
+//!   and the optimizer read instead of the mutation.
 
 pub mod comm;
 pub mod context;
