@@ -21,11 +21,13 @@
 //!   likely cause of a divergence, tested against the mesh; [`coupling`] — a gradient that only
 //!   carries a global coupling's share of another's error; [`gate_site`] — a failure the trace
 //!   cannot resolve, placed at the gate's worst tensor; [`metric_only`] — a failure only in a
-//!   reported metric, the training right;
+//!   reported metric, the training right; [`sites`] — the trace level: every traced site of the
+//!   first steps held to its own limit (its error-analysis bound times a calibrated factor);
 //! - [`json`] — numbers as results files hold them (NaN and infinities written as `null`);
 //! - [`repro`] — a shrunk reproduction of a failure; [`compare_line`] — the `meshparity compare`
 //!   line every verdict carries;
-//! - [`conformance`] — the suite every engine must pass.
+//! - [`conformance`] — the suite every engine must pass; `testing` (unit tests only) — helpers the
+//!   judge's unit tests share.
 
 pub mod bound;
 pub mod cause;

@@ -150,7 +150,9 @@ fn the_sites_read_policies_not_faults() {
     // The check can fail: a guard on the mutation is found, a policy read or a `NormFault` is not.
     assert!(reads_a_fault("if comm.fault().is_some_and(|f| f.x()) {"));
     assert!(reads_a_fault("fn f(fault: Option<Fault>) {}"));
-    assert!(!reads_a_fault("if comm.policies().grads.zero_shard_misaligned {"));
+    assert!(!reads_a_fault(
+        "if comm.policies().grads.zero_shard_misaligned {"
+    ));
     assert!(!reads_a_fault("norm: Option<NormFault>,"));
     assert!(!reads_a_fault("let f = self.faults(comm, l);"));
 }
