@@ -18,6 +18,7 @@ fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_e
         "dp2-tp2-pp2-to-cp2-at2",
         "world1-to-dp2-at2",
         "ep2-to-tp2-sp-at2",
+        "dp2-tp2-pp2-to-tp2-sp-at2",
     ] {
         let cells: Vec<_> = jobs
             .iter()
@@ -100,6 +101,15 @@ fn resumed_runs_match_the_uninterrupted_run_and_each_bug_is_named_at_its_state_e
         "tp2-sp-to-world1-at2"
     ));
     assert!(!planned("resume-tp-shard-wrong-axis", "world1-to-pp2-at2"));
+    // The fused fc1's only where the resumed mesh splits the dense MLP over tp.
+    assert!(planned(
+        "resume-fc1-split-unchunked",
+        "dp2-tp2-pp2-to-tp2-sp-at2"
+    ));
+    assert!(!planned(
+        "resume-fc1-split-unchunked",
+        "tp2-sp-to-world1-at2"
+    ));
     assert!(!jobs
         .iter()
         .any(|j| j["mutation"] == "resume-expert-bias-not-saved" && j["model"] == "tiny"));

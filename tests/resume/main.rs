@@ -64,13 +64,18 @@ to = ["world1", "pp2", "cp2", "dp2"]
 at = 2
 
 [[resume]]
+from = ["dp2-tp2-pp2"]
+to = ["tp2-sp"]
+at = 2
+
+[[resume]]
 from = ["ep2"]
 to = ["world1", "tp2-sp", "ep2"]
 at = 2
 "#;
 
 /// Each bug and the state entry the loaded state first differs at.
-const BUGS: [(&str, &str); 7] = [
+const BUGS: [(&str, &str); 8] = [
     ("resume-optimizer-moments-dropped", "`optim.exp_avg."),
     ("resume-step-reset", "`optim.step`"),
     ("resume-data-position-reset", "`data.position`"),
@@ -78,6 +83,7 @@ const BUGS: [(&str, &str); 7] = [
     ("resume-expert-bias-not-saved", "mlp.router.expert_bias`"),
     ("resume-experts-loaded-by-local-index", "mlp.experts."),
     ("resume-tp-shard-wrong-axis", "`layers."),
+    ("resume-fc1-split-unchunked", "mlp.gate.weight`"),
 ];
 
 fn spec(levels: &str, dtypes: &str) -> String {

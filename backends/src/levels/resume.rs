@@ -14,6 +14,7 @@ use meshparity_specs::{MeshConfig, ResumeFrom};
 
 use super::run::{write_record, Plans};
 use super::{io, save, LevelError, Setup};
+use crate::host::HostTensor;
 use crate::llama::is_buffer;
 use crate::parallel::fault::ResumeFault;
 use crate::parallel::Fault;
@@ -200,6 +201,9 @@ fn load(
         }
         Some(ResumeFault::ExpertsByLocalIndex) => by_local_index(plan, &mut full),
         Some(ResumeFault::TpShardWrongAxis) => joined_on_dim0(first, &mut full),
+        Some(ResumeFault::Fc1SplitUnchunked) => {
+            fc1_split_unchunked(plan.mesh.tp as usize, &mut full)
+        }
         None => {}
     }
     if let Some(name) = state::missing(plan, &full) {
@@ -248,6 +252,36 @@ fn joined_on_dim0(first: &ShardingPlan, full: &mut Shards) {
     }
 }
 
+/// Each dense MLP's gate and up weights, and their moments, as a loader makes of them that
+/// holds them as Megatron's fused fc1 (gate stacked on up along the output dim) and cuts it into
+/// contiguous blocks, one per TP rank of the resumed mesh (`tp`), without chunking it into gate
+/// and up first: each rank takes its block's first half as gate, the second as up. At tp 1 the
+/// one block is the whole fc1, and nothing changes.
+fn fc1_split_unchunked(tp: usize, full: &mut Shards) {
+    const GATE: &str = ".mlp.gate.weight";
+    const UP: &str = ".mlp.up.weight";
+    let gates: Vec<String> = full.keys().filter(|n| n.ends_with(GATE)).cloned().collect();
+    for gate in gates {
+        let up = format!("{}{UP}", &gate[..gate.len() - GATE.len()]);
+        let (Some(g), Some(u)) = (full.get(&gate), full.get(&up)) else {
+            continue;
+        };
+        // The output dim: the last (column-parallel, split over tp).
+        let dim = g.shape.len() - 1;
+        let fused = HostTensor::concat(&[g.clone(), u.clone()], dim);
+        let (gates, ups): (Vec<HostTensor>, Vec<HostTensor>) = fused
+            .split(dim, tp)
+            .into_iter()
+            .map(|block| {
+                let mut halves = block.split(dim, 2).into_iter();
+                (halves.next().unwrap(), halves.next().unwrap())
+            })
+            .unzip();
+        full.insert(gate, HostTensor::concat(&gates, dim));
+        full.insert(up, HostTensor::concat(&ups, dim));
+    }
+}
+
 /// A run's record up to the checkpoint followed by the resumed mesh's: losses and norms
 /// continue, the first step's tensors are the first mesh's, the weights whichever recorded
 /// them.
@@ -281,5 +315,64 @@ fn join(a: Record, b: Record) -> Record {
         states,
         inputs,
         ..a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A [2, 4] weight whose entry at column c of row r is `base + c` (row 0) or `base + 10 + c`.
+    fn weight(base: f32) -> HostTensor {
+        let values: Vec<f32> = (0..2)
+            .flat_map(|r| (0..4).map(move |c| base + 10.0 * r as f32 + c as f32))
+            .collect();
+        HostTensor {
+            dtype: meshparity_compare::TensorDtype::F32,
+            shape: vec![2, 4],
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    fn columns(t: &HostTensor) -> Vec<f32> {
+        t.bytes
+            .chunks(4)
+            .take(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    /// The bug's loader at tp 2: the fused [gate | up] cut in two blocks (all of gate, all of
+    /// up), each halved, so gate becomes gate's first half beside up's first half; at tp 1,
+    /// nothing moves. Moments go the same way; other tensors are left alone.
+    #[test]
+    fn the_unchunked_fc1_split_mixes_gate_and_up_only_over_tp() {
+        let names = [
+            "layers.0.mlp.gate.weight",
+            "layers.0.mlp.up.weight",
+            "optim.exp_avg.layers.0.mlp.gate.weight",
+            "optim.exp_avg.layers.0.mlp.up.weight",
+            "layers.0.mlp.down.weight",
+        ];
+        let full = || -> Shards {
+            names
+                .iter()
+                .zip([0.0, 100.0, 0.0, 100.0, 50.0])
+                .map(|(n, base)| (n.to_string(), weight(base)))
+                .collect()
+        };
+        let mut same = full();
+        fc1_split_unchunked(1, &mut same);
+        assert_eq!(same, full());
+        let mut mixed = full();
+        fc1_split_unchunked(2, &mut mixed);
+        for prefix in ["", "optim.exp_avg."] {
+            let gate = &mixed[&format!("{prefix}layers.0.mlp.gate.weight")];
+            let up = &mixed[&format!("{prefix}layers.0.mlp.up.weight")];
+            assert_eq!(columns(gate), [0.0, 1.0, 100.0, 101.0]);
+            assert_eq!(columns(up), [2.0, 3.0, 102.0, 103.0]);
+            assert_eq!(gate.shape, [2, 4]);
+        }
+        assert_eq!(mixed["layers.0.mlp.down.weight"], weight(50.0));
     }
 }

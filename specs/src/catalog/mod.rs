@@ -171,6 +171,7 @@ pub enum Id {
     ResumeExpertBiasNotSaved,
     ResumeExpertsByLocalIndex,
     ResumeTpShardWrongAxis,
+    ResumeFc1SplitUnchunked,
     LossReportMicrobatchSum,
 }
 

@@ -23,6 +23,8 @@ pub enum ResumeFault {
     ExpertsByLocalIndex,
     /// Tensor-parallel shards joined along dim 0 whatever their split dim, viewed whole.
     TpShardWrongAxis,
+    /// The MLP's fused fc1 TP-sharded without first chunking it into gate and up.
+    Fc1SplitUnchunked,
 }
 
 impl ResumeFault {
@@ -37,6 +39,9 @@ impl ResumeFault {
                 "experts loaded by their local index on every EP rank"
             }
             ResumeFault::TpShardWrongAxis => "tensor-parallel shards joined along dim 0 on load",
+            ResumeFault::Fc1SplitUnchunked => {
+                "fused fc1 TP-sharded on load without first chunking it into gate and up"
+            }
         }
     }
 }
@@ -51,6 +56,7 @@ impl Fault {
             Id::ResumeExpertBiasNotSaved => ResumeFault::ExpertBiasNotSaved,
             Id::ResumeExpertsByLocalIndex => ResumeFault::ExpertsByLocalIndex,
             Id::ResumeTpShardWrongAxis => ResumeFault::TpShardWrongAxis,
+            Id::ResumeFc1SplitUnchunked => ResumeFault::Fc1SplitUnchunked,
             _ => return None,
         })
     }
