@@ -18,7 +18,6 @@ use crate::dtype::DType;
 use crate::family::Family;
 use crate::level::Level;
 use crate::mesh::MeshSchema as Mesh;
-use crate::run::Optimizer;
 
 /// A meshparity spec: models × meshes × check levels × tolerance tables.
 #[derive(JsonSchema)]
@@ -90,83 +89,28 @@ enum ExecutorKind {
     Slurm,
 }
 
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-struct Run {
-    /// Run name (default: the spec's file name).
-    name: Option<String>,
-    /// Seed for initialization and data (default 1234).
-    seed: Option<u64>,
-    /// Default dtype of models that set none (default f32).
-    dtype: Option<DType>,
-    /// Training steps for the curve level (default 4).
-    #[schemars(range(min = 1))]
-    steps: Option<u32>,
-    /// Steps after which the oracle level compares gradients and weights (default 2).
-    #[schemars(range(min = 1))]
-    oracle_steps: Option<u32>,
-    /// Global batch in sequences; must divide by dp × microbatches of every mesh (default 8).
-    #[schemars(range(min = 1))]
-    batch: Option<u32>,
-    /// Optimizer (default adamw).
-    optimizer: Option<Optimizer>,
-    /// Learning rate (default 1e-3).
-    lr: Option<f64>,
-    /// Clip gradients to this global L2 norm (over every parameter, as one device sees them);
-    /// default: no clipping. The norm before clipping is compared either way (`grad_norm`).
-    #[schemars(range(min = 0))]
-    clip_grad_norm: Option<f64>,
-    /// Decoupled weight decay of the weight matrices (norms and biases exempt); default: AdamW's
-    /// 0.01 on every parameter.
-    #[schemars(range(min = 0))]
-    weight_decay: Option<f64>,
-    /// Label smoothing ε of the cross-entropy, in [0, 1): 1 − ε on each token's label and ε
-    /// spread uniformly over the whole vocabulary, as torch's `label_smoothing`; default 0.
-    #[schemars(range(min = 0, max = 1))]
-    label_smoothing: Option<f64>,
-    /// The z-loss weight w, in [0, 1): each counted token adds w·(log Σ exp z)² to the loss,
-    /// normalized like the cross-entropy (PaLM's, 1e-4 there); default 0.
-    #[schemars(range(min = 0, max = 1))]
-    z_loss: Option<f64>,
-    /// Dropout probability of the attention probabilities, in [0, 1) (Megatron's
-    /// `--attention-dropout`); default 0. Masks are a function of the seed, the step and the
-    /// global position, so a correct mesh drops what world size 1 drops.
-    #[schemars(range(min = 0, max = 1))]
-    attention_dropout: Option<f64>,
-    /// Dropout probability of each residual branch's output, in [0, 1) (Megatron's
-    /// `--hidden-dropout`); default 0.
-    #[schemars(range(min = 0, max = 1))]
-    hidden_dropout: Option<f64>,
-    /// Activation recompute (Megatron's `--recompute-granularity`): "full" re-runs each
-    /// layer's attention and MLP blocks in backward from their saved inputs, "selective" the
-    /// attention between its TP collectives (projections, scores, softmax, dropout, values);
-    /// default: none. Dropout's masks are the forward's either way.
-    recompute: Option<crate::run::Recompute>,
-    /// Several documents per row (default false): attention stays inside each document,
-    /// positions restart at each document's first token, and no label crosses a boundary
-    /// (Megatron's `--reset-attention-mask --reset-position-ids`).
-    packed_sequences: Option<bool>,
-    /// Each document opens with a prompt whose labels are ignored (`-100`), as supervised
-    /// fine-tuning masks them (default false).
-    mask_prompts: Option<bool>,
-    /// Pad each packed document to a multiple of this many tokens (needs `packed_sequences`),
-    /// as TransformerEngine's THD layout does for context parallelism: CP then cuts every
-    /// document into 2·cp chunks, rank c holding chunks c and 2·cp−1−c of each. A multiple of
-    /// 2·cp for every mesh, dividing every model's seq_len.
-    #[schemars(range(min = 2))]
-    pad_documents_to: Option<u32>,
-    /// Steps of linear learning-rate warmup (fewer than `steps`; default 0).
-    warmup_steps: Option<u32>,
-    /// Learning-rate decay after warmup, to `min_lr` at the last step: constant (default),
-    /// linear or cosine.
-    lr_decay: Option<crate::schedule::LrDecay>,
-    /// The learning rate the decay ends at (default 0; at most `lr`).
-    #[schemars(range(min = 0))]
-    min_lr: Option<f64>,
-    /// Output directory for runs (default meshparity-out).
-    output: Option<String>,
-    /// Device of every model that sets none: cpu (default), gpu or gpu:N.
-    device: Option<Device>,
+/// `[run]`: every key of [`crate::run::keys::KEYS`], with the documentation and value type its
+/// entry there gives (the one list of them), closed to others.
+struct Run;
+
+impl JsonSchema for Run {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Run".into()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut properties = serde_json::Map::new();
+        for key in crate::run::keys::KEYS {
+            let mut schema = (key.schema)(g);
+            schema.insert("description".into(), key.doc.into());
+            properties.insert(key.name.into(), schema.into());
+        }
+        schemars::json_schema!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": properties,
+        })
+    }
 }
 
 /// A model. With `engine`, any other key (string, number, boolean) is passed to the engine's
