@@ -73,7 +73,7 @@ impl Policies {
                 zero_shard_misaligned: f.zero_shard_misaligned(),
                 zero2_last_microbatch_only: f.zero2_last_microbatch_only(),
                 zero1_last_microbatch_unreduced: f.zero1_last_microbatch_unreduced(),
-                stage_reinit_wipes: topo.pp() > 1 && f.stage_reinit_wipes(0, 2),
+                pipelined: topo.pp() > 1,
             },
             optimizer: Optimizer {
                 decays_exempt_shards: f.decays_exempt_shards(),
@@ -222,9 +222,8 @@ pub struct Grads {
     pub zero_shard_misaligned: bool,
     pub zero2_last_microbatch_only: bool,
     pub zero1_last_microbatch_unreduced: bool,
-    /// The pipeline stages re-initialized between microbatches (pp > 1): every microbatch's
-    /// gradients but the last wiped ([`Grads::wipes`]).
-    pub stage_reinit_wipes: bool,
+    /// Whether the mesh has pipeline stages to re-initialize ([`Grads::wipes`]).
+    pipelined: bool,
 }
 
 impl Grads {
@@ -243,9 +242,10 @@ impl Grads {
         self.fault?.microbatch_scale(mb, count)
     }
 
-    /// Whether microbatch `mb` of `count`'s gradients are wiped by a stage re-initialization.
+    /// Whether microbatch `mb` of `count`'s gradients are wiped by a stage re-initialization
+    /// (pp > 1: every microbatch's but the last).
     pub fn wipes(&self, mb: usize, count: usize) -> bool {
-        self.stage_reinit_wipes && self.fault.is_some_and(|f| f.stage_reinit_wipes(mb, count))
+        self.pipelined && self.fault.is_some_and(|f| f.stage_reinit_wipes(mb, count))
     }
 
     /// Whether the unshard of parameter `name` after the first step is a no-op.
