@@ -154,3 +154,38 @@ def load(run, config, state, dtype):
     cls = model_class(config)
     return cls.from_pretrained(None, config=config, state_dict=state,
                                distributed_config=distributed_config(run), dtype=dtype)
+
+
+def save_distributed(model, directory):
+    """transformers' own `save_pretrained(directory, distributed_checkpoint=True)`.
+
+    One adaptation, for a model with tied embeddings: transformers (5.24) hands DCP's
+    safetensors writer the model state dict, where `lm_head.weight` and
+    `model.embed_tokens.weight` are one tensor under two names; DCP clones a rank's shard
+    only when it is a view of a larger storage, so where the shard owns its storage (bf16 on
+    tp2 and fsdp2 here) safetensors refuses the pair ("Some tensors share memory") and the save
+    fails on every rank — the bug Megatron-Bridge #919 hit and fixed (#922) by cloning the
+    second name. The state dict DCP is given here has the same clone; every other step
+    (transformers' redistribution, its storage writer, its files) is transformers' own."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        model.save_pretrained(directory, distributed_checkpoint=True)
+        return
+    import torch.distributed.checkpoint.state_dict as state_dicts
+
+    own = state_dicts.get_model_state_dict
+
+    def distinct(*args, **kwargs):
+        state, seen = own(*args, **kwargs), set()
+        for key, value in state.items():
+            local = value.to_local() if hasattr(value, "to_local") else value
+            storage = local.untyped_storage().data_ptr()
+            if storage in seen:
+                state[key] = value.clone()
+            seen.add(storage)
+        return state
+
+    state_dicts.get_model_state_dict = distinct
+    try:
+        model.save_pretrained(directory, distributed_checkpoint=True)
+    finally:
+        state_dicts.get_model_state_dict = own

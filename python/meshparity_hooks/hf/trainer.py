@@ -143,7 +143,7 @@ class Run:
             seed["lm_head.weight"] = seed["model.embed_tokens.weight"]
         other = models.load(self.run, self.config, seed, self.dtype)
         directory = os.path.join(self.run.out, "roundtrip-hf")
-        other.save_pretrained(directory, distributed_checkpoint=True)
+        models.save_distributed(other, directory)
         dist.barrier()
         back = models.model_class(self.config).from_pretrained(
             directory, distributed_config=models.distributed_config(self.run), dtype=self.dtype)
