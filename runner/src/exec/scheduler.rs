@@ -419,7 +419,13 @@ impl Run<'_> {
         if matches!(status, Status::Failed | Status::Error | Status::Timeout) {
             self.failures += 1;
         }
-        self.finish(i, r)
+        self.finish(i, r)?;
+        // The worker's result is in the run's log now (and its results.json at the end): a
+        // third copy per job was a sixth of the quickstart's run directory.
+        if !self.opts.keep_artifacts {
+            let _ = std::fs::remove_file(dir.join(crate::worker::RESULT_FILE));
+        }
+        Ok(())
     }
 
     fn record(&self, i: usize, status: Status, summary: String, seconds: f64) -> JobRecord {
