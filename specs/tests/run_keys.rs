@@ -116,3 +116,18 @@ fn template_values_are_the_keys_that_set_a_job() {
     }
     assert_eq!(names.len(), all.len() - 3);
 }
+
+/// `steps = 1` with `oracle_steps` left out: the default (2) is held to the run's one step —
+/// a command engine's program told to record its weights after a step it never takes wrote
+/// none, and the reference failed with "the program wrote no `final.safetensors`".
+#[test]
+fn the_default_oracle_steps_never_exceed_the_runs_steps() {
+    let text = "[run]\nsteps = 1\n[models.m]\nlayers = 1\nhidden = 16\nheads = 2\nffn = 16\n\
+                vocab = 32\nseq_len = 8\n[meshes.tp2]\ntp = 2\n";
+    let loaded =
+        meshparity_specs::load_text(Path::new("s.toml"), text.into(), &meshparity_specs::Disk)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+    let t = loaded.spec.run.training;
+    assert_eq!((t.steps, t.oracle_steps), (1, 1));
+    assert!(plain().oracle_steps > 1, "the default itself is unchanged");
+}

@@ -207,6 +207,10 @@ impl RunSettings {
                 );
             }
             run.training.oracle_steps = s.value;
+        } else {
+            // The default never asks for more steps than the run has (`steps = 1`): a program
+            // told to record its weights after a step it never takes writes none.
+            run.training.oracle_steps = run.training.oracle_steps.min(run.training.steps);
         }
         if let Some(b) = t.positive(cx, "batch") {
             run.training.batch = b.value;
