@@ -5,7 +5,8 @@
 //! mistakes that exist only there or that name a cause: Qwen3's q/k norms left unreduced (each
 //! TP rank keeps its share) and a per-rank mean loss (each replica scaled by its own count),
 //! each localized where it is injected with that cause. The Llama with tied embeddings on tp2,
-//! every level passing, its tied weight named once in every artifact.
+//! every level passing, its tied weight named once in every artifact. The same llama in bf16 on
+//! fsdp2: transformers' own save of a tied model, and the trace level on the program's traces.
 //!
 //! The example's other cells (qwen3-moe, every layout and bug) run the same program: their
 //! verdicts are in docs/verdicts.md. Here, a cut that holds CI's budget.
@@ -183,13 +184,16 @@ fn transformers_tp_and_fsdp_pass_and_their_bugs_are_caught_where_injected() {
     assert_eq!(tied, 2, "the llama's reference and tp2 run");
 }
 
-/// A tied model in bf16 through transformers' own distributed save and load: transformers hands
-/// DCP's safetensors writer the tied pair as one tensor, which safetensors refuses wherever a
-/// rank's shard owns its storage (bf16 on tp2 and fsdp2; f32's shards are views DCP clones), so
-/// every tied llama run there failed in its round trip. The adapter gives DCP the second name
-/// cloned (hf/model.py `save_distributed`); the round trip then matches the seed bit for bit.
+/// A tied llama in bf16 on fsdp2, every level. Two things bf16 broke here before:
+/// - transformers hands DCP's safetensors writer the tied pair as one tensor, which safetensors
+///   refuses wherever a rank's shard owns its storage (bf16 on tp2 and fsdp2; f32's shards are
+///   views DCP clones), so every tied run there failed in its round trip; the adapter gives DCP
+///   the second name cloned (hf/model.py `save_distributed`) and the round trip matches;
+/// - a per-rank mean loss moves the updates by 5–6 %, under the oracle's 12 % layer-averaged
+///   bf16 gate (missed on every HF model and mesh with dp); the trace level, on the program's
+///   own traces, catches it at `lm_head.bwd.in`, each replica's rows scaled by its own count.
 #[test]
-fn a_tied_model_in_bf16_saves_and_loads_through_transformers_own_checkpoint() {
+fn a_tied_model_in_bf16_saves_through_transformers_and_its_per_rank_loss_is_caught() {
     if !common::python_has(
         "torch.distributed, transformers, accelerate, safetensors",
         "torch transformers accelerate safetensors numpy",
@@ -201,24 +205,38 @@ fn a_tied_model_in_bf16_saves_and_loads_through_transformers_own_checkpoint() {
     let hf = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/command/hf/hf.toml");
     let text = format!(
         "include = [{hf:?}]\n[run]\nname = \"hf-tied-bf16\"\nsteps = 2\nbatch = 4\n\
-         dtype = \"bf16\"\n[models.llama]\nengine = \"hf\"\narchitecture = \"llama\"\n\
-         layers = 1\nhidden = 32\nheads = 4\nkv_heads = 2\nffn = 64\nvocab = 96\n\
-         seq_len = 16\ntie_embeddings = true\n[meshes.tp2]\ntp = 2\n\
-         [[matrix]]\nlevels = [\"roundtrip\"]\n"
+         dtype = \"bf16\"\nclip_grad_norm = 1.0\n[models.llama]\nengine = \"hf\"\n\
+         architecture = \"llama\"\nlayers = 1\nhidden = 32\nheads = 4\nkv_heads = 2\n\
+         ffn = 64\nvocab = 96\nseq_len = 16\ntie_embeddings = true\n\
+         [meshes.fsdp2]\ndp = 2\nzero = 3\n"
     );
     std::fs::write(&spec, text).unwrap();
     let run = tmp.path().join("run");
-    let (code, results) = common::run_in_repo(
-        &[spec.to_str().unwrap(), "-f", "not level=mutation", "-j", "2"],
-        &run,
-    );
+    let filter = "not level=mutation or mutation=loss-per-rank-mean";
+    let (code, results) = common::run_in_repo(&[spec.to_str().unwrap(), "-f", filter], &run);
     let jobs = results["jobs"].as_array().unwrap();
-    let roundtrip = jobs
-        .iter()
-        .find(|j| j["name"] == "llama@bf16/tp2/roundtrip")
-        .unwrap_or_else(|| panic!("{jobs:#?}"));
-    assert_eq!(roundtrip["status"], "passed", "{jobs:#?}");
+    let failed: Vec<&Value> = jobs.iter().filter(|j| j["status"] != "passed").collect();
+    assert!(failed.is_empty(), "{failed:#?}");
     assert_eq!(code, Some(0));
+    let job = |name: &str| {
+        jobs.iter()
+            .find(|j| j["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {jobs:#?}"))
+    };
+    let trace = job("llama@bf16/fsdp2/trace");
+    let compared = trace["detail"]["comparisons"][0]["compared"].as_u64();
+    assert!(compared.is_some_and(|n| n > 10), "{trace:#}");
+    let caught = job("llama@bf16/fsdp2/mutation[loss-per-rank-mean]");
+    let by: Vec<&str> = caught["detail"]["caught_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(by.contains(&"trace"), "{caught:#}");
+    let (step, site, injected, _) =
+        common::located(jobs, "llama@bf16/fsdp2/mutation[loss-per-rank-mean]");
+    assert_eq!((step, site.as_str(), injected), (0, "lm_head.bwd.in", true));
 }
 
 /// The tensor names in a safetensors file's header, or None when there is no such file.

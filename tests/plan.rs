@@ -243,43 +243,58 @@ fn the_trace_level_comes_with_oracle_where_it_is_gated() {
     assert!(!jobs(&excluded).iter().any(|n| n.ends_with("/trace")));
 }
 
-/// `trace` asked by name of a command engine's model is a spec error that points at the
-/// entry's levels and says what to do; the same model in bf16 with `oracle` plans no trace job.
+/// A command engine's model gets the trace level where its engine maps the directory its
+/// program writes traces into: asked by name, and implied by `oracle` in bf16. Asked of an
+/// engine that maps none, it is a spec error that points at the entry's levels and says what
+/// to do; implied there, it is left out.
 #[test]
-fn the_trace_level_is_refused_by_name_for_a_command_engine() {
+fn the_trace_level_needs_a_command_engines_trace_directory() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy("examples/command/jax.toml", dir.path().join("jax.toml")).unwrap();
+    let engine = std::fs::read_to_string("examples/command/jax.toml").unwrap();
+    std::fs::write(dir.path().join("jax.toml"), &engine).unwrap();
     let spec = std::fs::read_to_string("examples/command/jax-tp-dp.toml").unwrap();
     let path = dir.path().join("spec.toml");
-    let asked = spec.replace(
-        "levels = [\"roundtrip\", \"forward\", \"curve\", \"oracle\"]",
-        "levels = [\"oracle\", \"trace\"]",
-    );
-    std::fs::write(&path, asked).unwrap();
-    let out = meshparity()
-        .args(["plan", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("level `trace` needs the built-in engine's per-site traces"),
-        "{err}"
-    );
-    assert!(err.contains("spec.toml:20:21:"), "{err}");
-    assert!(err.contains("leave `trace` out"), "{err}");
+    let plan = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        meshparity()
+            .args(["plan", path.to_str().unwrap(), "--format", "json"])
+            .output()
+            .unwrap()
+    };
+    let traced = |out: &std::process::Output| {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let names: Vec<String> = v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(names.iter().any(|n| n.ends_with("/oracle")), "{names:?}");
+        names.iter().filter(|n| n.ends_with("/trace")).count()
+    };
+    // In bf16, where the built-in table has the trace level's limits.
     let bf16 = spec.replace(
         "optimizer = \"sgd\"",
         "optimizer = \"sgd\"\ndtype = \"bf16\"",
     );
-    std::fs::write(&path, bf16).unwrap();
-    let json = stdout(meshparity().args(["plan", path.to_str().unwrap(), "--format", "json"]));
-    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let jobs = v["jobs"].as_array().unwrap();
-    assert!(jobs
-        .iter()
-        .any(|j| j["name"].as_str().unwrap().ends_with("/oracle")));
-    assert!(!jobs
-        .iter()
-        .any(|j| j["name"].as_str().unwrap().ends_with("/trace")));
+    assert!(traced(&plan(&bf16)) > 0);
+    let asked = bf16.replace(
+        "levels = [\"roundtrip\", \"forward\", \"curve\", \"oracle\"]",
+        "levels = [\"oracle\", \"trace\"]",
+    );
+    assert!(traced(&plan(&asked)) > 0);
+    // The engine without its trace directory: implied, left out; asked, refused.
+    let untraced = engine.replace("trace = \"trace\"", "");
+    assert_ne!(untraced, engine);
+    std::fs::write(dir.path().join("jax.toml"), untraced).unwrap();
+    assert_eq!(traced(&plan(&bf16)), 0);
+    let out = plan(&asked);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("level `trace` needs `trace` in [engines.jax.artifacts]"),
+        "{err}"
+    );
+    assert!(err.contains("spec.toml:21:21:"), "{err}");
+    assert!(err.contains("leave the level out"), "{err}");
 }

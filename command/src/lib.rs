@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use meshparity_engine::{Description, Engine, EngineError, Manifest, RunRequest};
-use meshparity_specs::{DType, EngineDef, Field, MeshConfig, ModelConfig, Unsupported};
+use meshparity_specs::{DType, EngineDef, Field, Level, MeshConfig, ModelConfig, Unsupported};
 
 use process::Invocation;
 use template::{Renderer, TemplateError};
@@ -255,8 +255,16 @@ impl Engine for CommandEngine {
         let expect = collect::Expect::Whole {
             converts: converts(req),
         };
-        let collected =
+        let mut collected =
             collect::collect(&self.def.artifacts, &out, &argv, expect).map_err(EngineError::run)?;
+        if traces.is_some() {
+            // The trace level's file, judged like any other artifact of the run.
+            let trace = [
+                meshparity_engine::files::TRACE,
+                meshparity_engine::files::TRACE_INDEX,
+            ];
+            collected.written.extend(trace.map(str::to_owned));
+        }
         let steps = std::fs::read_to_string(out.join(meshparity_engine::files::CURVE))
             .map_or(req.training.steps as usize, |c| c.lines().count());
         let manifest = Manifest {
@@ -287,26 +295,31 @@ impl Engine for CommandEngine {
 
 impl CommandEngine {
     /// Whether `req`'s run writes its traces, kept beside its artifacts: every run with
-    /// `trace = "always"`, and a mutation run whatever the mode — it runs to be caught, and a
-    /// caught run is localized from its trace: tracing it afterwards ran the user's program a
-    /// second time (torchtitan's debug model: ~20 s of a 55 s mutation job, most of it imports).
+    /// `trace = "always"`; a run the trace level judges; the reference (asked for no level in
+    /// particular, it records everything a level may judge: the trace level's other side, and
+    /// what every mutation of the run is localized against); and a mutation run whatever the
+    /// mode — it runs to be caught, and a caught run is localized from its trace: tracing it
+    /// afterwards ran the user's program a second time (torchtitan's debug model: ~20 s of a
+    /// 55 s mutation job, most of it imports).
     fn traces(&self, req: &RunRequest<'_>) -> bool {
-        self.def.trace_always || req.mutation.is_some()
+        self.def.trace_always
+            || req.mutation.is_some()
+            || req.levels.is_empty()
+            || req.levels.contains(&Level::Trace)
     }
 
-    /// A run that already wrote `req`'s trace: one of this process's runs computing the same
-    /// thing, or with `trace = "always"` for the reference its artifact directory.
+    /// A run that already wrote `req`'s trace: for the reference its artifact directory, or
+    /// one of this process's runs computing the same thing.
     fn traced_run(&self, req: &RunRequest<'_>) -> Option<PathBuf> {
+        // The reference traces as it runs: its trace is the one asked of it, whatever the mode.
+        let has = |dir: &Path| dir.join(meshparity_engine::files::TRACE).is_file();
+        if let Some(dir) = req.reference.filter(|dir| req.mesh.is_none() && has(dir)) {
+            return Some(dir.to_path_buf());
+        }
         if !self.traces(req) {
             return None;
         }
-        let has = |dir: &Path| dir.join(meshparity_engine::files::TRACE).is_file();
-        if let Some(dir) = self.traced.find(req, TRACED_STEPS) {
-            return Some(dir);
-        }
-        req.reference
-            .filter(|dir| req.mesh.is_none() && has(dir))
-            .map(Path::to_path_buf)
+        self.traced.find(req, TRACED_STEPS)
     }
 }
 

@@ -165,7 +165,10 @@ fn add_job(spec: &Spec, unit: &mut Unit, job: &Job, dtype: DType) -> Result<(), 
             mesh.judge(*level, limits);
             // The planner adds `trace` beside `oracle` where the cell's dtype is gated for it; a
             // cell calibrated in another dtype gets it here by the same rule.
-            let traced = job.model_config.engine.is_none() && job.training.resume.is_none();
+            let engine = spec.engine_of(&job.model_config);
+            let traces = engine.is_none_or(|e| e.artifacts.trace.is_some());
+            let implied = job.model_config.family.trace_implied(engine.is_some());
+            let traced = traces && implied && job.training.resume.is_none();
             if *level == Level::Oracle && dtype != job.dtype && traced {
                 if let Some(l) = converted(Level::Trace) {
                     mesh.judge(Level::Trace, l.clone());

@@ -6,8 +6,9 @@ use serde::Serialize;
 
 /// What a reference job writes, as a number raised whenever that changes: a reference is
 /// cached across runs by its identity, and one written before (2: its per-site trace, which
-/// the trace level and localization read) lacks what this build's levels need.
-pub(super) const REFERENCE_FORMAT: u32 = 2;
+/// the trace level and localization read; 3: a command engine's reference traced too) lacks
+/// what this build's levels need.
+pub(super) const REFERENCE_FORMAT: u32 = 3;
 
 /// What makes two jobs the same job. Model and mesh names are part of a check job (renaming is
 /// a different job to a user); a reference job is named by its configuration alone, so models

@@ -107,8 +107,8 @@ impl ArtifactMap {
                 ("weights", self.weights.is_some()),
             ],
             Level::Routing => &[("routing", false)],
-            // The per-site traces are the built-in engine's; the planner says so by name.
-            Level::Trace => &[("trace", false)],
+            // The per-site gate reads the traces the program writes when `{{trace_dir}}` is set.
+            Level::Trace => &[("trace", self.trace.is_some())],
         };
         need.iter().filter(|(_, ok)| !ok).map(|(k, _)| *k).collect()
     }

@@ -37,14 +37,13 @@ impl<'s> Expansion<'s, '_> {
                 continue;
             }
             if level == Level::Trace && !explicit {
-                // Implied by `oracle`: judged where the table gates it and the engine traces.
+                // Implied by `oracle`: judged where the table gates it and the engine traces
+                // (a command engine that maps no `trace` directory drops it in `engine_writes`).
                 let gated = self.spec.limits(table, level, dtype).is_some();
-                if !gated || model.engine.is_some() || mesh.resume.is_some() {
+                let implied = family.trace_implied(model.engine.is_some());
+                if !gated || !implied || mesh.resume.is_some() {
                     continue;
                 }
-            } else if level == Level::Trace && model.engine.is_some() {
-                self.untraced(entry, model, &loc);
-                continue;
             }
             if !family.levels().contains(&level) {
                 self.unsupported_level(entry, model, level, &loc);
@@ -74,24 +73,6 @@ impl<'s> Expansion<'s, '_> {
             }
         }
         out
-    }
-
-    /// `trace` asked of a command-engine model: its programs' hooks write the levels' files,
-    /// not the per-site traces the level judges (said once per entry).
-    fn untraced(&mut self, entry: &MatrixEntry, model: &Model, loc: &Loc) {
-        self.once(format!("trace/{}/{}", model.name.value, entry.index), || {
-            Diagnostic::error(
-                loc,
-                format!(
-                    "level `trace` needs the built-in engine's per-site traces; model `{}` runs \
-                     on a command engine",
-                    model.name.value
-                ),
-            )
-            .label("not traced by this engine")
-            .help("leave `trace` out of this entry's levels (`oracle` still judges its gradients and updates)")
-            .related("model defined here", &model.name.loc)
-        });
     }
 
     /// `level` asked of `model`, whose family does not have it (said once per entry).
