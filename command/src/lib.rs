@@ -239,18 +239,23 @@ impl Engine for CommandEngine {
         let start = Instant::now();
         std::fs::create_dir_all(req.out).map_err(EngineError::io("creating", req.out))?;
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
-        let traces = match &self.def.artifacts.trace {
+        let mut traces = match &self.def.artifacts.trace {
             Some(dir) if self.traces(req) => Some(out.join(&dir.value)),
             _ => None,
         };
-        let inv = self.invocation_tracing(req, &out, traces.as_deref())?;
-        process::run(&inv, &out).map_err(EngineError::run)?;
-        if let Some(traces) = &traces {
-            trace::convert(traces, &out, replicas(req))
-                .map_err(|e| EngineError::program(&self.def.name.value, e))?;
-            self.traced
-                .record(&RunRequest { out: &out, ..*req }, TRACED_STEPS);
-        }
+        let inv = match self.run_program(req, &out, traces.as_deref()) {
+            // The reference traces for whoever may need it; where its program's tracing fails,
+            // it runs again untraced, so every level that does not read a trace is judged as
+            // before (the trace level then says the reference has none; localization reruns
+            // the trace and says why it failed).
+            Err(_) if self.traces_if_it_can(req) => {
+                if let Some(dir) = traces.take() {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                self.run_program(req, &out, None)?
+            }
+            result => result?,
+        };
         let argv = inv.display();
         let expect = collect::Expect::Whole {
             converts: converts(req),
@@ -294,6 +299,31 @@ impl Engine for CommandEngine {
 }
 
 impl CommandEngine {
+    /// Run the program for `req` into `out`, tracing into `traces` when given and converting
+    /// what it wrote there.
+    fn run_program(
+        &self,
+        req: &RunRequest<'_>,
+        out: &Path,
+        traces: Option<&Path>,
+    ) -> Result<Invocation, EngineError> {
+        let inv = self.invocation_tracing(req, out, traces)?;
+        process::run(&inv, out).map_err(EngineError::run)?;
+        if let Some(traces) = traces {
+            trace::convert(traces, out, replicas(req))
+                .map_err(|e| EngineError::program(&self.def.name.value, e))?;
+            self.traced
+                .record(&RunRequest { out, ..*req }, TRACED_STEPS);
+        }
+        Ok(inv)
+    }
+
+    /// Whether `req` traces only in case a later job needs it: the reference, unless the
+    /// engine traces always (there a failed trace is the run's failure, as it always was).
+    fn traces_if_it_can(&self, req: &RunRequest<'_>) -> bool {
+        req.levels.is_empty() && req.mesh.is_none() && !self.def.trace_always
+    }
+
     /// Whether `req`'s run writes its traces, kept beside its artifacts: every run with
     /// `trace = "always"`; a run the trace level judges; the reference (asked for no level in
     /// particular, it records everything a level may judge: the trace level's other side, and
