@@ -244,14 +244,15 @@ impl Engine for CommandEngine {
             _ => None,
         };
         let inv = match self.run_program(req, &out, traces.as_deref()) {
-            // The reference traces for whoever may need it; where its program's tracing fails,
-            // it runs again untraced, so every level that does not read a trace is judged as
-            // before (the trace level then says the reference has none; localization reruns
-            // the trace and says why it failed).
-            Err(_) if self.traces_if_it_can(req) => {
-                if let Some(dir) = traces.take() {
-                    let _ = std::fs::remove_dir_all(dir);
-                }
+            // The reference traces for whoever may need it; where its traced run fails, it
+            // runs again untraced, from an empty directory (no file of the failed run is
+            // judged), so every level that does not read a trace is judged as before (the
+            // trace level then says the reference has none; localization reruns the trace and
+            // says why it failed).
+            Err(_) if traces.is_some() && self.traces_if_it_can(req) => {
+                traces = None;
+                std::fs::remove_dir_all(&out).map_err(EngineError::io("clearing", &out))?;
+                std::fs::create_dir_all(&out).map_err(EngineError::io("creating", &out))?;
                 self.run_program(req, &out, None)?
             }
             result => result?,

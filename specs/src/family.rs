@@ -49,8 +49,8 @@ impl Family {
     /// the top k of near-tied scores, which round-off flips between a mesh and world size 1,
     /// and a flipped choice moves the router's gradient past any round-off bound — the
     /// built-in engine replays the reference's routing on both sides, a program cannot
-    /// (Qwen3-MoE under transformers in bf16: the router's gradient at 7.1× its bound on 2 of
-    /// 8 correct tp runs, docs/verdicts.md). Asked by name, it is judged all the same.
+    /// (measured on Qwen3-MoE under transformers: docs/verdicts.md). Asked by name, it is
+    /// judged all the same.
     pub fn trace_implied(self, program: bool) -> bool {
         !(program && self.has_experts())
     }
