@@ -41,23 +41,27 @@ impl Finding {
 
     /// The comparisons a report points a person at, whose files a run keeps: every failed one,
     /// and every one of a mutation that went uncaught (its passing comparisons are the evidence
-    /// that the check missed it).
+    /// that the check missed it) — but those whose files were not kept
+    /// ([`Comparison::unkept`]: a caught mutation keeps one failed comparison's).
     pub fn cited(&self) -> Vec<&Comparison> {
         let missed = matches!(self, Finding::Mutation(m) if !m.caught);
-        let cited: Vec<&Comparison> = self
-            .comparisons()
+        self.comparisons()
             .into_iter()
-            .filter(|c| missed || !c.passed)
-            .collect();
-        if !matches!(self, Finding::Mutation(_)) {
-            return cited;
+            .filter(|c| (missed || !c.passed) && !c.unkept)
+            .collect()
+    }
+
+    /// Every comparison, mutable (a worker marks those whose files it does not keep).
+    pub fn comparisons_mut(&mut self) -> Vec<&mut Comparison> {
+        match self {
+            Finding::Level(o) => o.comparisons.iter_mut().collect(),
+            Finding::Mutation(m) => m
+                .levels
+                .iter_mut()
+                .flat_map(|o| &mut o.comparisons)
+                .collect(),
+            Finding::Artifacts(_) => Vec::new(),
         }
-        // A mutation's traces (tens of MB each, per job) are kept only where the trace level
-        // alone caught it: elsewhere another comparison's files show the bug, and the result
-        // lists the trace's worst sites with their bounds.
-        let traced = |c: &&Comparison| c.what == crate::sites::WHAT;
-        let alone = !missed && cited.iter().all(traced);
-        cited.into_iter().filter(|c| alone || !traced(c)).collect()
     }
 
     /// The level outcomes, one for a level job, every level's for a mutation job.
@@ -138,6 +142,7 @@ mod tests {
                 reproduce: String::new(),
                 report: serde_json::Value::Null,
                 notes: Vec::new(),
+                unkept: false,
             }],
             collectives: 7,
             altered: vec!["site: skipped".into()],

@@ -96,6 +96,7 @@ pub fn judge(
         reproduce: String::new(),
         report: serde_json::Value::Null,
         notes: Vec::new(),
+        unkept: false,
     })
 }
 

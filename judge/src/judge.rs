@@ -489,5 +489,6 @@ fn unmerged(what: &str, world_size: u64, why: &str) -> Comparison {
         }],
         report: serde_json::Value::Null,
         notes: Vec::new(),
+        unkept: false,
     }
 }

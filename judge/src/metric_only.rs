@@ -111,6 +111,7 @@ mod tests {
                 reproduce: String::new(),
                 report: serde_json::Value::Null,
                 notes: Vec::new(),
+                unkept: false,
             }],
             collectives: 1,
             altered: Vec::new(),

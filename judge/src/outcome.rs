@@ -37,6 +37,11 @@ pub struct Comparison {
     /// that is neither gated nor a performance figure): said in the reports, never dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Its files were not kept: a caught mutation keeps one failed comparison's files, the
+    /// smallest that re-derives the catch (`runner/src/worker/keep.rs`). Its numbers stay;
+    /// its `reproduce` is empty and a note names the comparison whose files were kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unkept: bool,
 }
 
 impl Comparison {
@@ -83,6 +88,7 @@ impl Comparison {
             reproduce: String::new(),
             report: serde_json::Value::Null,
             notes: Vec::new(),
+            unkept: false,
         }
     }
 
@@ -145,6 +151,7 @@ impl Comparison {
             reproduce: String::new(),
             report: serde_json::to_value(r).unwrap_or_default(),
             notes: Vec::new(),
+            unkept: false,
         }
     }
 
@@ -186,6 +193,7 @@ impl Comparison {
             reproduce: String::new(),
             report: serde_json::to_value(r).unwrap_or_default(),
             notes: r.notes.clone(),
+            unkept: false,
         }
     }
 }

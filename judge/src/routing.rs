@@ -400,6 +400,7 @@ impl RoutingReport {
             reproduce: String::new(),
             report: serde_json::to_value(self).unwrap_or_default(),
             notes: Vec::new(),
+            unkept: false,
         }
     }
 

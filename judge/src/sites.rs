@@ -142,6 +142,7 @@ pub fn judge(
         reproduce: String::new(),
         report: serde_json::json!({ "sites": listed }),
         notes,
+        unkept: false,
     })
 }
 

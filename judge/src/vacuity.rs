@@ -144,6 +144,7 @@ pub fn comparison(why: &str) -> Comparison {
         }],
         report: serde_json::Value::Null,
         notes: Vec::new(),
+        unkept: false,
     }
 }
 

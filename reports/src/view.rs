@@ -141,7 +141,23 @@ pub struct AttemptView {
 }
 
 /// Rows of the worst-tensors table.
-const WORST: usize = 8;
+pub const WORST: usize = 8;
+
+/// A comparison report's tensors as the worst-tensors table lists them: failed ones first,
+/// then by relative L2, largest first; the table shows the first [`WORST`].
+pub fn worst_tensors(report: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let mut worst: Vec<&serde_json::Value> = report["tensors"]
+        .as_array()
+        .map(|t| t.iter().collect())
+        .unwrap_or_default();
+    let key = |t: &serde_json::Value| t["metrics"]["relative_l2"].as_f64().unwrap_or(0.0);
+    worst.sort_by(|a, b| {
+        (a["passed"] == true)
+            .cmp(&(b["passed"] == true))
+            .then(key(b).total_cmp(&key(a)))
+    });
+    worst
+}
 
 fn sci(x: Option<f64>) -> String {
     match x {
@@ -182,16 +198,7 @@ fn once_each(lines: &[String]) -> Vec<String> {
 }
 
 fn comparison(c: &Comparison) -> ComparisonView {
-    let mut worst: Vec<&serde_json::Value> = c.report["tensors"]
-        .as_array()
-        .map(|t| t.iter().collect())
-        .unwrap_or_default();
-    let key = |t: &serde_json::Value| t["metrics"]["relative_l2"].as_f64().unwrap_or(0.0);
-    worst.sort_by(|a, b| {
-        (a["passed"] == true)
-            .cmp(&(b["passed"] == true))
-            .then(key(b).total_cmp(&key(a)))
-    });
+    let worst = worst_tensors(&c.report);
     ComparisonView {
         what: clean(&c.what),
         passed: c.passed,

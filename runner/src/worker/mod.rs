@@ -8,6 +8,8 @@
 //! - `context.rs` — the job's work on its engine (engine runs, judging, mutations);
 //! - `prune.rs` — what a judged job keeps on disk (the files its result cites);
 //! - `dedupe.rs` — identical kept files stored once;
+//! - `keep.rs` — what a caught mutation keeps: one failed comparison's files, the rows its
+//!   reports show;
 //! - `partial.rs` — a half-built artifact directory named, so the runner removes it;
 //! - `repro.rs` — a caught mutation's smallest repro (`--shrink`);
 //! - `threads.rs` — the job's compute pool, sized to its slots;
@@ -17,6 +19,7 @@ mod context;
 mod dedupe;
 #[cfg(feature = "test-faults")]
 mod faults;
+mod keep;
 mod pages;
 mod partial;
 mod prune;
@@ -257,6 +260,8 @@ fn run_sized(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, W
     result.adapter = adapter;
     if matches!(job.kind, JobKind::Check { .. } | JobKind::Mutation { .. }) && !args.keep_artifacts
     {
+        keep::choose(&args.out, result.detail.as_mut());
+        keep::shown_rows(result.detail.as_mut());
         prune::prune(&args.out, result.detail.as_ref());
         trim::trim(&args.out, result.detail.as_ref());
         dedupe::dedupe(&args.out, &args.scratch.join(BLOBS));
