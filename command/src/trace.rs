@@ -8,6 +8,9 @@
 //!   unsharded (what a world-size-1 run holds: gathered over TP, concatenated over DP), the way
 //!   ART's forward trace capture writes per-module outputs.
 //!
+//! Once converted, the files read (`sites.txt`, the step files) are removed: the artifact holds
+//! every value, and a kept run would otherwise hold each twice.
+//!
 //! Localization then walks the sites step by step in that order and names the first whose
 //! relative L2 to the reference's exceeds the dtype's limit. Names starting with `grad.` are
 //! gradients, names with `.bwd.` backward values, the rest forward values.
@@ -143,6 +146,7 @@ pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFi
         program: true,
     };
     let mut tensors: IndexMap<String, HostTensor> = IndexMap::new();
+    let mut read_files = vec![list.clone()];
     for step in 0.. {
         let path = from.join(format!("step{step}.safetensors"));
         if !path.exists() {
@@ -155,6 +159,7 @@ pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFi
         }
         let mut values =
             meshparity_engine::checkpoint::load(&path).map_err(|e| read(&path, e.to_string()))?;
+        read_files.push(path.clone());
         if let Some(name) = values.keys().find(|n| !is_listed(&sites, n)) {
             return Err(TraceFilesError::Unlisted {
                 path,
@@ -199,6 +204,13 @@ pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFi
         }
     }
     write_trace(to, &index, &tensors).map_err(|e| read(to, e.to_string()))?;
+    // The artifact holds every value the program wrote (in f64); its own files would double
+    // the trace's bytes in every run that keeps it (a cached reference's). Only the files read
+    // go, and the directory if that empties it; a failed conversion leaves them to be read.
+    for f in &read_files {
+        let _ = std::fs::remove_file(f);
+    }
+    let _ = std::fs::remove_dir(from);
     Ok(index.entries.len())
 }
 
@@ -228,7 +240,14 @@ mod tests {
         std::fs::write(from.path().join("sites.txt"), "b.out\na.out\ngrad.w\n").unwrap();
         step(from.path(), 0, &["a.out", "b.out", "grad.w"]);
         step(from.path(), 1, &["a.out", "b.out"]);
+        std::fs::write(from.path().join("notes.txt"), "the program's own").unwrap();
         assert_eq!(convert(from.path(), to.path(), 1).unwrap(), 5);
+        // The files read are in the artifact now; anything else the program left stays.
+        let left: Vec<_> = std::fs::read_dir(from.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["notes.txt"]);
         let index: TraceIndex = serde_json::from_slice(
             &std::fs::read(to.path().join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
         )
@@ -290,6 +309,9 @@ mod tests {
         assert_eq!(e.over, ["dp", "tp"]);
         assert!(index.entries[0].over.is_empty());
 
+        // The converted files are gone with their directory; the failing cases write anew.
+        std::fs::create_dir_all(from.path()).unwrap();
+        std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n@dp,tp\n").unwrap();
         step(from.path(), 0, &["a.out", "grad.n@0", "grad.n@2"]);
         let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("numbered from 0 with no gap"), "{e}");

@@ -39,7 +39,7 @@ pub struct Comparison {
     pub notes: Vec<String>,
     /// Its files were not kept: a caught mutation keeps one failed comparison's files, the
     /// smallest that re-derives the catch (`runner/src/worker/keep.rs`). Its numbers stay;
-    /// its `reproduce` is empty and a note names the comparison whose files were kept.
+    /// its `reproduce` is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unkept: bool,
 }

@@ -118,6 +118,8 @@ pub struct ComparisonView {
     /// The trace level's worst sites ([`crate::sites`]).
     pub sites: Vec<crate::sites::SiteRow>,
     pub notes: Vec<String>,
+    /// Its files were not kept (a caught mutation keeps one failed comparison's).
+    pub unkept: bool,
 }
 
 #[derive(Serialize)]
@@ -207,6 +209,7 @@ fn comparison(c: &Comparison) -> ComparisonView {
         reference: clean(&c.reference),
         candidate: clean(&c.candidate),
         notes: c.notes.iter().map(|n| clean(n)).collect(),
+        unkept: c.unkept,
         sites: crate::sites::rows(&c.report),
         worst: worst
             .into_iter()

@@ -10,7 +10,7 @@
 //! whose own files (those below the job's directory) are fewest bytes keeps them, one with a
 //! compare line before one without (a trace has none, and is kept only where the catch rests
 //! on it alone, as before); each other is marked
-//! [`Comparison::unkept`], its compare line emptied and a note naming the kept one.
+//! [`Comparison::unkept`] (the HTML report says so beside it) and its compare line emptied.
 //! A missed mutation and a failed check keep everything they cite: they are what a person
 //! investigates.
 //!
@@ -50,21 +50,10 @@ pub(super) fn choose(out: &Path, finding: Option<&mut Finding>) {
     if failed[kept].reproduce.is_empty() && failed.len() > 1 {
         kept = usize::MAX;
     }
-    let what = failed.get(kept).map(|c| c.what.clone()).unwrap_or_default();
     for (i, c) in failed.iter_mut().enumerate() {
         if i != kept && names_a_file(c) {
             c.unkept = true;
             c.reproduce.clear();
-            c.notes.push(if what.is_empty() {
-                "files not kept: this caught mutation's record shows the catch \
-                 (`--keep-artifacts` keeps every file)"
-                    .to_owned()
-            } else {
-                format!(
-                    "files not kept: this caught mutation keeps the `{what}` comparison's \
-                     (`--keep-artifacts` keeps every file)"
-                )
-            });
         }
     }
 }
@@ -108,7 +97,11 @@ fn own_bytes(out: &Path, c: &Comparison) -> u64 {
         .into_iter()
         .map(PathBuf::from)
         .collect();
-    paths.extend(super::prune::words(&c.reproduce).into_iter().map(PathBuf::from));
+    paths.extend(
+        super::prune::words(&c.reproduce)
+            .into_iter()
+            .map(PathBuf::from),
+    );
     let mut traced = Vec::new();
     for p in &paths {
         if p.ends_with(meshparity_engine::files::TRACE) {
@@ -180,8 +173,10 @@ mod tests {
         assert!(!cited[0].reproduce.is_empty());
         let grads = caught.comparisons()[0];
         assert!(grads.unkept && grads.reproduce.is_empty());
-        assert!(grads.notes[0].contains("`logits and loss`"), "{:?}", grads.notes);
-        assert!(!caught.comparisons()[2].unkept, "a passing comparison is left as it is");
+        assert!(
+            !caught.comparisons()[2].unkept,
+            "a passing comparison is left as it is"
+        );
         // Smaller, but with no compare line that would re-derive the catch.
         assert!(caught.comparisons()[3].unkept);
 
@@ -199,7 +194,11 @@ mod tests {
         let mut beside = mutation(true, vec![unmerged, traced]);
         choose(dir.path(), Some(&mut beside));
         let cited: Vec<&str> = beside.cited().iter().map(|c| c.what.as_str()).collect();
-        assert_eq!(cited, ["gradients"], "the unmerged shards name no file to drop");
+        assert_eq!(
+            cited,
+            ["gradients"],
+            "the unmerged shards name no file to drop"
+        );
         assert!(beside.comparisons()[1].unkept);
     }
 
@@ -209,10 +208,12 @@ mod tests {
     fn a_caught_mutations_record_keeps_the_rows_its_report_shows() {
         let table = |n: usize| -> Vec<Comparison> {
             let tensors: Vec<serde_json::Value> = (0..n)
-                .map(|i| serde_json::json!({
-                    "name": format!("t{i}"), "passed": i != 3,
-                    "metrics": { "relative_l2": i as f64 },
-                }))
+                .map(|i| {
+                    serde_json::json!({
+                        "name": format!("t{i}"), "passed": i != 3,
+                        "metrics": { "relative_l2": i as f64 },
+                    })
+                })
                 .collect();
             let mut c = comparison("gradients", std::path::Path::new("/x"), false);
             c.report = serde_json::json!({ "tensors": tensors });
@@ -227,10 +228,19 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["t3", "t19", "t18", "t17", "t16", "t15", "t14", "t13"]);
+        assert_eq!(
+            names,
+            ["t3", "t19", "t18", "t17", "t16", "t15", "t14", "t13"]
+        );
         assert_eq!(report["tensors_omitted"], 12);
         let mut missed = mutation(false, table(20));
         shown_rows(Some(&mut missed));
-        assert_eq!(missed.comparisons()[0].report["tensors"].as_array().unwrap().len(), 20);
+        assert_eq!(
+            missed.comparisons()[0].report["tensors"]
+                .as_array()
+                .unwrap()
+                .len(),
+            20
+        );
     }
 }
