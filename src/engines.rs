@@ -115,6 +115,7 @@ pub fn check_support(
                     mutation: None,
                     reference: None,
                     out: Path::new("OUT"),
+                    trace: false,
                 };
                 meshparity_command::check_templates(def, &req)
             }

@@ -162,14 +162,14 @@ impl Engine for Backend {
         let replay = replay(req)?;
         let probe = train::Probe {
             fault,
-            trace: req.levels.contains(&Level::Trace),
+            trace: req.trace || req.levels.contains(&Level::Trace),
             replay: replay.as_ref(),
         };
         let manifest = self
             .on_device(|| levels::run(&setup, mesh, len, probe, roundtrip, req.out))
             .map_err(EngineError::run)?;
         if probe.trace {
-            self.traced.record(req, traced_steps(len));
+            self.traced.record(req, traced_steps(len), len.backward);
         }
         Ok(manifest)
     }
@@ -191,15 +191,16 @@ impl Engine for Backend {
             // site diverged in it). Anything longer traces two whole steps.
             backward: asked.backward || asked.steps > 1,
         };
-        // The run traced as it trained (a mutation run the trace level judged): the same
-        // computation, the same bits (its two steps hold the forward a shorter trace asks for).
+        // The run traced as it trained (a mutation run: asked to, or judged at the trace
+        // level): the same computation, the same bits (two whole steps hold the forward a
+        // shorter trace asks for).
         let whole = traced_steps(Length {
             steps: crate::parallel::trace::STEPS,
             ..len
         });
-        let found = [traced_steps(len), whole]
+        let found = [(traced_steps(len), len.backward), (whole, true)]
             .into_iter()
-            .find_map(|steps| self.traced.find(req, steps));
+            .find_map(|(steps, backward)| self.traced.find(req, steps, backward));
         if let Some(from) = found {
             copy_trace(&from, req.out)?;
             return Ok(true);

@@ -241,6 +241,7 @@ fn a_mesh_run_without_its_reference_round_trips_the_same_seed() {
         mutation: None,
         reference,
         out,
+        trace: false,
     };
     engine
         .reference(&request(None, None, &reference))

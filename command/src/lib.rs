@@ -314,7 +314,7 @@ impl CommandEngine {
             trace::convert(traces, out, replicas(req))
                 .map_err(|e| EngineError::program(&self.def.name.value, e))?;
             self.traced
-                .record(&RunRequest { out, ..*req }, TRACED_STEPS);
+                .record(&RunRequest { out, ..*req }, TRACED_STEPS, true);
         }
         Ok(inv)
     }
@@ -350,7 +350,7 @@ impl CommandEngine {
         if !self.traces(req) {
             return None;
         }
-        self.traced.find(req, TRACED_STEPS)
+        self.traced.find(req, TRACED_STEPS, true)
     }
 }
 

@@ -248,6 +248,7 @@ mod tests {
                 mutation: None,
                 reference: None,
                 out,
+                trace: false,
             };
             values(&req, out, out)["weights_after"].clone()
         };
@@ -283,6 +284,7 @@ mod documented {
             mutation: None,
             reference: None,
             out,
+            trace: false,
         };
         let mut own = Values::new();
         model_values(&mut own, &model);

@@ -32,6 +32,11 @@ pub struct RunRequest<'a> {
     pub reference: Option<&'a Path>,
     /// Where the artifacts go; created if missing.
     pub out: &'a Path,
+    /// Trace the run as it trains, whatever its levels ask: a mutation run, which a caught
+    /// mutation's localization then reads instead of running the mutated mesh again
+    /// ([`crate::traced::TracedRuns`]). An engine may ignore it (the command engine does: its
+    /// traced run is another run of the program, made when localization asks [`Engine::trace`]).
+    pub trace: bool,
 }
 
 /// Training length a set of levels needs.

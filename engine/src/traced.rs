@@ -38,19 +38,22 @@ fn written(dir: &Path) -> Option<Written> {
 }
 
 impl TracedRuns {
-    /// `req`'s run wrote the trace of its first `steps` steps into `req.out`.
-    pub fn record(&self, req: &RunRequest<'_>, steps: usize) {
+    /// `req`'s run wrote the trace of its first `steps` steps into `req.out` (their backward
+    /// passes too where `backward`: a run of the first forward alone traces only that).
+    pub fn record(&self, req: &RunRequest<'_>, steps: usize, backward: bool) {
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         if runs.len() >= KEPT {
             runs.remove(0);
         }
-        runs.push((key(req, steps), req.out.to_path_buf(), written(req.out)));
+        let k = key(req, steps, backward);
+        runs.push((k, req.out.to_path_buf(), written(req.out)));
     }
 
-    /// The directory of a run that computed what `req` does and traced `steps` steps, whose
-    /// trace files are still there as that run wrote them.
-    pub fn find(&self, req: &RunRequest<'_>, steps: usize) -> Option<PathBuf> {
-        let want = key(req, steps);
+    /// The directory of a run that computed what `req` does and traced `steps` steps (with
+    /// their backward passes where `backward`), whose trace files are still there as that run
+    /// wrote them.
+    pub fn find(&self, req: &RunRequest<'_>, steps: usize, backward: bool) -> Option<PathBuf> {
+        let want = key(req, steps, backward);
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         runs.iter()
             .rev()
@@ -60,9 +63,9 @@ impl TracedRuns {
 }
 
 /// What a run computes, as a key: the same key, the same trace.
-fn key(req: &RunRequest<'_>, steps: usize) -> String {
+fn key(req: &RunRequest<'_>, steps: usize, backward: bool) -> String {
     format!(
-        "{:?} {:?} {:?} {:?} {:?} {:?} {steps}",
+        "{:?} {:?} {:?} {:?} {:?} {:?} {steps} {backward}",
         req.model, req.training, req.dtype, req.mesh, req.mutation, req.reference
     )
 }
@@ -76,8 +79,13 @@ pub fn copy_trace(from: &Path, to: &Path) -> Result<(), EngineError> {
         return Ok(());
     }
     for name in [TRACE, TRACE_INDEX] {
-        std::fs::copy(from.join(name), to.join(name))
-            .map_err(EngineError::io("copying the trace", &from.join(name)))?;
+        let (src, dest) = (from.join(name), to.join(name));
+        // A link where it can be made: nothing rewrites a trace file in place (a kept trace
+        // is cut by writing a new file over the name), so both names keep what was traced.
+        let _ = std::fs::remove_file(&dest);
+        if std::fs::hard_link(&src, &dest).is_err() {
+            std::fs::copy(&src, &dest).map_err(EngineError::io("copying the trace", &src))?;
+        }
     }
     Ok(())
 }
@@ -108,24 +116,26 @@ mod tests {
             mutation: Some("bug"),
             reference: None,
             out: dir.path(),
+            trace: false,
         };
         let runs = TracedRuns::default();
-        runs.record(&req, 2);
+        runs.record(&req, 2, true);
         // Recorded with no files there: never found.
-        assert_eq!(runs.find(&req, 2), None);
+        assert_eq!(runs.find(&req, 2, true), None);
         for name in [TRACE, TRACE_INDEX] {
             std::fs::write(dir.path().join(name), b"x").unwrap();
         }
-        assert_eq!(runs.find(&req, 2), None);
-        runs.record(&req, 2);
-        assert_eq!(runs.find(&req, 2).as_deref(), Some(dir.path()));
-        // Another step count, another mutation: another run.
-        assert_eq!(runs.find(&req, 1), None);
+        assert_eq!(runs.find(&req, 2, true), None);
+        runs.record(&req, 2, true);
+        assert_eq!(runs.find(&req, 2, true).as_deref(), Some(dir.path()));
+        // Another step count, the forward alone, another mutation: another run.
+        assert_eq!(runs.find(&req, 1, true), None);
+        assert_eq!(runs.find(&req, 2, false), None);
         let other = RunRequest {
             mutation: None,
             ..req
         };
-        assert_eq!(runs.find(&other, 2), None);
+        assert_eq!(runs.find(&other, 2, true), None);
         // The levels asked and the output directory are not what a run computes.
         let elsewhere = tempfile::tempdir().unwrap();
         let asked = RunRequest {
@@ -133,7 +143,7 @@ mod tests {
             out: elsewhere.path(),
             ..req
         };
-        assert_eq!(runs.find(&asked, 2).as_deref(), Some(dir.path()));
+        assert_eq!(runs.find(&asked, 2, true).as_deref(), Some(dir.path()));
         copy_trace(dir.path(), &elsewhere.path().join("t")).unwrap();
         assert!(elsewhere.path().join("t").join(TRACE_INDEX).is_file());
         // Onto itself: left as it was.
@@ -141,6 +151,6 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join(TRACE)).unwrap(), b"x");
         // Another run's trace written there since: not this run's any more.
         std::fs::write(dir.path().join(TRACE), b"another").unwrap();
-        assert_eq!(runs.find(&req, 2), None);
+        assert_eq!(runs.find(&req, 2, true), None);
     }
 }

@@ -51,6 +51,7 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
         mutation: None,
         reference: None,
         out: &reference,
+        trace: false,
     };
     match engine.reference(&req) {
         Ok(manifest) => failures.extend(reference_conforms(&manifest, &reference)),
@@ -87,6 +88,13 @@ pub fn suite(engine: &dyn Engine, setup: &Setup<'_>, dir: &Path) -> Vec<String> 
             Err(e) => failures.push(format!("{tag}: {e}")),
         }
         failures.extend(missing_artifact(setup, &reference, &run, dir));
+        if setup.deterministic {
+            failures.extend(traced_as_it_ran(
+                engine,
+                &req,
+                &dir.join(format!("traced-{i}")),
+            ));
+        }
         for name in engine.mutations() {
             let name = name.as_str();
             let applies = meshparity_specs::mutation::find(name)
@@ -199,6 +207,81 @@ fn staged_agrees(
             staged.caught, staged.caught_by, whole.caught, whole.caught_by
         )
     })
+}
+
+/// A run asked to trace as it trains ([`RunRequest::trace`]) may hand its trace to a later
+/// [`Engine::trace`] of the same computation (a caught mutation's localization): what that
+/// returns must be, byte for byte, the trace the engine makes afresh — for a run of the first
+/// forward alone and for one of every level.
+fn traced_as_it_ran(engine: &dyn Engine, req: &RunRequest<'_>, dir: &Path) -> Vec<String> {
+    let tag = req.mesh.map_or_else(String::new, |m| m.tag(req.dtype));
+    let forward = [Level::Forward];
+    let mut failures = Vec::new();
+    for (name, levels) in [("forward", &forward[..]), ("every level", req.levels)] {
+        let at = |sub: &str| dir.join(format!("{}-{sub}", name.replace(' ', "-")));
+        let (ran, handed, afresh) = (at("run"), at("handed"), at("afresh"));
+        let asked = RunRequest {
+            levels,
+            out: &ran,
+            ..*req
+        };
+        let traced = engine
+            .run(&RunRequest {
+                trace: true,
+                ..asked
+            })
+            .and_then(|_| {
+                engine.trace(&RunRequest {
+                    out: &handed,
+                    ..asked
+                })
+            });
+        match traced {
+            Ok(true) => {}
+            Ok(false) => return failures,
+            Err(e) => {
+                failures.push(format!("{tag}: traced as it ran ({name}): {e}"));
+                continue;
+            }
+        }
+        // Nothing to hand over: the same computation from a copy of the reference, which no
+        // run of this process has traced (an earlier run of every level traced two whole
+        // steps of this one, and would be handed to a request for its forward).
+        let copy = dir.join("reference-copy");
+        if let Some(Err(e)) = req.reference.map(|r| copy_files(r, &copy)) {
+            failures.push(format!("{tag}: copying the reference: {e}"));
+            continue;
+        }
+        if let Err(e) = engine.trace(&RunRequest {
+            out: &afresh,
+            reference: req.reference.map(|_| copy.as_path()),
+            ..asked
+        }) {
+            failures.push(format!("{tag}: traced afresh ({name}): {e}"));
+            continue;
+        }
+        for f in [files::TRACE, files::TRACE_INDEX] {
+            if std::fs::read(handed.join(f)).ok() != std::fs::read(afresh.join(f)).ok() {
+                failures.push(format!(
+                    "{tag}: `{f}` handed over by a run traced as it ran ({name}) differs from \
+                     the one traced afresh"
+                ));
+            }
+        }
+    }
+    failures
+}
+
+/// Every regular file of `from` into `to`.
+fn copy_files(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name()))?;
+        }
+    }
+    Ok(())
 }
 
 /// A second reference run must write the same bytes.

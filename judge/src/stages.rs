@@ -232,6 +232,7 @@ mod tests {
                 mutation: Some("tp-skip-forward-all-reduce"),
                 reference: None,
                 out: Path::new("unused"),
+                trace: false,
             };
             let limits = levels(asked);
             let checked = shared.get_or_check(&req, &limits, || {

@@ -234,6 +234,7 @@ fn run_unit(
         mutation: None,
         reference: None,
         out: &reference,
+        trace: false,
     };
     if let Err(e) = oracle.as_deref().unwrap_or(engine.as_ref()).reference(&req) {
         return every(format!("reference: {e}"));
@@ -265,6 +266,8 @@ fn run_unit(
                 mutation,
                 reference: Some(&reference),
                 out: &run,
+                // A mutation run to be localized traces as it trains, and is localized from it.
+                trace: mutation.is_some() && what.localize,
                 ..req
             };
             let mut s = sample(mesh, mutation);

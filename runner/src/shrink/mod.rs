@@ -196,6 +196,7 @@ impl Target<'_> {
             mutation: None,
             reference: None,
             out: dir,
+            trace: false,
         };
         let Some((reference, trace)) = refs.of(self.engine, &req, &self.scratch.join("references"))
         else {

@@ -43,6 +43,7 @@ impl Context<'_> {
             mutation: None,
             reference: None,
             out,
+            trace: false,
         }
     }
 
@@ -233,9 +234,12 @@ impl Context<'_> {
         let levels = level_limits(self.plan, self.node);
         let names: Vec<Level> = levels.iter().map(|(l, _)| *l).collect();
         let run = self.args.out.join("run");
+        // Traced as it trains: a caught mutation is localized from the run that caught it
+        // (a forward caught in the first stage from that forward), not from another run.
         let req = RunRequest {
             mutation: Some(mutation),
             reference: Some(&reference),
+            trace: true,
             ..self.request(&names, &run)
         };
         let checked = meshparity_judge::check_until_caught(
