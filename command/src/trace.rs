@@ -206,11 +206,19 @@ pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFi
     write_trace(to, &index, &tensors).map_err(|e| read(to, e.to_string()))?;
     // The artifact holds every value the program wrote (in f64); its own files would double
     // the trace's bytes in every run that keeps it (a cached reference's). Only the files read
-    // go, and the directory if that empties it; a failed conversion leaves them to be read.
-    for f in &read_files {
-        let _ = std::fs::remove_file(f);
+    // go, and the directory if that empties it; a failed conversion leaves them to be read. A
+    // directory the program linked to elsewhere is left alone: nothing outside the run's
+    // directory is deleted.
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    let inside = canonical(from)
+        .zip(canonical(to))
+        .is_some_and(|(f, t)| f.starts_with(t));
+    if inside {
+        for f in &read_files {
+            let _ = std::fs::remove_file(f);
+        }
+        let _ = std::fs::remove_dir(from);
     }
-    let _ = std::fs::remove_dir(from);
     Ok(index.entries.len())
 }
 
@@ -235,21 +243,36 @@ mod tests {
 
     #[test]
     fn sites_keep_the_programs_order() {
-        let from = tempfile::tempdir().unwrap();
-        let to = tempfile::tempdir().unwrap();
-        std::fs::write(from.path().join("sites.txt"), "b.out\na.out\ngrad.w\n").unwrap();
-        step(from.path(), 0, &["a.out", "b.out", "grad.w"]);
-        step(from.path(), 1, &["a.out", "b.out"]);
-        std::fs::write(from.path().join("notes.txt"), "the program's own").unwrap();
-        assert_eq!(convert(from.path(), to.path(), 1).unwrap(), 5);
+        let out = tempfile::tempdir().unwrap();
+        let (from, to) = (out.path().join("traces"), out.path());
+        let write = |from: &Path| {
+            std::fs::create_dir_all(from).unwrap();
+            std::fs::write(from.join("sites.txt"), "b.out\na.out\ngrad.w\n").unwrap();
+            step(from, 0, &["a.out", "b.out", "grad.w"]);
+            step(from, 1, &["a.out", "b.out"]);
+            std::fs::write(from.join("notes.txt"), "the program's own").unwrap();
+        };
+        let left = |from: &Path| {
+            let mut names: Vec<_> = std::fs::read_dir(from)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        // Linked to a directory outside the run's: converted, and nothing there deleted.
+        let elsewhere = tempfile::tempdir().unwrap();
+        write(elsewhere.path());
+        std::os::unix::fs::symlink(elsewhere.path(), &from).unwrap();
+        assert_eq!(convert(&from, to, 1).unwrap(), 5);
+        assert_eq!(left(elsewhere.path()).len(), 4);
+        std::fs::remove_file(&from).unwrap();
+        write(&from);
+        assert_eq!(convert(&from, to, 1).unwrap(), 5);
         // The files read are in the artifact now; anything else the program left stays.
-        let left: Vec<_> = std::fs::read_dir(from.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(left, ["notes.txt"]);
+        assert_eq!(left(&from), ["notes.txt"]);
         let index: TraceIndex = serde_json::from_slice(
-            &std::fs::read(to.path().join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
+            &std::fs::read(to.join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
         )
         .unwrap();
         let keys: Vec<&str> = index.entries.iter().map(|e| e.key.as_str()).collect();
@@ -309,9 +332,6 @@ mod tests {
         assert_eq!(e.over, ["dp", "tp"]);
         assert!(index.entries[0].over.is_empty());
 
-        // The converted files are gone with their directory; the failing cases write anew.
-        std::fs::create_dir_all(from.path()).unwrap();
-        std::fs::write(from.path().join("sites.txt"), "a.out\ngrad.n@dp,tp\n").unwrap();
         step(from.path(), 0, &["a.out", "grad.n@0", "grad.n@2"]);
         let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
         assert!(e.contains("numbered from 0 with no gap"), "{e}");

@@ -3,13 +3,13 @@
 //!
 //! A caught mutation is the check doing its job; what a person (or an auditor) needs on disk is
 //! one failed comparison's files — a `meshparity compare` line that fails when pasted, where
-//! one has a compare line — and the record's numbers for the rest. Keeping every failed comparison's files made the full sweep's run
-//! directory 1.6 GB, 1.1 GB of it the gradients (f32) and weight updates (f64) of mutations a
-//! forward or curve comparison of a hundredth the size had already caught
-//! (docs/performance.md). So of a caught mutation's failed comparisons that cite files, the one
-//! whose own files (those below the job's directory) are fewest bytes keeps them, one with a
-//! compare line before one without (a trace has none, and is kept only where the catch rests
-//! on it alone, as before); each other is marked
+//! one has a compare line — and the record's numbers for the rest. Keeping every failed
+//! comparison's files made the full sweep's run directory 1.6 GB, 1.1 GB of it the gradients
+//! (f32) and weight updates (f64) of mutations a forward or curve comparison of a hundredth the
+//! size had already caught (docs/performance.md). So of a caught mutation's failed comparisons
+//! that cite files, the one whose own files (those below the job's directory) are fewest bytes
+//! keeps them, one with a compare line before one without (a trace has none, and is kept only
+//! where the catch rests on it alone, as before); each other is marked
 //! [`Comparison::unkept`] (the HTML report says so beside it) and its compare line emptied.
 //! A missed mutation and a failed check keep everything they cite: they are what a person
 //! investigates.
@@ -21,8 +21,7 @@
 //! passing tensors' metrics, and the full sweep writes 2,289 of them twice (results.jsonl and
 //! results.json).
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use meshparity_judge::{Comparison, Finding};
 
@@ -42,16 +41,12 @@ pub(super) fn choose(out: &Path, finding: Option<&mut Finding>) {
     // One with a compare line first: pasted, it fails, which is the catch re-derived.
     let cost = |c: &Comparison| (c.reproduce.is_empty(), own_bytes(out, c));
     let with_files = (0..failed.len()).filter(|&i| names_a_file(failed[i]));
-    let Some(mut kept) = with_files.min_by_key(|&i| cost(failed[i])) else {
-        return;
-    };
+    let best = with_files.min_by_key(|&i| cost(failed[i]));
     // A comparison without one (a trace) is kept only where the catch rests on it alone: beside
     // another failure (rank shards that did not merge) the record's numbers show the catch.
-    if failed[kept].reproduce.is_empty() && failed.len() > 1 {
-        kept = usize::MAX;
-    }
+    let kept = best.filter(|&i| !failed[i].reproduce.is_empty() || failed.len() == 1);
     for (i, c) in failed.iter_mut().enumerate() {
-        if i != kept && names_a_file(c) {
+        if Some(i) != kept && names_a_file(c) {
             c.unkept = true;
             c.reproduce.clear();
         }
@@ -93,23 +88,7 @@ fn names_a_file(c: &Comparison) -> bool {
 /// Bytes of the files `c` names that lie below `out` (the job's own; a reference's are shared
 /// by every job of the run and kept once).
 fn own_bytes(out: &Path, c: &Comparison) -> u64 {
-    let mut paths: HashSet<PathBuf> = [&c.reference, &c.candidate]
-        .into_iter()
-        .map(PathBuf::from)
-        .collect();
-    paths.extend(
-        super::prune::words(&c.reproduce)
-            .into_iter()
-            .map(PathBuf::from),
-    );
-    let mut traced = Vec::new();
-    for p in &paths {
-        if p.ends_with(meshparity_engine::files::TRACE) {
-            traced.push(p.with_file_name(meshparity_engine::files::TRACE_INDEX));
-        }
-    }
-    paths.extend(traced);
-    paths
+    super::prune::files_of(c)
         .iter()
         .filter(|p| p.starts_with(out))
         .filter_map(|p| std::fs::metadata(p).ok().filter(|m| m.is_file()))
@@ -141,7 +120,8 @@ mod tests {
     }
 
     /// Of a caught mutation's failed comparisons the smallest keeps its files and compare
-    /// line; the others say whose were kept, and cite nothing. A missed one keeps everything.
+    /// line; the others are marked unkept, lose their compare line and cite nothing. A missed
+    /// one keeps everything.
     #[test]
     fn a_caught_mutation_keeps_its_smallest_failed_comparison() {
         let dir = tempfile::tempdir().unwrap();

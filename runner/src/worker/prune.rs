@@ -93,18 +93,26 @@ pub(crate) fn cited(finding: &Finding) -> HashSet<PathBuf> {
         out.insert(spec);
     }
     for c in finding.cited() {
-        for s in [&c.reference, &c.candidate] {
-            if !s.is_empty() {
-                let path = PathBuf::from(s);
-                // A trace's values are read through its index.
-                if path.ends_with(meshparity_engine::files::TRACE) {
-                    out.insert(path.with_file_name(meshparity_engine::files::TRACE_INDEX));
-                }
-                out.insert(path);
-            }
-        }
-        out.extend(words(&c.reproduce).into_iter().map(PathBuf::from));
+        out.extend(files_of(c));
     }
+    out
+}
+
+/// The files one comparison names: its two sides (a trace with its index) and every path in
+/// its compare line.
+pub(super) fn files_of(c: &meshparity_judge::Comparison) -> HashSet<PathBuf> {
+    let mut out = HashSet::new();
+    for s in [&c.reference, &c.candidate] {
+        if !s.is_empty() {
+            let path = PathBuf::from(s);
+            // A trace's values are read through its index.
+            if path.ends_with(meshparity_engine::files::TRACE) {
+                out.insert(path.with_file_name(meshparity_engine::files::TRACE_INDEX));
+            }
+            out.insert(path);
+        }
+    }
+    out.extend(words(&c.reproduce).into_iter().map(PathBuf::from));
     out
 }
 
