@@ -1,14 +1,15 @@
 //! torchtitan as it is (examples/command/torchtitan: torchtitan 0.3.0's own llama3 debug model,
 //! parallelization, loss, optimizer and clipping, run by `meshparity_hooks.torchtitan` under
 //! torchrun on CPU/gloo), checked at world size 1 on both of torchtitan's backends: the default
-//! `spmd_types` under TP with SP, the DTensor path under TP with SP and under FSDP. Every level passes; the bugs
+//! `spmd_types` under TP with SP and on an interleaved pipeline, the DTensor path under TP with
+//! SP and under FSDP. Every level passes; the bugs
 //! replayed on each are caught, one of them — the logits written as a rank's vocabulary shard,
 //! what the hooks once did on `spmd_types` — as a shape mismatch with that cause; the others
 //! are localized where they are injected, each with its cause.
 //!
-//! The example's other layouts and bugs (ddp2, fsdp2·tp2·sp, hsdp2x2; all six bugs) run the
-//! same program: their verdicts are in docs/verdicts.md. Here, a cut that holds CI's budget
-//! (9 program runs).
+//! The example's other layouts and bugs (ddp2, fsdp2·tp2·sp, hsdp2x2, pp2, tp2·sp·pp2,
+//! fsdp2·pp2; all nine bugs) run the same program: their verdicts are in docs/verdicts.md.
+//! Here, a cut that holds CI's budget (12 program runs).
 
 mod common;
 
@@ -17,7 +18,9 @@ use serde_json::Value;
 const CUT: &str = "(mesh=tp2-sp and (not level=mutation or mutation=sp-norm-grad-unreduced or \
                    (model=llama3 and mutation=logits-shard-as-whole))) or \
                    (model=llama3-dtensor and mesh=fsdp2 and (not level=mutation or \
-                   mutation=fsdp-gradient-average))";
+                   mutation=fsdp-gradient-average)) or \
+                   (model=llama3 and mesh=pp2-interleaved and (not level=mutation or \
+                   mutation=pp-microbatch-loss-normalization,init-per-rank-seed))";
 
 /// A torchtitan user's whole spec (mine.toml) is at most 15 lines besides comments, names no
 /// program of its own, and plans every level and bug on its two layouts.
@@ -86,13 +89,13 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
     assert_eq!(code, Some(0));
-    // Two references, three trains with four levels each, then the bugs.
-    assert_eq!(jobs.len(), 21);
+    // Two references, four trains with four levels each, then the bugs.
+    assert_eq!(jobs.len(), 28);
     let levels: Vec<&Value> = jobs
         .iter()
         .filter(|j| j["level"].is_string() && j["kind"] != "mutation")
         .collect();
-    assert_eq!(levels.len(), 12, "four levels on each of three runs");
+    assert_eq!(levels.len(), 16, "four levels on each of four runs");
     for j in &levels {
         let compared: u64 = j["detail"]["comparisons"]
             .as_array()
@@ -149,4 +152,19 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
     let (step, site, injected, cause) = located("/fsdp2/mutation[fsdp-gradient-average]");
     assert_eq!((step, injected, cause.as_str()), (0, true, "scaled:1/dp"));
     assert!(site.starts_with("grad."), "{site}");
+    // Pipelines: each microbatch's loss normalized by its own tokens (torchtitan before PR
+    // #2206) is localized to the first gradient, where it is injected; a rank's own initial
+    // draw shows first at the first layer of the stage rank 1 holds (interleaved: layers.1),
+    // every earlier site — all of rank 0's stage 0 — matching.
+    let job = "llama3@f32/pp2-interleaved/mutation[pp-microbatch-loss-normalization]";
+    let (step, site, injected, _) = located(job);
+    assert_eq!((step, injected), (0, true), "{job}: {site}");
+    assert!(site.starts_with("grad."), "{site}");
+    let job = "llama3@f32/pp2-interleaved/mutation[init-per-rank-seed]";
+    let (step, site, injected, _) = located(job);
+    assert_eq!(
+        (step, site.as_str(), injected),
+        (0, "layers.1.attention.qkv_linear.wqkv", true),
+        "{job}"
+    );
 }

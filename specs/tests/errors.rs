@@ -587,3 +587,44 @@ fn a_mutation_models_glob_that_misses_by_a_typo_warns() {
         "a glob that matches stays quiet"
     );
 }
+
+/// An engine mutation's `site` is a glob or a list of them (the layout decides where some bugs
+/// first show); a first divergence matching any of them is where it was injected. Anything
+/// else is an error at the value.
+#[test]
+fn a_mutation_site_is_a_glob_or_a_list_of_them() {
+    let spec = |site: &str| {
+        format!(
+            "[run]\nbatch = 2\n[engines.p]\nkind = \"command\"\nprogram = \"true\"\n\
+             artifacts = {{ curve = \"m.jsonl\" }}\n\
+             mutations = {{ bug = {{ args = [\"--bug\"], site = {site} }} }}\n\
+             [models.llama]\nengine = \"p\"\n\
+             [meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"curve\"]\n"
+        )
+    };
+    let load = |site: &str| {
+        meshparity_specs::load_text(Path::new("m.toml"), spec(site), &meshparity_specs::Disk)
+    };
+    let injected = |site: &str, at: &str| {
+        let loaded = load(site).unwrap();
+        loaded.spec.engines["p"]
+            .mutation("bug")
+            .unwrap()
+            .injected_at(at)
+    };
+    assert_eq!(injected("\"embed\"", "embed"), Some(true));
+    assert_eq!(injected("\"embed\"", "layers.3.wqkv"), Some(false));
+    let list = "[\"embed\", \"layers.*.wqkv\"]";
+    assert_eq!(injected(list, "layers.3.wqkv"), Some(true));
+    assert_eq!(injected(list, "embed"), Some(true));
+    assert_eq!(injected(list, "layers.3.norm"), Some(false));
+    let Err(SpecError::Invalid(d)) = load("3") else {
+        panic!("a number for `site` should not load");
+    };
+    let heads: Vec<String> = d.iter().map(|d| format!("{d}")).collect();
+    assert!(
+        heads.iter().any(|h| h.starts_with("m.toml:7:48: ")
+            && h.contains("`engines.p.mutations.bug.site` must be a glob or a list of globs")),
+        "{heads:?}"
+    );
+}

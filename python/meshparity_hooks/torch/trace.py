@@ -41,7 +41,12 @@ class Tracer:
     written as each tp rank's copy (`grad.NAME@0`, `@1`; listed `grad.NAME@tp`), and a value
     (`value()`, the gradient norm) as every rank's copy over `dp` and `tp` — so a rank that kept
     its own share where the sum belongs is seen as such, on its axis, instead of rank 0's copy
-    standing for all."""
+    standing for all.
+
+    `stages` (a process group, or None): pipeline parallelism's — each rank then holds only its
+    stages' sites. Every rank makes the union of sites whole in one order (`site_key`, default
+    the order first seen), a site by the ranks of the stage that holds it, and the stages'
+    values are merged over `stages` before rank 0 writes them."""
 
     def __init__(self, model, trace_dir, mesh=None, steps=(0, 1), modules=None, layouts=None,
                  tp="tp", dp="dp", copies=True):
@@ -57,6 +62,7 @@ class Tracer:
         self.repeated = set()
         self.order = None
         self.handles = []
+        self.stages = None
         if self.dir is None:
             return
         if _rank() == 0:
@@ -245,7 +251,7 @@ class Tracer:
         if not self._active():
             return
         self._drop_repeated()
-        names = list(self.values)
+        names = self._sites()
         fwd = [n for n in names if ".bwd." not in n and not n.startswith("grad.")]
         fwd = [n for n in fwd if n not in self.scalars]
         bwd = [n for n in names if ".bwd." in n]
@@ -253,10 +259,13 @@ class Tracer:
         order = fwd + bwd + grads + [n for n in names if n in self.scalars]
 
         def made(n):
+            if n not in self.values:
+                return None  # another pipeline stage's site, made whole by its ranks
             copies = self._copies(n, self.values[n])
             return copies if copies is not None else self._whole(n, self.values[n])
 
         whole = {n: _collective(f"trace {n}", lambda n=n: made(n)) for n in order}
+        whole = self._merged(whole)
         listed = [f"{n}@{','.join(whole[n][1])}" if isinstance(whole[n], tuple) else n
                   for n in order]
         if self.order is None:
@@ -285,6 +294,43 @@ class Tracer:
         _collective(f"writing trace step {self.step}", write)
         self.values = {}
         self.step = None
+
+    def _sites(self):
+        """This step's sites: this rank's, or under pipelining every stage's (every rank the same
+        list, so their collectives match), in `site_key` order."""
+        names = list(self.values)
+        if self.stages is None or not _dist():
+            return names
+        import torch.distributed as dist
+
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, [(n, n in self.scalars) for n in names])
+        union = {}
+        for held in every:
+            for n, scalar in held:
+                union.setdefault(n, scalar)
+        self.scalars |= {n for n, scalar in union.items() if scalar}
+        first = {n: i for i, n in enumerate(union)}
+        return sorted(union, key=lambda n: (self.site_key(n), first[n]))
+
+    def site_key(self, name):
+        """Where `name` comes in the model's order (pipelining only; default: as first seen)."""
+        return 0
+
+    def _merged(self, whole):
+        """Each site's value from the pipeline stage that holds it (`stages`), on every rank."""
+        if self.stages is None or not _dist():
+            return whole
+        import torch.distributed as dist
+
+        mine = {n: v for n, v in whole.items() if v is not None}
+        seen = [None] * dist.get_world_size(self.stages)
+        dist.all_gather_object(seen, mine, group=self.stages)
+        out = {}
+        for part in seen:
+            for n, v in part.items():
+                out.setdefault(n, v)
+        return {n: out[n] for n in whole}
 
     def _drop_repeated(self):
         """Leave out every site some rank called more than once this step (and its gradient):

@@ -18,6 +18,7 @@ examples/command/torchtitan/torchtitan.toml.
 - `data.py` — the tokens every layout trains on, drawn from (seed, step);
 - `cpu.py` — the CPU adaptations, each with why;
 - `layout.py` — any torchtitan tensor (DTensor, SPMD-typed local, plain) made whole, or refused;
+- `stages.py` — pipeline stages: what each rank holds merged, the logits' pass stage by stage;
 - `trainer.py` — torchtitan's Trainer with world size 1's initial weights and the files;
 - `bugs.py` — the bug switches, each citing the report it replays.
 

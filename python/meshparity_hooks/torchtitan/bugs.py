@@ -18,6 +18,16 @@ world size 1 — and names the report it replays:
     logits-shard-as-whole    the first step's logits written as the rank's vocabulary shard, as
                              if it were the whole tensor (meshparity's own torch hooks under
                              torchtitan's spmd_types backend)
+    pp-clip-stage-norm       clipping by each pipeline stage's own gradient norm, not reduced
+                             over the stages (torchtitan#596, fixed by PR #649; Modalities#313)
+    pp-microbatch-loss-normalization
+                             each pipeline microbatch's loss its own token mean, averaged over the
+                             microbatches (torchtitan's per-microbatch normalization before
+                             PR #2206, issue #1842)
+    pp-loss-normalized-after-backward
+                             the pipeline's loss divided by the global token count only after the
+                             schedule ran backward: the logged loss right, the gradients those of
+                             the summed loss (torchtitan PR #4194, Forge's trainer)
 """
 
 import torch.distributed as dist
@@ -29,6 +39,9 @@ BUGS = [
     "init-per-rank-seed",
     "sp-norm-grad-unreduced",
     "logits-shard-as-whole",
+    "pp-clip-stage-norm",
+    "pp-microbatch-loss-normalization",
+    "pp-loss-normalized-after-backward",
 ]
 
 
@@ -51,6 +64,12 @@ def install(trainer, bug):
         _fsdp_average(trainer)
     elif bug == "sp-norm-grad-unreduced":
         _norm_grads_unreduced(trainer)
+    elif bug == "pp-clip-stage-norm":
+        _stage_clip(trainer)
+    elif bug == "pp-microbatch-loss-normalization":
+        _microbatch_normalization(trainer)
+    elif bug == "pp-loss-normalized-after-backward":
+        _normalized_after_backward(trainer)
     else:
         raise ValueError(f"unknown bug `{bug}`; the bugs are: {', '.join(BUGS)}")
 
@@ -69,7 +88,10 @@ def _local_normalization(trainer):
     step = trainer.forward_backward_step
 
     def local(*, input_dict, labels, global_valid_tokens):
-        mine = (labels != IGNORE_INDEX).sum().to(global_valid_tokens.device)
+        # Under pipelining the step's labels are a list, one per microbatch.
+        parts = labels if isinstance(labels, list) else [labels]
+        mine = sum((part != IGNORE_INDEX).sum() for part in parts)
+        mine = mine.to(global_valid_tokens.device)
         return step(input_dict=input_dict, labels=labels, global_valid_tokens=mine)
 
     trainer.forward_backward_step = local
@@ -142,3 +164,59 @@ def _fsdp_norm_grads_unreduced(trainer):
                     return inner(grad)
 
                 fp._get_grad_inner_tensor = unreduced
+
+
+def _stage_clip(trainer):
+    """torchtitan's `clip_grad_norm_` without its pipeline mesh: each stage's own norm."""
+    clip = trainer.clip
+
+    def stage_norm(parameters, max_norm, *args, **kwargs):
+        kwargs["pp_mesh"] = None
+        return clip(parameters, max_norm, *args, **kwargs)
+
+    trainer.clip = stage_norm
+
+
+def _schedule_loss(trainer, loss):
+    """The pipeline schedule's loss function replaced by `loss(original, pred, labels,
+    **kwargs)` (the last stage computes it, once per microbatch)."""
+    schedule = getattr(trainer, "pp_schedule", None)
+    if schedule is None:
+        return
+    original = schedule._loss_fn
+    schedule._loss_fn = lambda pred, labels, **kw: loss(original, pred, labels, **kw)
+
+
+def _microbatch_normalization(trainer):
+    """Each microbatch's loss divided by its own count of counted tokens and by the number of
+    microbatches (a mean of microbatch means), not by the global count."""
+    from torchtitan.components.loss import IGNORE_INDEX
+
+    count = trainer.num_pipeline_parallel_microbatches
+
+    def per_microbatch(original, pred, labels, global_valid_tokens=None, **kw):
+        mine = (labels != IGNORE_INDEX).sum() * count
+        return original(pred, labels, global_valid_tokens=mine.to(pred.device), **kw)
+
+    _schedule_loss(trainer, per_microbatch)
+
+
+def _normalized_after_backward(trainer):
+    """The schedule's backward runs on the summed loss; the loss the step returns (and logs) is
+    divided by the global token count afterwards."""
+    import torch
+
+    def summed(original, pred, labels, global_valid_tokens=None, **kw):
+        return original(pred, labels, global_valid_tokens=torch.ones_like(global_valid_tokens),
+                        **kw)
+
+    _schedule_loss(trainer, summed)
+    if getattr(trainer, "pp_schedule", None) is None:
+        return
+    step = trainer.pp_forward_backward_step
+
+    def normalized(*, global_valid_tokens, **kw):
+        loss = step(global_valid_tokens=global_valid_tokens, **kw)
+        return loss / global_valid_tokens if trainer.pp_has_last_stage else loss
+
+    trainer.pp_forward_backward_step = normalized

@@ -8,8 +8,9 @@ the config says:
 
 - parallelism: `tensor_parallel_degree` = tp, `enable_sequence_parallel` = sp,
   `context_parallel_degree` = cp, `pipeline_parallel_degree` = pp with the schedule
-  (`1f1b` 1F1B, `gpipe` GPipe, interleaved: Interleaved1F1B) and a microbatch of
-  local batch / microbatches rows, `expert_parallel_degree` = ep; data parallelism: with ZeRO
+  (`1f1b` 1F1B, `gpipe` GPipe, interleaved: Interleaved1F1B, torchtitan's two stages per rank
+  unless the config sets its layers per stage) and a microbatch of local batch / microbatches
+  rows, `expert_parallel_degree` = ep; data parallelism: with ZeRO
   or FSDP (`zero` ≥ 1) `data_parallel_shard_degree` = the shard group and
   `data_parallel_replicate_degree` = dp / it (FSDP, or HSDP), else DDP
   (`data_parallel_replicate_degree` = dp);
@@ -54,6 +55,14 @@ def load(titan_args, run):
         if run.virtual_stages > 1 and schedule == "1F1B":
             schedule = "Interleaved1F1B"
         p.pipeline_parallel_schedule = schedule
+        if (schedule.startswith("Interleaved") and run.virtual_stages not in (1, 2)
+                and p.pipeline_parallel_layers_per_stage is None):
+            raise ValueError(
+                f"virtual_stages = {run.virtual_stages}: torchtitan places two stages per rank "
+                f"for an interleaved schedule unless the config sets "
+                f"`parallelism.pipeline_parallel_layers_per_stage`; set it (after `--` on the "
+                f"engine's args) so the stages come to {run.virtual_stages} per rank, or use "
+                f"virtual_stages = 2")
         p.pipeline_parallel_microbatch_size = max(1, local // max(1, run.microbatches))
     t = config.training
     t.steps = run.steps

@@ -16,6 +16,11 @@ is computed on an accelerator; on a CPU each is replaced by the same arithmetic:
 3. `force_sum_reductions(model_parts)`: every FSDP module reduces gradients with a plain SUM
    (`set_force_sum_reduction_for_comms`), the divide factor 1 torchtitan sets meaning exactly
    that.
+4. `contiguous_stage_outputs(model_parts)`: what a pipeline stage sends — its output, and the
+   gradient of its input — is made contiguous. The schedule allocates the receiving stage's
+   buffer with the sent tensor's strides, and under TP with SP both are strided views; NCCL's
+   point-to-point ops accept that, gloo's refuse it ("input tensor has to be contiguous"). The
+   values are the same.
 """
 
 import os
@@ -108,3 +113,23 @@ def force_sum_reductions(model_parts):
         for m in part.modules():
             if isinstance(m, FSDPModule):
                 m.set_force_sum_reduction_for_comms(True)
+
+
+def contiguous_stage_outputs(model_parts):
+    """Each pipeline stage's output and its input's gradient contiguous (gloo's send and
+    receive need it)."""
+
+    def contiguous(t):
+        return t.contiguous() if isinstance(t, torch.Tensor) else t
+
+    def inputs(_module, args):
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                a.register_hook(contiguous)
+
+    def output(_module, _inputs, out):
+        return contiguous(out)
+
+    for part in model_parts:
+        part.register_forward_pre_hook(inputs)
+        part.register_forward_hook(output)

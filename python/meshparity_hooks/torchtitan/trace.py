@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from ..torch import Tracer
+from . import stages
 from .layout import _same_everywhere, spmd_layout, whole
 
 
@@ -39,11 +40,16 @@ class TitanTracer(Tracer):
         self.canonical = canonical
         self.capturing = False
         self.skipped = set()
+        self.position = {}
         # The base class hooks no module (an empty one): the model parts' leaves are hooked
         # below, under their canonical names, and record only in the logits' pass.
         super().__init__(torch.nn.Module(), trace_dir, tp=tp, dp=dp)
         if self.dir is None:
             return
+        # Pipelining: each rank holds its stages' sites; ordered as world size 1's model is.
+        self.stages = stages.group(pd)
+        if self.stages is not None:
+            self.stage_order(trainer)
         for part in trainer.model_parts:
             for name, m in part.named_modules():
                 if name and not any(True for _ in m.children()):
@@ -57,6 +63,23 @@ class TitanTracer(Tracer):
             if isinstance(out, torch.Tensor):
                 self.values[name] = _Captured(out, spmd_layout(out))
         return hook
+
+    def stage_order(self, trainer):
+        """Pipelining: each site's stage (its module's or parameter's), so the stages' sites
+        come in the pipeline's order and each stage's in the order its rank met them."""
+        held = [None] * dist.get_world_size()
+        mine = {}
+        for index, part in stages.indexed(trainer):
+            for n, _ in part.named_modules():
+                mine[self.canonical(n)] = index
+            for n, _ in part.named_parameters():
+                mine[f"grad.{self.canonical(n)}"] = index
+        dist.all_gather_object(held, mine)
+        self.position = {n: i for part in held for n, i in part.items()}
+
+    def site_key(self, name):
+        base = name[:-len(".bwd.in")] if name.endswith(".bwd.in") else name
+        return self.position.get(base, len(self.position))
 
     def forward_pass(self):
         """A context in which the leaf modules' outputs are recorded (the logits' pass)."""

@@ -14,7 +14,8 @@ them:
   batch with its loss, the gradients at `--grad-point` (torchtitan's `clip_grad_norm_` wrapped:
   before or after it clips), the weights after `--weights-after` steps, `metrics.jsonl` (the loss
   and gradient norm torchtitan logs, every step) and each rank's replica digests. Names are the
-  parameters' own, without the wrappers' `_checkpoint_wrapped_module.` / `_orig_mod.`.
+  parameters' own, without the wrappers' `_checkpoint_wrapped_module.` / `_orig_mod.`. Under
+  pipelining every file is the union of the stages' (stages.py).
 - **bugs to inject** (`--bug`, bugs.py), each a real mistake of a torchtitan setup.
 """
 
@@ -27,7 +28,7 @@ from torchtitan.distributed import utils as dist_utils
 from torchtitan.trainer import Trainer
 
 from ..torch import Writer
-from . import bugs, cpu
+from . import bugs, cpu, stages
 from .layout import whole
 from .trace import TitanTracer
 
@@ -44,10 +45,6 @@ def canonical(name):
 class ParityTrainer(Trainer):
     def __init__(self, config, run):
         self.run = run
-        if run.pp > 1:
-            raise NotImplementedError(
-                "meshparity_hooks.torchtitan: pipeline parallelism is not adapted yet (its "
-                "stages hold different parameters per rank; the writer gathers one set)")
         if run.cp > 1:
             raise NotImplementedError(
                 "meshparity_hooks.torchtitan: context parallelism is not adapted yet (its "
@@ -56,6 +53,8 @@ class ParityTrainer(Trainer):
         # After torchtitan's init: its `set_determinism` compiles FlexAttention anew.
         cpu.flex_attention_on_cpu()
         cpu.force_sum_reductions(self.model_parts)
+        if self.parallel_dims.pp_enabled:
+            cpu.contiguous_stage_outputs(self.model_parts)
         self.writer = Writer(run.out, grad_point=run.grad_point)
         self._world_size_one_init()
         # What the ranks hold, gathered: a rank that drew other weights shows here.
@@ -99,17 +98,20 @@ class ParityTrainer(Trainer):
                for _, p in self.parameters()]
         self._load_parameters(load_file(seed_checkpoint))
         directory = os.path.join(self.run.out, "roundtrip-dcp")
-        for part in self.model_parts:
-            # The module's own state dict: DCP's `get_model_state_dict` resolves each key as an
-            # attribute path, which a key the hooks renamed (`wq` of a fused `wqkv`) is not.
-            state = part.state_dict()
-            dcp.save(state, checkpoint_id=directory)
-            back = {k: torch.zeros_like(v) for k, v in state.items()}
-            dcp.load(back, checkpoint_id=directory)
-            with torch.no_grad():
+        # The modules' own state dicts (every stage of this rank: their keys are disjoint), as
+        # one checkpoint: DCP's `get_model_state_dict` resolves each key as an attribute path,
+        # which a key the hooks renamed (`wq` of a fused `wqkv`) is not.
+        own_keys = [list(part.state_dict()) for part in self.model_parts]
+        state = {k: v for part in self.model_parts for k, v in part.state_dict().items()}
+        dcp.save(state, checkpoint_id=directory)
+        back = {k: torch.zeros_like(v) for k, v in state.items()}
+        dcp.load(back, checkpoint_id=directory)
+        with torch.no_grad():
+            for part in self.model_parts:
                 for p in part.parameters():
                     p.zero_()
-            part.load_state_dict(back, strict=True)
+        for part, keys in zip(self.model_parts, own_keys):
+            part.load_state_dict({k: back[k] for k in keys}, strict=True)
         out = self.whole_parameters()
         # Training starts from the run's own initial weights, not the seed's: the round trip
         # checks the checkpointer, and must not mask an initialization that differs.
@@ -152,7 +154,8 @@ class ParityTrainer(Trainer):
             if t is None:
                 continue
             out[name] = whole(name, t, self.parallel_dims, batch_valued=False)
-        return out
+        # Under pipelining each rank holds its stages' parameters: the union is the model.
+        return stages.merged(self.parallel_dims, out)
 
     # -- what torchtitan computes, recorded ----------------------------------------------------
 
@@ -182,6 +185,8 @@ class ParityTrainer(Trainer):
         trainer = self
 
         def record(step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs):
+            # Under pipelining only the last stage computes the loss (the others log -1).
+            global_avg_loss = stages.from_last(trainer, float(global_avg_loss))
             trainer.losses[step] = (float(global_avg_loss), float(grad_norm))
             trainer.writer.metric(step, loss=float(global_avg_loss), grad_norm=float(grad_norm))
             return log(step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs)
@@ -191,10 +196,11 @@ class ParityTrainer(Trainer):
     def forward_backward_step(self, *, input_dict, labels, global_valid_tokens):
         # The rows this rank trains on this step, whole (before a context-parallel split),
         # chunk after chunk: written once the step is done.
-        self.step_rows.append(input_dict["input"].detach().cpu())
+        rows, joined = stages.rows(input_dict, labels)
+        self.step_rows.append(rows["input"].detach().cpu())
         if self.step == 1 and not getattr(self, "_logits_written", False):
             self._logits_written = True
-            self._write_logits(dict(input_dict), labels, global_valid_tokens)
+            self._write_logits(dict(rows), joined, global_valid_tokens)
         return super().forward_backward_step(
             input_dict=input_dict, labels=labels, global_valid_tokens=global_valid_tokens)
 
@@ -203,17 +209,33 @@ class ParityTrainer(Trainer):
         it trains (no gradient), under SPMD type checking on the spmd_types backend so their
         layout is known; the loss of the same batch beside them."""
         inputs, labels, extra = self.post_dataloading_process(input_dict, labels)
-        model = self.model_parts[0]
+        pipelined = self.parallel_dims.pp_enabled
+        model = self.model_parts[-1]
         skip = getattr(model, "_skip_lm_head", False)
         model._skip_lm_head = False
+        # On spmd_types the pass is type checked, pipelined too (torchtitan's config refuses
+        # the two together for training; stages.forward hands each activation's types on).
         checking = self.config.parallelism.spmd_backend == "spmd_types"
         context = dist_utils.get_spmd_context(
             parallel_dims=self.parallel_dims, spmd_typechecking=checking)
         try:
             with torch.no_grad(), context(), self.tracer.forward_pass():
-                logits = model(inputs, **extra)
+                if pipelined:
+                    logits = stages.forward(self, inputs, extra)
+                else:
+                    logits = model(inputs, **extra)
         finally:
             model._skip_lm_head = skip
+        if pipelined:
+            # Made whole by the last stage's ranks, then handed to every rank.
+            if logits is not None:
+                logits = self._whole_logits(logits)
+            self.first_logits = stages.from_last(self, logits)
+            return
+        self.first_logits = self._whole_logits(logits)
+
+    def _whole_logits(self, logits):
+        """The logits made whole (collective over the ranks holding them)."""
         # Gathered after the type-checked region (the annotations stay on the tensor; the
         # checker would refuse meshparity's own gathers of a Varying tensor).
         if self.run.bug != "logits-shard-as-whole":
@@ -222,7 +244,7 @@ class ParityTrainer(Trainer):
             # The bug: the rank's own vocabulary shard taken for the whole tensor.
             local = logits.to_local() if isinstance(logits, DTensor) else logits
             logits = whole("logits", local.detach().clone(), self.parallel_dims, trusted=True)
-        self.first_logits = logits
+        return logits
 
     def train_step(self, data_iterator):
         self.tracer.begin(self.step - 1)
@@ -238,7 +260,18 @@ class ParityTrainer(Trainer):
 
     def finish(self):
         """Every rank's replica digests, then the files' writer agrees that all went well."""
-        self.writer.digests(self.model_parts[0])
+        self.writer.digests(_Parts(self.model_parts))
+
+
+class _Parts:
+    """A rank's model parts (its pipeline stages) as one module's parameters, for the digests."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def named_parameters(self):
+        for part in self.parts:
+            yield from part.named_parameters()
 
 
 def train(config, run):

@@ -19,9 +19,12 @@ pub struct EngineMutation {
     pub env: Vec<(String, Located<String>)>,
     /// What a mesh needs for the bug to exist (default: more than one rank).
     pub needs: Vec<Needs>,
-    /// Where the program injects it: a glob on traced site names (`grad.*_norm.weight`), which
-    /// a localized mutation's first divergence is checked against ("localized as injected").
-    pub site: Option<Located<String>>,
+    /// Where the program injects it: globs on traced site names (`grad.*_norm.weight`), any of
+    /// which a localized mutation's first divergence may match ("localized as injected"). More
+    /// than one where the layout decides where a bug first shows (a rank's own initial draw:
+    /// the embedding when every rank holds a shard of it, a later stage's first layer under
+    /// pipelining). Empty: the declaration names no site.
+    pub site: Vec<Located<String>>,
     /// `models`: globs on the spec's model names the bug exists for (empty: every model).
     pub models: Vec<Located<String>>,
 }
@@ -30,9 +33,14 @@ impl EngineMutation {
     /// Whether localization's first diverging `site` is where the program injects the bug
     /// (`None`: the declaration names no site).
     pub fn injected_at(&self, site: &str) -> Option<bool> {
-        self.site
-            .as_ref()
-            .map(|g| crate::catalog::glob(&g.value, site))
+        if self.site.is_empty() {
+            return None;
+        }
+        Some(
+            self.site
+                .iter()
+                .any(|g| crate::catalog::glob(&g.value, site)),
+        )
     }
 
     /// Whether the bug exists for `model` (a spec's model name) on `mesh` under `training`:
@@ -81,7 +89,7 @@ pub(super) fn mutations(
             args: Vec::new(),
             env: Vec::new(),
             needs: vec![Needs::MultiRank],
-            site: None,
+            site: Vec::new(),
             models: Vec::new(),
         };
         if v.get_ref().as_array().is_some() {
@@ -91,7 +99,7 @@ pub(super) fn mutations(
                 m.args = words(cx, a, &format!("{here}.args"));
             }
             m.env = string_table(cx, &mut mt, "env");
-            m.site = mt.string(cx, "site");
+            m.site = sites(cx, &mut mt, &here);
             m.models = mt
                 .strings(cx, "models")
                 .map(|v| v.value)
@@ -117,6 +125,27 @@ pub(super) fn mutations(
         out.push(m);
     }
     out
+}
+
+/// `site`: a glob, or a list of them.
+fn sites(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, path: &str) -> Vec<Located<String>> {
+    let Some(v) = t.get("site") else {
+        return Vec::new();
+    };
+    match v.get_ref() {
+        toml::de::DeValue::String(s) => vec![Located::new(s.to_string(), cx.loc(v))],
+        toml::de::DeValue::Array(_) => t.strings(cx, "site").map(|v| v.value).unwrap_or_default(),
+        other => {
+            cx.error(Diagnostic::error(
+                &cx.loc(v),
+                format!(
+                    "`{path}.site` must be a glob or a list of globs, found {}",
+                    kind_of(other)
+                ),
+            ));
+            Vec::new()
+        }
+    }
 }
 
 /// An array of strings as located words.

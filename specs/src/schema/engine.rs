@@ -162,6 +162,13 @@ pub(super) enum EngineMutation {
 }
 
 #[derive(JsonSchema)]
+#[schemars(untagged)]
+pub(super) enum Sites {
+    One(String),
+    Any(Vec<String>),
+}
+
+#[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub(super) struct EngineMutationTable {
     /// Extra arguments (templates).
@@ -171,9 +178,10 @@ pub(super) struct EngineMutationTable {
     /// What a mesh needs for the bug to exist.
     #[schemars(schema_with = "needs_names", default)]
     pub(super) needs: Option<Vec<String>>,
-    /// Where the program injects the bug: a glob on its traced site names (`grad.*norm*`),
-    /// which localization's first divergence is checked against.
-    pub(super) site: Option<String>,
+    /// Where the program injects the bug: a glob on its traced site names (`grad.*norm*`), or
+    /// a list of them, which localization's first divergence is checked against (any of them:
+    /// where the layout decides where the bug first shows).
+    pub(super) site: Option<Sites>,
     /// The models the bug exists for: globs on the spec's model names (default: every model
     /// of this engine), for a bug only one architecture can have.
     pub(super) models: Option<Vec<String>>,
