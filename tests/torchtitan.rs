@@ -1,15 +1,15 @@
 //! torchtitan as it is (examples/command/torchtitan: torchtitan 0.3.0's own llama3 debug model,
 //! parallelization, loss, optimizer and clipping, run by `meshparity_hooks.torchtitan` under
 //! torchrun on CPU/gloo), checked at world size 1 on both of torchtitan's backends: the default
-//! `spmd_types` under TP with SP and on an interleaved pipeline, the DTensor path under TP with
-//! SP and under FSDP. Every level passes; the bugs
+//! `spmd_types` under TP with SP, on an interleaved pipeline and under context parallelism, the
+//! DTensor path under TP with SP and under FSDP. Every level passes; the bugs
 //! replayed on each are caught, one of them — the logits written as a rank's vocabulary shard,
 //! what the hooks once did on `spmd_types` — as a shape mismatch with that cause; the others
 //! are localized where they are injected, each with its cause.
 //!
 //! The example's other layouts and bugs (ddp2, fsdp2·tp2·sp, hsdp2x2, pp2, tp2·sp·pp2,
-//! fsdp2·pp2; all nine bugs) run the same program: their verdicts are in docs/verdicts.md.
-//! Here, a cut that holds CI's budget (12 program runs).
+//! fsdp2·pp2, fsdp2·cp2; all ten bugs) run the same program: their verdicts are in
+//! docs/verdicts.md. Here, a cut that holds CI's budget (16 program runs).
 
 mod common;
 
@@ -20,7 +20,9 @@ const CUT: &str = "(mesh=tp2-sp and (not level=mutation or mutation=sp-norm-grad
                    (model=llama3-dtensor and mesh=fsdp2 and (not level=mutation or \
                    mutation=fsdp-gradient-average)) or \
                    (model=llama3 and mesh=pp2-interleaved and (not level=mutation or \
-                   mutation=pp-microbatch-loss-normalization,init-per-rank-seed))";
+                   mutation=pp-microbatch-loss-normalization,init-per-rank-seed,pp-clip-stage-norm)) or \
+                   (model=llama3-cp and mesh=cp2 and (not level=mutation or \
+                   mutation=cp-rope-local-positions))";
 
 /// A torchtitan user's whole spec (mine.toml) is at most 15 lines besides comments, names no
 /// program of its own, and plans every level and bug on its two layouts.
@@ -89,13 +91,13 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
     assert_eq!(code, Some(0));
-    // Two references, four trains with four levels each, then the bugs.
-    assert_eq!(jobs.len(), 28);
+    // Three references, five trains with four levels each, then the bugs.
+    assert_eq!(jobs.len(), 36);
     let levels: Vec<&Value> = jobs
         .iter()
         .filter(|j| j["level"].is_string() && j["kind"] != "mutation")
         .collect();
-    assert_eq!(levels.len(), 16, "four levels on each of four runs");
+    assert_eq!(levels.len(), 20, "four levels on each of five runs");
     for j in &levels {
         let compared: u64 = j["detail"]["comparisons"]
             .as_array()
@@ -165,6 +167,23 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
     assert_eq!(
         (step, site.as_str(), injected),
         (0, "layers.1.attention.qkv_linear.wqkv", true),
+        "{job}"
+    );
+    // The norm clipped per stage (torchtitan#596): each stage's copy of `grad_norm` covers its
+    // own parameters, their squares summing to the reference's.
+    let job = "llama3@f32/pp2-interleaved/mutation[pp-clip-stage-norm]";
+    assert_eq!(
+        located(job),
+        (0, "grad_norm".into(), true, "partial-norm:pp".into()),
+        "{job}"
+    );
+    // Context parallelism: RoPE from each chunk's own column index shows first at the first
+    // rotary embedding (everything before it — embedding, norm, QKV — is position-free).
+    let job = "llama3-cp@f32/cp2/mutation[cp-rope-local-positions]";
+    let (step, site, injected, _) = located(job);
+    assert_eq!(
+        (step, site.as_str(), injected),
+        (0, "layers.0.attention.rope", true),
         "{job}"
     );
 }

@@ -1,8 +1,11 @@
 """A user's own torchtitan config registry, as torchtitan's `--module` imports one: torchtitan's
 llama3 debug model on its DTensor path (`spmd_backend = "partial_dtensor"`) beside the default
-`spmd_types` one, so llama3.toml checks both backends. A config function returns torchtitan's
-Trainer config; meshparity's adapter then sets only the layout and the run's length."""
+`spmd_types` one, so llama3.toml checks both backends; and both with FlexAttention's blocks of 16
+tokens, so context parallelism (which splits a sequence into 2·cp chunks of whole blocks) fits a
+64-token sequence instead of 512. A config function returns torchtitan's Trainer config;
+meshparity's adapter then sets only the layout and the run's length."""
 
+from torchtitan.models.common.attention import FlexAttention
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 
 
@@ -10,3 +13,21 @@ def llama3_debugmodel_dtensor():
     config = llama3_debugmodel()
     config.parallelism.spmd_backend = "partial_dtensor"
     return config
+
+
+def _blocks(config, size):
+    """FlexAttention's block size (the BlockMask's; on a GPU it tiles the kernel, the mask and
+    the arithmetic are the same)."""
+    for layer in config.model_spec.model.layers:
+        inner = getattr(getattr(layer, "attention", None), "inner_attention", None)
+        if isinstance(inner, FlexAttention.Config):
+            inner.block_size = size
+    return config
+
+
+def llama3_debugmodel_blocks16():
+    return _blocks(llama3_debugmodel(), 16)
+
+
+def llama3_debugmodel_dtensor_blocks16():
+    return _blocks(llama3_debugmodel_dtensor(), 16)

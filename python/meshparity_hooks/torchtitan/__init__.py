@@ -19,6 +19,7 @@ examples/command/torchtitan/torchtitan.toml.
 - `cpu.py` — the CPU adaptations, each with why;
 - `layout.py` — any torchtitan tensor (DTensor, SPMD-typed local, plain) made whole, or refused;
 - `stages.py` — pipeline stages: what each rank holds merged, the logits' pass stage by stage;
+- `chunks.py` — context parallelism: a sequence's chunks gathered and put back in order;
 - `trainer.py` — torchtitan's Trainer with world size 1's initial weights and the files;
 - `bugs.py` — the bug switches, each citing the report it replays.
 

@@ -28,6 +28,10 @@ world size 1 — and names the report it replays:
                              the pipeline's loss divided by the global token count only after the
                              schedule ran backward: the logged loss right, the gradients those of
                              the summed loss (torchtitan PR #4194, Forge's trainer)
+    cp-rope-local-positions  under context parallelism each rank's rotary embedding taken from
+                             its chunk's own column index (0 … S/cp − 1) instead of the positions
+                             the split handed it: RoPE keyed on the local length (NeMo Automodel
+                             PR #2377; Megatron-LM#560, #1612)
 """
 
 import torch.distributed as dist
@@ -42,6 +46,7 @@ BUGS = [
     "pp-clip-stage-norm",
     "pp-microbatch-loss-normalization",
     "pp-loss-normalized-after-backward",
+    "cp-rope-local-positions",
 ]
 
 
@@ -53,32 +58,31 @@ def init_seed(bug, seed):
 
 
 def install(trainer, bug):
-    """Inject `bug` into `trainer` (a ParityTrainer after its own set-up)."""
+    """Inject `bug` into `trainer` (a ParityTrainer after its own set-up). Two bugs act
+    elsewhere: `init-per-rank-seed` through `init_seed`, `logits-shard-as-whole` where the
+    trainer writes the logits."""
     if bug in ("none", "", None, "init-per-rank-seed", "logits-shard-as-whole"):
         return
-    if bug == "clip-local-norm":
-        trainer.clip = _local_clip
-    elif bug == "local-loss-normalization":
-        _local_normalization(trainer)
-    elif bug == "fsdp-gradient-average":
-        _fsdp_average(trainer)
-    elif bug == "sp-norm-grad-unreduced":
-        _norm_grads_unreduced(trainer)
-    elif bug == "pp-clip-stage-norm":
-        _stage_clip(trainer)
-    elif bug == "pp-microbatch-loss-normalization":
-        _microbatch_normalization(trainer)
-    elif bug == "pp-loss-normalized-after-backward":
-        _normalized_after_backward(trainer)
-    else:
+    installers = {
+        "clip-local-norm": _local_clip,
+        "local-loss-normalization": _local_normalization,
+        "fsdp-gradient-average": _fsdp_average,
+        "sp-norm-grad-unreduced": _norm_grads_unreduced,
+        "pp-clip-stage-norm": _stage_clip,
+        "pp-microbatch-loss-normalization": _microbatch_normalization,
+        "pp-loss-normalized-after-backward": _normalized_after_backward,
+        "cp-rope-local-positions": _local_positions,
+    }
+    if bug not in installers:
         raise ValueError(f"unknown bug `{bug}`; the bugs are: {', '.join(BUGS)}")
+    installers[bug](trainer)
 
 
-def _local_clip(parameters, max_norm, *args, **kwargs):
+def _local_clip(trainer):
     """`clip_grad_norm_` over each rank's own shards: the norm of the local gradients."""
     from ..torch.norm import local_clip
 
-    return local_clip(parameters, max_norm)
+    trainer.clip = lambda parameters, max_norm, *args, **kwargs: local_clip(parameters, max_norm)
 
 
 def _local_normalization(trainer):
@@ -220,3 +224,33 @@ def _normalized_after_backward(trainer):
         return loss / global_valid_tokens if trainer.pp_has_last_stage else loss
 
     trainer.pp_forward_backward_step = normalized
+
+
+def _local_positions(trainer):
+    """The positions the model gets after the context-parallel split replaced by each row's
+    column index on this rank: RoPE as if the chunk began the sequence."""
+    import torch
+
+    process = trainer.post_dataloading_process
+
+    def local(input_dict, labels):
+        inputs, labels, extra = process(input_dict, labels)
+        positions = extra.get("positions")
+        if positions is not None:
+            mine = torch.arange(positions.shape[-1], dtype=positions.dtype,
+                                device=positions.device).expand_as(positions).contiguous()
+            _same_types(mine, positions)
+            extra["positions"] = mine
+        return inputs, labels, extra
+
+    trainer.post_dataloading_process = local
+
+
+def _same_types(tensor, source):
+    """`tensor` given `source`'s SPMD types, where it has any (the spmd_types backend)."""
+    try:
+        import spmd_types as spmd
+    except ImportError:
+        return
+    if spmd.has_local_type(source):
+        spmd.assert_type_like(tensor, source)

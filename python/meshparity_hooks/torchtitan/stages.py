@@ -98,7 +98,7 @@ def _handed_on(parallel_dims, h):
         names = _axis_names(parallel_dims)
         spec, local = layout
         spec = None if spec is None else [_map(e, names) for e in spec]
-        layout = (spec, {names[a]: t for a, t in local.items()})
+        layout = ("spmd", spec, {names[a]: t for a, t in local.items()})
     return h.detach().cpu(), layout
 
 
@@ -116,7 +116,7 @@ def _received(parallel_dims, h, layout):
     import spmd_types as spmd
 
     axes = {name: axis for axis, name in _axis_names(parallel_dims).items()}
-    spec, local = layout
+    _, spec, local = layout
     spec = None if spec is None else spmd.PartitionSpec(*[_map(e, axes) for e in spec])
     spmd.assert_type(h, {axes[n]: t for n, t in local.items()}, spec)
     return h

@@ -10,7 +10,12 @@ What is traced, each made world size 1's shape by the same rules as the files (l
 - each traced step's gradients, finalized (after FSDP's and TP's reductions) and before
   clipping, as `grad.NAME`; a gradient replicated over the TP ranks (a norm's weight) as each
   TP rank's copy, so a rank that kept its own share is seen as such;
-- each step's gradient norm as torchtitan's `clip_grad_norm_` returned it, every rank's copy.
+- each step's gradient norm as torchtitan's `clip_grad_norm_` returned it, every rank's copy
+  (under pipelining each stage's).
+
+Under pipelining every stage's sites are listed in the pipeline's order; under context
+parallelism each output's columns are put back in sequence order (chunks.py), and an output
+whose columns are not the sequence's is left out.
 """
 
 import torch
@@ -18,7 +23,8 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from ..torch import Tracer
-from . import stages
+from ..torch.collective import full
+from . import chunks, stages
 from .layout import _same_everywhere, spmd_layout, whole
 
 
@@ -41,6 +47,9 @@ class TitanTracer(Tracer):
         self.capturing = False
         self.skipped = set()
         self.position = {}
+        # Context parallelism: the logits' pass's positions put each output's columns in order.
+        self.seq = trainer.run.seq
+        self.positions = None
         # The base class hooks no module (an empty one): the model parts' leaves are hooked
         # below, under their canonical names, and record only in the logits' pass.
         super().__init__(torch.nn.Module(), trace_dir, tp=tp, dp=dp)
@@ -101,9 +110,21 @@ class TitanTracer(Tracer):
                 if p.grad is not None:
                     self.values[f"grad.{name}"] = p.grad.detach().clone()
 
+    def _copies(self, name, x):
+        """Under pipelining a value (the gradient norm) is written as each stage's copy (`@pp`):
+        a norm each stage took over its own parameters alone then shows as such. Otherwise the
+        base class's copies over dp and tp."""
+        if self.stages is None or name not in self.scalars:
+            return super()._copies(name, x)
+        mine = full(x).reshape(-1)
+        parts = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.stages))]
+        dist.all_gather(parts, mine, group=self.stages)
+        return parts, ("pp",)
+
     def _whole(self, name, x):
         if isinstance(x, _Captured):
-            return whole(name, x.tensor, self.pd, layout=x.layout)
+            out = whole(name, x.tensor, self.pd, layout=x.layout)
+            return chunks.in_order(self.pd, out, self.positions, self.seq)
         batch_valued = not (name.startswith("grad.") or name in self.scalars)
         return whole(name, x, self.pd, batch_valued=batch_valued)
 
@@ -113,10 +134,23 @@ class TitanTracer(Tracer):
             self._drop_unknown()
         super().end()
 
+    def _sequence_first(self, x):
+        """Under context parallelism, whether `x`'s columns (dim 1) are the sequence's, one
+        rank's chunks or all of them — the only layout whose chunks can be put back in order."""
+        cp = chunks.group(self.pd)
+        if cp is None:
+            return True
+        local = x.to_local() if isinstance(x, DTensor) else x
+        return local.dim() >= 2 and local.shape[1] in (self.seq,
+                                                       self.seq // dist.get_world_size(cp))
+
     def _drop_unknown(self):
         """Captured outputs whose layout is unknown: dropped on every rank, the rest detached."""
         unknown = []
         for name, v in list(self.values.items()):
+            if isinstance(v, _Captured) and not self._sequence_first(v.tensor):
+                unknown.append(name)
+                continue
             if not isinstance(v, _Captured) or v.layout is not None:
                 continue
             if isinstance(v.tensor, DTensor):

@@ -15,7 +15,8 @@ them:
   before or after it clips), the weights after `--weights-after` steps, `metrics.jsonl` (the loss
   and gradient norm torchtitan logs, every step) and each rank's replica digests. Names are the
   parameters' own, without the wrappers' `_checkpoint_wrapped_module.` / `_orig_mod.`. Under
-  pipelining every file is the union of the stages' (stages.py).
+  pipelining every file is the union of the stages' (stages.py); under context parallelism the
+  logits' columns are put back in sequence order (chunks.py).
 - **bugs to inject** (`--bug`, bugs.py), each a real mistake of a torchtitan setup.
 """
 
@@ -28,7 +29,7 @@ from torchtitan.distributed import utils as dist_utils
 from torchtitan.trainer import Trainer
 
 from ..torch import Writer
-from . import bugs, cpu, stages
+from . import bugs, chunks, cpu, stages
 from .layout import whole
 from .trace import TitanTracer
 
@@ -45,10 +46,6 @@ def canonical(name):
 class ParityTrainer(Trainer):
     def __init__(self, config, run):
         self.run = run
-        if run.cp > 1:
-            raise NotImplementedError(
-                "meshparity_hooks.torchtitan: context parallelism is not adapted yet (its "
-                "load-balanced chunks must be put back in order before the logits are written)")
         super().__init__(config)
         # After torchtitan's init: its `set_determinism` compiles FlexAttention anew.
         cpu.flex_attention_on_cpu()
@@ -209,6 +206,7 @@ class ParityTrainer(Trainer):
         it trains (no gradient), under SPMD type checking on the spmd_types backend so their
         layout is known; the loss of the same batch beside them."""
         inputs, labels, extra = self.post_dataloading_process(input_dict, labels)
+        self.tracer.positions = self.columns
         pipelined = self.parallel_dims.pp_enabled
         model = self.model_parts[-1]
         skip = getattr(model, "_skip_lm_head", False)
@@ -235,7 +233,8 @@ class ParityTrainer(Trainer):
         self.first_logits = self._whole_logits(logits)
 
     def _whole_logits(self, logits):
-        """The logits made whole (collective over the ranks holding them)."""
+        """The logits made whole (collective over the ranks holding them), their sequence in
+        order under context parallelism."""
         # Gathered after the type-checked region (the annotations stay on the tensor; the
         # checker would refuse meshparity's own gathers of a Varying tensor).
         if self.run.bug != "logits-shard-as-whole":
@@ -244,7 +243,15 @@ class ParityTrainer(Trainer):
             # The bug: the rank's own vocabulary shard taken for the whole tensor.
             local = logits.to_local() if isinstance(logits, DTensor) else logits
             logits = whole("logits", local.detach().clone(), self.parallel_dims, trusted=True)
-        return logits
+        return chunks.in_order(self.parallel_dims, logits, self.columns, self.run.seq)
+
+    def post_dataloading_process(self, input_dict, labels):
+        """torchtitan's, with where each of this rank's columns sits in its sequence kept
+        (`columns`: the positions as torchtitan's context-parallel split leaves them, before
+        anything else reads them — a bug may alter the ones the model gets)."""
+        inputs, labels, extra = super().post_dataloading_process(input_dict, labels)
+        self.columns = extra.get("positions")
+        return inputs, labels, extra
 
     def train_step(self, data_iterator):
         self.tracer.begin(self.step - 1)
