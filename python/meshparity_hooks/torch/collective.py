@@ -80,6 +80,9 @@ def _gather(x, group, dim):
     n = dist.get_world_size(group)
     if n == 1:
         return x
+    # Contiguous receive buffers: `empty_like` keeps a strided tensor's strides, and gloo's
+    # all-gather fills its outputs as contiguous memory.
+    x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(n)]
-    dist.all_gather(parts, x.contiguous(), group=group)
+    dist.all_gather(parts, x, group=group)
     return torch.cat(parts, dim=dim)

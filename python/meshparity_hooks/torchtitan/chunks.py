@@ -31,11 +31,20 @@ def in_order(parallel_dims, x, positions, seq):
         return x
     if x.shape[1] != seq:
         x = _gather(x, cp, 1)
-    where = _gather(positions.detach().clone(), cp, 1)
+    if positions is None:
+        raise ValueError("context parallelism: the batch has no `positions`, so the order of "
+                         "a sequence's chunks cannot be told")
+    where = _gather(positions.detach().contiguous(), cp, 1)
     if parallel_dims.dp_enabled:
         batch = parallel_dims.get_optional_mesh("batch")
         if batch is not None and dist.get_world_size(batch.get_group()) > 1:
             where = _gather(where, batch.get_group(), 0)
-    order = torch.argsort(where.to(torch.int64), dim=1)
+    where = where.to(torch.int64)
+    every = torch.arange(where.shape[1], dtype=torch.int64).expand_as(where)
+    if not torch.equal(torch.sort(where, dim=1).values.cpu(), every):
+        # Only one document per row has each column's place as its position.
+        raise ValueError("context parallelism: a row's positions are not 0 … S−1 once "
+                         "gathered, so they cannot put its chunks in order")
+    order = torch.argsort(where, dim=1)
     index = order.reshape(order.shape + (1,) * (x.dim() - 2)).expand_as(x)
     return torch.gather(x, 1, index.to(x.device))
