@@ -37,6 +37,9 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
         "examples/command/jax-resume.toml",
         "examples/resume.toml",
         "examples/command/torch/torch.toml",
+        "examples/command/torchtitan/torchtitan.toml",
+        "examples/command/torchtitan/llama3.toml",
+        "examples/command/torchtitan/qwen3-moe.toml",
         "specs/tests/broken/unknown-key.toml",
         "specs/tests/broken/wrong-type.toml",
     ];

@@ -9,7 +9,8 @@
 //!
 //! The example's other layouts and bugs (ddp2, fsdp2·tp2·sp, hsdp2x2, pp2, tp2·sp·pp2,
 //! fsdp2·pp2, fsdp2·cp2; all ten bugs) run the same program: their verdicts are in
-//! docs/verdicts.md. Here, a cut that holds CI's budget (16 program runs).
+//! docs/verdicts.md. Here, a cut that holds CI's budget (16 program runs; the mixture of
+//! experts below, 4 more).
 
 mod common;
 
@@ -185,5 +186,56 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
         (step, site.as_str(), injected),
         (0, "layers.0.attention.rope", true),
         "{job}"
+    );
+}
+
+/// torchtitan's Qwen3 mixture of experts (qwen3-moe.toml): expert parallelism on FSDP's ranks
+/// (the tokens exchanged by all-to-all, in chunks of each rank's own size) on the default
+/// backend, every level passing; the experts' gradients counted once more per expert-parallel
+/// rank (pytorch#160285) caught and localized at the first expert gradient, the factor named;
+/// FSDP averaging (its experts in a parameter group of their own) localized at the first
+/// gradient. The example's other layouts (fsdp2 without EP, ddp2), the DTensor path and the
+/// other bugs: docs/verdicts.md.
+#[test]
+fn torchtitan_experts_pass_and_their_bugs_are_caught() {
+    if !common::torchtitan() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cut = "model=qwen3-moe and mesh=fsdp2-ep2 and (not level=mutation or \
+               mutation=ep-expert-grads-scaled,fsdp-gradient-average)";
+    let (code, results) = common::run_in_repo(
+        &["examples/command/torchtitan/qwen3-moe.toml", "-f", cut],
+        &tmp.path().join("run"),
+    );
+    let jobs = results["jobs"].as_array().unwrap();
+    let failed: Vec<&str> = jobs
+        .iter()
+        .filter(|j| j["status"] != "passed")
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(code, Some(0));
+    // A reference, a train with four levels, two bugs.
+    assert_eq!(jobs.len(), 8);
+    for j in jobs
+        .iter()
+        .filter(|j| j["level"].is_string() && j["kind"] != "mutation")
+    {
+        common::judged_inputs(j);
+    }
+    let located = |job: &str| common::located(jobs, job);
+    // ×2: ep = dp = 2 here, and the cause names the data-parallel axis first for a gradient.
+    let (step, site, injected, cause) = located("fsdp2-ep2/mutation[ep-expert-grads-scaled]");
+    assert_eq!((step, injected), (0, true), "{site}");
+    assert!(cause.starts_with("scaled:"), "{cause}");
+    assert!(
+        site.starts_with("grad.layers.0.moe.routed_experts.inner_experts."),
+        "{site}"
+    );
+    let (step, site, injected, cause) = located("fsdp2-ep2/mutation[fsdp-gradient-average]");
+    assert_eq!(
+        (step, site.as_str(), injected, cause.as_str()),
+        (0, "grad.tok_embeddings.weight", true, "scaled:1/dp")
     );
 }

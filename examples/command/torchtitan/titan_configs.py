@@ -31,3 +31,27 @@ def llama3_debugmodel_blocks16():
 
 def llama3_debugmodel_dtensor_blocks16():
     return _blocks(llama3_debugmodel_dtensor(), 16)
+
+
+def qwen3_moe_small():
+    """torchtitan's Qwen3 MoE debug config (its loss, optimizer, schedule, activation
+    checkpointing and load balancing) with two smaller layers — 8 experts, top 2, experts 128
+    wide — so a CPU trains it in seconds: the debug model's 64 experts of 768 × 256 in each of 8
+    layers are 300 M parameters."""
+    from torchtitan.models.common.rope import CosSinRoPE
+    from torchtitan.models.qwen3 import _build_qwen3_moe_layers
+    from torchtitan.models.qwen3.config_registry import qwen3_moe_debug
+
+    config = qwen3_moe_debug()
+    model = config.model_spec.model
+    model.layers = _build_qwen3_moe_layers(
+        n_layers=2, dim=model.dim, n_heads=4, n_kv_heads=2, head_dim=64, moe_hidden_dim=128,
+        num_experts=8, top_k=2, attn_backend="flex", moe_comm_backend="standard",
+        rope=CosSinRoPE.Config(dim=64, max_seq_len=4096, theta=1000000.0))
+    return config
+
+
+def qwen3_moe_small_dtensor():
+    config = qwen3_moe_small()
+    config.parallelism.spmd_backend = "partial_dtensor"
+    return config

@@ -32,6 +32,10 @@ world size 1 — and names the report it replays:
                              its chunk's own column index (0 … S/cp − 1) instead of the positions
                              the split handed it: RoPE keyed on the local length (NeMo Automodel
                              PR #2377; Megatron-LM#560, #1612)
+    ep-expert-grads-scaled   the routed experts' gradients `ep` times too large under expert
+                             parallelism: the tokens of the whole expert-parallel group counted
+                             again by the reduction (pytorch#160285, fixed in torchtitan by PR
+                             #1551; Megatron-LM PR #5956)
 """
 
 import torch.distributed as dist
@@ -47,6 +51,7 @@ BUGS = [
     "pp-microbatch-loss-normalization",
     "pp-loss-normalized-after-backward",
     "cp-rope-local-positions",
+    "ep-expert-grads-scaled",
 ]
 
 
@@ -68,6 +73,7 @@ def install(trainer, bug):
         "local-loss-normalization": _local_normalization,
         "fsdp-gradient-average": _fsdp_average,
         "sp-norm-grad-unreduced": _norm_grads_unreduced,
+        "ep-expert-grads-scaled": _expert_grads_scaled,
         "pp-clip-stage-norm": _stage_clip,
         "pp-microbatch-loss-normalization": _microbatch_normalization,
         "pp-loss-normalized-after-backward": _normalized_after_backward,
@@ -103,14 +109,8 @@ def _local_normalization(trainer):
 
 def _fsdp_average(trainer):
     """Every FSDP module divides its reduced gradients by its shard group's size."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for part in trainer.model_parts:
-        for m in part.modules():
-            if isinstance(m, FSDPModule):
-                group = m._get_fsdp_state()._fsdp_param_group
-                size = group.mesh_info.shard_mesh_size if group is not None else 1
-                m.set_gradient_divide_factor(float(size))
+    for group in _param_groups(trainer):
+        group.gradient_divide_factor = float(group.mesh_info.shard_mesh_size)
 
 
 def _norm_grads_unreduced(trainer):
@@ -139,35 +139,67 @@ def _fsdp_norm_grads_unreduced(trainer):
     DTensor; on spmd_types as a plain tensor FSDP wraps with the Partial placements its SPMD
     types gave (`_spmd_grad_placements`). Either way the bug declares it Replicate there, so
     the all-reduce is never issued and each tensor-parallel rank keeps its own part."""
-    from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor, Replicate
 
     def as_reduced(placements, dp):
         return tuple(Replicate() if p.is_partial() and i not in dp else p
                      for i, p in enumerate(placements))
 
+    for group in _param_groups(trainer):
+        for fp in group.fsdp_params:
+            if "norm" not in type(fp._module_info.module).__name__.lower():
+                continue
+            dp = set(fp._dp_dim_indices) if fp.mesh_info.is_spmd_mesh else set()
+            if fp.is_spmd_types:
+                fp._spmd_grad_placements = as_reduced(fp._spmd_grad_placements, dp)
+                continue
+            inner = fp._get_grad_inner_tensor
+
+            def unreduced(grad, inner=inner, dp=dp):
+                if isinstance(grad, DTensor):
+                    grad = DTensor.from_local(grad.to_local(), grad.device_mesh,
+                                              as_reduced(grad.placements, dp),
+                                              run_check=False)
+                return inner(grad)
+
+            fp._get_grad_inner_tensor = unreduced
+
+
+def _param_groups(trainer):
+    """Every FSDP parameter group of the model parts: a module holds one per mesh its
+    parameters are sharded on (under expert parallelism the experts' own)."""
+    from torch.distributed.fsdp import FSDPModule
+
     for part in trainer.model_parts:
         for m in part.modules():
-            if not isinstance(m, FSDPModule):
-                continue
-            group = m._get_fsdp_state()._fsdp_param_group
-            for fp in group.fsdp_params if group is not None else ():
-                if "norm" not in type(fp._module_info.module).__name__.lower():
-                    continue
-                dp = set(fp._dp_dim_indices) if fp.mesh_info.is_spmd_mesh else set()
-                if fp.is_spmd_types:
-                    fp._spmd_grad_placements = as_reduced(fp._spmd_grad_placements, dp)
-                    continue
-                inner = fp._get_grad_inner_tensor
+            if isinstance(m, FSDPModule):
+                yield from m._get_fsdp_state()._fsdp_param_groups
 
-                def unreduced(grad, inner=inner, dp=dp):
-                    if isinstance(grad, DTensor):
-                        grad = DTensor.from_local(grad.to_local(), grad.device_mesh,
-                                                  as_reduced(grad.placements, dp),
-                                                  run_check=False)
-                    return inner(grad)
 
-                fp._get_grad_inner_tensor = unreduced
+def _expert_grads_scaled(trainer):
+    """The routed experts' gradients left `ep` times too large at the step: a rank's expert
+    gradient already sums over the tokens every rank in its expert-parallel group routed to
+    it, and the reduction counts the group again."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from torchtitan.distributed import utils as dist_utils
+
+    ep = trainer.parallel_dims.ep
+    experts = [p for part in trainer.model_parts for n, m in part.named_modules()
+               if hasattr(m, "token_dispatcher") for p in m.parameters()]
+    # Around the trainer's own wrapper of the clip, so the gradients it records are these.
+    clip = dist_utils.clip_grad_norm_
+
+    def scaled(parameters, max_norm, *args, **kwargs):
+        with torch.no_grad():
+            for p in experts:
+                if p.grad is not None:
+                    g = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                    g.mul_(ep)
+        return clip(parameters, max_norm, *args, **kwargs)
+
+    dist_utils.clip_grad_norm_ = scaled
 
 
 def _stage_clip(trainer):

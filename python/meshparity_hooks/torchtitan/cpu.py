@@ -21,6 +21,11 @@ is computed on an accelerator; on a CPU each is replaced by the same arithmetic:
    buffer with the sent tensor's strides, and under TP with SP both are strided views; NCCL's
    point-to-point ops accept that, gloo's refuse it ("input tensor has to be contiguous"). The
    values are the same.
+5. `uneven_all_to_all_on_gloo()`: `torch.distributed.all_to_all` with chunks of different
+   sizes — the token exchange of expert parallelism on `spmd_types`, each rank sending each
+   expert's share of its routed tokens — goes out as one `all_to_all_single` with split sizes
+   (gloo's alltoallv). gloo's list form demands equal chunks ("invalid tensor size at index 1");
+   NCCL's takes any. Each chunk arrives where it would have, with the same values.
 """
 
 import os
@@ -133,3 +138,32 @@ def contiguous_stage_outputs(model_parts):
     for part in model_parts:
         part.register_forward_pre_hook(inputs)
         part.register_forward_hook(output)
+
+
+def uneven_all_to_all_on_gloo():
+    """`torch.distributed.all_to_all` on a gloo group as one `all_to_all_single` over the
+    chunks flattened end to end, each rank's split its chunk's element count (gloo's
+    alltoallv); other backends keep their own."""
+    import torch.distributed as dist
+
+    if getattr(dist.all_to_all, "_meshparity", False):
+        return
+    original = dist.all_to_all
+
+    def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+        if dist.get_backend(group) != "gloo" or async_op:
+            return original(output_tensor_list, input_tensor_list, group=group,
+                            async_op=async_op)
+        sent = torch.cat([t.reshape(-1) for t in input_tensor_list])
+        got = sent.new_empty(sum(t.numel() for t in output_tensor_list))
+        dist.all_to_all_single(
+            got, sent,
+            output_split_sizes=[t.numel() for t in output_tensor_list],
+            input_split_sizes=[t.numel() for t in input_tensor_list], group=group)
+        for out, part in zip(output_tensor_list,
+                             got.split([t.numel() for t in output_tensor_list])):
+            out.copy_(part.view(out.shape))
+        return None
+
+    all_to_all._meshparity = True
+    dist.all_to_all = all_to_all

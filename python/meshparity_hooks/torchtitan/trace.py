@@ -16,6 +16,13 @@ What is traced, each made world size 1's shape by the same rules as the files (l
 Under pipelining every stage's sites are listed in the pipeline's order; under context
 parallelism each output's columns are put back in sequence order (chunks.py), and an output
 whose columns are not the sequence's is left out.
+
+A mixture of experts' routed region (a module with a `token_dispatcher`: dispatch, the experts,
+combine) is traced as a whole too, its output back in token order. Inside it the experts see
+the tokens routed to them, sorted by expert: a rank's own tokens sorted (data or context
+parallelism), or every rank's tokens routed to its own experts (expert parallelism) — rows in
+an order and number world size 1 never has. So on more than one rank those sites are left out
+and the region's combined output stands for them.
 """
 
 import torch
@@ -46,6 +53,8 @@ class TitanTracer(Tracer):
         self.canonical = canonical
         self.capturing = False
         self.skipped = set()
+        # Expert parallelism: the routed regions, whose insides see dispatched tokens.
+        self.dispatched = []
         self.position = {}
         # Context parallelism: the logits' pass's positions put each output's columns in order.
         self.seq = trainer.run.seq
@@ -61,7 +70,11 @@ class TitanTracer(Tracer):
             self.stage_order(trainer)
         for part in trainer.model_parts:
             for name, m in part.named_modules():
-                if name and not any(True for _ in m.children()):
+                leaf = name and not any(True for _ in m.children())
+                routed = name and hasattr(m, "token_dispatcher")
+                if routed and dist.is_initialized() and dist.get_world_size() > 1:
+                    self.dispatched.append(canonical(name) + ".")
+                if leaf or routed:
                     self.handles.append(m.register_forward_hook(self._capture(canonical(name))))
 
     def _capture(self, name):
@@ -148,6 +161,9 @@ class TitanTracer(Tracer):
         """Captured outputs whose layout is unknown: dropped on every rank, the rest detached."""
         unknown = []
         for name, v in list(self.values.items()):
+            if isinstance(v, _Captured) and name.startswith(tuple(self.dispatched)):
+                unknown.append(name)
+                continue
             if isinstance(v, _Captured) and not self._sequence_first(v.tensor):
                 unknown.append(name)
                 continue

@@ -50,6 +50,7 @@ class ParityTrainer(Trainer):
         # After torchtitan's init: its `set_determinism` compiles FlexAttention anew.
         cpu.flex_attention_on_cpu()
         cpu.force_sum_reductions(self.model_parts)
+        cpu.uneven_all_to_all_on_gloo()
         if self.parallel_dims.pp_enabled:
             cpu.contiguous_stage_outputs(self.model_parts)
         self.writer = Writer(run.out, grad_point=run.grad_point)
@@ -216,6 +217,7 @@ class ParityTrainer(Trainer):
         checking = self.config.parallelism.spmd_backend == "spmd_types"
         context = dist_utils.get_spmd_context(
             parallel_dims=self.parallel_dims, spmd_typechecking=checking)
+        kept = _buffers(self.model_parts)
         try:
             with torch.no_grad(), context(), self.tracer.forward_pass():
                 if pipelined:
@@ -224,6 +226,7 @@ class ParityTrainer(Trainer):
                     logits = model(inputs, **extra)
         finally:
             model._skip_lm_head = skip
+            _restore(self.model_parts, kept)
         if pipelined:
             # Made whole by the last stage's ranks, then handed to every rank.
             if logits is not None:
@@ -268,6 +271,20 @@ class ParityTrainer(Trainer):
     def finish(self):
         """Every rank's replica digests, then the files' writer agrees that all went well."""
         self.writer.digests(_Parts(self.model_parts))
+
+
+def _buffers(parts):
+    """Every buffer of the model parts, copied: the logits' pass is not a training step, and a
+    forward pass counts into some (a mixture of experts' tokens per expert, which its load
+    balancing reads at the optimizer step)."""
+    return [[b.detach().clone() for b in part.buffers()] for part in parts]
+
+
+def _restore(parts, kept):
+    with torch.no_grad():
+        for part, copies in zip(parts, kept):
+            for b, copy in zip(part.buffers(), copies):
+                b.copy_(copy)
 
 
 class _Parts:
