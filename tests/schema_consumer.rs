@@ -39,7 +39,7 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
         "examples/command/torch/torch.toml",
         "examples/command/torchtitan/torchtitan.toml",
         "examples/command/torchtitan/llama3.toml",
-        "examples/command/torchtitan/qwen3-moe.toml",
+        "examples/command/torchtitan/moe.toml",
         "specs/tests/broken/unknown-key.toml",
         "specs/tests/broken/wrong-type.toml",
     ];

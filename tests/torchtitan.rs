@@ -189,7 +189,7 @@ fn torchtitan_on_both_backends_passes_and_its_bugs_are_caught() {
     );
 }
 
-/// torchtitan's Qwen3 mixture of experts (qwen3-moe.toml): expert parallelism on FSDP's ranks
+/// torchtitan's Qwen3 mixture of experts (moe.toml): expert parallelism on FSDP's ranks
 /// (the tokens exchanged by all-to-all, in chunks of each rank's own size) on the default
 /// backend, every level passing; the experts' gradients counted once more per expert-parallel
 /// rank (pytorch#160285) caught and localized at the first expert gradient, the factor named;
@@ -203,9 +203,9 @@ fn torchtitan_experts_pass_and_their_bugs_are_caught() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let cut = "model=qwen3-moe and mesh=fsdp2-ep2 and (not level=mutation or \
-               mutation=ep-expert-grads-scaled,fsdp-gradient-average)";
+               mutation=ep-expert-grad-scaled-by-ep,fsdp-gradient-average)";
     let (code, results) = common::run_in_repo(
-        &["examples/command/torchtitan/qwen3-moe.toml", "-f", cut],
+        &["examples/command/torchtitan/moe.toml", "-f", cut],
         &tmp.path().join("run"),
     );
     let jobs = results["jobs"].as_array().unwrap();
@@ -225,10 +225,13 @@ fn torchtitan_experts_pass_and_their_bugs_are_caught() {
         common::judged_inputs(j);
     }
     let located = |job: &str| common::located(jobs, job);
-    // ×2: ep = dp = 2 here, and the cause names the data-parallel axis first for a gradient.
-    let (step, site, injected, cause) = located("fsdp2-ep2/mutation[ep-expert-grads-scaled]");
-    assert_eq!((step, injected), (0, true), "{site}");
-    assert!(cause.starts_with("scaled:"), "{cause}");
+    // ×2, named for ep (an expert's gradient) though dp is 2 as well.
+    let (step, site, injected, cause) = located("fsdp2-ep2/mutation[ep-expert-grad-scaled-by-ep]");
+    assert_eq!(
+        (step, injected, cause.as_str()),
+        (0, true, "scaled:ep"),
+        "{site}"
+    );
     assert!(
         site.starts_with("grad.layers.0.moe.routed_experts.inner_experts."),
         "{site}"

@@ -290,6 +290,28 @@ mod tests {
         assert_eq!(none.kind, Kind::Unexplained, "{}", none.text);
     }
 
+    /// An expert's gradient twice the reference's on a mesh where dp and ep are both 2 is
+    /// named for ep first (the experts' reduction), a dense gradient for dp.
+    #[test]
+    fn an_experts_factor_is_named_for_ep_first() {
+        let axes = Axes::of(&MeshConfig {
+            dp: 2,
+            ep: 2,
+            zero: 3,
+            ..MeshConfig::DEFAULT
+        });
+        let r = v(&[1.0, -2.0, 3.0, 0.5, 2.0, 1.5]);
+        let twice = v(&r.data.iter().map(|x| x * 2.0).collect::<Vec<_>>());
+        let mut e = evidence(r, twice, Vec::new());
+        e.copy = None;
+        e.site = "grad.layers.0.moe.routed_experts.inner_experts.w1_EFD";
+        let expert = diagnose(&e, &axes);
+        assert_eq!(expert.label(), "scaled:ep", "{}", expert.text);
+        assert!(expert.text.contains("or ×dp = 2"), "{}", expert.text);
+        e.site = "grad.tok_embeddings.weight";
+        assert_eq!(diagnose(&e, &axes).label(), "scaled:dp");
+    }
+
     /// Copies the trace says run over tp are diagnosed over tp, even where dp has the same
     /// degree and a gradient's copies would by default be the replicas' (the axis HF's and
     /// torchtitan's programs got named wrong: dp first).

@@ -51,7 +51,8 @@ pub(super) fn named(k: f64, axes: &Axes, microbatches: usize, site: &str) -> Str
 
 /// The mesh's factors a fitted `k` may be: (label, words). Where two axes have the same
 /// degree, the one the site belongs to comes first: TP and CP for activations, the
-/// data-parallel axes for gradients and the loss (tp for the vocab-parallel loss's sums).
+/// data-parallel axes for gradients and the loss (tp for the vocab-parallel loss's sums), the
+/// expert-parallel axes for an expert's gradient.
 pub(super) fn factor(
     k: f64,
     axes: &Axes,
@@ -70,8 +71,14 @@ pub(super) fn factor(
         && ["grad", "loss", "param", "adam"]
             .iter()
             .any(|p| site.starts_with(p));
+    // An expert's gradient is reduced over its expert-parallel group first (its tokens come
+    // from every EP rank): ep and etp before the data-parallel axes there.
+    let expert = gradient && site.contains("expert");
     let mut degrees = axes.degrees.clone();
-    degrees.sort_by_key(|(a, _)| usize::from(gradient != matches!(*a, "dp" | "cp")));
+    degrees.sort_by_key(|(a, _)| match *a {
+        "ep" | "etp" if expert => 0,
+        a => 1 + usize::from(gradient != matches!(a, "dp" | "cp")),
+    });
     for &(a, n) in &degrees {
         let n = n as f64;
         candidates.push((n, a.to_owned(), format!("×{a} = {n}")));

@@ -32,10 +32,11 @@ world size 1 — and names the report it replays:
                              its chunk's own column index (0 … S/cp − 1) instead of the positions
                              the split handed it: RoPE keyed on the local length (NeMo Automodel
                              PR #2377; Megatron-LM#560, #1612)
-    ep-expert-grads-scaled   the routed experts' gradients `ep` times too large under expert
+    ep-expert-grad-scaled-by-ep
+                             the routed experts' gradients `ep` times too large under expert
                              parallelism: the tokens of the whole expert-parallel group counted
                              again by the reduction (pytorch#160285, fixed in torchtitan by PR
-                             #1551; Megatron-LM PR #5956)
+                             #1551; Megatron-LM PR #5956; the built-in catalog's bug of the name)
 """
 
 import torch.distributed as dist
@@ -51,7 +52,7 @@ BUGS = [
     "pp-microbatch-loss-normalization",
     "pp-loss-normalized-after-backward",
     "cp-rope-local-positions",
-    "ep-expert-grads-scaled",
+    "ep-expert-grad-scaled-by-ep",
 ]
 
 
@@ -73,7 +74,7 @@ def install(trainer, bug):
         "local-loss-normalization": _local_normalization,
         "fsdp-gradient-average": _fsdp_average,
         "sp-norm-grad-unreduced": _norm_grads_unreduced,
-        "ep-expert-grads-scaled": _expert_grads_scaled,
+        "ep-expert-grad-scaled-by-ep": _expert_grads_scaled,
         "pp-clip-stage-norm": _stage_clip,
         "pp-microbatch-loss-normalization": _microbatch_normalization,
         "pp-loss-normalized-after-backward": _normalized_after_backward,
