@@ -53,7 +53,7 @@ class TitanTracer(Tracer):
         self.canonical = canonical
         self.capturing = False
         self.skipped = set()
-        # Expert parallelism: the routed regions, whose insides see dispatched tokens.
+        # On more than one rank: the routed regions, whose insides see dispatched tokens.
         self.dispatched = []
         self.position = {}
         # Context parallelism: the logits' pass's positions put each output's columns in order.
