@@ -59,7 +59,7 @@ fn a_mutation_models_glob_that_misses_by_a_typo_warns() {
 
 /// An engine mutation's `site` is a glob or a list of them (the layout decides where some bugs
 /// first show); a first divergence matching any of them is where it was injected. Anything
-/// else is an error at the value.
+/// else — an empty list too — is an error at the value.
 #[test]
 fn a_mutation_site_is_a_glob_or_a_list_of_them() {
     let spec = |site: &str| {
@@ -91,6 +91,15 @@ fn a_mutation_site_is_a_glob_or_a_list_of_them() {
     assert!(
         heads.iter().any(|h| h.starts_with("m.toml:7:48: ")
             && h.contains("`engines.p.mutations.bug.site` must be a glob or a list of globs")),
+        "{heads:?}"
+    );
+    let Err(SpecError::Invalid(d)) = load("[]") else {
+        panic!("an empty list for `site` should not load");
+    };
+    let heads: Vec<String> = d.iter().map(|d| format!("{d}")).collect();
+    assert!(
+        heads.iter().any(|h| h.starts_with("m.toml:7:48: ")
+            && h.contains("`engines.p.mutations.bug.site` is an empty list")),
         "{heads:?}"
     );
 }

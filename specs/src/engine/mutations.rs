@@ -127,13 +127,24 @@ pub(super) fn mutations(
     out
 }
 
-/// `site`: a glob, or a list of them.
+/// `site`: a glob, or a non-empty list of them.
 fn sites(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, path: &str) -> Vec<Located<String>> {
     let Some(v) = t.get("site") else {
         return Vec::new();
     };
     match v.get_ref() {
         toml::de::DeValue::String(s) => vec![Located::new(s.to_string(), cx.loc(v))],
+        toml::de::DeValue::Array(items) if items.is_empty() => {
+            // Read as "no site", it would silently leave the bug's localization unchecked.
+            cx.error(Diagnostic::error(
+                &cx.loc(v),
+                format!(
+                    "`{path}.site` is an empty list, which names no site: give the glob(s) \
+                     where the program injects the bug, or leave `site` out"
+                ),
+            ));
+            Vec::new()
+        }
         toml::de::DeValue::Array(_) => t.strings(cx, "site").map(|v| v.value).unwrap_or_default(),
         other => {
             cx.error(Diagnostic::error(

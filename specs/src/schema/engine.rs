@@ -165,7 +165,8 @@ pub(super) enum EngineMutation {
 #[schemars(untagged)]
 pub(super) enum Sites {
     One(String),
-    Any(Vec<String>),
+    /// At least one glob: an empty list names no site (an error when read).
+    Any(#[schemars(length(min = 1))] Vec<String>),
 }
 
 #[derive(JsonSchema)]
