@@ -40,6 +40,7 @@ fn real_validator_accepts_examples_and_rejects_broken_specs() {
         "examples/command/torchtitan/torchtitan.toml",
         "examples/command/torchtitan/llama3.toml",
         "examples/command/torchtitan/moe.toml",
+        "examples/command/torchtitan/resume.toml",
         "specs/tests/broken/unknown-key.toml",
         "specs/tests/broken/wrong-type.toml",
     ];

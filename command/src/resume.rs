@@ -96,7 +96,34 @@ pub(crate) fn run(
     let steps = join_parts(engine, req, (&saving, &out), at, (&a, &b), &mut written)?;
     let manifest = manifest(engine, req, &argv, (written, steps), b, start);
     manifest.write(&out)?;
+    prune(&saving, &save_dir, &loaded)?;
     Ok(manifest)
+}
+
+/// What the pair's files were made from, removed once they are: the program's own checkpoint
+/// and the merged state beside it (now `RESUME_SAVED`), the state it loaded (now `CHECKPOINT`),
+/// and the saving run's files (the ones a level reads are copied beside the resumed run's);
+/// the saving run's `program.log` stays. A run keeps what its reports cite: at torchtitan's
+/// debug model these were 270 MB a pair, four copies of the whole training state. A failed
+/// pair returns before this, its files all kept for whoever reads why.
+fn prune(saving: &Path, save_dir: &Path, loaded: &Path) -> Result<(), EngineError> {
+    for dir in [save_dir, loaded] {
+        std::fs::remove_dir_all(dir).map_err(EngineError::io("removing", dir))?;
+    }
+    let entries = std::fs::read_dir(saving).map_err(EngineError::io("reading", saving))?;
+    for entry in entries.flatten() {
+        if entry.file_name() == process::LOG {
+            continue;
+        }
+        let path = entry.path();
+        // Not followed: a link the program planted is removed as a link.
+        let removed = match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+            _ => std::fs::remove_file(&path),
+        };
+        removed.map_err(EngineError::io("removing", &path))?;
+    }
+    Ok(())
 }
 
 /// The saving run's files beside the resumed run's in `out`: each one part's as that part wrote

@@ -79,6 +79,29 @@ fn a_jax_program_resumes_on_another_layout() {
     }
     assert_eq!(caught, 3, "three bugs on the pair: {results:#}");
     assert_eq!(states, 1, "one oracle level on the pair: {results:#}");
+    // What the pair's files were made from is gone once they are (the program's sharded
+    // checkpoint, the merged states it wrote, the saving run's files); its log stays.
+    let mut pairs = 0;
+    for run in std::fs::read_dir(out.path().join("run/artifacts")).unwrap() {
+        let run = run.unwrap().path();
+        if !run.join("resume-saved.safetensors").exists() {
+            continue;
+        }
+        pairs += 1;
+        for gone in ["resume-checkpoint", "loaded"] {
+            assert!(
+                !run.join(gone).exists(),
+                "{} kept",
+                run.join(gone).display()
+            );
+        }
+        let kept: Vec<_> = std::fs::read_dir(run.join("saving"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(kept, ["program.log"], "{}", run.display());
+    }
+    assert!(pairs >= 1, "no pair's run in the run directory");
 }
 
 /// The whole-state comparisons of a job's level (`state at the checkpoint (step 2)`, `state

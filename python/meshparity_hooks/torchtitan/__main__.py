@@ -29,6 +29,11 @@ def parse(argv):
     p.add_argument("--grad-point", default="after_clip", choices=["before_clip", "after_clip"])
     p.add_argument("--trace-dir", default="")
     p.add_argument("--roundtrip-from", default="")
+    # A [[resume]] pair's run (resume.py): 0 and empty unless it saves or resumes.
+    for k in ("save-at", "state-at"):
+        p.add_argument(f"--{k}", type=int, default=0)
+    for k in ("save-dir", "resume-from", "loaded-dir", "state-dir"):
+        p.add_argument(f"--{k}", default="")
     p.add_argument("--bug", default="none", choices=["none"] + BUGS)
     p.add_argument("--out", required=True)
     p.add_argument("--module", default="")

@@ -37,6 +37,23 @@ world size 1 — and names the report it replays:
                              parallelism: the tokens of the whole expert-parallel group counted
                              again by the reduction (pytorch#160285, fixed in torchtitan by PR
                              #1551; Megatron-LM PR #5956; the built-in catalog's bug of the name)
+
+Bugs of resumption, injected on `[[resume]]` pairs only (a pair's two runs both get the switch;
+the built-in catalog's bugs of the same names):
+
+    resume-optimizer-moments-dropped
+                             the optimizers' state read and loaded through DCP without first
+                             materializing a fresh optimizer's state: a resumed optimizer has no
+                             moment tensors for the checkpoint's to land in, and AdamW restarts
+                             (KempnerForge PR #115; the reason torchtitan's container calls
+                             `init_optim_state` first)
+    resume-data-position-reset
+                             the data loader left out of the checkpoint: the resumed run draws
+                             the data from its first batch again (KempnerForge#51, fixed in PR
+                             #52)
+    resume-lr-schedule-reset the LR schedulers left out of the checkpoint: the resumed run's
+                             schedule starts over, warmup included (vllm-project/speculators PR
+                             #900, lightly-ai/lightly-train PR #301)
 """
 
 import torch.distributed as dist
@@ -53,6 +70,9 @@ BUGS = [
     "pp-loss-normalized-after-backward",
     "cp-rope-local-positions",
     "ep-expert-grad-scaled-by-ep",
+    "resume-optimizer-moments-dropped",
+    "resume-data-position-reset",
+    "resume-lr-schedule-reset",
 ]
 
 
@@ -79,6 +99,9 @@ def install(trainer, bug):
         "pp-microbatch-loss-normalization": _microbatch_normalization,
         "pp-loss-normalized-after-backward": _normalized_after_backward,
         "cp-rope-local-positions": _local_positions,
+        "resume-optimizer-moments-dropped": _optimizer_state_unmaterialized,
+        "resume-data-position-reset": lambda t: _left_out_of_checkpoint(t, "dataloader"),
+        "resume-lr-schedule-reset": lambda t: _left_out_of_checkpoint(t, "lr_scheduler"),
     }
     if bug not in installers:
         raise ValueError(f"unknown bug `{bug}`; the bugs are: {', '.join(BUGS)}")
@@ -287,3 +310,32 @@ def _same_types(tensor, source):
         return
     if spmd.has_local_type(source):
         spmd.assert_type_like(tensor, source)
+
+
+def _left_out_of_checkpoint(trainer, state):
+    """torchtitan's checkpointer without `state` (one of its own keys): neither saved nor
+    loaded, so a resumed run keeps what it was built with."""
+    trainer.checkpointer.states.pop(state, None)
+
+
+def _optimizer_state_unmaterialized(trainer):
+    """The optimizers' flat state dict read and loaded as torchtitan's container does, but
+    without `init_optim_state` first: a fresh optimizer has no state yet, so DCP asks the
+    checkpoint for none of its tensors and the load restores nothing but the hyperparameters."""
+    from torchtitan.components.optimizer.utils import (
+        get_flat_optim_state_dict, load_flat_optim_state_dict)
+
+    container = trainer.optimizers
+
+    def state_dict():
+        out = {}
+        for optim in container.optimizers:
+            out.update(get_flat_optim_state_dict(optim))
+        return out
+
+    def load_state_dict(state):
+        for optim in container.optimizers:
+            load_flat_optim_state_dict(optim, state)
+
+    container.state_dict = state_dict
+    container.load_state_dict = load_state_dict

@@ -22,11 +22,13 @@ the config says:
   bf16 the config's own;
 - what a parity run cannot use: the dataset and tokenizer (data.py's drawn tokens instead),
   compile, CUDA graphs, the validator, tensorboard and wandb, and torchtitan's periodic
-  checkpoints (the round trip and resumption save where meshparity says).
+  checkpoints (the round trip and a `[[resume]]` pair's run save where meshparity says:
+  resume.py).
 """
 
 from torchtitan.config import ConfigManager
 
+from . import resume
 from .data import Tokens, Untokenized
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -84,6 +86,7 @@ def load(titan_args, run):
     config.metrics.enable_wandb = False
     config.metrics.log_freq = 1
     config.checkpoint.enable = False
+    resume.configure(config, run)
     config.dump_folder = run.dump
     return config
 

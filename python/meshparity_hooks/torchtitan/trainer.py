@@ -17,6 +17,8 @@ them:
   parameters' own, without the wrappers' `_checkpoint_wrapped_module.` / `_orig_mod.`. Under
   pipelining every file is the union of the stages' (stages.py); under context parallelism the
   logits' columns are put back in sequence order (chunks.py).
+- **a `[[resume]]` pair's run** (resume.py): saved after `--save-at` steps and resumed through
+  torchtitan's own checkpointer, the state merged beside each.
 - **bugs to inject** (`--bug`, bugs.py), each a real mistake of a torchtitan setup.
 """
 
@@ -29,7 +31,7 @@ from torchtitan.distributed import utils as dist_utils
 from torchtitan.trainer import Trainer
 
 from ..torch import Writer
-from . import bugs, chunks, cpu, stages
+from . import bugs, chunks, cpu, resume, stages
 from .layout import whole
 from .trace import TitanTracer
 
@@ -64,6 +66,7 @@ class ParityTrainer(Trainer):
         self.tracer = TitanTracer(self, run.trace_dir, canonical)
         self._wrap_clipping()
         self._wrap_metrics()
+        self._wrap_loading()
         bugs.install(self, run.bug)
 
     # -- initial weights ---------------------------------------------------------------------
@@ -191,6 +194,30 @@ class ParityTrainer(Trainer):
 
         self.metrics_processor.log = record
 
+    def _wrap_loading(self):
+        """torchtitan's own checkpoint load (the first thing its `train()` does), with the
+        state as loaded written merged into `--loaded-dir` (a resumed pair's run)."""
+        load = self.checkpointer.load
+        trainer = self
+
+        def loaded(*args, **kwargs):
+            out = load(*args, **kwargs)
+            if trainer.run.resume_from and not out:
+                raise FileNotFoundError(
+                    f"--resume-from {trainer.run.resume_from}: torchtitan's checkpointer found "
+                    f"no checkpoint there (a `step-N` folder with DCP's .metadata)")
+            if trainer.run.loaded_dir:
+                resume.write_merged(trainer, trainer.run.loaded_dir)
+            return out
+
+        self.checkpointer.load = loaded
+
+    def should_continue_training(self):
+        # A saving pair's run stops once its checkpoint is saved (after step `--save-at`).
+        if self.run.save_at and self.step >= self.run.save_at:
+            return False
+        return super().should_continue_training()
+
     def forward_backward_step(self, *, input_dict, labels, global_valid_tokens):
         # The rows this rank trains on this step, whole (before a context-parallel split),
         # chunk after chunk: written once the step is done.
@@ -267,6 +294,11 @@ class ParityTrainer(Trainer):
             self.writer.tensors("logits.safetensors", {"logits": self.first_logits, "loss": loss})
         if self.step == self.run.weights_after:
             self.writer.tensors("final.safetensors", self.whole_parameters())
+        # A pair's merged states (torchtitan's own save of step `save_at` follows this step).
+        if self.step == self.run.state_at:
+            resume.write_merged(self, self.run.state_dir)
+        if self.step == self.run.save_at:
+            resume.write_merged(self, self.run.save_dir)
 
     def finish(self):
         """Every rank's replica digests, then the files' writer agrees that all went well."""
@@ -298,7 +330,25 @@ class _Parts:
             yield from part.named_parameters()
 
 
+class _NoWait:
+    """torchtitan's `time` module for its trainer, less `sleep`: its `train()` ends with rank 0
+    sleeping 2 s "for other ranks to complete" (their logging); here every rank meets at the
+    writer's collectives and a barrier after, so the 2 s a run are only waited."""
+
+    def __getattr__(self, name):
+        import time
+
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds):
+        pass
+
+
 def train(config, run):
+    import torchtitan.trainer
+
+    torchtitan.trainer.time = _NoWait()
     trainer = ParityTrainer(config, run)
     try:
         trainer.train()
