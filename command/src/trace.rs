@@ -8,6 +8,10 @@
 //!   unsharded (what a world-size-1 run holds: gathered over TP, concatenated over DP), the way
 //!   ART's forward trace capture writes per-module outputs.
 //!
+//! A site the program leaves out on purpose is a line `!NAME: why` (torchtitan's adapter leaves
+//! out the experts' dispatched rows, which have no world-size-1 order): kept in the index, so a
+//! localization that finds nothing says what it could not look at.
+//!
 //! Once converted, the files read (`sites.txt`, the step files) are removed: the artifact holds
 //! every value, and a kept run would otherwise hold each twice.
 //!
@@ -26,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 use meshparity_engine::trace::{write_trace, TraceEntry};
-use meshparity_engine::{HostTensor, TraceIndex};
+use meshparity_engine::{HostTensor, LeftOut, TraceIndex};
 
 /// Why a program's traces could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +56,12 @@ pub enum TraceFilesError {
         text: String,
         known: String,
     },
+    #[error("{path}: line {line}: `{text}`: a site left out is written `!NAME: why` (its name, a colon, the reason)")]
+    BadLeftOut {
+        path: PathBuf,
+        line: usize,
+        text: String,
+    },
     #[error("{path}: {message}")]
     Read { path: PathBuf, message: String },
 }
@@ -73,7 +83,7 @@ fn listed(path: &Path, text: &str) -> Result<Vec<Listed>, TraceFilesError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
-        if line.is_empty() {
+        if line.is_empty() || line.starts_with('!') {
             continue;
         }
         let Some((name, over)) = line.rsplit_once('@') else {
@@ -97,6 +107,31 @@ fn listed(path: &Path, text: &str) -> Result<Vec<Listed>, TraceFilesError> {
         out.push(Listed {
             name: name.to_owned(),
             over,
+        });
+    }
+    Ok(out)
+}
+
+/// The site list's `!NAME: why` lines: sites left out, each with its reason.
+fn left_out(path: &Path, text: &str) -> Result<Vec<LeftOut>, TraceFilesError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some(rest) = line.trim().strip_prefix('!') else {
+            continue;
+        };
+        let Some((site, why)) = rest
+            .split_once(':')
+            .filter(|(s, w)| !s.trim().is_empty() && !w.trim().is_empty())
+        else {
+            return Err(TraceFilesError::BadLeftOut {
+                path: path.to_path_buf(),
+                line: i + 1,
+                text: line.trim().to_owned(),
+            });
+        };
+        out.push(LeftOut {
+            site: site.trim().to_owned(),
+            why: why.trim().to_owned(),
         });
     }
     Ok(out)
@@ -130,8 +165,8 @@ pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFi
         what: "a site list",
     };
     // A regular file, bounded: a FIFO or a runaway writer is an error, never a hang.
-    let sites = match meshparity_files::read_to_string(&list, limit) {
-        Ok(text) => listed(&list, &text)?,
+    let (sites, skipped) = match meshparity_files::read_to_string(&list, limit) {
+        Ok(text) => (listed(&list, &text)?, left_out(&list, &text)?),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(TraceFilesError::NoSites { path: list })
         }
@@ -144,6 +179,7 @@ pub fn convert(from: &Path, to: &Path, replicas: usize) -> Result<usize, TraceFi
         microbatches: 1,
         entries: Vec::new(),
         program: true,
+        left_out: skipped,
     };
     let mut tensors: IndexMap<String, HostTensor> = IndexMap::new();
     let mut read_files = vec![list.clone()];
@@ -280,6 +316,33 @@ mod tests {
             keys,
             ["s0.b.out", "s0.a.out", "s0.grad.w", "s1.b.out", "s1.a.out"]
         );
+    }
+
+    /// `!NAME: why` lines are sites left out, kept with their reasons in the index; one
+    /// without a reason is an error at its line.
+    #[test]
+    fn sites_left_out_keep_their_reasons() {
+        let from = tempfile::tempdir().unwrap();
+        let to = tempfile::tempdir().unwrap();
+        let list = "a.out\n!moe.experts: rows sorted by expert\ngrad.w\n";
+        std::fs::write(from.path().join("sites.txt"), list).unwrap();
+        step(from.path(), 0, &["a.out", "grad.w"]);
+        assert_eq!(convert(from.path(), to.path(), 1).unwrap(), 2);
+        let index: TraceIndex = serde_json::from_slice(
+            &std::fs::read(to.path().join(meshparity_engine::files::TRACE_INDEX)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            index.left_out,
+            [LeftOut {
+                site: "moe.experts".into(),
+                why: "rows sorted by expert".into()
+            }]
+        );
+        std::fs::write(from.path().join("sites.txt"), "a.out\n!moe.experts\n").unwrap();
+        step(from.path(), 0, &["a.out"]);
+        let e = convert(from.path(), to.path(), 1).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("`!NAME: why`"), "{e}");
     }
 
     #[test]

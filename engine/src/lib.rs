@@ -37,4 +37,4 @@ pub use artifact::{files, ArtifactError, Manifest};
 pub use engine::{Description, Engine, EngineError, Length, RunRequest};
 pub use seal::{seal, sealed, verify, verify_file, SealError};
 pub use tensor::{HostTensor, Shards};
-pub use trace::{write_trace, TraceEntry, TraceError, TraceIndex};
+pub use trace::{write_trace, LeftOut, TraceEntry, TraceError, TraceIndex};

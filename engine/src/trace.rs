@@ -71,6 +71,18 @@ pub struct TraceIndex {
     /// program's norm then read as the first divergence of every failure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub program: bool,
+    /// Sites the run's program left out of its trace on purpose, each with why
+    /// (`layers.0.moe.experts: …`): a localization that finds nothing says which sites it
+    /// could not look at, and why, instead of only comparing fewer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A site a program did not trace, and its reason (a `!NAME: why` line of its site list).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LeftOut {
+    pub site: String,
+    pub why: String,
 }
 
 /// Write a run's trace into `dir`.

@@ -367,6 +367,11 @@ def check_repeated(out):
     assert {"once", "once.bwd.in", "grad.once.weight"} <= set(traced), sorted(traced)
     for gone in ["act", "act.bwd.in", "lonely", "lonely.bwd.in"]:
         assert gone not in traced, (gone, sorted(traced))
+    # The site list says what was left out and why (`!NAME: why`), for localization's report.
+    lines = open(os.path.join(out, "repeated-trace", "sites.txt")).read().splitlines()
+    skipped = sorted(line.split(":")[0] for line in lines if line.startswith("!"))
+    assert skipped == ["!act", "!lonely"], lines
+    assert all("called more than once" in line for line in lines if line.startswith("!")), lines
 
 
 def main():

@@ -20,6 +20,7 @@ pub fn write(dir: &Path, microbatches: usize, entries: Vec<Entry>) -> Result<(),
         microbatches,
         entries: Vec::with_capacity(entries.len()),
         program: false,
+        left_out: Vec::new(),
     };
     let mut tensors = IndexMap::with_capacity(entries.len());
     for e in entries {

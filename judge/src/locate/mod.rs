@@ -100,6 +100,11 @@ pub struct Localization {
     /// another's error ([`crate::coupling`]), in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coupling: Option<String>,
+    /// Sites the run's program left out of its trace, each `site: why` (a command engine's
+    /// `!NAME: why` lines): said where nothing diverged, so a reader knows what was not looked
+    /// at.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 impl Localization {
@@ -113,6 +118,18 @@ impl Localization {
             site_limit: None,
             cause: None,
             coupling: None,
+            left_out: Vec::new(),
+        }
+    }
+
+    /// `; N sites left out by the program (the first: SITE: why)`, or nothing.
+    fn left_out_note(&self) -> String {
+        match self.left_out.first() {
+            None => String::new(),
+            Some(first) => format!(
+                "; {} site(s) left out by the program, the first {first}",
+                self.left_out.len()
+            ),
         }
     }
 
@@ -124,9 +141,10 @@ impl Localization {
                 .map(|l| format!(" beyond localization's site limit (relative L2 {l:e})"))
                 .unwrap_or_default();
             return format!(
-                "no traced site diverged{limit} ({} values compared): the level's own limit is \
-                 tighter than that, or the difference arises outside the traced steps",
-                self.compared
+                "no traced site diverged{limit} ({} values compared{}): the level's own limit \
+                 is tighter than that, or the difference arises outside the traced steps",
+                self.compared,
+                self.left_out_note()
             );
         };
         let mut at = format!("step {}", s.step);
@@ -270,6 +288,7 @@ pub fn locate(
                 sites,
                 site_limit: Some(self::limit(dtype)),
                 cause,
+                left_out: left_out(&index),
                 coupling: coupled.map(|c| {
                     format!(
                         "{} other gradient(s) differ only by one common factor ({:.4}): a global \
@@ -288,7 +307,17 @@ pub fn locate(
         site_limit: Some(self::limit(dtype)),
         cause: None,
         coupling: None,
+        left_out: left_out(&index),
     })
+}
+
+/// The index's sites left out, each `site: why`.
+fn left_out(index: &meshparity_engine::TraceIndex) -> Vec<String> {
+    index
+        .left_out
+        .iter()
+        .map(|l| format!("`{}`: {}", l.site, l.why))
+        .collect()
 }
 
 /// Every compared value of the trace in `run` against the reference's in `reference`, in the
@@ -371,6 +400,7 @@ fn mismatched(
         site_limit: Some(self::limit(dtype)),
         cause: None,
         coupling: None,
+        left_out: Vec::new(),
     }
 }
 
@@ -427,8 +457,36 @@ mod tests {
             site_limit: Some(1e-4),
             cause: None,
             coupling: None,
+            left_out: vec!["`moe.experts`: rows sorted by expert".into()],
         };
         let back: Localization = serde_json::from_str(&serde_json::to_string(&l).unwrap()).unwrap();
         assert_eq!(back, l);
+    }
+
+    /// Where nothing diverged, the sites the program left out are said with the first's reason.
+    #[test]
+    fn nothing_diverged_names_what_was_left_out() {
+        let mut l = Localization {
+            first: None,
+            compared: 7,
+            sites: Vec::new(),
+            site_limit: None,
+            cause: None,
+            coupling: None,
+            left_out: Vec::new(),
+        };
+        assert!(!l.summary().contains("left out"), "{}", l.summary());
+        l.left_out = vec![
+            "`layers.0.moe.experts`: the experts' rows, sorted by expert".into(),
+            "`layers.1.moe.experts`: the experts' rows, sorted by expert".into(),
+        ];
+        assert!(
+            l.summary().contains(
+                "(7 values compared; 2 site(s) left out by the program, the first \
+                 `layers.0.moe.experts`: the experts' rows, sorted by expert)"
+            ),
+            "{}",
+            l.summary()
+        );
     }
 }

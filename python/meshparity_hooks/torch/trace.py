@@ -20,7 +20,8 @@ class Tracer:
     site name → `"shard:D"`: concatenated along dim D over the mesh's `tp` dim; `"replicate"`,
     the default: the local copy), then the batch rows of the `dp` mesh dim concatenated along
     dim 0 — except for `"global"`: the same value on every rank, with no batch rows (rotary
-    embeddings' cos/sin for one position row). Writes `sites.txt` (the first traced step's order) and `step{N}.safetensors`.
+    embeddings' cos/sin for one position row). Writes `sites.txt` (the first traced step's order;
+    after it `!NAME: why` for each site `left_out` names) and `step{N}.safetensors`.
 
     A module called more than once in a step (a MoE's experts' activation, called once per
     expert on the tokens routed to it; a module object shared by several layers) has no one
@@ -61,6 +62,8 @@ class Tracer:
         self.calls = {}
         self.repeated = set()
         self.order = None
+        # Sites left out on purpose, with why: written to sites.txt as `!NAME: why`.
+        self.left_out = {}
         self.handles = []
         self.stages = None
         if self.dir is None:
@@ -288,8 +291,9 @@ class Tracer:
                 else:
                     put(n, whole[n])
             save_file(arrays, os.path.join(self.dir, f"step{self.step}.safetensors"))
+            skipped = [f"!{n}: {why}" for n, why in sorted(self.left_out.items())]
             with open(os.path.join(self.dir, "sites.txt"), "w") as f:
-                f.write("\n".join(self.order) + "\n")
+                f.write("\n".join(self.order + skipped) + "\n")
 
         _collective(f"writing trace step {self.step}", write)
         self.values = {}
@@ -344,6 +348,8 @@ class Tracer:
         for names in every:
             for n in names:
                 self.repeated.add(n)
+                self.left_out[n] = ("called more than once in a step (a module shared, or one "
+                                    "call per expert): no one value per step")
                 self.values.pop(n, None)
                 self.values.pop(f"{n}.bwd.in", None)
 

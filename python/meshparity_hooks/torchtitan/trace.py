@@ -35,6 +35,16 @@ from . import chunks, stages
 from .layout import _same_everywhere, spmd_layout, whole
 
 
+# Why a site is left out (the site list's `!NAME: why`).
+DISPATCHED = ("inside a routed region: the experts' rows are tokens sorted by expert (a rank's "
+              "own, or its experts' from every rank), an order world size 1 never has; the "
+              "region's output stands for them")
+NOT_SEQUENCE = ("under context parallelism its columns are not the sequence's, so they cannot be "
+                "put back in order")
+UNDECLARED = ("a plain per-rank tensor whose layout nothing declares and whose copies differ "
+              "across the tensor-parallel ranks")
+
+
 class _Captured:
     """A traced output and the SPMD types it had when it was made."""
 
@@ -52,7 +62,6 @@ class TitanTracer(Tracer):
         self.pd = pd
         self.canonical = canonical
         self.capturing = False
-        self.skipped = set()
         # On more than one rank: the routed regions, whose insides see dispatched tokens.
         self.dispatched = []
         self.position = {}
@@ -158,28 +167,26 @@ class TitanTracer(Tracer):
                                                        self.seq // dist.get_world_size(cp))
 
     def _drop_unknown(self):
-        """Captured outputs whose layout is unknown: dropped on every rank, the rest detached."""
-        unknown = []
+        """Captured outputs whose layout is unknown: dropped on every rank, each with why
+        (`left_out`, written to the site list), the rest detached."""
+        unknown = {}
         for name, v in list(self.values.items()):
-            if isinstance(v, _Captured) and name.startswith(tuple(self.dispatched)):
-                unknown.append(name)
+            if not isinstance(v, _Captured):
                 continue
-            if isinstance(v, _Captured) and not self._sequence_first(v.tensor):
-                unknown.append(name)
-                continue
-            if not isinstance(v, _Captured) or v.layout is not None:
-                continue
-            if isinstance(v.tensor, DTensor):
-                continue
-            if not _same_on_tp(v.tensor, self.pd):
-                unknown.append(name)
+            if name.startswith(tuple(self.dispatched)):
+                unknown[name] = DISPATCHED
+            elif not self._sequence_first(v.tensor):
+                unknown[name] = NOT_SEQUENCE
+            elif v.layout is None and not isinstance(v.tensor, DTensor) \
+                    and not _same_on_tp(v.tensor, self.pd):
+                unknown[name] = UNDECLARED
         if dist.is_initialized():
             seen = [None] * dist.get_world_size()
             dist.all_gather_object(seen, unknown)
-            unknown = sorted({n for s in seen for n in s})
-        for name in unknown:
+            unknown = {n: why for s in seen for n, why in s.items()}
+        for name, why in unknown.items():
             self.values.pop(name, None)
-            self.skipped.add(name)
+            self.left_out[name] = why
 
 
 def _same_on_tp(x, pd):

@@ -78,6 +78,7 @@ mod tests {
             microbatches: 1,
             entries: Vec::new(),
             program: false,
+            left_out: Vec::new(),
         };
         let mut tensors = IndexMap::new();
         for (i, key) in ["s0.a", "s0.b", "s0.c"].into_iter().enumerate() {
