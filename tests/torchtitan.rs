@@ -201,21 +201,10 @@ fn torchtitan_experts_pass_and_their_bugs_are_caught() {
     if !common::torchtitan() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
     let cut = "model=qwen3-moe and mesh=fsdp2-ep2 and (not level=mutation or \
                mutation=ep-expert-grad-scaled-by-ep,fsdp-gradient-average)";
-    let (code, results) = common::run_in_repo(
-        &["examples/command/torchtitan/moe.toml", "-f", cut],
-        &tmp.path().join("run"),
-    );
+    let results = all_pass("moe.toml", cut);
     let jobs = results["jobs"].as_array().unwrap();
-    let failed: Vec<&str> = jobs
-        .iter()
-        .filter(|j| j["status"] != "passed")
-        .map(|j| j["name"].as_str().unwrap())
-        .collect();
-    assert!(failed.is_empty(), "{failed:?}");
-    assert_eq!(code, Some(0));
     // A reference, a train with four levels, two bugs.
     assert_eq!(jobs.len(), 8);
     for j in jobs
@@ -256,21 +245,10 @@ fn torchtitan_resumes_on_another_layout_through_its_checkpointer() {
     if !common::torchtitan() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
     let cut = "model=llama3 and mesh=fsdp2-to-tp2-sp-at2 and (not level=mutation or \
                mutation=resume-optimizer-moments-dropped,resume-data-position-reset)";
-    let (code, results) = common::run_in_repo(
-        &["examples/command/torchtitan/resume.toml", "-f", cut],
-        &tmp.path().join("run"),
-    );
+    let results = all_pass("resume.toml", cut);
     let jobs = results["jobs"].as_array().unwrap();
-    let failed: Vec<&str> = jobs
-        .iter()
-        .filter(|j| j["status"] != "passed")
-        .map(|j| j["name"].as_str().unwrap())
-        .collect();
-    assert!(failed.is_empty(), "{failed:?}");
-    assert_eq!(code, Some(0));
     // A reference, the pair's run with three levels, two bugs.
     assert_eq!(jobs.len(), 7, "{results:#}");
     let summary = |suffix: &str| {
@@ -302,4 +280,24 @@ fn torchtitan_resumes_on_another_layout_through_its_checkpointer() {
         ),
         "{data}"
     );
+}
+
+/// `meshparity run examples/command/torchtitan/SPEC -f CUT`: every job passed (each level, each
+/// bug caught); the run's results.json.
+fn all_pass(spec: &str, cut: &str) -> Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, results) = common::run_in_repo(
+        &[&format!("examples/command/torchtitan/{spec}"), "-f", cut],
+        &tmp.path().join("run"),
+    );
+    let failed: Vec<&str> = results["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"] != "passed")
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(code, Some(0));
+    results
 }
