@@ -96,7 +96,7 @@ pub(crate) fn run(
     let steps = join_parts(engine, req, (&saving, &out), at, (&a, &b), &mut written)?;
     let manifest = manifest(engine, req, &argv, (written, steps), b, start);
     manifest.write(&out)?;
-    prune(&saving, &save_dir, &loaded)?;
+    prune(&saving, &save_dir, &loaded);
     Ok(manifest)
 }
 
@@ -105,25 +105,27 @@ pub(crate) fn run(
 /// and the saving run's files (the ones a level reads are copied beside the resumed run's);
 /// the saving run's `program.log` stays. A run keeps what its reports cite: at torchtitan's
 /// debug model these were 270 MB a pair, four copies of the whole training state. A failed
-/// pair returns before this, its files all kept for whoever reads why.
-fn prune(saving: &Path, save_dir: &Path, loaded: &Path) -> Result<(), EngineError> {
+/// pair returns before this, its files all kept for whoever reads why. Best effort: the run's
+/// verdict is computed, and what cannot be removed (a directory the program made unwritable)
+/// stays rather than failing the job.
+fn prune(saving: &Path, save_dir: &Path, loaded: &Path) {
+    // Not followed: a link the program planted in place of a directory goes as a link.
     for dir in [save_dir, loaded] {
-        std::fs::remove_dir_all(dir).map_err(EngineError::io("removing", dir))?;
+        let _ = std::fs::remove_dir_all(dir);
     }
-    let entries = std::fs::read_dir(saving).map_err(EngineError::io("reading", saving))?;
+    let Ok(entries) = std::fs::read_dir(saving) else {
+        return;
+    };
     for entry in entries.flatten() {
         if entry.file_name() == process::LOG {
             continue;
         }
         let path = entry.path();
-        // Not followed: a link the program planted is removed as a link.
-        let removed = match entry.file_type() {
+        let _ = match entry.file_type() {
             Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
             _ => std::fs::remove_file(&path),
         };
-        removed.map_err(EngineError::io("removing", &path))?;
     }
-    Ok(())
 }
 
 /// The saving run's files beside the resumed run's in `out`: each one part's as that part wrote
