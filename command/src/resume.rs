@@ -104,7 +104,8 @@ pub(crate) fn run(
 /// and the merged state beside it (now `RESUME_SAVED`), the state it loaded (now `CHECKPOINT`),
 /// and the saving run's files (the ones a level reads are copied beside the resumed run's);
 /// the saving run's `program.log` stays. A run keeps what its reports cite: at torchtitan's
-/// debug model these were 270 MB a pair, four copies of the whole training state. A failed
+/// debug model these were 267 MB a pair: three copies of the whole training state (DCP, merged
+/// as saved, merged as loaded) and the saving run's files. A failed
 /// pair returns before this, its files all kept for whoever reads why. Best effort: the run's
 /// verdict is computed, and what cannot be removed (a directory the program made unwritable)
 /// stays rather than failing the job.
