@@ -79,12 +79,8 @@ impl MutationOutcome {
         }
         match self.caught_by.first() {
             Some(level) => {
-                let why = self
-                    .levels
-                    .iter()
-                    .find(|o| o.level == *level)
-                    .map(Outcome::summary)
-                    .unwrap_or_default();
+                let first = self.levels.iter().find(|o| o.level == *level);
+                let why = first.map(Outcome::summary).unwrap_or_default() + &self.kept_line(first);
                 format!(
                     "caught by {}: {why}",
                     self.caught_by
@@ -98,6 +94,32 @@ impl MutationOutcome {
                 "NOT caught: every level passed with `{}` injected",
                 self.mutation
             ),
+        }
+    }
+
+    /// Where the caught level's first failure lost its compare line (a caught mutation keeps
+    /// one failed comparison's files, the smallest: runner's `keep`), the line of the one kept,
+    /// so a summary never cites files that are gone and still says how to re-derive the catch.
+    fn kept_line(&self, first: Option<&Outcome>) -> String {
+        let shown = first.and_then(|o| o.comparisons.iter().find(|c| !c.passed));
+        if !shown.is_some_and(|c| c.unkept) {
+            return String::new();
+        }
+        let kept = self.levels.iter().find_map(|o| {
+            let c = o
+                .comparisons
+                .iter()
+                .find(|c| !c.passed && !c.reproduce.is_empty())?;
+            Some((o.level, c))
+        });
+        match kept {
+            Some((level, c)) => format!(
+                " (reproduce, by {} {}: {})",
+                level.as_str(),
+                c.what,
+                c.reproduce
+            ),
+            None => String::new(),
         }
     }
 }

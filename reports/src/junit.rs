@@ -99,7 +99,7 @@ const HEADLINE: usize = 200;
 pub fn headline(summary: &str) -> String {
     let first = summary.lines().next().unwrap_or_default();
     let first = first
-        .split(" (reproduce: ")
+        .split(" (reproduce")
         .next()
         .unwrap_or(first)
         .split("; ")

@@ -156,3 +156,21 @@ pub fn located(jobs: &[serde_json::Value], job: &str) -> (u64, String, bool, Str
         label,
     )
 }
+
+/// Every `meshparity compare` line a job's summary quotes names files the run kept (a caught
+/// mutation keeps one failed comparison's files; its summary must quote that one's line).
+pub fn summaries_cite_files_that_exist(run: &std::path::Path, r: &serde_json::Value) {
+    let mut quoted = 0;
+    for job in r["jobs"].as_array().unwrap() {
+        let summary = job["summary"].as_str().unwrap();
+        for (at, _) in summary.match_indices("meshparity compare ") {
+            let words = summary[at..].split_whitespace().skip(2).take(2);
+            for file in words {
+                let file = file.trim_end_matches(')');
+                assert!(run.join(file).exists(), "{}: {file} is gone", job["name"]);
+            }
+            quoted += 1;
+        }
+    }
+    assert!(quoted > 0, "no summary quotes a compare line: {r:#}");
+}

@@ -136,7 +136,9 @@ fn every_reproduce_line_selects_exactly_its_job() {
         "[run]\nname = \"rep\"\nsteps = 2\nbatch = 4\n",
         tiny_model!(),
         "[meshes.dp2]\ndp = 2\n[[matrix]]\nlevels = [\"forward\", \"oracle\"]\n\
-         [mutations]\nselect = [\"dp-skip-grad-all-reduce\"]\n"
+         [meshes.tp2sp]\ntp = 2\nsp = true\n\
+         [[matrix]]\nmeshes = [\"tp2sp\"]\nlevels = [\"forward\", \"curve\"]\n\
+         [mutations]\nselect = [\"dp-skip-grad-all-reduce\", \"tp-average-instead-of-sum\"]\n"
     );
     let (fx, r) = run_spec(spec, 0);
     let exe = assert_cmd::cargo::cargo_bin("meshparity");
@@ -246,7 +248,9 @@ fn pasted_reproduce_lines_give_the_same_verdict() {
          [tolerances.exact]\nextends = \"builtin\"\nforward.f32 = { atol = 0.0, rtol = 0.0 }\n\
          [[matrix]]\nmeshes = [\"dp2\"]\nlevels = [\"roundtrip\", \"forward\", \"curve\", \"oracle\"]\n\
          [[matrix]]\nmeshes = [\"tp2\"]\nlevels = [\"forward\"]\ntolerance = \"exact\"\nmutations = false\n\
-         [mutations]\nselect = [\"dp-skip-grad-all-reduce\"]\n"
+         [meshes.tp2sp]\ntp = 2\nsp = true\n\
+         [[matrix]]\nmeshes = [\"tp2sp\"]\nlevels = [\"forward\", \"curve\"]\n\
+         [mutations]\nselect = [\"dp-skip-grad-all-reduce\", \"tp-average-instead-of-sum\"]\n"
     );
     let (fx, r) = run_spec(spec, 1);
     let failed = r["jobs"]
@@ -255,6 +259,7 @@ fn pasted_reproduce_lines_give_the_same_verdict() {
         .iter()
         .filter(|j| j["status"] == "failed");
     assert_eq!(failed.count(), 1, "tp2's bit-exact forward: {r:#}");
+    common::summaries_cite_files_that_exist(&fx.path().join("run"), &r);
     paste_every_line(fx.path(), &r);
 }
 
@@ -327,5 +332,6 @@ levels = ["forward", "curve", "oracle"]
         names.iter().any(|n| n.contains("mutation[local-norm]")),
         "{names:?}"
     );
+    common::summaries_cite_files_that_exist(&dir.path().join("run"), &r);
     paste_every_line(dir.path(), &r);
 }

@@ -79,6 +79,7 @@ fn a_jax_program_resumes_on_another_layout() {
     }
     assert_eq!(caught, 3, "three bugs on the pair: {results:#}");
     assert_eq!(states, 1, "one oracle level on the pair: {results:#}");
+    common::summaries_cite_files_that_exist(&out.path().join("run"), &results);
     // What the pair's files were made from is gone once they are (the program's sharded
     // checkpoint, the merged states it wrote, the saving run's files); its log stays.
     let mut pairs = 0;

@@ -112,7 +112,8 @@ mod tests {
 
     fn mutation(caught: bool, comparisons: Vec<Comparison>) -> Finding {
         let m = serde_json::json!({
-            "mutation": "m", "caught": caught, "caught_by": [], "altered": [], "seconds": 0.0,
+            "mutation": "m", "caught": caught, "caught_by": if caught { vec!["oracle"] } else { vec![] },
+            "altered": ["site"], "seconds": 0.0,
             "levels": [{ "level": "oracle", "passed": false, "comparisons": comparisons,
                          "collectives": 0, "altered": [], "anomalies": [], "seconds": 0.0 }],
         });
@@ -159,6 +160,14 @@ mod tests {
         );
         // Smaller, but with no compare line that would re-derive the catch.
         assert!(caught.comparisons()[3].unkept);
+        // The summary cites the kept line, never the files of the first failure, now gone.
+        let summary = caught.mutation().unwrap().summary();
+        let kept = format!("meshparity compare /cache/ref {}", small.display());
+        assert!(
+            summary.contains(&format!("(reproduce, by oracle logits and loss: {kept})")),
+            "{summary}"
+        );
+        assert!(!summary.contains(&big.display().to_string()), "{summary}");
 
         let mut missed = mutation(false, all());
         choose(dir.path(), Some(&mut missed));

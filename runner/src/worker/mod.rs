@@ -261,6 +261,10 @@ fn run_sized(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, W
     if matches!(job.kind, JobKind::Check { .. } | JobKind::Mutation { .. }) && !args.keep_artifacts
     {
         keep::choose(&args.out, result.detail.as_mut());
+        // Its summary quoted the first failure's compare line, which may have lost its files.
+        if let Some(Finding::Mutation(m)) = &result.detail {
+            result.summary = m.summary();
+        }
         keep::shown_rows(result.detail.as_mut());
         prune::prune(&args.out, result.detail.as_ref());
         trim::trim(&args.out, result.detail.as_ref());
