@@ -75,14 +75,11 @@ fn a_gpu_runs_one_job_at_a_time_beside_the_cpu_jobs() {
     assert!(!slots.take(gpu_b), "the GPU is busy");
     assert!(slots.take(cpu_a), "CPU jobs do not wait for the GPU");
     assert!(
-        !slots.take(cpu_b),
-        "dp8 takes both CPU slots and one is in use"
-    );
-    slots.release(cpu_a);
-    assert!(
         slots.take(cpu_b),
-        "an idle pool admits a job as big as itself"
+        "a built-in dp8 takes one CPU slot: its ranks take turns"
     );
+    assert!(!slots.take(cpu_a), "both CPU slots are in use");
+    slots.release(cpu_a);
     slots.release(gpu_a);
     assert!(slots.take(gpu_b));
 }
@@ -101,7 +98,7 @@ fn gpu_slots_let_small_jobs_share_a_gpu() {
 
 /// A user's program launches one process per rank: a 2-rank job takes 2 CPU slots, so the
 /// default `-j` on 2 cores runs one at a time (it counted ceil(2/4) = 1, and two torchrun jobs
-/// ran at once under contention); the built-in engine's simulated ranks keep ceil(world/4).
+/// ran at once under contention); the built-in engine's simulated ranks take one.
 #[test]
 fn a_program_takes_a_slot_per_rank_it_launches() {
     let spec = r#"
@@ -131,6 +128,7 @@ levels = ["curve"]
     let (prog, builtin) = (find(&jobs, "m", "dp2"), find(&jobs, "builtin", "dp2"));
     assert_eq!(slots.weight(prog), 2);
     assert_eq!(slots.weight(builtin), 1);
+    assert_eq!(slots.weight(find(&jobs, "builtin", "dp8")), 1);
     assert_eq!(slots.weight(find(&jobs, "m", "dp8")), 2, "at most the pool");
     assert!(slots.take(prog));
     assert!(

@@ -63,8 +63,15 @@ impl Slots {
     /// Slots `job` takes in its device's pool, at most the pool: a user's program one per
     /// rank it launches ([`super::executor::resources`]: each rank is a process of its own,
     /// and two 2-rank torchrun jobs on 2 cores ran gloo under contention, 2–3× slower, into
-    /// timeouts); the built-in engine ceil(world/4), its simulated ranks sharing one process's
-    /// threads; a level's judge one (it reads files and computes no mesh).
+    /// timeouts); the built-in engine one on the CPU, ceil(world/4) on a GPU (its memory); a
+    /// level's judge one (it reads files and computes no mesh).
+    ///
+    /// The built-in engine's simulated ranks take turns between collectives, so a job's second
+    /// thread did little: the quickstart's 8-rank jobs at ceil(8/4) = 2 slots kept the second
+    /// core 5 % busy while they ran one at a time. One slot each runs two such jobs side by
+    /// side; the quickstart, the hidden-512 4-mesh run and the full sweep all ran in 0.76–0.81 of
+    /// the time (docs/performance.md). (On Slurm a job asks for ceil(world/4) CPUs: alone on
+    /// them, its ranks' threads have them to themselves.)
     pub fn weight(&self, job: &Job) -> usize {
         if matches!(job.kind, crate::plan::JobKind::Check { .. }) {
             return 1;
@@ -77,6 +84,7 @@ impl Slots {
                     gpus
                 }
             }
+            (_, _, None) if job.device.is_cpu() => 1,
             (_, _, None) => (job.world_size as usize).div_ceil(4),
         };
         w.clamp(1, self.capacity(job.device))

@@ -115,8 +115,9 @@ fn serving_on() -> bool {
 }
 
 /// CPUs and GPUs a cluster job asks for: the built-in engine simulates every rank in one
-/// process (threads share its CPUs, one per four ranks as locally); a user's program launches
-/// its own ranks, one device each.
+/// process (its threads share its CPUs, one per four ranks, alone on them where a local job
+/// shares the machine's cores with its neighbours); a user's program launches its own ranks,
+/// one device each.
 pub fn resources(job: &Job) -> (usize, usize, Option<usize>) {
     let ranks = job.world_size as usize;
     if matches!(job.kind, JobKind::Check { .. }) {
