@@ -29,7 +29,7 @@ pub mod text;
 
 pub use atomic::{temp_sibling, write_atomic, write_atomic_with, write_replace};
 pub use create::{create, write};
-pub use flush::flush_filesystems;
+pub use flush::flush_trees;
 pub use inside::inside;
 pub use lock::{Lock, LockError, LOCK_FILE};
 pub use memory::{is_tmpfs_with, MemoryDir, SHM};

@@ -15,8 +15,8 @@ static SYNC: AtomicBool = AtomicBool::new(true);
 /// (the rename), and a killed process loses nothing (the page cache outlives it). A calibration
 /// sweep turns it off while it runs: its scratch files are judged and deleted within a second,
 /// and flushing them was a third of the sweep's wall time (quickstart, 2 seeds: 21.2 s →
-/// 14.8 s). A runner's worker turns it off and flushes its filesystems once before it records
-/// its result (`meshparity_files::flush_filesystems`). Returns the previous setting, for the
+/// 14.8 s). A runner's worker turns it off and flushes its own files once before it records
+/// its result (`meshparity_files::flush_trees`). Returns the previous setting, for the
 /// caller to put back.
 pub fn sync_to_disk(on: bool) -> bool {
     SYNC.swap(on, Ordering::Relaxed)

@@ -270,9 +270,16 @@ fn run_sized(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, W
         trim::trim(&args.out, result.detail.as_ref());
         dedupe::dedupe(&args.out, &args.scratch.join(BLOBS));
     }
-    // The artifacts and records the result cites reach the disk before it exists.
-    meshparity_files::flush_filesystems(&[&args.out, &args.cache, &args.scratch])
-        .map_err(io("flushing to disk", &args.out))?;
+    // The artifacts and records the result cites reach the disk before it exists: the job's
+    // own directory and the cache entry it made, not the filesystem (other jobs' scratch).
+    let made = match &result.detail {
+        Some(Finding::Artifacts(a)) => Some(PathBuf::from(&a.artifacts)),
+        _ => None,
+    };
+    let trees: Vec<&Path> = std::iter::once(args.out.as_path())
+        .chain(made.as_deref())
+        .collect();
+    meshparity_files::flush_trees(&trees).map_err(io("flushing to disk", &args.out))?;
     let path = args.out.join(RESULT_FILE);
     let bytes = serde_json::to_vec(&result).expect("results serialize");
     // Read by the runner a moment later; what must survive a crash is its record in
