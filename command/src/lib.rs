@@ -200,9 +200,29 @@ impl Engine for CommandEngine {
             mutation: None,
             ..*req
         };
-        let mut manifest = self.run(&req)?;
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
-        if states::keep(self, &req, &out, &mut manifest)? {
+        // The state after `oracle_steps` comes from this run itself where pairs ask for it
+        // (the program writes it and trains on), not from one more run of the program.
+        let last = states::final_dir(self, &req, &out);
+        let set: Vec<(&str, String)> = match &last {
+            Some((step, dir)) => vec![
+                ("state_at", step.to_string()),
+                ("state_dir", dir.display().to_string()),
+            ],
+            None => Vec::new(),
+        };
+        let mut manifest = self.run_with(&req, &set)?;
+        let mut kept = false;
+        if let Some((step, dir)) = &last {
+            let argv = self.invocation_with(&req, &out, &set)?.display();
+            let to = out.join(meshparity_engine::files::state_at(*step));
+            states::take(self, (dir, "state_dir"), &argv, &to)?;
+            manifest
+                .artifacts
+                .push(meshparity_engine::files::state_at(*step));
+            kept = true;
+        }
+        if states::keep(self, &req, &out, &mut manifest)? || kept {
             manifest.write(&out)?;
         }
         Ok(manifest)
@@ -236,6 +256,17 @@ impl Engine for CommandEngine {
         if let Some(from) = &req.training.resume {
             return resume::run(self, req, from);
         }
+        self.run_with(req, &[])
+    }
+}
+
+impl CommandEngine {
+    /// One run of the program for `req`, with the template values `set` besides its own.
+    fn run_with(
+        &self,
+        req: &RunRequest<'_>,
+        set: &[(&str, String)],
+    ) -> Result<Manifest, EngineError> {
         let start = Instant::now();
         std::fs::create_dir_all(req.out).map_err(EngineError::io("creating", req.out))?;
         let out = std::path::absolute(req.out).unwrap_or_else(|_| req.out.to_path_buf());
@@ -243,7 +274,7 @@ impl Engine for CommandEngine {
             Some(dir) if self.traces(req) => Some(out.join(&dir.value)),
             _ => None,
         };
-        let inv = match self.run_program(req, &out, traces.as_deref()) {
+        let inv = match self.run_program(req, &out, traces.as_deref(), set) {
             // The reference traces for whoever may need it; where its traced run fails, it
             // runs again untraced, from an empty directory (no file of the failed run is
             // judged), so every level that does not read a trace is judged as before (the
@@ -253,7 +284,7 @@ impl Engine for CommandEngine {
                 traces = None;
                 std::fs::remove_dir_all(&out).map_err(EngineError::io("clearing", &out))?;
                 std::fs::create_dir_all(&out).map_err(EngineError::io("creating", &out))?;
-                self.run_program(req, &out, None)?
+                self.run_program(req, &out, None, set)?
             }
             result => result?,
         };
@@ -297,18 +328,23 @@ impl Engine for CommandEngine {
         manifest.write(&out)?;
         Ok(manifest)
     }
-}
 
-impl CommandEngine {
-    /// Run the program for `req` into `out`, tracing into `traces` when given and converting
-    /// what it wrote there.
+    /// Run the program for `req` into `out` with the template values `set`, tracing into
+    /// `traces` when given and converting what it wrote there.
     fn run_program(
         &self,
         req: &RunRequest<'_>,
         out: &Path,
         traces: Option<&Path>,
+        set: &[(&str, String)],
     ) -> Result<Invocation, EngineError> {
-        let inv = self.invocation_tracing(req, out, traces)?;
+        let mut set = set.to_vec();
+        set.extend(traces.map(|d| ("trace_dir", d.display().to_string())));
+        // The directory a merged state is asked into exists, as a saving run's does.
+        if let Some((_, dir)) = set.iter().find(|(k, _)| *k == "state_dir") {
+            merged::create(Path::new(dir))?;
+        }
+        let inv = self.invocation_with(req, out, &set)?;
         process::run(&inv, out).map_err(EngineError::run)?;
         if let Some(traces) = traces {
             trace::convert(traces, out, replicas(req))

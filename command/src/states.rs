@@ -9,7 +9,8 @@
 //! program once more at world size 1 with `{{save_at}}` = k, and keeps the merged state it
 //! wrote there as `state-at-stepK.safetensors`. The state after `oracle_steps` is asked with
 //! `{{state_at}}` and `{{state_dir}}` (write the merged state there and train on), of the
-//! reference and of a pair's resumed run alike, and only of a program whose templates name
+//! reference's own run ([`final_dir`]: no run more) and of a pair's resumed run alike, and only
+//! of a program whose templates name
 //! `{{state_dir}}`: without it the oracle level's note says that state was not judged. Each
 //! such run's own files (its sharded checkpoint, its curve) are deleted once read: a reference
 //! keeps what the judge cites.
@@ -39,7 +40,7 @@ pub(crate) fn keep(
         .states_at
         .iter()
         .copied()
-        .filter(|k| *k > 0 && (*k < last || (*k == last && asks_final(engine))))
+        .filter(|k| *k > 0 && *k < last)
         .collect();
     for &k in &steps {
         let dir = out.join(format!("saving-at-step{k}"));
@@ -60,6 +61,19 @@ pub(crate) fn keep(
         std::fs::remove_dir_all(&dir).map_err(EngineError::io("removing", &dir))?;
     }
     Ok(!steps.is_empty())
+}
+
+/// Where the reference's own run writes its state after `oracle_steps` (`{{state_dir}}`), and
+/// that step, where the spec's pairs judge that state and the program can write it.
+pub(crate) fn final_dir(
+    engine: &CommandEngine,
+    req: &RunRequest<'_>,
+    out: &Path,
+) -> Option<(u32, std::path::PathBuf)> {
+    let last = req.training.oracle_steps;
+    let asked = last > 0 && req.training.states_at.contains(&last);
+    (asked && names(engine, "save_dir") && asks_final(engine))
+        .then(|| (last, out.join(files::RESUME_CHECKPOINT)))
 }
 
 /// The merged state the program wrote into `dir` (the template value `value` named it there),
