@@ -86,12 +86,13 @@ struct SpecFile {
 
 impl RunDir {
     /// End of the run: drop the reference traces its mutation jobs shared (read by them only;
-    /// every localization is in the results) unless `keep_artifacts`, and measure what the
-    /// directory holds.
+    /// every localization is in the results) unless `keep_artifacts`, and the shared copies no
+    /// file links any more; measure what the directory holds.
     pub fn finish(&self, keep_artifacts: bool) -> u64 {
         if !keep_artifacts {
             crate::worker::drop_shared_traces(&self.path.join(SCRATCH));
         }
+        crate::worker::drop_unlinked(&self.path.join(SCRATCH).join(crate::worker::BLOBS));
         disk_use(&self.path)
     }
 

@@ -31,6 +31,32 @@ pub(super) fn dedupe(out: &Path, store: &Path) -> u64 {
         .sum()
 }
 
+/// [`dedupe`] of an engine run's own artifact directory, where it lies in the run directory
+/// (a command engine's runs, never cached, keep their files there): each mesh's program writes
+/// the seed checkpoint it loaded, the reference's bytes again (24.7 MB a mesh for torchtitan's
+/// debug llama). Returns the bytes no longer stored twice.
+pub(super) fn dedupe_run(dir: &Path, scratch: &Path, store: &Path) -> u64 {
+    if !dir.starts_with(scratch) || std::fs::create_dir_all(store).is_err() {
+        return 0;
+    }
+    dedupe_dir(dir, store)
+}
+
+/// Remove the store's copies that no file links any more (a pair's run removes what its files
+/// were made from once judged): the store is how files share bytes, not a copy of its own.
+pub fn drop_unlinked(store: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(store) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let alone = e.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1);
+        if alone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 fn dedupe_dir(dir: &Path, store: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -116,5 +142,40 @@ mod tests {
         assert_ne!(ino(&a), ino(&c));
         assert_eq!(std::fs::read(b.join("run/state.safetensors")).unwrap(), big);
         assert_eq!(std::fs::read_dir(&store).unwrap().count(), 2);
+        // A copy no file links any more goes; one still linked stays.
+        std::fs::remove_dir_all(&c).unwrap();
+        drop_unlinked(&store);
+        assert_eq!(std::fs::read_dir(&store).unwrap().count(), 1);
+        assert_eq!(std::fs::read(a.join("run/state.safetensors")).unwrap(), big);
+    }
+
+    /// An engine run's own directory in the run's scratch shares bytes with another's; one
+    /// outside it (a cache shared by runs) is left alone.
+    #[test]
+    fn an_engine_runs_files_share_bytes_only_inside_the_run() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let scratch = root.path().join("artifacts");
+        let store = scratch.join("blobs");
+        let big = vec![3u8; MIN_BYTES as usize];
+        let run = |dir: &Path| {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("seed.safetensors"), &big).unwrap();
+            dir.join("seed.safetensors")
+        };
+        let (reference, mesh) = (
+            run(&scratch.join("reference-1")),
+            run(&scratch.join("run-2")),
+        );
+        let cache = run(&root.path().join("cache/run-3"));
+        assert_eq!(dedupe_run(reference.parent().unwrap(), &scratch, &store), 0);
+        assert_eq!(
+            dedupe_run(mesh.parent().unwrap(), &scratch, &store),
+            MIN_BYTES
+        );
+        assert_eq!(dedupe_run(cache.parent().unwrap(), &scratch, &store), 0);
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&reference), ino(&mesh));
+        assert_ne!(ino(&reference), ino(&cache));
     }
 }

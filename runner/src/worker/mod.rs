@@ -36,6 +36,7 @@ use meshparity_specs::Device;
 use serde::{Deserialize, Serialize};
 
 use context::Context;
+pub use dedupe::drop_unlinked;
 pub use partial::clean_up as clean_up_partial;
 pub(crate) use prune::cited;
 pub use prune::drop_shared_traces;
@@ -270,12 +271,15 @@ fn run_sized(args: &WorkerArgs, engines: &dyn Engines) -> Result<WorkerResult, W
         trim::trim(&args.out, result.detail.as_ref());
         dedupe::dedupe(&args.out, &args.scratch.join(BLOBS));
     }
-    // The artifacts and records the result cites reach the disk before it exists: the job's
-    // own directory and the cache entry it made, not the filesystem (other jobs' scratch).
     let made = match &result.detail {
         Some(Finding::Artifacts(a)) => Some(PathBuf::from(&a.artifacts)),
         _ => None,
     };
+    if let Some(dir) = &made {
+        dedupe::dedupe_run(dir, &args.scratch, &args.scratch.join(BLOBS));
+    }
+    // The artifacts and records the result cites reach the disk before it exists: the job's
+    // own directory and the cache entry it made, not the filesystem (other jobs' scratch).
     let trees: Vec<&Path> = std::iter::once(args.out.as_path())
         .chain(made.as_deref())
         .collect();
