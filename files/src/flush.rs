@@ -23,10 +23,12 @@ pub fn flush_trees(dirs: &[&Path]) -> std::io::Result<()> {
             folders.extend(dir.ancestors().skip(1).take(2).map(Path::to_path_buf));
         }
     }
+    // Only regular files, opened without blocking (one swapped for a FIFO since the walk
+    // would wait for a writer); one gone since, or no longer a file, has nothing to flush.
     let opened: Vec<std::fs::File> = files
         .iter()
-        .map(std::fs::File::open)
-        .collect::<Result<_, _>>()?;
+        .filter_map(|f| crate::regular::open(f).ok())
+        .collect();
     for f in &opened {
         imp::start_writeback(f);
     }
@@ -86,6 +88,9 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
         std::fs::write(dir.path().join("a/b/c"), b"x").unwrap();
         std::os::unix::fs::symlink("/nonexistent", dir.path().join("a/link")).unwrap();
+        let fifo = std::ffi::CString::new(dir.path().join("a/fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let missing = dir.path().join("missing");
         flush_trees(&[&dir.path().join("a"), &missing]).unwrap();
     }

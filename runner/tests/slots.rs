@@ -45,6 +45,7 @@ fn options(cpu: usize, gpu: usize) -> RunOptions {
         lines: Default::default(),
         basis: Default::default(),
         spec_copy: None,
+        memory: None,
     }
 }
 
@@ -136,4 +137,32 @@ levels = ["curve"]
         "a second 2-rank program waits for the first"
     );
     assert!(!slots.take(builtin));
+}
+
+/// A built-in job whose memory estimate is more than a CPU slot's share of the host's takes as
+/// many slots as its memory needs (at most the pool), so that jobs running at once fit
+/// together; one that fits its share takes one.
+#[test]
+fn a_job_needing_more_than_a_slots_memory_takes_more_slots() {
+    let jobs = jobs();
+    let mut opts = options(4, 1);
+    opts.memory = Some(meshparity_runner::exec::Memory {
+        room: 8.0,
+        estimate: |job| if job.world_size == 8 { 5.0 } else { 2.0 },
+    });
+    let mut slots = Slots::new(&opts, []);
+    let (small, big) = (find(&jobs, "on-cpu", "dp2"), find(&jobs, "on-cpu", "dp8"));
+    assert_eq!(slots.weight(small), 1, "2 bytes of a 2-byte share");
+    assert_eq!(slots.weight(big), 3, "5 bytes: three 2-byte shares");
+    assert!(slots.take(big));
+    assert!(slots.take(small));
+    assert!(
+        !slots.take(big),
+        "a second big one waits: together they need more than there is"
+    );
+    opts.memory = Some(meshparity_runner::exec::Memory {
+        room: 8.0,
+        estimate: |_| 100.0,
+    });
+    assert_eq!(Slots::new(&opts, []).weight(big), 4, "at most the pool");
 }

@@ -347,6 +347,10 @@ fn options(
         ExecutorKind::Slurm(c) => (args.jobs.unwrap_or(c.max_pending), c.max_pending),
         ExecutorKind::Local => (args.jobs.unwrap_or_else(cores), args.gpu_slots),
     };
+    // On Slurm each job gets a node's memory of its own; here they share this machine's.
+    let memory = matches!(executor, ExecutorKind::Local)
+        .then(memory)
+        .flatten();
     RunOptions {
         exe,
         spec: absolute(&args.spec),
@@ -375,7 +379,25 @@ fn options(
         },
         basis,
         spec_copy,
+        memory,
     }
+}
+
+/// The host memory the built-in engine's jobs share, and each one's estimate
+/// (`meshparity_backends::memory`): what keeps two large 8-rank jobs from running at once on a
+/// machine that holds one.
+fn memory() -> Option<exec::Memory> {
+    let room = meshparity_backends::memory::available()?;
+    Some(exec::Memory {
+        room: room.bytes,
+        estimate: |job| {
+            meshparity_backends::memory::estimate(
+                &job.model_config,
+                job.mesh_config.as_ref(),
+                &job.training,
+            )
+        },
+    })
 }
 
 /// The run directory this run writes, held for its whole duration, with the results of the

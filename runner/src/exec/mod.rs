@@ -34,7 +34,7 @@ pub mod store;
 pub mod verdict;
 mod worker_argv;
 
-pub use options::{RunOptions, Timeouts};
+pub use options::{Memory, RunOptions, Timeouts};
 pub use scheduler::{execute, Execution};
 
 /// Drive a future on a current-thread runtime: worker processes are spawned from this one

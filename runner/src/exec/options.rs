@@ -49,6 +49,18 @@ pub struct RunOptions {
     /// job's reproduce line runs, so it works from the run directory alone. `None`: the spec
     /// as given.
     pub spec_copy: Option<PathBuf>,
+    /// The host memory the built-in engine's jobs share (`None`: not known): a job whose
+    /// estimate is more than a CPU slot's share takes more slots ([`super::slots`]).
+    pub memory: Option<Memory>,
+}
+
+/// The host memory jobs running at once share, and what one job needs.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    /// Bytes the run's jobs may use together (the machine's, or its cgroup's limit).
+    pub room: f64,
+    /// A built-in job's estimated peak, in bytes (its simulated ranks, all in one process).
+    pub estimate: fn(&Job) -> f64,
 }
 
 /// Time limits: per level by default, overridable per level or per job-name glob.

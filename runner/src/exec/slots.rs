@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use meshparity_specs::Device;
 
-use super::options::RunOptions;
+use super::options::{Memory, RunOptions};
 use crate::plan::Job;
 
 #[derive(Debug, Default)]
@@ -23,6 +23,7 @@ struct Pool {
 pub struct Slots {
     cpu_capacity: usize,
     gpu_capacity: usize,
+    memory: Option<Memory>,
     pools: HashMap<Device, Pool>,
 }
 
@@ -32,6 +33,7 @@ impl Slots {
         let mut slots = Self {
             cpu_capacity: opts.slots.max(1),
             gpu_capacity: opts.gpu_slots.max(1),
+            memory: opts.memory,
             pools: HashMap::new(),
         };
         for d in devices {
@@ -63,8 +65,9 @@ impl Slots {
     /// Slots `job` takes in its device's pool, at most the pool: a user's program one per
     /// rank it launches ([`super::executor::resources`]: each rank is a process of its own,
     /// and two 2-rank torchrun jobs on 2 cores ran gloo under contention, 2–3× slower, into
-    /// timeouts); the built-in engine one on the CPU, ceil(world/4) on a GPU (its memory); a
-    /// level's judge one (it reads files and computes no mesh).
+    /// timeouts); the built-in engine one on the CPU (more where its memory estimate is more
+    /// than a slot's share of the host's), ceil(world/4) on a GPU (its memory); a level's judge
+    /// one (it reads files and computes no mesh).
     ///
     /// The built-in engine's simulated ranks take turns between collectives, so a job's second
     /// thread did little: the quickstart's 8-rank jobs at ceil(8/4) = 2 slots kept the second
@@ -84,10 +87,24 @@ impl Slots {
                     gpus
                 }
             }
-            (_, _, None) if job.device.is_cpu() => 1,
+            (_, _, None) if job.device.is_cpu() => self.memory_slots(job),
             (_, _, None) => (job.world_size as usize).div_ceil(4),
         };
         w.clamp(1, self.capacity(job.device))
+    }
+
+    /// The CPU slots a built-in job's memory asks for: one, or as many slots' shares of the
+    /// host's memory as its estimate needs, so that jobs running at once fit together (one
+    /// slot each, two 8-rank jobs of a large model could each need most of the machine).
+    fn memory_slots(&self, job: &Job) -> usize {
+        let Some(m) = self.memory else {
+            return 1;
+        };
+        let share = m.room / self.cpu_capacity as f64;
+        if share <= 0.0 {
+            return 1;
+        }
+        ((m.estimate)(job) / share).ceil().max(1.0) as usize
     }
 
     /// Take `job`'s slots if its pool has room (an idle pool always has).
