@@ -316,6 +316,8 @@ fn a_command_engines_failure_shrinks_to_its_floors_and_reproduces_when_pasted() 
         .unwrap_or_else(|| panic!("{job:#}"));
     // Shrunk, never past a floor (hidden 8, ffn 8, vocab 16, seq 4 in jax.toml).
     assert!(smallest.contains("1 layer,"), "{smallest}");
+    // Only what the program is passed: jax.toml's templates name no `{{heads}}`.
+    assert!(!smallest.contains("heads"), "{smallest}");
     let spec = std::fs::read_to_string(run.join(repro["spec"].as_str().unwrap())).unwrap();
     let table: toml::Table = spec.parse().unwrap();
     let model = &table["models"]["m"];

@@ -18,7 +18,6 @@
 use std::path::Path;
 
 use meshparity_engine::{checkpoint, files, EngineError, Manifest, RunRequest};
-use meshparity_specs::template::Piece;
 
 use crate::merged;
 use crate::{process, CommandEngine};
@@ -101,32 +100,6 @@ pub(crate) fn asks_final(engine: &CommandEngine) -> bool {
 /// include every model, yet every reference of a spec with pairs is asked for states: a program
 /// whose templates never name `{{save_dir}}` cannot save (its own pairs would fail on their
 /// own), so its reference asks for none rather than failing on a run it was never written for.
-///
-/// Only a template's `{{value}}` insertions count, not its text: an argument that merely
-/// contains the name (`--no-save_dir`) names nothing. Templates were parsed at validate time,
-/// so one that does not parse here names nothing either.
 fn names(engine: &CommandEngine, value: &str) -> bool {
-    let def = &engine.def;
-    let templates = def.args.iter().chain(def.env.iter().map(|(_, v)| v));
-    inserts(templates.map(|t| t.value.as_str()), value)
-}
-
-fn inserts<'a>(templates: impl IntoIterator<Item = &'a str>, value: &str) -> bool {
-    templates
-        .into_iter()
-        .filter_map(|t| meshparity_specs::template::parse(t).ok())
-        .any(|pieces| pieces.contains(&Piece::Value(value)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::inserts;
-
-    #[test]
-    fn only_an_insertion_names_a_value() {
-        assert!(inserts(["--out", "--state={{ state_dir }}"], "state_dir"));
-        assert!(inserts(["{{state_dir}}/x"], "state_dir"));
-        assert!(!inserts(["--no-state_dir", "state_dir"], "state_dir"));
-        assert!(!inserts(["{{state_dirs}}"], "state_dir"));
-    }
+    engine.def.names(value)
 }

@@ -4,6 +4,7 @@
 //! budget, and written as a spec that reproduces it in seconds. The fuzzing of Megatron-LM
 //! (NVIDIA/Megatron-LM#7452) reported each bug this way: a 2-rank CPU reproduction.
 //!
+//! - `case.rs` — what one failing job trains, and how a repro describes it;
 //! - `candidates.rs` — one step smaller along each axis of a case;
 //! - `spec.rs` — a case as the spec file that plans exactly its job;
 //! - `floors.rs`, `engine.rs` — a command engine's: what it lets shrink, and its table in the
@@ -12,6 +13,7 @@
 //! - `no_repro.rs` — why a failure gets no repro spec.
 
 mod candidates;
+mod case;
 mod engine;
 mod floors;
 pub mod no_repro;
@@ -27,71 +29,10 @@ use meshparity_engine::{Engine, RunRequest};
 pub use meshparity_judge::Repro;
 use meshparity_judge::{check, ReferenceTrace};
 
+pub use case::{mesh_name, Case};
 use meshparity_specs::tolerance::BUILTIN;
-use meshparity_specs::{catalog, DType, Level, Limits, MeshConfig, ModelConfig, Training};
+use meshparity_specs::{catalog, Level, Limits, MeshConfig};
 use no_repro::NoRepro;
-
-/// What one failing job trains: the model, mesh, training settings and dtype.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Case {
-    pub model: ModelConfig,
-    pub mesh: MeshConfig,
-    pub training: Training,
-    pub dtype: DType,
-}
-
-impl Case {
-    /// `tp2, 1 layer, hidden 16, ffn 16, vocab 16, seq 4, batch 2, 1 step, f32`.
-    pub fn describe(&self) -> String {
-        let m = &self.model;
-        let t = &self.training;
-        format!(
-            "{}, {} layer{}, hidden {}, heads {}, ffn {}, vocab {}, seq {}, batch {}, {} step{}, {}",
-            mesh_name(&self.mesh),
-            m.layers,
-            if m.layers == 1 { "" } else { "s" },
-            m.hidden,
-            m.heads,
-            m.ffn,
-            m.vocab,
-            m.seq_len,
-            t.batch,
-            t.steps,
-            if t.steps == 1 { "" } else { "s" },
-            self.dtype
-        )
-    }
-}
-
-/// A mesh's name from its degrees: `dp2-tp2-sp-pp2-mb2`, `world1` for one rank.
-pub fn mesh_name(m: &MeshConfig) -> String {
-    let mut parts: Vec<String> = m
-        .degrees()
-        .iter()
-        .filter(|(_, n)| *n > 1)
-        .map(|(a, n)| format!("{a}{n}"))
-        .collect();
-    if m.sp {
-        parts.push("sp".into());
-    }
-    if m.microbatches > 1 {
-        parts.push(format!("mb{}", m.microbatches));
-    }
-    if m.zero > 0 {
-        parts.push(format!("z{}", m.zero));
-    }
-    if m.pp > 1 && m.schedule != meshparity_specs::Schedule::OneFOneB {
-        parts.push(meshparity_specs::Keyword::name(m.schedule).to_owned());
-        if m.chunks() > 1 {
-            parts.push(format!("v{}", m.chunks()));
-        }
-    }
-    if parts.is_empty() {
-        "world1".into()
-    } else {
-        parts.join("-")
-    }
-}
 
 /// What is shrunk, and how it must keep failing.
 pub struct Target<'a> {
@@ -388,7 +329,10 @@ pub fn write(dir: &Path, shrunk: &Shrunk, t: &Target<'_>) -> std::io::Result<Rep
     );
     std::fs::write(dir.join("command"), format!("{command}\n"))?;
     Ok(Repro {
-        smallest: shrunk.case.describe(),
+        smallest: match &t.command {
+            Some(c) => shrunk.case.describe_seen(|v| c.def.names(v)),
+            None => shrunk.case.describe(),
+        },
         level,
         spec: path.display().to_string(),
         command,

@@ -74,6 +74,18 @@ impl EngineDef {
         self.mutations.iter().find(|m| m.name.value == name)
     }
 
+    /// Whether the program sees template value `value`: some template of this engine (its
+    /// program, arguments, environment values or working directory) inserts `{{value}}`. Only
+    /// an insertion counts, not text (`--no-save_dir` names nothing); a template that does not
+    /// parse (refused at validate time) names nothing either.
+    pub fn names(&self, value: &str) -> bool {
+        let templates = std::iter::once(&self.program)
+            .chain(&self.args)
+            .chain(self.env.iter().map(|(_, v)| v))
+            .chain(self.cwd.as_ref());
+        inserts(templates.map(|t| t.value.as_str()), value)
+    }
+
     pub fn decode(
         cx: &mut Ctx<'_>,
         name: Located<String>,
@@ -167,5 +179,25 @@ fn trace_mode(cx: &mut Ctx<'_>, t: &mut Table<'_, '_>, engine: &str, traces: boo
             );
             false
         }
+    }
+}
+
+fn inserts<'a>(templates: impl IntoIterator<Item = &'a str>, value: &str) -> bool {
+    templates
+        .into_iter()
+        .filter_map(|t| crate::template::parse(t).ok())
+        .any(|pieces| pieces.contains(&crate::template::Piece::Value(value)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inserts;
+
+    #[test]
+    fn only_an_insertion_names_a_value() {
+        assert!(inserts(["--out", "--state={{ state_dir }}"], "state_dir"));
+        assert!(inserts(["{{state_dir}}/x"], "state_dir"));
+        assert!(!inserts(["--no-state_dir", "state_dir"], "state_dir"));
+        assert!(!inserts(["{{state_dirs}}"], "state_dir"));
     }
 }
