@@ -7,15 +7,20 @@
 
 use std::path::Path;
 
+/// Files opened at once: a program that wrote a hundred thousand files must not run this
+/// process out of descriptors (a file that could not be opened would go unflushed).
+const BATCH: usize = 256;
+
 /// Flush every file and directory below each of `dirs` (and the directories that hold them)
 /// to disk, and nothing else. A flush of their filesystems (`syncfs`) also flushed what other
 /// jobs were writing at the time — traces and tries they delete a moment later: the quickstart
-/// wrote 579–705 MB to its disk for 50 MB of results (58 MB this way; docs/performance.md). Writeback of every
-/// file is started first and waited for after, so the disk sees one batch; links are not
-/// followed. Directories that do not exist are skipped.
+/// wrote 579–705 MB to its disk for 50 MB of results (58 MB this way; docs/performance.md).
+/// Writeback of a batch of files is started first and waited for after, so the disk sees them
+/// together; links are not followed, and a file gone since the walk or no longer a regular one
+/// (swapped for a FIFO, whose open would wait for a writer) has nothing to flush. Directories
+/// that do not exist are skipped.
 pub fn flush_trees(dirs: &[&Path]) -> std::io::Result<()> {
-    let mut files = Vec::new();
-    let mut folders = Vec::new();
+    let (mut files, mut folders) = (Vec::new(), Vec::new());
     for dir in dirs {
         if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
             walk(dir, &mut files, &mut folders)?;
@@ -23,18 +28,24 @@ pub fn flush_trees(dirs: &[&Path]) -> std::io::Result<()> {
             folders.extend(dir.ancestors().skip(1).take(2).map(Path::to_path_buf));
         }
     }
-    // Only regular files, opened without blocking (one swapped for a FIFO since the walk
-    // would wait for a writer); one gone since, or no longer a file, has nothing to flush.
-    let opened: Vec<std::fs::File> = files
-        .iter()
-        .filter_map(|f| crate::regular::open(f).ok())
-        .collect();
-    for f in &opened {
-        imp::start_writeback(f);
+    for batch in files.chunks(BATCH) {
+        let mut opened = Vec::with_capacity(batch.len());
+        for path in batch {
+            match crate::regular::open(path) {
+                Ok(f) => opened.push(f),
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for f in &opened {
+            imp::start_writeback(f);
+        }
+        for f in &opened {
+            f.sync_data()?;
+        }
     }
-    for f in &opened {
-        f.sync_data()?;
-    }
+    folders.sort();
+    folders.dedup();
     for d in &folders {
         if let Ok(f) = std::fs::File::open(d) {
             f.sync_all()?;
@@ -43,20 +54,33 @@ pub fn flush_trees(dirs: &[&Path]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether an open failed because the path no longer names a regular file.
+fn gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput
+    )
+}
+
+/// Every regular file and directory below `dir`, without following links; a stack, not
+/// recursion, so a program's deeply nested output cannot overflow this thread's.
 fn walk(
     dir: &Path,
     files: &mut Vec<std::path::PathBuf>,
     folders: &mut Vec<std::path::PathBuf>,
 ) -> std::io::Result<()> {
-    folders.push(dir.to_path_buf());
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            walk(&entry.path(), files, folders)?;
-        } else if kind.is_file() {
-            files.push(entry.path());
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                todo.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
         }
+        folders.push(dir);
     }
     Ok(())
 }
@@ -91,6 +115,9 @@ mod tests {
         let fifo = std::ffi::CString::new(dir.path().join("a/fifo").to_str().unwrap()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        for i in 0..BATCH + 3 {
+            std::fs::write(dir.path().join(format!("a/b/f{i}")), b"y").unwrap();
+        }
         let missing = dir.path().join("missing");
         flush_trees(&[&dir.path().join("a"), &missing]).unwrap();
     }

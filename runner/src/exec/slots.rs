@@ -70,11 +70,10 @@ impl Slots {
     /// one (it reads files and computes no mesh).
     ///
     /// The built-in engine's simulated ranks take turns between collectives, so a job's second
-    /// thread did little: the quickstart's 8-rank jobs at ceil(8/4) = 2 slots kept the second
-    /// core 5 % busy while they ran one at a time. One slot each runs two such jobs side by
-    /// side; the quickstart, the hidden-512 4-mesh run and the full sweep all ran in 0.76–0.81 of
-    /// the time (docs/performance.md). (On Slurm a job asks for ceil(world/4) CPUs: alone on
-    /// them, its ranks' threads have them to themselves.)
+    /// thread did little while the quickstart's 8-rank jobs, at ceil(8/4) = 2 slots, ran one at
+    /// a time; one slot each runs two side by side (measured in docs/performance.md). (On Slurm
+    /// a job asks for ceil(world/4) CPUs: alone on them, its ranks' threads have them to
+    /// themselves.)
     pub fn weight(&self, job: &Job) -> usize {
         if matches!(job.kind, crate::plan::JobKind::Check { .. }) {
             return 1;

@@ -57,17 +57,22 @@ pub fn drop_unlinked(store: &Path) {
     }
 }
 
+/// Every file below `dir` linked into `store`; a stack, not recursion, so a program's deeply
+/// nested output cannot overflow the worker's.
 fn dedupe_dir(dir: &Path, store: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
     let mut saved = 0;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        match entry.file_type() {
-            Ok(k) if k.is_dir() => saved += dedupe_dir(&path, store),
-            Ok(k) if k.is_file() => saved += link(&path, store),
-            _ => {}
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(k) if k.is_dir() => todo.push(path),
+                Ok(k) if k.is_file() => saved += link(&path, store),
+                _ => {}
+            }
         }
     }
     saved
