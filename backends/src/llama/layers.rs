@@ -184,13 +184,27 @@ fn group(q: &Tensor<4>, k: &Tensor<4>) -> usize {
     q.dims()[1] / k.dims()[1]
 }
 
+/// What a hidden score is filled with: far below any real score, and finite in the scores'
+/// dtype. f16 tops out at 65504, where -1e30 is -inf: a block of the CP ring whose keys are all
+/// hidden (a future chunk, another document) then has max −inf and its shift −inf − (−inf)
+/// is NaN — every f16 run under CP over packed rows trained NaN. With a finite fill such a
+/// block's log-sum-exp sits ~3e4 below the real ones and the merge weighs it exp(−3e4) = 0.
+fn hidden_score(dtype: burn::tensor::DType) -> f64 {
+    if dtype == burn::tensor::DType::F16 {
+        -3.0e4
+    } else {
+        -1e30
+    }
+}
+
 /// Scaled, masked scores q kᵀ/√d with kv heads repeated for their query-head group.
 fn scores(q: Tensor<4>, k: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<4> {
     let [_, nq, _, d] = q.dims();
     let group = group(&q, &k);
     let k = expand_kv(k, group);
     let scores = q.matmul(k.swap_dims(2, 3)) / (d as f64).sqrt();
-    scores.mask_fill(mask.repeat_dim(1, nq), -1e30)
+    let fill = hidden_score(scores.dtype());
+    scores.mask_fill(mask.repeat_dim(1, nq), fill)
 }
 
 /// kv heads shared by groups of query heads, repeated to one per query head.
@@ -281,4 +295,46 @@ pub fn cross_entropy_sum(logits: Tensor<3>, targets: &[i64], terms: LossTerms) -
     };
     let keep = Tensor::<1>::from_data(TensorData::new(keep, [b * s]), (&device, picked.dtype()));
     (picked * keep).sum().neg()
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{DType, TensorData};
+
+    use super::*;
+
+    /// A query's keys over two ring blocks, the first all hidden (a future chunk): merged in f16
+    /// the output is finite and the second block's attention, as in f32. With -1e30 as the fill
+    /// (−inf in f16) the hidden block's shift was −inf − (−inf) and the merge NaN.
+    #[test]
+    fn a_block_of_hidden_keys_merges_to_nothing_in_f16() {
+        let device = Default::default();
+        let t = |v: Vec<f32>, dtype| {
+            Tensor::<4>::from_data(TensorData::new(v, [1, 1, 2, 2]), (&device, dtype))
+        };
+        let mask = |hidden: [bool; 4]| {
+            Tensor::<4, Bool>::from_data(TensorData::new(hidden.to_vec(), [1, 1, 2, 2]), &device)
+        };
+        let merged = |dtype| {
+            let q = t(vec![0.3, -0.2, 0.5, 0.1], dtype);
+            let (k1, v1) = (t(vec![0.4, 0.2, -0.1, 0.6], dtype), t(vec![9.0; 4], dtype));
+            let (k2, v2) = (
+                t(vec![0.1, -0.3, 0.2, 0.2], dtype),
+                t(vec![1.0, 2.0, 3.0, 4.0], dtype),
+            );
+            let hidden = attention_block(q.clone(), k1, v1, mask([true; 4]), None);
+            let causal = attention_block(q, k2, v2, mask([false, true, false, false]), None);
+            let out = merge_blocks(vec![hidden, causal])
+                .into_data()
+                .convert::<f32>();
+            out.try_to_vec::<f32>().unwrap()
+        };
+        let (f16, f32) = (merged(DType::F16), merged(DType::F32));
+        assert!(f16.iter().all(|x| x.is_finite()), "{f16:?}");
+        for (a, b) in f16.iter().zip(&f32) {
+            assert!((a - b).abs() < 1e-2, "f16 {f16:?} against f32 {f32:?}");
+        }
+        // The hidden block's values (9) take no weight.
+        assert!(f32.iter().all(|&x| x < 5.0), "{f32:?}");
+    }
 }
