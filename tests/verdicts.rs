@@ -264,3 +264,25 @@ fn padded_document_cells_have_no_false_positive_and_catch_every_mutation() {
     assert_eq!(c.correct_runs, 2 * 12 * PACKING_SEEDS);
     assert_clean(&c);
 }
+
+/// DeepSeek-V3's multi-token prediction layer (examples/mtp.toml: one MTP layer after a dense
+/// llama, on packed rows padded for CP) on tp2·sp·cp2·pp2 — the MTP projection's gradient
+/// reduced across TP under SP, the embedding's copy on the last stage, its inputs shifted before
+/// the CP split, two microbatches — every configuration, and every catalogued mutation that
+/// applies there, its inputs rolled per CP share and its loss scaled down by cp among them
+/// (with cp2 too: 62 s against 29 s on 2 cores; `meshparity calibrate examples/mtp.toml` runs every
+/// mesh, docs/verdicts.md).
+#[test]
+fn mtp_cells_have_no_false_positive_and_catch_every_mutation() {
+    let c = sweep(
+        "mtp.toml",
+        &["mesh=tp2-sp-cp2-pp2"],
+        PACKING_SEEDS,
+        PACKING_SEEDS,
+        Mutated::Half,
+        Traced::Yes,
+    );
+    // dense-mtp on one mesh × 12 configurations.
+    assert_eq!(c.correct_runs, 12 * PACKING_SEEDS);
+    assert_clean(&c);
+}

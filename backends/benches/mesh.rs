@@ -57,6 +57,7 @@ fn main() {
         routing_replay: None,
         moe: Default::default(),
         tie_embeddings: None,
+        mtp_layers: None,
         engine: None,
         params: Vec::new(),
     };

@@ -177,6 +177,32 @@ impl Batch {
         }
     }
 
+    /// The multi-token prediction layer's inputs and labels: at each position the next
+    /// position's token and target, within the document only (DeepSeek-V3's MTP at depth 1
+    /// reads the next token's embedding and predicts the one after). A document's last
+    /// position, a row's last and padding get token 0 and an ignored label. Shifted over the
+    /// whole rows, before context parallelism shards them (torchtitan PR#4544's "shift, then
+    /// shard"); lengths and document starts stay the rows', so the masks and positions are the
+    /// main model's.
+    pub fn shifted(&self) -> Batch {
+        let s = self.seq_len;
+        let mut out = self.clone();
+        for b in 0..self.batch {
+            for i in 0..s {
+                let next = i + 1;
+                let inside = next < s && self.document_start(b, next) == self.document_start(b, i);
+                let (t, y) = if inside {
+                    (self.tokens[b * s + next], self.targets[b * s + next])
+                } else {
+                    (0, IGNORE)
+                };
+                out.tokens[b * s + i] = t;
+                out.targets[b * s + i] = y;
+            }
+        }
+        out
+    }
+
     /// Whether any row holds more than one document.
     pub fn packed(&self) -> bool {
         self.starts.iter().any(|s| s.len() > 1)
@@ -250,6 +276,40 @@ mod tests {
             second as f64 >= 2.0 * first as f64,
             "data-parallel halves hold very unequal token counts: {first} vs {second}"
         );
+    }
+
+    #[test]
+    fn shifted_rows_predict_the_token_after_next_within_each_document() {
+        let thd = Packing {
+            documents: true,
+            prompts: true,
+            pad_to: Some(4),
+        };
+        let b = Batch::synthetic(7, 0, (8, 32, 128), Some(thd));
+        let m = b.shifted();
+        assert_eq!(
+            (m.lengths.clone(), m.starts.clone()),
+            (b.lengths.clone(), b.starts.clone())
+        );
+        for r in 0..8 {
+            for i in 0..32 {
+                let at = r * 32 + i;
+                let last = i == 31 || b.starts[r].contains(&(i + 1));
+                if last {
+                    assert_eq!(
+                        (m.tokens[at], m.targets[at]),
+                        (0, IGNORE),
+                        "row {r} pos {i}"
+                    );
+                } else {
+                    assert_eq!(
+                        (m.tokens[at], m.targets[at]),
+                        (b.tokens[at + 1], b.targets[at + 1])
+                    );
+                }
+            }
+        }
+        assert!(m.counted() > 0 && m.counted() < b.counted());
     }
 
     #[test]

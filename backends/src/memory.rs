@@ -27,15 +27,17 @@ pub fn estimate(model: &ModelConfig, mesh: Option<&MeshConfig>, training: &Train
         .sum();
     let (dp, tp, sp) = mesh.map_or((1.0, 1.0, false), |m| (m.dp as f64, m.tp as f64, m.sp));
     let (h, f, v) = (model.hidden as f64, model.ffn as f64, model.vocab as f64);
+    // The MTP layer is one layer more, and a second head's logits.
+    let mtp = f64::from(u8::from(model.mtp()));
     let (layers, heads, seq) = (
-        model.layers as f64,
+        model.layers as f64 + mtp,
         model.heads as f64,
         model.seq_len as f64,
     );
     let tokens = training.batch as f64 * seq;
     // Per token and layer: the residual stream, norms, q/k/v/o and the MLP's three
     // projections, each kept for backward; per token once: logits, softmax and their gradient.
-    let per_token = layers * (12.0 * h + 4.0 * f) + 3.0 * v;
+    let per_token = layers * (12.0 * h + 4.0 * f) + 3.0 * v * (1.0 + mtp);
     let scores = training.batch as f64 * heads * seq * seq * layers * 2.0;
     // Without sequence parallelism every tensor-parallel rank holds the full activations.
     let replicated = if sp { 1.0 } else { tp };
@@ -162,6 +164,7 @@ mod tests {
             routing_replay: None,
             moe: Default::default(),
             tie_embeddings: None,
+            mtp_layers: None,
             engine: None,
             params: Vec::new(),
         }

@@ -110,7 +110,7 @@ impl ShardingPlan {
         // Layers go to stages in pipeline order; under the interleaved schedule stage s is
         // chunk s div pp of pipeline rank s mod pp.
         let per_stage = (model.layers / mesh.virtual_pp()) as usize;
-        let pp = mesh.pp as usize;
+        let (pp, layers) = (mesh.pp as usize, model.layers as usize);
         let last = pp - 1;
         let rules = specs(model)
             .into_iter()
@@ -139,12 +139,16 @@ impl ShardingPlan {
                     .nth(1)
                     .and_then(|l| l.parse::<usize>().ok())
                 {
-                    Some(layer) if s.name.starts_with("layers.") => layer / per_stage % pp,
+                    // The MTP layer (after the model's last) is the last stage's, as its head.
+                    Some(layer) if s.name.starts_with("layers.") && layer < layers => {
+                        layer / per_stage % pp
+                    }
                     _ if s.name == "embed.weight" => 0,
                     _ => last,
                 };
                 let copy_stage =
-                    (model.tied() && s.name == "embed.weight" && last > 0).then_some(last);
+                    (model.embedding_on_last_stage() && s.name == "embed.weight" && last > 0)
+                        .then_some(last);
                 Rule {
                     name: s.name,
                     shape: s.shape,

@@ -21,6 +21,7 @@ fn tiny() -> ModelConfig {
         routing_replay: None,
         moe: Default::default(),
         tie_embeddings: None,
+        mtp_layers: None,
         engine: None,
         params: Vec::new(),
     }

@@ -321,6 +321,7 @@ fn held_out_shapes_and_mixes_match_the_oracle_in_f64() {
                     seq_len: seq,
                     vocab: if i % 2 == 0 { 61 } else { 64 },
                     tie_embeddings: (i % 3 == 0).then_some(true),
+                    mtp_layers: None,
                     ..base
                 };
                 let t = Training {

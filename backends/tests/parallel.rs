@@ -241,6 +241,7 @@ fn padded_vocabularies_match_the_oracle_in_f64() {
             vocab,
             kv_heads: 4,
             tie_embeddings: Some(tied),
+            mtp_layers: None,
             ..tiny()
         };
         for (smoothing, z_loss) in [(None, None), (Some(0.1), Some(1e-2))] {

@@ -25,6 +25,7 @@ fn model() -> ModelConfig {
         routing_replay: None,
         moe: Default::default(),
         tie_embeddings: None,
+        mtp_layers: None,
         engine: None,
         params: Vec::new(),
     }

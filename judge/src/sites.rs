@@ -41,17 +41,30 @@ const JUDGED_STEP: usize = 0;
 const LISTED: usize = 5;
 
 /// The class of a trace key's site, as the name of its limit ([`TRACE_RATIOS`]): a parameter
-/// as a step computes with it (its round-off is its updates'), a value of the backward or the
-/// optimizer, or an activation of the forward.
+/// as a step computes with it (its round-off is its updates'), the loss's backward seed, a
+/// value of the backward or the optimizer, or an activation of the forward.
 pub fn class_of(key: &str) -> &'static str {
     let (_, path) = step_and_path(key);
     if path.starts_with("param.") {
         TRACE_RATIOS[2]
+    } else if is_loss_seed(path) {
+        TRACE_RATIOS[3]
     } else if crate::bound::is_backward(path) {
         TRACE_RATIOS[1]
     } else {
         TRACE_RATIOS[0]
     }
+}
+
+/// Whether a site is the loss's backward seed: the gradient the loss sends the target logits
+/// (−1/N per counted token) and label smoothing's share (−ε/(V·N)), the model's head's or the
+/// MTP layer's. The backward's bound at its start allows 4ε, which matrix products earn;
+/// these are one or two roundings of 1/N, so a normalizer wrong by a few percent (a per-rank
+/// or per-microbatch mean, a CP scale) is many times their own round-off while well inside
+/// the bound: their own class, their own factor.
+fn is_loss_seed(path: &str) -> bool {
+    let head = path.strip_prefix("mtp.").unwrap_or(path);
+    matches!(head, "loss.target.bwd.in" | "loss.smooth.bwd.in")
 }
 
 /// A site's relative L2 in units of its bound (infinite where it could not be compared).
@@ -257,5 +270,9 @@ mod tests {
         assert_eq!(class_of("s1.adam.norm.weight.m"), "backward_ratio");
         assert_eq!(class_of("s1.lr"), "backward_ratio");
         assert_eq!(class_of("s1.param.norm.weight"), "parameter_ratio");
+        assert_eq!(class_of("s0.loss.target.bwd.in@1"), "seed_ratio");
+        assert_eq!(class_of("s0.mtp.loss.smooth.bwd.in"), "seed_ratio");
+        assert_eq!(class_of("s0.loss.sumexp.bwd.in"), "backward_ratio");
+        assert_eq!(class_of("s0.loss.target.fwd.in"), "forward_ratio");
     }
 }

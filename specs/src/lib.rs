@@ -89,7 +89,7 @@ pub use family::Family;
 pub use level::Level;
 pub use load::{load, load_text, load_with, Disk, Files, Loaded, SpecError};
 pub use mesh::{Coord, MeshConfig, Schedule};
-pub use model::ModelConfig;
+pub use model::{ModelConfig, MTP_LOSS_SCALE};
 pub use moe::{AuxNormalization, DropPolicy, MoeOptions, RouterScore};
 pub use mutation::{Mutation, CATALOG};
 pub use resume::ResumeFrom;

@@ -30,6 +30,7 @@ pub const KEYS: &[&str] = &[
     "drop_policy",
     "aux_loss_normalization",
     "tie_embeddings",
+    "mtp_layers",
     "dtype",
     "device",
     "engine",
@@ -63,6 +64,12 @@ pub struct ModelConfig {
     /// One weight for the embedding and the output head (`None`: two weights).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tie_embeddings: Option<bool>,
+    /// Multi-token prediction layers (DeepSeek-V3's MTP; `None`: none). The built-in engine
+    /// builds one: the main model's last hidden state and the next token's embedding, each
+    /// normed, concatenated and projected, through one more transformer layer and the shared
+    /// output head, predicting the token after next ([`MTP_LOSS_SCALE`] of its loss added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp_layers: Option<u32>,
     /// The `[engines.NAME]` that trains it; `None`: the built-in burn engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
@@ -71,7 +78,24 @@ pub struct ModelConfig {
     pub params: Vec<(String, String)>,
 }
 
+/// The weight of the multi-token prediction loss in the training loss (Megatron's
+/// `mtp_loss_scaling_factor` default, DeepSeek-V3's λ late in training), divided by the MTP
+/// layers.
+pub const MTP_LOSS_SCALE: f64 = 0.1;
+
 impl ModelConfig {
+    /// Whether the model has a multi-token prediction layer.
+    pub fn mtp(&self) -> bool {
+        self.mtp_layers.is_some_and(|n| n > 0)
+    }
+
+    /// Whether the last pipeline stage holds a copy of the embedding: the tied output head
+    /// reads it, and so does the MTP layer (the next token's embedding), as in Megatron, whose
+    /// embedding group all-reduces the copies' gradients.
+    pub fn embedding_on_last_stage(&self) -> bool {
+        self.tied() || self.mtp()
+    }
+
     /// Whether the embedding weight is also the output head's.
     pub fn tied(&self) -> bool {
         self.tie_embeddings == Some(true)
@@ -102,6 +126,7 @@ pub struct Model {
     pub routing_replay: Option<Located<bool>>,
     pub moe: MoeOptions,
     pub tie_embeddings: Option<Located<bool>>,
+    pub mtp_layers: Option<Located<u32>>,
     /// Where `shared_expert_ffn` is written (mesh rules point at it).
     pub shared_expert_ffn: Option<Located<u32>>,
     /// `None`: the run's default dtype.
@@ -152,6 +177,13 @@ impl Model {
         let device = t.device(cx, "device");
         let engine = t.string(cx, "engine");
         let reference = t.string(cx, "reference");
+        // A user's program reads `mtp_layers` as one of its own keys (below); the built-in
+        // engine builds the layer.
+        let mtp_layers = engine
+            .is_none()
+            .then(|| t.u64(cx, "mtp_layers"))
+            .flatten()
+            .map(|n| Located::new(n.value.min(u64::from(u32::MAX)) as u32, n.loc));
         // A user's program takes whatever keys it likes; the built-in engine takes only its own.
         let params = if engine.is_some() {
             t.rest(cx)
@@ -208,6 +240,7 @@ impl Model {
             routing_replay,
             moe,
             tie_embeddings,
+            mtp_layers,
             shared_expert_ffn,
             dtype,
             device,
@@ -283,6 +316,7 @@ impl Model {
                 .help("token 0 is padding; the synthetic data needs at least one other token"),
             );
         }
+        self.check_mtp(cx);
         if let (Some(experts), Some(top_k)) = (&self.experts, &self.top_k) {
             if top_k.value > experts.value {
                 cx.error(
@@ -296,6 +330,37 @@ impl Model {
                     .help("each token is routed to top_k distinct experts"),
                 );
             }
+        }
+    }
+
+    /// The built-in engine builds one multi-token prediction layer, on the dense family.
+    fn check_mtp(&self, cx: &mut Ctx<'_>) {
+        let Some(m) = self.mtp_layers.as_ref().filter(|m| m.value > 0) else {
+            return;
+        };
+        let name = &self.name.value;
+        if m.value > 1 {
+            cx.error(
+                Diagnostic::error(
+                    &m.loc,
+                    format!(
+                        "model `{name}`: mtp_layers = {} — the built-in engine builds one",
+                        m.value
+                    ),
+                )
+                .label("more than one MTP layer")
+                .help("use `mtp_layers = 1` (DeepSeek-V3's depth), or 0 for none"),
+            );
+        }
+        if self.family.value.has_experts() {
+            cx.error(
+                Diagnostic::error(
+                    &m.loc,
+                    format!("model `{name}`: mtp_layers is built for family `llama` only"),
+                )
+                .label(format!("model `{name}` is family `moe`"))
+                .help("remove `mtp_layers`, or check MTP on a dense model"),
+            );
         }
     }
 
@@ -323,6 +388,7 @@ impl Model {
             routing_replay: self.routing_replay.as_ref().map(|r| r.value),
             moe: self.moe.clone(),
             tie_embeddings: self.tie_embeddings.as_ref().map(|t| t.value),
+            mtp_layers: self.mtp_layers.as_ref().map(|m| m.value),
             engine: self.engine.as_ref().map(|e| e.value.clone()),
             params: self
                 .params

@@ -49,6 +49,7 @@ impl Needs {
             Needs::TpWithoutSp => m.tp > 1 && !m.sp,
             // A property of the model: see `Mutation::applies_to`.
             Needs::TiedEmbeddings
+            | Needs::Mtp
             | Needs::LrSchedule
             | Needs::Adamw
             | Needs::WeightDecay
@@ -157,6 +158,7 @@ impl Needs {
             Needs::Zero2 => "zero = 2",
             Needs::Zero3 => "zero = 3 (FSDP)",
             Needs::TiedEmbeddings => "tied embeddings",
+            Needs::Mtp => "a multi-token prediction layer (`mtp_layers = 1`)",
             Needs::LrSchedule => "a learning-rate schedule (warmup or decay)",
             Needs::Adamw => "the AdamW optimizer",
             Needs::WeightDecay => "weight decay set (`weight_decay`), norms exempt",

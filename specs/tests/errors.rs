@@ -346,3 +346,14 @@ fn training_values_out_of_range() {
         ],
     );
 }
+
+#[test]
+fn mtp_beyond_what_the_engine_builds() {
+    assert_reports(
+        "tests/broken/mtp.toml",
+        &[
+            "tests/broken/mtp.toml:3:14: model `deep`: mtp_layers = 2 — the built-in engine builds one",
+            "tests/broken/mtp.toml:7:14: model `routed`: mtp_layers is built for family `llama` only",
+        ],
+    );
+}

@@ -16,4 +16,4 @@ pub mod params;
 
 pub use layers::LossTerms;
 pub use model::{forward, forward_with, Forward};
-pub use params::{is_buffer, specs, ParamSpec, Params};
+pub use params::{is_buffer, mtp_layer, specs, ParamSpec, Params};

@@ -8,7 +8,7 @@ use super::layers::{
     attention, attention_mask, cross_entropy_sum, linear, rms_norm, rope_at, swiglu, LossTerms,
 };
 use super::moe::{self, Decided};
-use super::params::Params;
+use super::params::{mtp_layer, Params};
 use crate::data::{Batch, IGNORE};
 use crate::dropout::{Block, Dropout, Site};
 
@@ -16,7 +16,8 @@ use crate::dropout::{Block, Dropout, Site};
 pub struct Forward {
     /// [B, S, V]
     pub logits: Tensor<3>,
-    /// Σ token cross-entropy over counted tokens, shape [1].
+    /// Σ token cross-entropy over counted tokens, shape [1] (with a multi-token prediction
+    /// layer, plus [`meshparity_specs::MTP_LOSS_SCALE`] of its Σ over the tokens it counts).
     pub loss_sum: Tensor<1>,
     /// The moe family's auxiliary losses (already normalized), summed over layers.
     pub aux: Option<Aux>,
@@ -92,7 +93,7 @@ pub fn forward_with(
         z: Tensor::<1>::zeros([1], (device, x.dtype())),
         routing: Vec::new(),
     });
-    for l in 0..c.layers {
+    let layer = |l: u32, mut x: Tensor<3>, aux: Option<&mut Aux>| {
         let w = |name: &str| p.get(&format!("layers.{l}.{name}"));
         let hn = rms_norm(x.clone(), w("attn_norm.weight"));
         let heads = |t: Tensor<3>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
@@ -113,7 +114,7 @@ pub fn forward_with(
         let a: Tensor<3> = a.swap_dims(1, 2).reshape([b, s, nq * hd]);
         x = x + dropped(linear(a, w("attn.o.weight")), Site::AttnResidual, l);
         let hn = rms_norm(x.clone(), w("mlp_norm.weight"));
-        let mlp = match aux.as_mut() {
+        let mlp = match aux {
             Some(aux) => moe_mlp(c, p, l, hn, batch, aux),
             None => swiglu(
                 hn,
@@ -122,22 +123,55 @@ pub fn forward_with(
                 w("mlp.down.weight"),
             ),
         };
-        x = x + dropped(mlp, Site::MlpResidual, l);
+        x + dropped(mlp, Site::MlpResidual, l)
+    };
+    for l in 0..c.layers {
+        x = layer(l, x, aux.as_mut());
     }
-    let x = rms_norm(x, p.get("norm.weight"));
     // Tied: the output head is the embedding, transposed ([V, H] → [H, V]).
     let head = if c.tied() {
         p.get("embed.weight").transpose()
     } else {
         p.get("output.weight")
     };
-    let logits = linear(x, head);
-    let loss_sum = cross_entropy_sum(logits.clone(), &batch.targets, terms);
+    let logits = linear(rms_norm(x.clone(), p.get("norm.weight")), head.clone());
+    let mut loss_sum = cross_entropy_sum(logits.clone(), &batch.targets, terms);
+    if c.mtp() {
+        let mtp = mtp_sum((c, p, batch, terms), x, head, |l, m| layer(l, m, None));
+        loss_sum = loss_sum + mtp * meshparity_specs::MTP_LOSS_SCALE;
+    }
     Forward {
         logits,
         loss_sum,
         aux,
     }
+}
+
+/// DeepSeek-V3's MTP at depth 1 on the last hidden state `x` (before the final norm): the next
+/// token's embedding and `x`, each normed, concatenated ([enorm(e); hnorm(h)], Megatron's
+/// order) and projected, through the MTP layer (`layer`), its norm and the shared `head`,
+/// predicting the token after next. Its Σ cross-entropy over the tokens it counts.
+fn mtp_sum(
+    (c, p, batch, terms): (&ModelConfig, &Params, &Batch, LossTerms),
+    x: Tensor<3>,
+    head: Tensor<2>,
+    layer: impl Fn(u32, Tensor<3>) -> Tensor<3>,
+) -> Tensor<1> {
+    let [b, s, h] = x.dims();
+    let next = batch.shifted();
+    let ids =
+        Tensor::<1, Int>::from_data(TensorData::new(next.tokens.clone(), [b * s]), &x.device());
+    let e: Tensor<3> = p.get("embed.weight").select(0, ids).reshape([b, s, h]);
+    let joined = Tensor::cat(
+        vec![
+            rms_norm(e, p.get("mtp.enorm.weight")),
+            rms_norm(x, p.get("mtp.hnorm.weight")),
+        ],
+        2,
+    );
+    let m = layer(mtp_layer(c), linear(joined, p.get("mtp.eh_proj.weight")));
+    let logits = linear(rms_norm(m, p.get("mtp.norm.weight")), head);
+    cross_entropy_sum(logits, &next.targets, terms)
 }
 
 /// Layer `l`'s mixture of experts over the whole batch, its auxiliary losses added to `aux`.

@@ -18,49 +18,79 @@ pub struct ParamSpec {
 
 /// Every parameter of the model, in checkpoint order.
 pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
-    let (h, f, v) = (c.hidden as usize, c.ffn as usize, c.vocab as usize);
-    let hd = h / c.heads as usize;
-    let (q, kv) = (c.heads as usize * hd, c.kv_heads as usize * hd);
+    let (h, v) = (c.hidden as usize, c.vocab as usize);
     let p = |name: String, shape: &[usize]| ParamSpec {
         name,
         shape: shape.to_vec(),
     };
     let mut out = vec![p("embed.weight".into(), &[v, h])];
     for l in 0..c.layers {
-        let n = |s: &str| format!("layers.{l}.{s}");
-        out.push(p(n("attn_norm.weight"), &[h]));
-        out.push(p(n("attn.q.weight"), &[h, q]));
-        out.push(p(n("attn.k.weight"), &[h, kv]));
-        out.push(p(n("attn.v.weight"), &[h, kv]));
-        out.push(p(n("attn.o.weight"), &[q, h]));
-        out.push(p(n("mlp_norm.weight"), &[h]));
-        match c.experts.filter(|_| c.family.has_experts()) {
-            Some(experts) => {
-                out.push(p(n("mlp.router.weight"), &[h, experts as usize]));
-                if c.moe.expert_bias() {
-                    out.push(p(n("mlp.router.expert_bias"), &[experts as usize]));
-                }
-                if let Some(fs) = c.moe.shared_expert_ffn.map(|f| f as usize) {
-                    out.push(p(n("mlp.shared_expert.gate.weight"), &[h, fs]));
-                    out.push(p(n("mlp.shared_expert.up.weight"), &[h, fs]));
-                    out.push(p(n("mlp.shared_expert.down.weight"), &[fs, h]));
-                }
-                for e in 0..experts {
-                    out.push(p(n(&format!("mlp.experts.{e}.gate.weight")), &[h, f]));
-                    out.push(p(n(&format!("mlp.experts.{e}.up.weight")), &[h, f]));
-                    out.push(p(n(&format!("mlp.experts.{e}.down.weight")), &[f, h]));
-                }
-            }
-            None => {
-                out.push(p(n("mlp.gate.weight"), &[h, f]));
-                out.push(p(n("mlp.up.weight"), &[h, f]));
-                out.push(p(n("mlp.down.weight"), &[f, h]));
-            }
-        }
+        out.extend(layer(c, l));
     }
     out.push(p("norm.weight".into(), &[h]));
     if !c.tied() {
         out.push(p("output.weight".into(), &[h, v]));
+    }
+    if c.mtp() {
+        // DeepSeek-V3's MTP module (Megatron's names): the embedding's and the hidden state's
+        // norms, the projection of their concatenation [2H → H], its transformer layer — the
+        // layer after the model's last, [`mtp_layer`] — and its final norm. The embedding
+        // and the output head are the model's.
+        out.push(p("mtp.enorm.weight".into(), &[h]));
+        out.push(p("mtp.hnorm.weight".into(), &[h]));
+        out.push(p("mtp.eh_proj.weight".into(), &[2 * h, h]));
+        out.extend(layer(c, mtp_layer(c)));
+        out.push(p("mtp.norm.weight".into(), &[h]));
+    }
+    out
+}
+
+/// The index of the MTP module's transformer layer: the one after the model's last, so its
+/// parameters, sites, dropout streams and faults are a layer's (`layers.{L}.*` for a model of
+/// L layers), on the last pipeline stage.
+pub fn mtp_layer(c: &ModelConfig) -> u32 {
+    c.layers
+}
+
+/// Layer `l`'s parameters.
+fn layer(c: &ModelConfig, l: u32) -> Vec<ParamSpec> {
+    let (h, f) = (c.hidden as usize, c.ffn as usize);
+    let hd = h / c.heads as usize;
+    let (q, kv) = (c.heads as usize * hd, c.kv_heads as usize * hd);
+    let p = |name: String, shape: &[usize]| ParamSpec {
+        name,
+        shape: shape.to_vec(),
+    };
+    let mut out = Vec::new();
+    let n = |s: &str| format!("layers.{l}.{s}");
+    out.push(p(n("attn_norm.weight"), &[h]));
+    out.push(p(n("attn.q.weight"), &[h, q]));
+    out.push(p(n("attn.k.weight"), &[h, kv]));
+    out.push(p(n("attn.v.weight"), &[h, kv]));
+    out.push(p(n("attn.o.weight"), &[q, h]));
+    out.push(p(n("mlp_norm.weight"), &[h]));
+    match c.experts.filter(|_| c.family.has_experts()) {
+        Some(experts) => {
+            out.push(p(n("mlp.router.weight"), &[h, experts as usize]));
+            if c.moe.expert_bias() {
+                out.push(p(n("mlp.router.expert_bias"), &[experts as usize]));
+            }
+            if let Some(fs) = c.moe.shared_expert_ffn.map(|f| f as usize) {
+                out.push(p(n("mlp.shared_expert.gate.weight"), &[h, fs]));
+                out.push(p(n("mlp.shared_expert.up.weight"), &[h, fs]));
+                out.push(p(n("mlp.shared_expert.down.weight"), &[fs, h]));
+            }
+            for e in 0..experts {
+                out.push(p(n(&format!("mlp.experts.{e}.gate.weight")), &[h, f]));
+                out.push(p(n(&format!("mlp.experts.{e}.up.weight")), &[h, f]));
+                out.push(p(n(&format!("mlp.experts.{e}.down.weight")), &[f, h]));
+            }
+        }
+        None => {
+            out.push(p(n("mlp.gate.weight"), &[h, f]));
+            out.push(p(n("mlp.up.weight"), &[h, f]));
+            out.push(p(n("mlp.down.weight"), &[f, h]));
+        }
     }
     out
 }

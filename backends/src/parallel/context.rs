@@ -90,6 +90,33 @@ impl Local {
         }
     }
 
+    /// The catalogued bug of the MTP layer's inputs: the rank's share shifted one place by
+    /// itself (each position takes the next *local* position's token and label; the share's
+    /// last position, and a next position that starts a document, token 0 and an ignored
+    /// label) instead of shifting the whole rows before the split ([`Batch::shifted`]). Wrong
+    /// wherever the next local position is not the next global one: the end of a zigzag chunk,
+    /// and the share's end. With one rank the share is the rows, so nothing changes.
+    pub fn shifted_locally(&self) -> Local {
+        let mut out = self.clone();
+        let (rows, s) = (self.batch.batch, self.batch.seq_len);
+        for r in 0..rows {
+            let p = self.positions.row(r);
+            for j in 0..s {
+                let at = r * s + j;
+                let next = (j + 1 < s)
+                    .then_some(j + 1)
+                    .filter(|&n| !self.batch.starts[r].contains(&p[n]));
+                let (t, y) = match next {
+                    Some(n) => (self.batch.tokens[r * s + n], self.batch.targets[r * s + n]),
+                    None => (0, crate::data::IGNORE),
+                };
+                out.batch.tokens[at] = t;
+                out.batch.targets[at] = y;
+            }
+        }
+        out
+    }
+
     /// The catalogued bug of packed rows' positions: the rank's rows with a document starting
     /// at each of its chunks' first positions, as a rank that rebuilds its documents' offsets
     /// from its own share sees them (`cu_seqlens` made after the CP split). RoPE then restarts
@@ -254,5 +281,30 @@ mod tests {
         let whole = restore(parts, &order).into_data().convert::<f32>();
         let want: Vec<f32> = (0..2).flat_map(|_| (0..8).map(|x| x as f32)).collect();
         assert_eq!(whole.try_to_vec::<f32>().unwrap(), want);
+    }
+
+    #[test]
+    fn mtp_shares_shift_whole_rows_and_the_local_roll_differs_only_under_cp() {
+        let thd = meshparity_specs::Packing {
+            documents: true,
+            prompts: true,
+            pad_to: Some(4),
+        };
+        let b = Batch::synthetic(3, 0, (4, 32, 64), Some(thd));
+        // One rank: its share is the rows, so the local roll is the global shift.
+        let one = &Local::split(&b, 1, 1)[0];
+        assert_eq!(one.shifted_locally().batch, b.shifted());
+        // Two: shifted then split is each rank's share of the global shift at its positions;
+        // rolled per share, the ends of the zigzag chunks take the wrong neighbour.
+        let global = Local::split(&b.shifted(), 2, 1);
+        let mut wrong = 0;
+        for (c, local) in Local::split(&b, 2, 1).iter().enumerate() {
+            let rolled = local.shifted_locally();
+            assert_eq!(rolled.positions, global[c].positions);
+            wrong += (rolled.batch.tokens.iter().zip(&global[c].batch.tokens))
+                .filter(|(a, b)| a != b)
+                .count();
+        }
+        assert!(wrong > 0, "the local roll misplaces chunk-boundary tokens");
     }
 }

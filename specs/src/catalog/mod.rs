@@ -57,6 +57,8 @@ pub enum Needs {
     Zero3,
     /// A model whose embedding is its output head (`tie_embeddings = true`).
     TiedEmbeddings,
+    /// A model with a multi-token prediction layer (`mtp_layers = 1`).
+    Mtp,
     /// A learning rate that changes over the run (`warmup_steps` or `lr_decay`).
     LrSchedule,
     /// The AdamW optimizer (state to corrupt: its moments).
@@ -150,6 +152,8 @@ pub enum Id {
     VocabPaddingUnmasked,
     CeOnGatheredLogits,
     CpLabelsRolledPerShard,
+    MtpRolledPerCpShard,
+    MtpLossScaledDownByCp,
     CpLossGradScaledByCp,
     InitSeededPerDpRank,
     DropoutSharedAcrossTp,
@@ -281,6 +285,7 @@ impl Mutation {
                 experts && model.moe.aux_normalization() == crate::AuxNormalization::Token
             }
             Needs::TiedEmbeddings => model.tied(),
+            Needs::Mtp => model.mtp(),
             Needs::LrSchedule => training.schedule.is_some(),
             Needs::Adamw => training.optimizer == crate::Optimizer::Adamw,
             Needs::WeightDecay => training.weight_decay.is_some_and(|w| w > 0.0),

@@ -123,7 +123,7 @@ impl JsonSchema for Run {
     "then" = {"propertyNames": {"enum": [
         "family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "experts",
         "top_k", "routing_replay", "router", "expert_bias", "shared_expert_ffn",
-        "capacity_factor", "drop_policy", "aux_loss_normalization", "tie_embeddings", "dtype",
+        "capacity_factor", "drop_policy", "aux_loss_normalization", "tie_embeddings", "mtp_layers", "dtype",
         "device", "engine", "reference"
     ]}}
 ))]
@@ -182,6 +182,14 @@ struct Model {
     /// all-reduce its gradient (Megatron's embedding group); with TP it is vocab-parallel in
     /// both uses.
     tie_embeddings: Option<bool>,
+    /// Multi-token prediction layers (default 0; the built-in engine builds 1, family llama):
+    /// DeepSeek-V3's MTP — the last hidden state and the next token's embedding, normed,
+    /// concatenated and projected, through one more transformer layer and the shared output
+    /// head, predicting the token after next; 0.1 of its loss is added to the training loss.
+    /// Its inputs and labels are shifted over the whole sequence before context parallelism
+    /// shards it, never across a document boundary.
+    #[schemars(range(min = 0, max = 1))]
+    mtp_layers: Option<u32>,
     /// Dtype (default: [run] dtype).
     dtype: Option<DType>,
     /// Device (default: [run] device).

@@ -22,7 +22,8 @@ pub(super) enum ExactKeyword {
 /// relative_l2 cosine top1 top1_decided topk k; routing: overlap mismatch failing_microbatches;
 /// curve: mode rel
 /// allowed_failing_steps investigate fail; oracle: the forward ones but top1/topk/k, plus
-/// layer_average and grad_norm; trace: forward_ratio backward_ratio parameter_ratio.
+/// layer_average and grad_norm; trace: forward_ratio backward_ratio parameter_ratio
+/// seed_ratio.
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub(super) struct Limits {
@@ -65,6 +66,9 @@ pub(super) struct Limits {
     pub(super) backward_ratio: Option<f64>,
     /// Trace level: the same for parameters as each step computes with them.
     pub(super) parameter_ratio: Option<f64>,
+    /// Trace level: the same for the loss's backward seed (the gradient arriving at the target
+    /// logits and label smoothing's share: a rounding or two of 1/N, far inside its bound).
+    pub(super) seed_ratio: Option<f64>,
 }
 
 /// Limits for one level: `"exact"`, or per dtype.

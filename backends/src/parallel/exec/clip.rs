@@ -88,7 +88,9 @@ impl MeshExec<'_> {
             let tp0 = self.topo.coord(rank).tp == 0;
             // A tied embedding's last-stage copy is the first stage's: counted there only
             // (Megatron's `param_is_not_shared`).
-            let copy = self.model.tied() && last > 0 && self.topo.coord(rank).pp == last;
+            let copy = self.model.embedding_on_last_stage()
+                && last > 0
+                && self.topo.coord(rank).pp == last;
             for (name, g) in held {
                 if copy && name == "embed.weight" {
                     continue;

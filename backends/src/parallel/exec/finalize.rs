@@ -103,7 +103,7 @@ impl MeshExec<'_> {
                 self.reduce_experts(comm, &mut grads, s, sharded);
             }
         }
-        if self.model.tied() {
+        if self.model.embedding_on_last_stage() {
             self.reduce_tied_embedding(comm, &mut grads, sharded);
         }
         if let Some(z) = sharded {
@@ -121,7 +121,7 @@ impl MeshExec<'_> {
     }
 
     /// Stage `s`'s replicated weights used on sequence shards (norms, the router, experts
-    /// replicated over TP): each TP rank holds a partial gradient, all-reduced across TP.
+    /// replicated over TP, the MTP projection): each TP rank holds a partial gradient, all-reduced across TP.
     fn reduce_sequence_parallel(
         &self,
         comm: &mut Comm,
@@ -138,6 +138,7 @@ impl MeshExec<'_> {
                 .filter(|n| !is_buffer(n))
                 .filter(|n| {
                     n.contains("norm")
+                        || n.starts_with("mtp.")
                         || n.contains(".router.")
                         || (is_expert(n) && !experts_parallel)
                 })

@@ -25,6 +25,17 @@ impl Fault {
         self.0 == Id::CpLabelsRolledPerShard
     }
 
+    /// Whether each CP rank makes the MTP layer's inputs and labels by rolling its own share
+    /// (NeMo Automodel PR#3544's pre-fix local roll; torchtitan PR#4544 shifts first).
+    pub(super) fn mtp_rolled_per_cp_shard(self) -> bool {
+        self.0 == Id::MtpRolledPerCpShard
+    }
+
+    /// Whether the MTP loss enters training divided by cp (Megatron-LM PR#3959).
+    pub(super) fn mtp_loss_scaled_down_by_cp(self) -> bool {
+        self.0 == Id::MtpLossScaledDownByCp
+    }
+
     /// Whether each microbatch's loss is normalized by its own valid-token count and the
     /// microbatches' losses averaged (huggingface/transformers#34191).
     pub(super) fn normalizes_per_microbatch(self) -> bool {

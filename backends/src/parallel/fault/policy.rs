@@ -41,6 +41,7 @@ impl Policies {
                 chunks_reversed: topo.chunks() > 1 && f.chunks_reversed(),
                 thd_split_by_rows: topo.cp() > 1 && f.thd_split_by_rows(),
                 rolls_labels_per_cp_shard: topo.cp() > 1 && f.rolls_labels_per_cp_shard(),
+                mtp_rolled_per_cp_shard: topo.cp() > 1 && f.mtp_rolled_per_cp_shard(),
                 ring_crosses_documents: f.ring_crosses_documents(),
                 positions_from_chunks: topo.cp() > 1 && f.packed_positions_from_chunks(),
                 unpadded_boundaries: topo.cp() > 1 && f.thd_unpadded_boundaries(),
@@ -52,6 +53,7 @@ impl Policies {
                 smooths_over_local_vocab: f.smooths_over_local_vocab(),
                 leaves_vocab_padding_unmasked: f.leaves_vocab_padding_unmasked(),
                 scales_loss_grad_by_cp: topo.cp() > 1 && f.scales_loss_grad_by_cp(),
+                mtp_scaled_down_by_cp: topo.cp() > 1 && f.mtp_loss_scaled_down_by_cp(),
                 normalizes_per_microbatch: topo.microbatches() > 1 && f.normalizes_per_microbatch(),
                 logs_microbatch_sum: topo.microbatches() > 1 && f.logs_microbatch_sum(),
             },
@@ -107,6 +109,8 @@ pub struct Data {
     pub thd_split_by_rows: bool,
     /// Labels rolled on each CP rank's own tokens (cp > 1).
     pub rolls_labels_per_cp_shard: bool,
+    /// The MTP layer's inputs and labels rolled on each CP rank's own share (cp > 1).
+    pub mtp_rolled_per_cp_shard: bool,
     /// The ring masks the chunks it receives without their documents' boundaries.
     pub ring_crosses_documents: bool,
     /// RoPE's positions restart at each of the rank's CP chunks (cp > 1; packed rows).
@@ -182,6 +186,8 @@ pub struct Loss {
     pub leaves_vocab_padding_unmasked: bool,
     /// The loss gradient scaled by the CP size (cp > 1).
     pub scales_loss_grad_by_cp: bool,
+    /// The MTP loss divided by the CP size (cp > 1).
+    pub mtp_scaled_down_by_cp: bool,
     /// Each microbatch's loss normalized by its own tokens (several microbatches).
     pub normalizes_per_microbatch: bool,
     /// The logged loss the microbatches' sum, not their mean (several microbatches).

@@ -55,6 +55,8 @@ fn every_catalog_entry_does_something() {
             || f.leaves_vocab_padding_unmasked()
             || f.gathers_logits_before_loss()
             || f.rolls_labels_per_cp_shard()
+            || f.mtp_rolled_per_cp_shard()
+            || f.mtp_loss_scaled_down_by_cp()
             || f.scales_loss_grad_by_cp()
             || f.init_seeded_per_dp_rank()
             || f.dropout_shared_across_tp()

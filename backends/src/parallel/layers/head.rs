@@ -78,7 +78,9 @@ fn host<const D: usize>(t: Tensor<D>) -> Vec<f64> {
 impl StageCtx<'_> {
     /// Final norm, vocab-parallel output projection and vocab-parallel cross-entropy. Returns
     /// the logits and loss per rank, and each rank's loss in f64
-    /// ([`StageOut::rank_losses`](super::stage::StageOut::rank_losses)).
+    /// ([`StageOut::rank_losses`](super::stage::StageOut::rank_losses)). `prefix` names the
+    /// norm weight and the sites: "" for the model's head, "mtp." for the MTP layer's (its own
+    /// norm, the shared output weight, its labels in `locals`).
     pub(super) fn head(
         &self,
         tape: &mut Tape,
@@ -86,11 +88,13 @@ impl StageCtx<'_> {
         locals: &[Local],
         x: Vec<Val>,
         normalizers: &[f64],
+        prefix: &str,
     ) -> (Vec<Val>, Vec<Val>, Vec<f64>) {
         let hn = tape.per_rank(self.ranks(), &[&x], |i, v| {
-            rms_norm(v[0].clone(), self.w(i, "norm.weight"))
+            rms_norm(v[0].clone(), self.w(i, &format!("{prefix}norm.weight")))
         });
-        let hn = tape.collective(comm, self.enter(), "output.in", self.ranks(), &hn);
+        let site = |s: &str| format!("{prefix}{s}");
+        let hn = tape.collective(comm, self.enter(), &site("output.in"), self.ranks(), &hn);
         let logits = tape.per_rank(self.ranks(), &[&hn], |i, v| {
             // Tied: the rank's vocabulary block of the embedding, transposed, is its block of
             // the output head.
@@ -103,9 +107,10 @@ impl StageCtx<'_> {
         });
         let (scored, view) = if self.policies.loss.gathers_logits_before_loss {
             let all = Conj::GatherFromTp(2);
-            let gathered = tape.collective(comm, all, "output.gather", self.ranks(), &logits);
+            let gathered =
+                tape.collective(comm, all, &site("output.gather"), self.ranks(), &logits);
             comm.event(
-                "output.gather",
+                &site("output.gather"),
                 "logits gathered before the vocab-parallel loss",
             );
             let width = self.vocab_block() * self.tp();
@@ -126,7 +131,8 @@ impl StageCtx<'_> {
                 },
             )
         };
-        let (loss, exact) = self.cross_entropy(tape, comm, locals, &scored, view, normalizers);
+        let how = (view, prefix);
+        let (loss, exact) = self.cross_entropy(tape, comm, locals, &scored, how, normalizers);
         (logits, loss, exact)
     }
 
@@ -139,14 +145,18 @@ impl StageCtx<'_> {
         comm: &mut Comm,
         locals: &[Local],
         scored: &[Val],
-        view: Scored,
+        (view, prefix): (Scored, &str),
         normalizers: &[f64],
     ) -> (Vec<Val>, Vec<f64>) {
         let g = self.groups();
+        let site = |s: &str| format!("{prefix}{s}");
         let pad = self.padding_mask(view);
         let padded = self.vocab_block() * self.tp() > self.model.vocab as usize;
         if padded && self.policies.loss.leaves_vocab_padding_unmasked {
-            comm.event("loss.sumexp", "vocabulary padding left in the softmax");
+            comm.event(
+                &site("loss.sumexp"),
+                "vocabulary padding left in the softmax",
+            );
         }
         let masked = tape.per_rank(self.ranks(), &[scored], |i, v| match &pad[i] {
             Some((bias, _)) => v[0].clone() + bias.clone(),
@@ -154,16 +164,16 @@ impl StageCtx<'_> {
         });
         let maxes: Vec<Tensor<3>> = masked.iter().map(|&v| tape.value(v).max_dim(2)).collect();
         let shift = Layout::each(&g.tp_groups(), self.ranks(), maxes, |r, p| {
-            comm.all_reduce_max("loss.max.fwd.all_reduce_max", r, p)
+            comm.all_reduce_max(&site("loss.max.fwd.all_reduce_max"), r, p)
         });
         let sumexp = tape.per_rank(self.ranks(), &[&masked], |i, v| {
             (v[0].clone() - shift[i].clone()).exp().sum_dim(2)
         });
         let picked = self.target_logits(tape, locals, scored, &shift, view);
         let reduce = Conj::ReduceFromTp;
-        let sumexp = tape.collective(comm, reduce, "loss.sumexp", self.ranks(), &sumexp);
-        let picked = tape.collective(comm, reduce, "loss.target", self.ranks(), &picked);
-        let uniform = self.uniform_share(tape, comm, scored, &shift, &pad);
+        let sumexp = tape.collective(comm, reduce, &site("loss.sumexp"), self.ranks(), &sumexp);
+        let picked = tape.collective(comm, reduce, &site("loss.target"), self.ranks(), &picked);
+        let uniform = self.uniform_share(tape, comm, scored, &shift, (&pad, prefix));
         let mut inputs: Vec<&[Val]> = vec![&sumexp, &picked];
         if let Some(u) = &uniform {
             inputs.push(u);
@@ -257,7 +267,7 @@ impl StageCtx<'_> {
         comm: &mut Comm,
         scored: &[Val],
         shift: &[Tensor<3>],
-        pad: &[Option<(Tensor<3>, Tensor<3>)>],
+        (pad, prefix): (&[Option<(Tensor<3>, Tensor<3>)>], &str),
     ) -> Option<Vec<Val>> {
         if self.loss.label_smoothing <= 0.0 {
             return None;
@@ -269,7 +279,8 @@ impl StageCtx<'_> {
                 None => z.sum_dim(2),
             }
         });
-        Some(tape.collective(comm, Conj::ReduceFromTp, "loss.smooth", self.ranks(), &sums))
+        let site = format!("{prefix}loss.smooth");
+        Some(tape.collective(comm, Conj::ReduceFromTp, &site, self.ranks(), &sums))
     }
 
     /// For each rank whose columns run past the vocabulary: a bias of −∞ on the padding's

@@ -137,7 +137,7 @@ impl StageCtx<'_> {
         }
         let inputs: Vec<Val> = input.into_iter().map(|t| tape.input(t)).collect();
         let mut x = if self.group.stage == 0 {
-            self.embed(&mut tape, comm, &locals)
+            self.embed(&mut tape, comm, &locals, "embed")
         } else {
             inputs.clone()
         };
@@ -163,7 +163,14 @@ impl StageCtx<'_> {
                 rank_losses: Vec::new(),
             };
         }
-        let (logits, loss, rank_losses) = self.head(&mut tape, comm, &locals, x, normalizers);
+        let (logits, loss, rank_losses) =
+            self.head(&mut tape, comm, &locals, x.clone(), normalizers, "");
+        let (loss, rank_losses) = if self.model.mtp() {
+            let main = (loss, rank_losses);
+            self.mtp(&mut tape, comm, (mb, normalizers), &x, &mut moe, main)
+        } else {
+            (loss, rank_losses)
+        };
         StageOut {
             tape,
             inputs,
@@ -175,8 +182,15 @@ impl StageCtx<'_> {
     }
 
     /// Vocab-parallel embedding: each rank looks up the tokens in its vocabulary block (zeros
-    /// elsewhere); the partial embeddings are reduced (or reduce-scattered under SP).
-    fn embed(&self, tape: &mut Tape, comm: &mut Comm, locals: &[Local]) -> Vec<Val> {
+    /// elsewhere); the partial embeddings are reduced (or reduce-scattered under SP) at `site`
+    /// (`embed`, or `mtp.embed` for the MTP layer's next tokens).
+    pub(super) fn embed(
+        &self,
+        tape: &mut Tape,
+        comm: &mut Comm,
+        locals: &[Local],
+        site: &str,
+    ) -> Vec<Val> {
         let h = self.model.hidden as usize;
         let (g, block) = (self.groups(), self.vocab_block());
         let parts = tape.per_rank(self.ranks(), &[], |i, _| {
@@ -197,7 +211,7 @@ impl StageCtx<'_> {
             let rows = self.w(i, "embed.weight").select(0, idx);
             (rows * self.constant(keep, [b * s, 1])).reshape([b, s, h])
         });
-        tape.collective(comm, self.leave(), "embed", self.ranks(), &parts)
+        tape.collective(comm, self.leave(), site, self.ranks(), &parts)
     }
 
     /// A tensor-parallel SwiGLU MLP (`PREFIX.gate/up/down.weight`: column-parallel gate and up,
